@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the tests and tools need on a fresh Debian machine. Idempotent:
+# it only installs what is missing, so `make test` can call it every time.
+set -euo pipefail
+
+STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2}
+
+need_apt=()
+command -v tshark >/dev/null || need_apt+=(tshark)
+command -v ip >/dev/null || need_apt+=(iproute2)
+if ((${#need_apt[@]})); then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: need ${need_apt[*]}; run as root (sudo make test) so they can be installed" >&2
+		exit 1
+	fi
+	echo "deps: installing ${need_apt[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+gobin=$(go env GOPATH)/bin
+if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
+	echo "deps: installing staticcheck $STATICCHECK_VERSION"
+	GOFLAGS= go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
