@@ -1,0 +1,357 @@
+package ib
+
+import (
+	"errors"
+	"fmt"
+)
+
+// This file is the provider boundary: everything above it (ud, cm, ipoib)
+// drives an adapter only through these interfaces, so the same driver runs
+// on softib and on rdma-core. The shapes follow verbs closely so that the
+// verbs provider is a thin wrapper.
+
+// GRHLen is the space in front of every UD receive that the adapter fills
+// with the global route header, as verbs does. UD payloads land after it.
+const GRHLen = 40
+
+// Errors shared by providers.
+var (
+	ErrClosed     = errors.New("ib: closed")
+	ErrQueueFull  = errors.New("ib: work queue full")
+	ErrBadState   = errors.New("ib: operation not allowed in this QP state")
+	ErrBadLength  = errors.New("ib: buffer outside its memory region")
+	ErrNoResource = errors.New("ib: out of resources")
+)
+
+// PortAttr describes the one port a Device drives.
+type PortAttr struct {
+	GID       GID
+	PKeys     []PKey // the P_Key table; index 0 is the default
+	ActiveMTU MTU    // largest path MTU the port supports
+	LinkLayer string // "InfiniBand" or "Ethernet" (RoCE, softib)
+	GUID      uint64 // node (CA) GUID, the CM's identity of this adapter
+}
+
+// Device is one adapter port. The interface opens it at start and closes it
+// last; every object created from it is owned by the caller until closed.
+type Device interface {
+	// Name returns the provider's device name, e.g. "softib0" or "mlx5_0".
+	Name() string
+	// Port returns the port attributes; callers may keep the result.
+	Port() PortAttr
+	// RegisterMemory registers a slab for work requests; the caller keeps the
+	// slab and must close the MR before unmapping it.
+	RegisterMemory(s *Slab) (MR, error)
+	// CreateCQ makes a completion queue of at least size entries; the caller
+	// owns it and closes it after the QPs that use it.
+	CreateCQ(size int) (CQ, error)
+	// CreateSRQ makes a shared receive queue; the caller owns it.
+	CreateSRQ(attr SRQAttr) (SRQ, error)
+	// CreateQP makes a queue pair in the Reset state; the caller owns it.
+	CreateQP(attr QPAttr) (QP, error)
+	// CreateAH makes an address handle for UD sends; the caller owns it.
+	CreateAH(attr AHAttr) (AH, error)
+	// AttachMulticast makes the UD QP receive datagrams sent to mgid; called
+	// by the UD endpoint when the kernel joins a group.
+	AttachMulticast(qp QP, mgid GID) error
+	// DetachMulticast undoes AttachMulticast.
+	DetachMulticast(qp QP, mgid GID) error
+	// MADs opens the QP1 management-datagram service the CM engine uses; one
+	// caller at a time owns it and closes it.
+	MADs() (MADService, error)
+	// Counters returns a snapshot of the device-wide counters (drops by cause).
+	Counters() []Counter
+	// Close releases the device; objects still open are flushed and closed.
+	Close() error
+}
+
+// Slab is packet memory outside the Go heap, registered once with a provider
+// so that work requests can name parts of it without copying.
+type Slab struct {
+	mem []byte
+}
+
+// Bytes returns the slab's memory.
+func (s *Slab) Bytes() []byte { return s.mem }
+
+// MR is a registered memory region over a Slab.
+type MR interface {
+	// Slab returns the registered slab.
+	Slab() *Slab
+	// LKey returns the key work requests name the region by.
+	LKey() uint32
+	// Close deregisters the region; the caller keeps the slab.
+	Close() error
+}
+
+// SGE names the part of a registered region a work request uses.
+type SGE struct {
+	MR     MR
+	Offset int
+	Length int
+}
+
+// Bytes returns the memory the SGE names, or ErrBadLength if it lies outside
+// its region.
+func (s SGE) Bytes() ([]byte, error) {
+	if s.MR == nil {
+		return nil, ErrBadLength
+	}
+	mem := s.MR.Slab().Bytes()
+	if s.Offset < 0 || s.Length < 0 || s.Offset > len(mem) || s.Length > len(mem)-s.Offset {
+		return nil, ErrBadLength
+	}
+	return mem[s.Offset : s.Offset+s.Length], nil
+}
+
+// QPType is the transport service of a queue pair.
+type QPType uint8
+
+// Queue pair types.
+const (
+	RC QPType = iota + 1
+	UC
+	UD
+)
+
+func (t QPType) String() string {
+	switch t {
+	case RC:
+		return "RC"
+	case UC:
+		return "UC"
+	case UD:
+		return "UD"
+	}
+	return fmt.Sprintf("QPType(%d)", uint8(t))
+}
+
+// QPState is the state of a queue pair, as in verbs.
+type QPState uint8
+
+// Queue pair states.
+const (
+	StateReset QPState = iota
+	StateInit
+	StateRTR
+	StateRTS
+	StateError
+)
+
+func (s QPState) String() string {
+	switch s {
+	case StateReset:
+		return "RESET"
+	case StateInit:
+		return "INIT"
+	case StateRTR:
+		return "RTR"
+	case StateRTS:
+		return "RTS"
+	case StateError:
+		return "ERROR"
+	}
+	return fmt.Sprintf("QPState(%d)", uint8(s))
+}
+
+// QPAttr are the creation attributes of a queue pair.
+type QPAttr struct {
+	Type    QPType
+	SendCQ  CQ
+	RecvCQ  CQ
+	SRQ     SRQ // optional: receives come from the SRQ instead of the QP's own queue
+	MaxSend int // send queue depth
+	MaxRecv int // receive queue depth (ignored with an SRQ)
+}
+
+// QPModify moves a queue pair to State with the attributes that transition
+// needs: Init takes PKey (and QKey for UD); RTR takes the remote side for
+// RC/UC; RTS takes the send PSN and the retry parameters. Fields a
+// transition does not use are ignored.
+type QPModify struct {
+	State QPState
+
+	PKey PKey // Init
+	QKey QKey // Init, UD only
+
+	DestGID   GID // RTR, RC/UC
+	DestQPN   QPN // RTR, RC/UC
+	PathMTU   MTU // RTR, RC/UC
+	RecvPSN   uint32
+	MinRNRTmr uint8 // RTR, RC: the RNR NAK timer code this QP asks senders to wait
+
+	SendPSN    uint32 // RTS
+	Timeout    uint8  // RTS, RC: local ACK timeout code (4.096 µs × 2^Timeout, 0 = infinite)
+	RetryCount uint8  // RTS, RC: retransmissions after an ACK timeout (0-7)
+	RNRRetry   uint8  // RTS, RC: retries after an RNR NAK (7 = infinite)
+}
+
+// QP is a queue pair.
+type QP interface {
+	// Num returns the QP number.
+	Num() QPN
+	// Type returns the transport service.
+	Type() QPType
+	// State returns the current state.
+	State() QPState
+	// Modify performs a state transition; called by the connection service.
+	Modify(m QPModify) error
+	// PostSend queues sends; the memory they name belongs to the provider until
+	// their completion. It returns how many were queued.
+	PostSend(wrs []SendWR) (int, error)
+	// PostRecv queues receive buffers (QPs without an SRQ); the memory belongs
+	// to the provider until its completion.
+	PostRecv(wrs []RecvWR) (int, error)
+	// Counters returns a snapshot of this QP's counters.
+	Counters() []Counter
+	// Close destroys the QP; outstanding work requests complete as flushed.
+	Close() error
+}
+
+// SendWR is one send work request.
+type SendWR struct {
+	ID  uint64 // returned in the completion
+	SGE SGE
+	// UD only:
+	AH         AH
+	RemoteQPN  QPN
+	RemoteQKey QKey
+}
+
+// RecvWR is one receive work request. A UD receive needs GRHLen octets in
+// front of the largest datagram.
+type RecvWR struct {
+	ID  uint64
+	SGE SGE
+}
+
+// SRQAttr are the creation attributes of a shared receive queue.
+type SRQAttr struct {
+	MaxWR int // depth
+	Limit int // low watermark: LimitReached fires when fewer are posted
+}
+
+// SRQ is a shared receive queue used by many connected QPs.
+type SRQ interface {
+	// PostRecv queues receive buffers, owned by the provider until completion.
+	PostRecv(wrs []RecvWR) (int, error)
+	// LimitReached is signalled once when the posted count falls below the
+	// limit; call Arm to be told again.
+	LimitReached() <-chan struct{}
+	// Arm re-enables the limit signal with a new limit.
+	Arm(limit int)
+	// Posted returns how many receives are posted.
+	Posted() int
+	// Close destroys the SRQ; posted buffers complete as flushed.
+	Close() error
+}
+
+// CQ is a completion queue. Consumers drain it with Poll and wait on Ready
+// between batches: one channel operation per batch, none per packet.
+type CQ interface {
+	// Poll moves up to len(wc) completions into wc and returns how many.
+	Poll(wc []Completion) int
+	// Ready is signalled (capacity one) after completions were added.
+	Ready() <-chan struct{}
+	// Close destroys the CQ.
+	Close() error
+}
+
+// WCOpcode says what a completion completes.
+type WCOpcode uint8
+
+// Completion opcodes.
+const (
+	WCSend WCOpcode = iota + 1
+	WCRecv
+)
+
+// WCStatus is the status of a completion.
+type WCStatus uint8
+
+// Completion statuses (a subset of the verbs ones that IPoIB cares about).
+const (
+	WCSuccess WCStatus = iota
+	WCLocalLengthError
+	WCLocalQPError
+	WCLocalProtectionError
+	WCFlushError
+	WCRetryExceeded
+	WCRNRRetryExceeded
+	WCRemoteInvalidRequest
+	WCRemoteAccessError
+	WCRemoteOperationalError
+)
+
+var wcStatusNames = [...]string{
+	WCSuccess:                "success",
+	WCLocalLengthError:       "local length error",
+	WCLocalQPError:           "local QP operation error",
+	WCLocalProtectionError:   "local protection error",
+	WCFlushError:             "work request flushed",
+	WCRetryExceeded:          "transport retry counter exceeded",
+	WCRNRRetryExceeded:       "RNR retry counter exceeded",
+	WCRemoteInvalidRequest:   "remote invalid request",
+	WCRemoteAccessError:      "remote access error",
+	WCRemoteOperationalError: "remote operational error",
+}
+
+func (s WCStatus) String() string {
+	if int(s) < len(wcStatusNames) {
+		return wcStatusNames[s]
+	}
+	return fmt.Sprintf("WCStatus(%d)", uint8(s))
+}
+
+// Completion reports one finished work request.
+type Completion struct {
+	ID      uint64
+	Status  WCStatus
+	Opcode  WCOpcode
+	QPN     QPN    // the local QP (tells SRQ receives apart)
+	ByteLen uint32 // received bytes (UD: including the GRH)
+	// UD receives only:
+	SrcQPN QPN
+	SrcGID GID
+	PKey   PKey
+}
+
+// AHAttr describes a UD destination.
+type AHAttr struct {
+	DestGID GID
+}
+
+// AH is an address handle.
+type AH interface {
+	Attr() AHAttr
+	Close() error
+}
+
+// MADAddr is where a management datagram comes from or goes to.
+type MADAddr struct {
+	GID  GID
+	QPN  QPN // 1 for the GSI
+	PKey PKey
+}
+
+// MAD is one received management datagram (always 256 octets).
+type MAD struct {
+	From MADAddr
+	Data [256]byte
+}
+
+// MADService is QP1's management-datagram service for the CM engine.
+type MADService interface {
+	// Send transmits one 256-octet MAD; the data is copied before it returns.
+	Send(to MADAddr, mad []byte) error
+	// Recv returns received MADs; it is closed when the service closes.
+	Recv() <-chan MAD
+	// Close stops the service.
+	Close() error
+}
+
+// Counter is one named counter value.
+type Counter struct {
+	Name  string
+	Value uint64
+}

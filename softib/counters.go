@@ -1,0 +1,105 @@
+package softib
+
+import (
+	"sync/atomic"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// dropCause names why the device dropped a datagram; every drop is counted.
+type dropCause int
+
+const (
+	dropMalformed    dropCause = iota // headers do not parse
+	dropBadICRC                       // invariant CRC mismatch
+	dropPKey                          // partition check failed
+	dropQKey                          // UD Q_Key check failed
+	dropUnknownQP                     // no such destination QP
+	dropQPState                       // QP not ready to receive
+	dropNoRecv                        // UD: no receive buffer posted
+	dropTooLong                       // message larger than the posted buffer
+	dropPSN                           // RC/UC: out-of-window or out-of-order packet
+	dropUCIncomplete                  // UC: message with a missing packet
+	dropNotMember                     // multicast for a group nobody here joined
+	dropCQOverrun                     // completion queue full
+	dropTxError                       // the underlay refused a send
+	numDropCauses
+)
+
+var dropNames = [numDropCauses]string{
+	dropMalformed:    "rx_drop_malformed",
+	dropBadICRC:      "rx_drop_bad_icrc",
+	dropPKey:         "rx_drop_pkey",
+	dropQKey:         "rx_drop_qkey",
+	dropUnknownQP:    "rx_drop_unknown_qp",
+	dropQPState:      "rx_drop_qp_state",
+	dropNoRecv:       "rx_drop_no_recv_buffer",
+	dropTooLong:      "rx_drop_too_long",
+	dropPSN:          "rx_drop_psn",
+	dropUCIncomplete: "rx_drop_uc_incomplete",
+	dropNotMember:    "rx_drop_not_member",
+	dropCQOverrun:    "cq_overrun",
+	dropTxError:      "tx_error",
+}
+
+// deviceCounters are updated from the receive goroutine and posting
+// goroutines at once, hence atomics.
+type deviceCounters struct {
+	rxPackets, rxBytes, txPackets, txBytes atomic.Uint64
+	drops                                  [numDropCauses]atomic.Uint64
+}
+
+func (d *Device) count(c dropCause) { d.ctr.drops[c].Add(1) }
+
+// Counters returns the device-wide counters.
+func (d *Device) Counters() []ib.Counter {
+	out := []ib.Counter{
+		{Name: "rx_packets", Value: d.ctr.rxPackets.Load()},
+		{Name: "rx_bytes", Value: d.ctr.rxBytes.Load()},
+		{Name: "tx_packets", Value: d.ctr.txPackets.Load()},
+		{Name: "tx_bytes", Value: d.ctr.txBytes.Load()},
+	}
+	for c := range numDropCauses {
+		out = append(out, ib.Counter{Name: dropNames[c], Value: d.ctr.drops[c].Load()})
+	}
+	return out
+}
+
+// CounterValue returns the value of the counter called name, or 0.
+func CounterValue(cs []ib.Counter, name string) uint64 {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return 0
+}
+
+// qpCounters are per queue pair.
+type qpCounters struct {
+	txPackets, txBytes, rxPackets, rxBytes atomic.Uint64
+	txMessages, rxMessages                 atomic.Uint64
+	retransmits, timeouts                  atomic.Uint64
+	rnrNAKsSent, rnrNAKsRcvd               atomic.Uint64
+	seqNAKsSent, seqNAKsRcvd               atomic.Uint64
+	acksSent, duplicates                   atomic.Uint64
+}
+
+func (c *qpCounters) snapshot() []ib.Counter {
+	return []ib.Counter{
+		{Name: "tx_packets", Value: c.txPackets.Load()},
+		{Name: "tx_bytes", Value: c.txBytes.Load()},
+		{Name: "tx_messages", Value: c.txMessages.Load()},
+		{Name: "rx_packets", Value: c.rxPackets.Load()},
+		{Name: "rx_bytes", Value: c.rxBytes.Load()},
+		{Name: "rx_messages", Value: c.rxMessages.Load()},
+		{Name: "retransmits", Value: c.retransmits.Load()},
+		{Name: "ack_timeouts", Value: c.timeouts.Load()},
+		{Name: "rnr_naks_sent", Value: c.rnrNAKsSent.Load()},
+		{Name: "rnr_naks_received", Value: c.rnrNAKsRcvd.Load()},
+		{Name: "seq_naks_sent", Value: c.seqNAKsSent.Load()},
+		{Name: "seq_naks_received", Value: c.seqNAKsRcvd.Load()},
+		{Name: "acks_sent", Value: c.acksSent.Load()},
+		{Name: "duplicates", Value: c.duplicates.Load()},
+	}
+}

@@ -1,0 +1,369 @@
+package softib
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// Config says where a softib device lives.
+type Config struct {
+	// Name is the device name reported to the daemon (default "softib0").
+	Name string
+	// Addr is the underlay address; the port GID is derived from it.
+	Addr netip.Addr
+	// Port is the UDP port of the fabric (default 4791, RoCEv2's).
+	Port uint16
+	// PKey is the port's one P_Key (default 0xffff).
+	PKey ib.PKey
+	// MaxMTU caps the active path MTU (default: the largest that fits the
+	// underlay interface's MTU).
+	MaxMTU ib.MTU
+}
+
+// Device is a software InfiniBand adapter with one port. It implements
+// ib.Device.
+type Device struct {
+	cfg  Config
+	port ib.PortAttr
+	fab  *fabric
+
+	mu      sync.Mutex
+	qps     atomic.Pointer[map[ib.QPN]*qp]       // read lock-free per packet
+	groups  atomic.Pointer[map[netip.Addr][]*qp] // underlay group -> attached QPs
+	mgids   map[netip.Addr]ib.GID
+	nextQPN uint32
+	gsi     *qp
+	mads    *madService
+
+	// Owned by the receive goroutine.
+	rxPkt   Packet
+	acks    []*qp // responders owing an ACK at the end of this batch
+	touched []*cq // CQs to signal at the end of this batch
+	ackTx   txMsg
+
+	ctr     deviceCounters
+	closed  atomic.Bool
+	rxDone  chan struct{}
+	timerWG sync.WaitGroup
+}
+
+var _ ib.Device = (*Device)(nil)
+
+// Overheads of one IB packet on the underlay beyond its payload: the largest
+// header set (BTH + DETH) and the ICRC.
+const ibOverhead = 12 + 8 + 4
+
+// Open brings up a device on the underlay address.
+func Open(cfg Config) (*Device, error) {
+	if !cfg.Addr.IsValid() {
+		return nil, errors.New("softib: no underlay address")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "softib0"
+	}
+	if cfg.Port == 0 {
+		cfg.Port = UDPPort
+	}
+	if cfg.PKey == 0 {
+		cfg.PKey = ib.DefaultPKey
+	}
+	if !cfg.PKey.Valid() {
+		return nil, fmt.Errorf("softib: P_Key %v names no partition", cfg.PKey)
+	}
+	fab, err := openFabric(cfg.Addr, cfg.Port)
+	if err != nil {
+		return nil, err
+	}
+	mtu := ib.MTU(0)
+	for m := ib.MTU4096; m >= ib.MTU256; m-- {
+		if m.Bytes()+ibOverhead+fab.ipUDPOverhead() <= fab.mtu {
+			mtu = m
+			break
+		}
+	}
+	if mtu == 0 {
+		fab.close()
+		return nil, fmt.Errorf("softib: underlay MTU %d is too small for a 256-octet IB MTU", fab.mtu)
+	}
+	if cfg.MaxMTU.Valid() && cfg.MaxMTU < mtu {
+		mtu = cfg.MaxMTU
+	}
+	gid := ib.GIDFromAddr(cfg.Addr)
+	d := &Device{
+		cfg: cfg,
+		fab: fab,
+		port: ib.PortAttr{
+			GID:       gid,
+			PKeys:     []ib.PKey{cfg.PKey},
+			ActiveMTU: mtu,
+			LinkLayer: "Ethernet",
+			GUID:      binary.BigEndian.Uint64(gid[8:]),
+		},
+		mgids:   map[netip.Addr]ib.GID{},
+		nextQPN: randomQPNStart(),
+		rxDone:  make(chan struct{}),
+	}
+	d.qps.Store(&map[ib.QPN]*qp{})
+	d.groups.Store(&map[netip.Addr][]*qp{})
+	// QP1's datagrams go to the MAD service, never to a CQ; its CQs only
+	// exist so that it is a QP like any other.
+	d.gsi = d.newQP(ib.QP1, ib.QPAttr{Type: ib.UD, SendCQ: newCQ(d, 1), RecvCQ: newCQ(d, 1), MaxSend: 1, MaxRecv: 1})
+	d.gsi.qkey = ib.GSIQKey
+	d.gsi.state = ib.StateRTS
+	d.addQP(d.gsi)
+	go func() {
+		defer close(d.rxDone)
+		fab.run(d)
+	}()
+	return d, nil
+}
+
+// randomQPNStart picks where QPN allocation starts, so that a restarted
+// device hands out new QPNs and peers can tell stale connections apart.
+func randomQPNStart() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return 0x100 + binary.BigEndian.Uint32(b[:])%0xf00000
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// Port returns the port attributes.
+func (d *Device) Port() ib.PortAttr { return d.port }
+
+// Close stops the receive goroutine and flushes every QP.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.fab.wake()
+	<-d.rxDone
+	for _, q := range *d.qps.Load() {
+		q.destroy()
+	}
+	d.timerWG.Wait()
+	d.fab.close()
+	return nil
+}
+
+func (d *Device) addQP(q *qp) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := *d.qps.Load()
+	m := make(map[ib.QPN]*qp, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[q.num] = q
+	d.qps.Store(&m)
+}
+
+func (d *Device) removeQP(q *qp) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := *d.qps.Load()
+	m := make(map[ib.QPN]*qp, len(old))
+	for k, v := range old {
+		if v != q {
+			m[k] = v
+		}
+	}
+	d.qps.Store(&m)
+}
+
+// allocQPN returns an unused QPN; d.mu is held.
+func (d *Device) allocQPN() ib.QPN {
+	m := *d.qps.Load()
+	for {
+		n := ib.QPN(d.nextQPN) & ib.QPNMask
+		d.nextQPN++
+		if n < 2 || n == ib.MulticastQPN {
+			continue
+		}
+		if _, used := m[n]; !used {
+			return n
+		}
+	}
+}
+
+// RegisterMemory registers a slab. softib reads and writes slabs directly,
+// so registration only records the region.
+func (d *Device) RegisterMemory(s *ib.Slab) (ib.MR, error) {
+	if s == nil || len(s.Bytes()) == 0 {
+		return nil, errors.New("softib: register an empty slab")
+	}
+	return &mr{slab: s, lkey: uint32(d.nextKey())}, nil
+}
+
+var keys atomic.Uint32
+
+func (d *Device) nextKey() uint32 { return keys.Add(1) }
+
+type mr struct {
+	slab *ib.Slab
+	lkey uint32
+}
+
+func (m *mr) Slab() *ib.Slab { return m.slab }
+func (m *mr) LKey() uint32   { return m.lkey }
+func (m *mr) Close() error   { return nil }
+
+// CreateCQ makes a completion queue.
+func (d *Device) CreateCQ(size int) (ib.CQ, error) { return newCQ(d, size), nil }
+
+// CreateSRQ makes a shared receive queue.
+func (d *Device) CreateSRQ(attr ib.SRQAttr) (ib.SRQ, error) {
+	if attr.MaxWR < 1 {
+		return nil, fmt.Errorf("softib: SRQ depth %d", attr.MaxWR)
+	}
+	s := &srq{q: newRecvQueue(attr.MaxWR), dev: d}
+	s.q.limit = attr.Limit
+	return s, nil
+}
+
+// CreateQP makes a queue pair in the Reset state.
+func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
+	if attr.Type != ib.RC && attr.Type != ib.UC && attr.Type != ib.UD {
+		return nil, fmt.Errorf("softib: QP type %v", attr.Type)
+	}
+	if attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, errors.New("softib: a QP needs a send and a receive CQ")
+	}
+	if _, ok := attr.SendCQ.(*cq); !ok {
+		return nil, errors.New("softib: send CQ belongs to another provider")
+	}
+	if _, ok := attr.RecvCQ.(*cq); !ok {
+		return nil, errors.New("softib: receive CQ belongs to another provider")
+	}
+	if attr.SRQ != nil {
+		if _, ok := attr.SRQ.(*srq); !ok {
+			return nil, errors.New("softib: SRQ belongs to another provider")
+		}
+	}
+	if attr.MaxSend < 1 {
+		attr.MaxSend = 1
+	}
+	if d.closed.Load() {
+		return nil, ib.ErrClosed
+	}
+	d.mu.Lock()
+	n := d.allocQPN()
+	d.mu.Unlock()
+	q := d.newQP(n, attr)
+	d.addQP(q)
+	return q, nil
+}
+
+// CreateAH makes an address handle.
+func (d *Device) CreateAH(attr ib.AHAttr) (ib.AH, error) {
+	a := attr.DestGID.Addr()
+	if !a.IsValid() {
+		return nil, fmt.Errorf("softib: address handle for %v", attr.DestGID)
+	}
+	if attr.DestGID.IsMulticast() {
+		a = d.underlayGroup(attr.DestGID)
+	} else if a.Is4() != d.fab.v4 {
+		return nil, fmt.Errorf("softib: GID %v is not reachable over a %s underlay", attr.DestGID, family(d.fab.v4))
+	}
+	return &ah{attr: attr, to: a}, nil
+}
+
+func family(v4 bool) string {
+	if v4 {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+type ah struct {
+	attr ib.AHAttr
+	to   netip.Addr // underlay destination
+}
+
+func (a *ah) Attr() ib.AHAttr { return a.attr }
+func (a *ah) Close() error    { return nil }
+
+// underlayGroup maps a multicast GID to the underlay group that carries it.
+// On an IPv6 underlay the MGID is itself an IPv6 multicast address (as on
+// RoCEv2). An IPv4 underlay cannot carry it, so the MGID is hashed into
+// 239.0.0.0/8 (administratively scoped); a collision only delivers a
+// datagram to a group member that filters it out above.
+func (d *Device) underlayGroup(mgid ib.GID) netip.Addr {
+	if !d.fab.v4 {
+		return netip.AddrFrom16(mgid)
+	}
+	h := fnv.New32a()
+	h.Write(mgid[:])
+	v := h.Sum32()
+	return netip.AddrFrom4([4]byte{239, byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// AttachMulticast makes a UD QP a member of the group.
+func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
+	q, ok := iq.(*qp)
+	if !ok || q.dev != d || q.typ != ib.UD {
+		return errors.New("softib: multicast needs a UD QP of this device")
+	}
+	if !mgid.IsMulticast() {
+		return fmt.Errorf("softib: %v is not a multicast GID", mgid)
+	}
+	g := d.underlayGroup(mgid)
+	if err := d.fab.join(g); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := *d.groups.Load()
+	m := make(map[netip.Addr][]*qp, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[g] = append(append([]*qp(nil), old[g]...), q)
+	d.mgids[g] = mgid
+	d.groups.Store(&m)
+	return nil
+}
+
+// DetachMulticast removes a UD QP from the group.
+func (d *Device) DetachMulticast(iq ib.QP, mgid ib.GID) error {
+	q, ok := iq.(*qp)
+	if !ok || q.dev != d {
+		return errors.New("softib: not a QP of this device")
+	}
+	g := d.underlayGroup(mgid)
+	d.mu.Lock()
+	old := *d.groups.Load()
+	var kept []*qp
+	found := false
+	for _, m := range old[g] {
+		if m == q && !found {
+			found = true
+			continue
+		}
+		kept = append(kept, m)
+	}
+	m := make(map[netip.Addr][]*qp, len(old))
+	for k, v := range old {
+		m[k] = v
+	}
+	if len(kept) == 0 {
+		delete(m, g)
+	} else {
+		m[g] = kept
+	}
+	d.groups.Store(&m)
+	d.mu.Unlock()
+	if !found {
+		return fmt.Errorf("softib: QP %v is not attached to %v", q.num, mgid)
+	}
+	return d.fab.leave(g)
+}

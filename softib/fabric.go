@@ -1,0 +1,503 @@
+package softib
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// fabric is the UDP underlay of one device: a unicast socket bound to the
+// underlay address, a multicast socket opened on the first group join, and
+// the batch I/O both use. Sends go out as UDP GSO trains straight from the
+// callers' buffers; receives come in with UDP GRO, many datagrams per call.
+type fabric struct {
+	local   netip.Addr
+	port    uint16
+	v4      bool
+	ifindex int
+	mtu     int // underlay interface MTU
+
+	fd   int // unicast socket
+	mcfd int // multicast socket, -1 until the first join
+	epfd int
+	evfd int // wakes the receive loop on close
+
+	mcMu   sync.Mutex
+	groups map[netip.Addr]int // joined underlay groups and their use counts
+}
+
+const (
+	socketBuffer = 8 << 20
+	// maxTrainSegments bounds one GSO train (the kernel's UDP_MAX_SEGMENTS is
+	// at least 64).
+	maxTrainSegments = 64
+	// maxUDPPayload is the largest UDP payload one (GSO) send may carry.
+	maxUDPPayloadV4 = 65535 - 20 - 8
+	maxUDPPayloadV6 = 65535 - 8
+)
+
+func openFabric(local netip.Addr, port uint16) (*fabric, error) {
+	local = local.Unmap()
+	ifi, err := interfaceOf(local)
+	if err != nil {
+		return nil, err
+	}
+	f := &fabric{local: local, port: port, v4: local.Is4(), ifindex: ifi.Index, mtu: ifi.MTU, mcfd: -1, epfd: -1, evfd: -1, groups: map[netip.Addr]int{}}
+	if f.fd, err = f.socket(local, false); err != nil {
+		return nil, err
+	}
+	if f.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		f.close()
+		return nil, fmt.Errorf("softib: epoll: %w", err)
+	}
+	if f.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		f.close()
+		return nil, fmt.Errorf("softib: eventfd: %w", err)
+	}
+	for _, fd := range []int{f.fd, f.evfd} {
+		if err := unix.EpollCtl(f.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			f.close()
+			return nil, fmt.Errorf("softib: epoll add: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// interfaceOf finds the interface holding the underlay address: its index
+// for multicast and its MTU for the port's active MTU.
+func interfaceOf(a netip.Addr) (*net.Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("softib: list interfaces: %w", err)
+	}
+	for i := range ifs {
+		addrs, err := ifs[i].Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			if ipn, ok := ad.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == a {
+					return &ifs[i], nil
+				}
+			}
+		}
+	}
+	if a.IsLoopback() {
+		// All of 127/8 and ::1 are local to lo: tests run many devices there.
+		for i := range ifs {
+			if ifs[i].Flags&net.FlagLoopback != 0 {
+				return &ifs[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("softib: underlay address %s is not on any interface", a)
+}
+
+// socket makes a UDP socket on the fabric port. The multicast socket binds
+// the wildcard address (with SO_REUSEADDR, so every device on a host gets a
+// copy) and sees only the groups it joined.
+func (f *fabric) socket(bindAddr netip.Addr, multicast bool) (int, error) {
+	family := unix.AF_INET6
+	if f.v4 {
+		family = unix.AF_INET
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return -1, fmt.Errorf("softib: socket: %w", err)
+	}
+	fail := func(what string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("softib: %s: %w", what, err)
+	}
+	if multicast {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fail("SO_REUSEADDR", err)
+		}
+		if f.v4 {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_ALL, 0); err != nil {
+				return fail("IP_MULTICAST_ALL", err)
+			}
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+				return fail("IP_PKTINFO", err)
+			}
+		} else {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_ALL, 0); err != nil {
+				return fail("IPV6_MULTICAST_ALL", err)
+			}
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1); err != nil {
+				return fail("IPV6_RECVPKTINFO", err)
+			}
+		}
+	}
+	// Bigger socket buffers absorb bursts of 64 KiB messages; as root the
+	// FORCE variants pass the sysctl limits.
+	for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], socketBuffer) != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], socketBuffer)
+		}
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
+		return fail("UDP_GRO", err)
+	}
+	// IB packets must not be fragmented: the port MTU is chosen to fit.
+	if f.v4 {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE)
+	} else {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE)
+	}
+	if err != nil {
+		return fail("MTU discover", err)
+	}
+	// Multicast leaves through the underlay interface and loops back, so other
+	// devices on this host (members too) receive it.
+	{
+		if f.v4 {
+			err = unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, &unix.IPMreqn{Ifindex: int32(f.ifindex)})
+		} else {
+			err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, f.ifindex)
+		}
+		if err != nil {
+			return fail("multicast interface", err)
+		}
+	}
+	if err := unix.Bind(fd, sockaddr(bindAddr, f.port, f.ifindex)); err != nil {
+		return fail(fmt.Sprintf("bind %s", netip.AddrPortFrom(bindAddr, f.port)), err)
+	}
+	return fd, nil
+}
+
+func sockaddr(a netip.Addr, port uint16, ifindex int) unix.Sockaddr {
+	if a.Is4() {
+		return &unix.SockaddrInet4{Addr: a.As4(), Port: int(port)}
+	}
+	sa := &unix.SockaddrInet6{Addr: a.As16(), Port: int(port)}
+	if a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() {
+		sa.ZoneId = uint32(ifindex)
+	}
+	return sa
+}
+
+// join subscribes the multicast socket to an underlay group.
+func (f *fabric) join(group netip.Addr) error {
+	f.mcMu.Lock()
+	defer f.mcMu.Unlock()
+	if f.groups[group] > 0 {
+		f.groups[group]++
+		return nil
+	}
+	if f.mcfd < 0 {
+		any := netip.IPv6Unspecified()
+		if f.v4 {
+			any = netip.IPv4Unspecified()
+		}
+		fd, err := f.socket(any, true)
+		if err != nil {
+			return err
+		}
+		if err := unix.EpollCtl(f.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("softib: epoll add: %w", err)
+		}
+		f.mcfd = fd
+	}
+	if err := f.membership(group, true); err != nil {
+		return err
+	}
+	f.groups[group] = 1
+	return nil
+}
+
+func (f *fabric) leave(group netip.Addr) error {
+	f.mcMu.Lock()
+	defer f.mcMu.Unlock()
+	switch f.groups[group] {
+	case 0:
+		return nil
+	case 1:
+		delete(f.groups, group)
+		return f.membership(group, false)
+	}
+	f.groups[group]--
+	return nil
+}
+
+func (f *fabric) membership(group netip.Addr, join bool) error {
+	var err error
+	if f.v4 {
+		opt := unix.IP_ADD_MEMBERSHIP
+		if !join {
+			opt = unix.IP_DROP_MEMBERSHIP
+		}
+		err = unix.SetsockoptIPMreqn(f.mcfd, unix.IPPROTO_IP, opt, &unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(f.ifindex)})
+	} else {
+		opt := unix.IPV6_JOIN_GROUP
+		if !join {
+			opt = unix.IPV6_LEAVE_GROUP
+		}
+		err = unix.SetsockoptIPv6Mreq(f.mcfd, unix.IPPROTO_IPV6, opt, &unix.IPv6Mreq{Multiaddr: group.As16(), Interface: uint32(f.ifindex)})
+	}
+	if err != nil {
+		return fmt.Errorf("softib: multicast membership %s: %w", group, err)
+	}
+	return nil
+}
+
+// wake makes the receive loop return.
+func (f *fabric) wake() {
+	var one = [8]byte{1}
+	_, _ = unix.Write(f.evfd, one[:])
+}
+
+func (f *fabric) close() {
+	for _, fd := range []*int{&f.fd, &f.mcfd, &f.epfd, &f.evfd} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// maxUDPPayload is the most one send may carry.
+func (f *fabric) maxUDPPayload() int {
+	if f.v4 {
+		return maxUDPPayloadV4
+	}
+	return maxUDPPayloadV6
+}
+
+// ipUDPOverhead is what the underlay adds in front of every IB packet.
+func (f *fabric) ipUDPOverhead() int {
+	if f.v4 {
+		return 20 + 8
+	}
+	return 40 + 8
+}
+
+// txMsg is the reusable state of one sendmsg: iovecs pointing at headers,
+// payload in registered memory and trailers, so a train leaves without a
+// copy or an allocation.
+type txMsg struct {
+	msg      unix.Msghdr
+	iov      [3 * maxTrainSegments]unix.Iovec
+	niov     int
+	hdr      [maxTrainSegments][maxHeaderLen + AETHLen]byte
+	trl      [maxTrainSegments][maxTrailerLen]byte
+	segments int // packets in the train
+	bytes    int // IB octets in the train
+	sa4      unix.RawSockaddrInet4
+	sa6      unix.RawSockaddrInet6
+	cmsg     [32]byte
+}
+
+func (t *txMsg) reset() { t.niov, t.segments, t.bytes = 0, 0, 0 }
+
+// add appends one buffer to the datagram (or train) being built.
+func (t *txMsg) add(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	iov := &t.iov[t.niov]
+	iov.Base = &b[0]
+	iov.SetLen(len(b))
+	t.niov++
+}
+
+var errTooManyIovecs = errors.New("softib: train exceeds iovec room")
+
+// send transmits what was added to the peer's fabric port; segSize > 0
+// makes the kernel cut it into segSize datagrams (UDP GSO).
+func (f *fabric) send(t *txMsg, to netip.Addr, segSize int) error {
+	if t.niov > len(t.iov) {
+		return errTooManyIovecs
+	}
+	t.msg = unix.Msghdr{}
+	to = to.Unmap()
+	if f.v4 {
+		t.sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: to.As4()}
+		putPort(&t.sa4.Port, f.port)
+		t.msg.Name = (*byte)(unsafe.Pointer(&t.sa4))
+		t.msg.Namelen = unix.SizeofSockaddrInet4
+	} else {
+		t.sa6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: to.As16()}
+		putPort(&t.sa6.Port, f.port)
+		if to.IsLinkLocalUnicast() || to.IsLinkLocalMulticast() || to.IsMulticast() {
+			t.sa6.Scope_id = uint32(f.ifindex)
+		}
+		t.msg.Name = (*byte)(unsafe.Pointer(&t.sa6))
+		t.msg.Namelen = unix.SizeofSockaddrInet6
+	}
+	t.msg.Iov = &t.iov[0]
+	t.msg.SetIovlen(t.niov)
+	if segSize > 0 {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&t.cmsg[0]))
+		h.Level = unix.SOL_UDP
+		h.Type = unix.UDP_SEGMENT
+		h.SetLen(unix.CmsgLen(2))
+		*(*uint16)(unsafe.Pointer(&t.cmsg[unix.CmsgLen(0)])) = uint16(segSize)
+		t.msg.Control = &t.cmsg[0]
+		t.msg.SetControllen(unix.CmsgSpace(2))
+	}
+	for {
+		_, _, errno := unix.Syscall(unix.SYS_SENDMSG, uintptr(f.fd), uintptr(unsafe.Pointer(&t.msg)), 0)
+		switch errno {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return errno
+	}
+}
+
+func putPort(p *uint16, port uint16) {
+	b := (*[2]byte)(unsafe.Pointer(p))
+	b[0], b[1] = byte(port>>8), byte(port)
+}
+
+// rxBatch is the receive loop's reusable recvmmsg state.
+type rxBatch struct {
+	hdrs  [rxBatchSize]mmsghdr
+	iov   [rxBatchSize]unix.Iovec
+	names [rxBatchSize]unix.RawSockaddrInet6
+	cmsg  [rxBatchSize][128]byte
+	bufs  [rxBatchSize][]byte
+}
+
+const (
+	rxBatchSize = 16
+	rxBufSize   = 65536 + 4096
+)
+
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// rxHandler gets every received datagram (GRO trains already cut into
+// their segments) and a call after each batch.
+type rxHandler interface {
+	datagram(b []byte, src, dst netip.Addr)
+	endBatch()
+}
+
+func newRxBatch() *rxBatch {
+	r := &rxBatch{}
+	for i := range r.bufs {
+		r.bufs[i] = make([]byte, rxBufSize)
+	}
+	return r
+}
+
+// run is the device's one receive goroutine: wait for any socket, drain it
+// with recvmmsg, hand each datagram to h. It returns when wake is called.
+func (f *fabric) run(h rxHandler) {
+	r := newRxBatch()
+	var events [4]unix.EpollEvent
+	for {
+		n, err := unix.EpollWait(f.epfd, events[:], -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		for i := 0; i < n; i++ {
+			fd := int(events[i].Fd)
+			if fd == f.evfd {
+				return
+			}
+			f.drain(fd, fd == f.mcfd, r, h)
+		}
+	}
+}
+
+// drain reads fd until it would block.
+func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
+	for {
+		for i := range r.hdrs {
+			r.iov[i].Base = &r.bufs[i][0]
+			r.iov[i].SetLen(len(r.bufs[i]))
+			m := &r.hdrs[i].hdr
+			*m = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&r.names[i])), Namelen: unix.SizeofSockaddrInet6, Iov: &r.iov[i], Iovlen: 1, Control: &r.cmsg[i][0]}
+			m.SetControllen(len(r.cmsg[i]))
+		}
+		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&r.hdrs[0])), rxBatchSize, unix.MSG_DONTWAIT, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 || n == 0 {
+			h.endBatch()
+			return
+		}
+		for i := 0; i < int(n); i++ {
+			m := &r.hdrs[i]
+			src := sourceAddr(&r.names[i])
+			dst := f.local
+			seg, pktDst := parseRxControl(r.cmsg[i][:m.hdr.Controllen])
+			if multicast && pktDst.IsValid() {
+				dst = pktDst
+			}
+			data := r.bufs[i][:m.n]
+			if seg <= 0 {
+				seg = len(data)
+			}
+			for len(data) > 0 {
+				k := min(seg, len(data))
+				h.datagram(data[:k], src, dst)
+				data = data[k:]
+			}
+		}
+		h.endBatch()
+		if int(n) < rxBatchSize {
+			return
+		}
+	}
+}
+
+func sourceAddr(sa *unix.RawSockaddrInet6) netip.Addr {
+	if sa.Family == unix.AF_INET {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrFrom4(sa4.Addr)
+	}
+	return netip.AddrFrom16(sa.Addr).Unmap()
+}
+
+// parseRxControl reads the GRO segment size and the packet's destination
+// address (for multicast) from the control messages, without allocating.
+func parseRxControl(b []byte) (segSize int, dst netip.Addr) {
+	for len(b) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(b) {
+			return
+		}
+		data := b[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 2:
+			if len(data) >= 4 {
+				segSize = int(*(*int32)(unsafe.Pointer(&data[0])))
+			} else {
+				segSize = int(*(*uint16)(unsafe.Pointer(&data[0])))
+			}
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0]))
+			dst = netip.AddrFrom4(pi.Addr)
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&data[0]))
+			dst = netip.AddrFrom16(pi.Addr)
+		}
+		next := unix.CmsgSpace(l - unix.CmsgLen(0))
+		if next > len(b) {
+			return
+		}
+		b = b[next:]
+	}
+	return
+}

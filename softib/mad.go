@@ -1,0 +1,104 @@
+package softib
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// madLen is the size of every management datagram.
+const madLen = 256
+
+// madService carries MADs over QP1: UD sends with the GSI Q_Key, and
+// received MADs handed to the CM engine through a bounded channel.
+type madService struct {
+	dev    *Device
+	recv   chan ib.MAD
+	mu     sync.Mutex
+	closed bool
+}
+
+// madQueue bounds the MADs waiting for the CM engine; beyond it they are
+// dropped and counted, so a flood cannot exhaust memory.
+const madQueue = 256
+
+// MADs opens QP1's management-datagram service.
+func (d *Device) MADs() (ib.MADService, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mads != nil {
+		return nil, errors.New("softib: the MAD service is already open")
+	}
+	d.mads = &madService{dev: d, recv: make(chan ib.MAD, madQueue)}
+	return d.mads, nil
+}
+
+func (m *madService) Recv() <-chan ib.MAD { return m.recv }
+
+// Send transmits one MAD to QP1 of the peer.
+func (m *madService) Send(to ib.MADAddr, mad []byte) error {
+	if len(mad) != madLen {
+		return errorf("MAD of %d octets, want %d", len(mad), madLen)
+	}
+	d := m.dev
+	dst := to.GID.Addr()
+	if !dst.IsValid() || dst.Is4() != d.fab.v4 {
+		return errorf("MAD destination %v is not reachable on this underlay", to.GID)
+	}
+	pkey := to.PKey
+	if pkey == 0 {
+		pkey = d.cfg.PKey
+	}
+	qpn := to.QPN
+	if qpn == 0 {
+		qpn = ib.QP1
+	}
+	q := d.gsi
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	bth := BTH{Opcode: OpUDSendOnly, PKey: pkey, DestQP: qpn, PSN: q.req.next, SE: true}
+	q.req.next = q.req.next.Add(1)
+	deth := DETH{QKey: ib.GSIQKey, SrcQP: ib.QP1}
+	tx := txPool.Get().(*txMsg)
+	defer txPool.Put(tx)
+	tx.reset()
+	d.frame(tx, 0, &bth, &deth, mad, dst)
+	err := d.fab.send(tx, dst, 0)
+	d.countTx(tx, err)
+	if err != nil {
+		return errorf("send MAD to %v: %v", to.GID, err)
+	}
+	q.ctr.txMessages.Add(1)
+	return nil
+}
+
+// deliver hands a MAD that arrived on QP1 to the service (receive goroutine).
+func (m *madService) deliver(from ib.MADAddr, b []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || len(b) != madLen {
+		m.dev.count(dropMalformed)
+		return
+	}
+	mad := ib.MAD{From: from}
+	copy(mad.Data[:], b)
+	select {
+	case m.recv <- mad:
+	default:
+		m.dev.count(dropNoRecv)
+	}
+}
+
+func (m *madService) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.closed = true
+		close(m.recv)
+		m.dev.mu.Lock()
+		m.dev.mads = nil
+		m.dev.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,319 @@
+package softib
+
+import (
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// responder is the receiving half of a connected QP.
+type responder struct {
+	epsn    PSN // next expected PSN
+	msn     uint32
+	cur     ib.RecvWR
+	curBuf  []byte
+	curLen  int
+	haveCur bool
+	nakSent bool // a sequence NAK for epsn is out; do not repeat it per packet
+	ackOwed bool
+}
+
+// datagram handles one IB packet from the fabric (receive goroutine).
+func (d *Device) datagram(b []byte, src, dst netip.Addr) {
+	d.ctr.rxPackets.Add(1)
+	d.ctr.rxBytes.Add(uint64(len(b)))
+	p := &d.rxPkt
+	if err := ParsePacket(b, p); err != nil {
+		d.count(dropMalformed)
+		return
+	}
+	if !checkICRC(b, src, dst, d.fab.port) {
+		d.count(dropBadICRC)
+		return
+	}
+	if !d.cfg.PKey.Accepts(p.BTH.PKey) {
+		d.count(dropPKey)
+		return
+	}
+	if p.BTH.DestQP == ib.MulticastQPN {
+		d.multicast(p, src, dst)
+		return
+	}
+	q, ok := (*d.qps.Load())[p.BTH.DestQP]
+	if !ok {
+		d.count(dropUnknownQP)
+		return
+	}
+	switch {
+	case q == d.gsi:
+		d.recvMAD(p, src)
+	case q.typ == ib.UD && p.BTH.Opcode.Transport() == ib.UD:
+		q.recvUD(p, src)
+	case p.BTH.Opcode == OpRCAck && q.typ == ib.RC:
+		q.onAck(p.BTH.PSN, p.AETH)
+	case p.BTH.Opcode.Transport() == q.typ:
+		q.recvConnected(p, src)
+	default:
+		d.count(dropMalformed) // transport does not match the QP
+	}
+}
+
+// recvMAD passes a datagram for QP1 to the MAD service, if one is open.
+func (d *Device) recvMAD(p *Packet, src netip.Addr) {
+	if p.BTH.Opcode != OpUDSendOnly || p.DETH.QKey != ib.GSIQKey {
+		d.count(dropQKey)
+		return
+	}
+	d.mu.Lock()
+	m := d.mads
+	d.mu.Unlock()
+	if m == nil {
+		d.count(dropNoRecv)
+		return
+	}
+	m.deliver(ib.MADAddr{GID: ib.GIDFromAddr(src), QPN: p.DETH.SrcQP, PKey: p.BTH.PKey}, p.Payload)
+}
+
+// multicast delivers a datagram to every QP attached to its group.
+func (d *Device) multicast(p *Packet, src, dst netip.Addr) {
+	members := (*d.groups.Load())[dst]
+	if len(members) == 0 || p.BTH.Opcode != OpUDSendOnly {
+		d.count(dropNotMember)
+		return
+	}
+	for _, q := range members {
+		q.recvUD(p, src)
+	}
+}
+
+// recvUD lands a datagram in the next posted buffer, behind a GRH as verbs
+// does.
+func (q *qp) recvUD(p *Packet, src netip.Addr) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d := q.dev
+	if q.state != ib.StateRTR && q.state != ib.StateRTS {
+		d.count(dropQPState)
+		return
+	}
+	if p.DETH.QKey != q.qkey {
+		d.count(dropQKey)
+		return
+	}
+	wr, ok := q.takeRecv()
+	if !ok {
+		d.count(dropNoRecv)
+		return
+	}
+	buf, _ := wr.SGE.Bytes() // checked when posted
+	if len(buf) < ib.GRHLen+len(p.Payload) {
+		q.untakeRecv(wr)
+		d.count(dropTooLong)
+		return
+	}
+	sgid := ib.GIDFromAddr(src)
+	writeGRH(buf[:ib.GRHLen], len(p.Payload), sgid, d.port.GID)
+	copy(buf[ib.GRHLen:], p.Payload)
+	q.ctr.rxPackets.Add(1)
+	q.ctr.rxMessages.Add(1)
+	q.ctr.rxBytes.Add(uint64(len(p.Payload)))
+	q.recvCQ.push(&ib.Completion{
+		ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num,
+		ByteLen: uint32(ib.GRHLen + len(p.Payload)),
+		SrcQPN:  p.DETH.SrcQP, SrcGID: sgid, PKey: p.BTH.PKey,
+	})
+	d.touch(q.recvCQ)
+}
+
+// writeGRH fills the 40-octet global route header area of a UD receive.
+func writeGRH(b []byte, payloadLen int, sgid, dgid ib.GID) {
+	clear(b[:8])
+	b[0] = 0x60 // IP version 6
+	b[4], b[5] = byte(payloadLen>>8), byte(payloadLen)
+	b[6] = 0x1b // next header: IBA transport
+	b[7] = 64
+	copy(b[8:24], sgid[:])
+	copy(b[24:40], dgid[:])
+}
+
+// recvConnected handles RC and UC data packets.
+func (q *qp) recvConnected(p *Packet, src netip.Addr) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d := q.dev
+	if q.state != ib.StateRTR && q.state != ib.StateRTS {
+		d.count(dropQPState)
+		return
+	}
+	if src != q.destAddr {
+		d.count(dropUnknownQP) // only the connected peer may use this QP
+		return
+	}
+	q.ctr.rxPackets.Add(1)
+	if q.typ == ib.UC {
+		q.recvUC(p)
+		return
+	}
+	r := &q.resp
+	switch c := Compare(p.BTH.PSN, r.epsn); {
+	case c < 0:
+		// A duplicate: the ACK for it was lost. Acknowledge again.
+		q.ctr.duplicates.Add(1)
+		q.oweAck()
+		return
+	case c > 0:
+		d.count(dropPSN)
+		if !r.nakSent && Distance(r.epsn, p.BTH.PSN) < psnWindow {
+			r.nakSent = true
+			q.ctr.seqNAKsSent.Add(1)
+			d.sendAck(q, r.epsn, NAK(NAKPSNSequenceError, r.msn))
+		}
+		return
+	}
+	pos := p.BTH.Opcode.Position()
+	if pos == PosFirst || pos == PosOnly {
+		if r.haveCur {
+			q.protocolError()
+			return
+		}
+		wr, ok := q.takeRecv()
+		if !ok {
+			q.ctr.rnrNAKsSent.Add(1)
+			d.sendAck(q, p.BTH.PSN, RNRNAK(q.minRNR, r.msn))
+			return
+		}
+		buf, _ := wr.SGE.Bytes()
+		r.cur, r.curBuf, r.curLen, r.haveCur = wr, buf, 0, true
+	} else if !r.haveCur {
+		q.protocolError()
+		return
+	}
+	if r.curLen+len(p.Payload) > len(r.curBuf) {
+		d.count(dropTooLong)
+		q.recvCQ.push(&ib.Completion{ID: r.cur.ID, Status: ib.WCLocalLengthError, Opcode: ib.WCRecv, QPN: q.num})
+		r.haveCur = false
+		d.sendAck(q, p.BTH.PSN, NAK(NAKInvalidRequest, r.msn))
+		q.fail(ib.WCFlushError)
+		return
+	}
+	copy(r.curBuf[r.curLen:], p.Payload)
+	r.curLen += len(p.Payload)
+	q.ctr.rxBytes.Add(uint64(len(p.Payload)))
+	r.epsn = r.epsn.Add(1)
+	r.nakSent = false
+	if pos == PosLast || pos == PosOnly {
+		r.msn = (r.msn + 1) & uint32(psnMask)
+		q.complete()
+	}
+	q.oweAck()
+}
+
+// complete finishes the message being received.
+func (q *qp) complete() {
+	r := &q.resp
+	q.ctr.rxMessages.Add(1)
+	q.recvCQ.push(&ib.Completion{ID: r.cur.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num, ByteLen: uint32(r.curLen)})
+	r.haveCur = false
+	q.dev.touch(q.recvCQ)
+}
+
+// protocolError answers an opcode out of sequence: NAK invalid request and
+// error, as the IBA requires of a responder.
+func (q *qp) protocolError() {
+	q.dev.count(dropMalformed)
+	q.dev.sendAck(q, q.resp.epsn, NAK(NAKInvalidRequest, q.resp.msn))
+	q.fail(ib.WCFlushError)
+}
+
+// recvUC reassembles UC messages; a message with a missing packet is
+// dropped whole and its buffer reused.
+func (q *qp) recvUC(p *Packet) {
+	r := &q.resp
+	d := q.dev
+	pos := p.BTH.Opcode.Position()
+	if p.BTH.PSN != r.epsn || pos == PosFirst || pos == PosOnly {
+		if r.haveCur {
+			// A packet went missing (or a new message began early): the
+			// partial message is dropped and its buffer reused.
+			q.untakeRecv(r.cur)
+			r.haveCur = false
+			d.count(dropUCIncomplete)
+		}
+	}
+	r.epsn = p.BTH.PSN.Add(1)
+	if pos == PosFirst || pos == PosOnly {
+		wr, ok := q.takeRecv()
+		if !ok {
+			d.count(dropNoRecv)
+			return
+		}
+		buf, _ := wr.SGE.Bytes()
+		r.cur, r.curBuf, r.curLen, r.haveCur = wr, buf, 0, true
+	} else if !r.haveCur {
+		d.count(dropUCIncomplete)
+		return
+	}
+	if r.curLen+len(p.Payload) > len(r.curBuf) {
+		d.count(dropTooLong)
+		q.untakeRecv(r.cur)
+		r.haveCur = false
+		return
+	}
+	copy(r.curBuf[r.curLen:], p.Payload)
+	r.curLen += len(p.Payload)
+	q.ctr.rxBytes.Add(uint64(len(p.Payload)))
+	if pos == PosLast || pos == PosOnly {
+		q.complete()
+	}
+}
+
+// oweAck queues an ACK to be sent at the end of this receive batch, so a
+// whole GRO train is acknowledged once.
+func (q *qp) oweAck() {
+	if !q.resp.ackOwed {
+		q.resp.ackOwed = true
+		q.dev.acks = append(q.dev.acks, q)
+	}
+}
+
+// touch remembers a CQ to signal at the end of the batch.
+func (d *Device) touch(c *cq) {
+	for _, t := range d.touched {
+		if t == c {
+			return
+		}
+	}
+	d.touched = append(d.touched, c)
+}
+
+// endBatch sends the coalesced ACKs and wakes the consumers of every CQ
+// that got completions (receive goroutine).
+func (d *Device) endBatch() {
+	for i, q := range d.acks {
+		q.mu.Lock()
+		if q.resp.ackOwed && q.state != ib.StateError {
+			q.resp.ackOwed = false
+			d.sendAck(q, q.resp.epsn.Prev(), ACK(q.resp.msn))
+		}
+		q.mu.Unlock()
+		d.acks[i] = nil
+	}
+	d.acks = d.acks[:0]
+	for i, c := range d.touched {
+		c.signal()
+		d.touched[i] = nil
+	}
+	d.touched = d.touched[:0]
+}
+
+// sendAck sends an ACK or NAK on a connected QP (receive goroutine; q.mu
+// is held).
+func (d *Device) sendAck(q *qp, psn PSN, aeth AETH) {
+	bth := BTH{Opcode: OpRCAck, PKey: q.pkey, DestQP: q.destQPN, PSN: psn}
+	tx := &d.ackTx
+	tx.reset()
+	d.frameAck(tx, &bth, aeth, q.destAddr)
+	err := d.fab.send(tx, q.destAddr, 0)
+	d.countTx(tx, err)
+	q.ctr.acksSent.Add(1)
+}

@@ -1,0 +1,376 @@
+package softib
+
+import (
+	"sync"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// maxOutstanding bounds the packets an RC requester has in flight before
+// it waits for ACKs (there is no end-to-end credit in IPoIB).
+const maxOutstanding = 1024
+
+// sendEntry is a posted send and the PSNs its packets use.
+type sendEntry struct {
+	wr    ib.SendWR
+	buf   []byte
+	first PSN
+	npkts uint32
+}
+
+// requester is the sending half of a QP: a ring of posted sends, the next
+// PSN to assign, how far they were transmitted and how far acknowledged.
+type requester struct {
+	sq      []sendEntry
+	head, n int
+	next    PSN // PSN for the next posted message
+	sent    PSN // next PSN to transmit
+	acked   PSN // oldest unacknowledged PSN
+	retries uint8
+	rnrs    uint8
+	rnrWait bool // waiting out an RNR NAK timer
+	timer   *time.Timer
+}
+
+func (r *requester) start(psn PSN) {
+	if r.n == 0 {
+		r.next, r.sent, r.acked = psn, psn, psn
+	}
+}
+
+func (r *requester) push(e sendEntry) bool {
+	if r.n == len(r.sq) {
+		return false
+	}
+	r.sq[(r.head+r.n)%len(r.sq)] = e
+	r.n++
+	return true
+}
+
+func (r *requester) pop() sendEntry {
+	e := r.sq[r.head]
+	r.sq[r.head] = sendEntry{}
+	r.head = (r.head + 1) % len(r.sq)
+	r.n--
+	return e
+}
+
+func (r *requester) at(i int) *sendEntry { return &r.sq[(r.head+i)%len(r.sq)] }
+
+func (r *requester) stopTimer() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+var txPool = sync.Pool{New: func() any { return new(txMsg) }}
+
+// PostSend queues sends and transmits what the window allows right away,
+// in the caller's goroutine: no hand-off on the way out.
+func (q *qp) PostSend(wrs []ib.SendWR) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != ib.StateRTS {
+		return 0, ib.ErrBadState
+	}
+	if q.typ == ib.UD {
+		return q.postUD(wrs)
+	}
+	posted := 0
+	for i := range wrs {
+		buf, err := wrs[i].SGE.Bytes()
+		if err != nil {
+			return posted, err
+		}
+		npkts := uint32(1)
+		if len(buf) > q.pmtu {
+			npkts = uint32((len(buf) + q.pmtu - 1) / q.pmtu)
+		}
+		e := sendEntry{wr: wrs[i], buf: buf, first: q.req.next, npkts: npkts}
+		if !q.req.push(e) {
+			if posted == 0 {
+				return 0, ib.ErrQueueFull
+			}
+			break
+		}
+		q.req.next = q.req.next.Add(npkts)
+		posted++
+	}
+	q.pump()
+	return posted, nil
+}
+
+// pump transmits packets from req.sent up to the window, a message at a
+// time, each message as one or more GSO trains. q.mu is held.
+func (q *qp) pump() {
+	r := &q.req
+	if r.rnrWait || q.state != ib.StateRTS {
+		return
+	}
+	tx := txPool.Get().(*txMsg)
+	defer txPool.Put(tx)
+	for i := 0; i < r.n; i++ {
+		e := r.at(i)
+		end := e.first.Add(e.npkts)
+		if Compare(r.sent, end) >= 0 {
+			continue
+		}
+		if q.typ == ib.RC && Distance(r.acked, r.sent) >= maxOutstanding {
+			break
+		}
+		for Compare(r.sent, end) < 0 {
+			k := q.sendTrain(tx, e, r.sent)
+			if k == 0 {
+				break
+			}
+			r.sent = r.sent.Add(k)
+		}
+	}
+	if q.typ == ib.UC {
+		// UC has no acknowledgements: a message is done once it left.
+		for r.n > 0 && Compare(r.sent, r.sq[r.head].first.Add(r.sq[r.head].npkts)) >= 0 {
+			e := r.pop()
+			q.ctr.txMessages.Add(1)
+			q.sendCQ.push(&ib.Completion{ID: e.wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
+		}
+		r.acked = r.sent
+		q.sendCQ.signal()
+		return
+	}
+	if Compare(r.acked, r.sent) != 0 {
+		q.armTimer(q.timeout)
+	}
+}
+
+// sendTrain sends packets of message e starting at psn as one GSO train
+// and returns how many it sent.
+func (q *qp) sendTrain(tx *txMsg, e *sendEntry, psn PSN) uint32 {
+	idx := Distance(e.first, psn) // packet index inside the message
+	segLen := BTHLen + q.pmtu + 4
+	limit := min(maxTrainSegments, q.dev.fab.maxUDPPayload()/segLen)
+	tx.reset()
+	count := uint32(0)
+	for idx < e.npkts && int(count) < limit {
+		off := int(idx) * q.pmtu
+		payload := e.buf[off:min(off+q.pmtu, len(e.buf))]
+		first, last := idx == 0, idx == e.npkts-1
+		bth := BTH{
+			Opcode: sendOpcode(q.typ, first, last),
+			PKey:   q.pkey,
+			DestQP: q.destQPN,
+			PSN:    psn.Add(count),
+			AckReq: q.typ == ib.RC && last,
+			SE:     last,
+		}
+		q.dev.frame(tx, int(count), &bth, nil, payload, q.destAddr)
+		count++
+		idx++
+		if last {
+			break
+		}
+	}
+	err := q.dev.fab.send(tx, q.destAddr, trainSegSize(count, segLen))
+	q.dev.countTx(tx, err)
+	q.ctr.txPackets.Add(uint64(count))
+	q.ctr.txBytes.Add(uint64(tx.bytes))
+	return count
+}
+
+// trainSegSize is the GSO segment size for a train of count packets (0 for
+// a single datagram, which needs no segmentation).
+func trainSegSize(count uint32, segLen int) int {
+	if count <= 1 {
+		return 0
+	}
+	return segLen
+}
+
+// postUD sends each datagram at once; UD completes on transmission.
+func (q *qp) postUD(wrs []ib.SendWR) (int, error) {
+	tx := txPool.Get().(*txMsg)
+	defer txPool.Put(tx)
+	mtu := q.dev.port.ActiveMTU.Bytes()
+	for i := range wrs {
+		wr := &wrs[i]
+		buf, err := wr.SGE.Bytes()
+		if err != nil {
+			return i, err
+		}
+		dest, ok := wr.AH.(*ah)
+		status := ib.WCSuccess
+		switch {
+		case !ok:
+			status = ib.WCLocalQPError
+		case len(buf) > mtu:
+			status = ib.WCLocalLengthError
+		default:
+			bth := BTH{Opcode: OpUDSendOnly, PKey: q.pkey, DestQP: wr.RemoteQPN & ib.QPNMask, PSN: q.req.next, SE: true}
+			if dest.attr.DestGID.IsMulticast() {
+				bth.DestQP = ib.MulticastQPN
+			}
+			q.req.next = q.req.next.Add(1)
+			deth := DETH{QKey: wr.RemoteQKey, SrcQP: q.num}
+			tx.reset()
+			q.dev.frame(tx, 0, &bth, &deth, buf, dest.to)
+			err := q.dev.fab.send(tx, dest.to, 0)
+			q.dev.countTx(tx, err)
+			q.ctr.txPackets.Add(1)
+			q.ctr.txBytes.Add(uint64(len(buf)))
+			q.ctr.txMessages.Add(1)
+		}
+		q.sendCQ.push(&ib.Completion{ID: wr.ID, Status: status, Opcode: ib.WCSend, QPN: q.num})
+	}
+	q.sendCQ.signal()
+	return len(wrs), nil
+}
+
+func (d *Device) countTx(tx *txMsg, err error) {
+	if err != nil {
+		d.count(dropTxError)
+		return
+	}
+	d.ctr.txPackets.Add(uint64(tx.segments))
+	d.ctr.txBytes.Add(uint64(tx.bytes))
+}
+
+// sendOpcode is the SEND opcode for a packet's place in its message.
+func sendOpcode(t ib.QPType, first, last bool) Opcode {
+	var op Opcode
+	switch {
+	case first && last:
+		op = OpRCSendOnly
+	case first:
+		op = OpRCSendFirst
+	case last:
+		op = OpRCSendLast
+	default:
+		op = OpRCSendMiddle
+	}
+	if t == ib.UC {
+		op |= 0x20 // the UC opcodes are the RC ones in the UC transport range
+	}
+	return op
+}
+
+// armTimer (re)starts the QP's retransmission timer. q.mu is held.
+func (q *qp) armTimer(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if q.req.timer == nil {
+		q.req.timer = time.AfterFunc(d, q.onTimer)
+		return
+	}
+	q.req.timer.Reset(d)
+}
+
+// onTimer fires after an ACK timeout, or when an RNR wait is over.
+func (q *qp) onTimer() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := &q.req
+	if q.state != ib.StateRTS {
+		return
+	}
+	if r.rnrWait {
+		r.rnrWait = false
+		q.pump()
+		return
+	}
+	if Compare(r.acked, r.sent) == 0 {
+		return // everything was acknowledged meanwhile
+	}
+	q.ctr.timeouts.Add(1)
+	if r.retries >= q.retryCnt {
+		q.fail(ib.WCRetryExceeded)
+		return
+	}
+	r.retries++
+	q.retransmitFrom(r.acked)
+}
+
+// retransmitFrom goes back to psn and sends again from there (go-back-N).
+func (q *qp) retransmitFrom(psn PSN) {
+	q.ctr.retransmits.Add(uint64(Distance(psn, q.req.sent)))
+	q.req.sent = psn
+	q.pump()
+}
+
+// onAck handles an ACK or NAK for this requester (receive goroutine).
+func (q *qp) onAck(psn PSN, aeth AETH) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := &q.req
+	if q.state != ib.StateRTS || q.typ != ib.RC {
+		return
+	}
+	// Only PSNs in [acked-1, sent) mean anything; anything else is stale.
+	if Compare(psn, r.acked.Prev()) < 0 || Compare(psn, r.sent) >= 0 {
+		q.dev.count(dropPSN)
+		return
+	}
+	switch aeth.Kind() {
+	case AckKindACK:
+		q.ackThrough(psn)
+		r.retries = 0
+		r.rnrs = 0
+	case AckKindRNRNAK:
+		q.ctr.rnrNAKsRcvd.Add(1)
+		q.ackThrough(psn.Prev()) // everything before psn arrived
+		if q.rnrRetry != 7 && r.rnrs >= q.rnrRetry {
+			q.fail(ib.WCRNRRetryExceeded)
+			return
+		}
+		r.rnrs++
+		r.sent = psn
+		r.rnrWait = true
+		q.armTimer(aeth.RNRTimer())
+		return
+	case AckKindNAK:
+		switch aeth.NAKCode() {
+		case NAKPSNSequenceError:
+			q.ctr.seqNAKsRcvd.Add(1)
+			q.ackThrough(psn.Prev())
+			q.retransmitFrom(psn)
+			return
+		case NAKInvalidRequest:
+			q.fail(ib.WCRemoteInvalidRequest)
+		case NAKRemoteAccessError:
+			q.fail(ib.WCRemoteAccessError)
+		default:
+			q.fail(ib.WCRemoteOperationalError)
+		}
+		return
+	}
+	if Compare(r.acked, r.sent) == 0 {
+		r.stopTimer()
+	} else {
+		q.armTimer(q.timeout)
+	}
+	q.pump()
+}
+
+// ackThrough completes every message whose last packet is at or before
+// psn.
+func (q *qp) ackThrough(psn PSN) {
+	r := &q.req
+	next := psn.Add(1)
+	if Compare(next, r.acked) <= 0 {
+		return
+	}
+	r.acked = next
+	completed := false
+	for r.n > 0 {
+		if e := r.at(0); Compare(e.first.Add(e.npkts), next) > 0 {
+			break
+		}
+		e := r.pop()
+		q.ctr.txMessages.Add(1)
+		q.sendCQ.push(&ib.Completion{ID: e.wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
+		completed = true
+	}
+	if completed {
+		q.sendCQ.signal()
+	}
+}
