@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"net/netip"
+
+	"github.com/ipoibd/ipoibd/ib"
 )
 
 // Every header and trailer of a train lives in its txMsg, so framing a
@@ -107,12 +109,46 @@ func icrcHeaders(crc uint32, hdr []byte) uint32 {
 
 // checkICRC verifies the ICRC of a received packet.
 func checkICRC(b []byte, src, dst netip.Addr, port uint16) bool {
-	if len(b) < BTHLen+4 {
-		return false
-	}
-	body := b[:len(b)-4]
+	return len(b) >= BTHLen+ICRCLen && checkICRCValue(b, src, dst, port) == binary.LittleEndian.Uint32(b[len(b)-ICRCLen:])
+}
+
+// checkICRCValue computes the ICRC a packet (ICRC slot included in b) must
+// carry.
+func checkICRCValue(b []byte, src, dst netip.Addr, port uint16) uint32 {
+	body := b[:len(b)-ICRCLen]
 	crc := icrcBegin(src, dst, port, len(b))
 	crc = icrcHeaders(crc, body[:BTHLen])
-	crc = crc32.Update(crc, crc32.IEEETable, body[BTHLen:])
-	return crc == binary.LittleEndian.Uint32(b[len(b)-4:])
+	return crc32.Update(crc, crc32.IEEETable, body[BTHLen:])
+}
+
+// ICRC computes the invariant CRC of a packet from its real IP and UDP
+// headers (IPv4 without options, or IPv6) and the IB packet up to, not
+// including, the ICRC. Captures and tests use it; the datapath builds the
+// same string incrementally in icrcBegin.
+func ICRC(ipUDP, ibPacket []byte) (uint32, error) {
+	var b [8 + 40 + 8]byte
+	for i := range 8 {
+		b[i] = 0xff
+	}
+	var n int
+	switch {
+	case len(ipUDP) == 20+8 && ipUDP[0] == 0x45:
+		n = 8 + copy(b[8:], ipUDP)
+		b[8+1] = 0xff                 // TOS
+		b[8+8] = 0xff                 // TTL
+		b[8+10], b[8+11] = 0xff, 0xff // header checksum
+	case len(ipUDP) == 40+8 && ipUDP[0]>>4 == 6:
+		n = 8 + copy(b[8:], ipUDP)
+		b[8], b[9], b[10], b[11] = 0x6f|b[8]&0xf0&0x60, 0xff, 0xff, 0xff // traffic class, flow label
+		b[8+7] = 0xff                                                    // hop limit
+	default:
+		return 0, errorf("ICRC: %d octets of IP and UDP header, want 28 (IPv4) or 48 (IPv6)", len(ipUDP))
+	}
+	b[n-2], b[n-1] = 0xff, 0xff // UDP checksum
+	if len(ibPacket) < BTHLen {
+		return 0, ib.NeedLen("ICRC", "BTH", ibPacket, BTHLen)
+	}
+	crc := crc32.Update(0, crc32.IEEETable, b[:n])
+	crc = icrcHeaders(crc, ibPacket[:BTHLen])
+	return crc32.Update(crc, crc32.IEEETable, ibPacket[BTHLen:]), nil
 }

@@ -1,0 +1,250 @@
+package softib
+
+import (
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+func udQP(t *testing.T, h *host, qkey ib.QKey) ib.QP {
+	t.Helper()
+	q, err := h.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: h.scq, RecvCQ: h.rcq, MaxSend: 64, MaxRecv: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []ib.QPModify{{State: ib.StateInit, PKey: ib.DefaultPKey, QKey: qkey}, {State: ib.StateRTR}, {State: ib.StateRTS}} {
+		if err := q.Modify(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return q
+}
+
+func TestUDUnicastAndQKeyCheck(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14792)
+	b := newHost(t, "127.0.0.2", 14792)
+	qa, qb := udQP(t, a, 0x0b1b), udQP(t, b, 0x0b1b)
+	for i := range 4 {
+		qb.PostRecv([]ib.RecvWR{{ID: uint64(i), SGE: b.slot(i, 4096+ib.GRHLen)}})
+	}
+	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.dev.Port().GID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := a.slot(0, 2044)
+	fill(a.bytes(msg), 5)
+	send := func(qkey ib.QKey) {
+		if _, err := qa.PostSend([]ib.SendWR{{ID: 1, SGE: msg, AH: ah, RemoteQPN: qb.Num(), RemoteQKey: qkey}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := poll(t, a.scq, 1, time.Second)[0]; wc.Status != ib.WCSuccess {
+			t.Fatalf("send completion %+v", wc)
+		}
+	}
+	send(0x1234) // wrong Q_Key: dropped and counted
+	send(0x0b1b)
+	wc := poll(t, b.rcq, 1, 2*time.Second)[0]
+	if wc.Status != ib.WCSuccess || wc.ByteLen != 2044+ib.GRHLen || wc.SrcQPN != qa.Num() || wc.SrcGID != a.dev.Port().GID || wc.ID != 0 {
+		t.Fatalf("receive completion %+v", wc)
+	}
+	got := b.bytes(b.slot(0, 2044+ib.GRHLen))
+	if got[0]>>4 != 6 || ib.GID(got[8:24]) != a.dev.Port().GID {
+		t.Errorf("GRH not filled: % x", got[:40])
+	}
+	want := make([]byte, 2044)
+	fill(want, 5)
+	if string(got[ib.GRHLen:]) != string(want) {
+		t.Error("payload corrupted")
+	}
+	if n := CounterValue(b.dev.Counters(), "rx_drop_qkey"); n != 1 {
+		t.Errorf("rx_drop_qkey = %d, want 1", n)
+	}
+}
+
+func TestPartitionIsolation(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14793)
+	dev, err := Open(Config{Addr: netip.MustParseAddr("127.0.0.3"), Port: 14793, PKey: 0x8001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	mads, _ := dev.MADs()
+	am, _ := a.dev.MADs()
+	mad := make([]byte, 256)
+	if err := am.Send(ib.MADAddr{GID: dev.Port().GID, QPN: ib.QP1}, mad); err != nil {
+		t.Fatal(err)
+	}
+	// A MAD in the right partition arrives; the one above must not.
+	if err := am.Send(ib.MADAddr{GID: dev.Port().GID, QPN: ib.QP1, PKey: 0x8001}, mad); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-mads.Recv():
+		if m.From.PKey != 0x8001 || m.From.GID != a.dev.Port().GID {
+			t.Fatalf("MAD from %+v", m.From)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no MAD")
+	}
+	if n := CounterValue(dev.Counters(), "rx_drop_pkey"); n != 1 {
+		t.Errorf("rx_drop_pkey = %d, want 1", n)
+	}
+}
+
+func TestRNRRecovery(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14794)
+	b := newHost(t, "127.0.0.2", 14794)
+	qa, qb := connect(t, ib.RC, a, b, 7, 7)
+	s := a.slot(0, 10000)
+	fill(a.bytes(s), 9)
+	if _, err := qa.PostSend([]ib.SendWR{{ID: 7, SGE: s}}); err != nil {
+		t.Fatal(err)
+	}
+	// Post the receive only after the sender was told "not ready".
+	deadline := time.Now().Add(2 * time.Second)
+	for CounterValue(qa.Counters(), "rnr_naks_received") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no RNR NAK")
+		}
+		runtime.Gosched()
+	}
+	qb.PostRecv([]ib.RecvWR{{ID: 3, SGE: b.slot(0, 65536)}})
+	if wc := poll(t, b.rcq, 1, 2*time.Second)[0]; wc.Status != ib.WCSuccess || wc.ByteLen != 10000 || wc.ID != 3 {
+		t.Fatalf("receive %+v", wc)
+	}
+	if wc := poll(t, a.scq, 1, 2*time.Second)[0]; wc.Status != ib.WCSuccess || wc.ID != 7 {
+		t.Fatalf("send %+v", wc)
+	}
+}
+
+func TestRNRRetryExceeded(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14795)
+	b := newHost(t, "127.0.0.2", 14795)
+	qa, _ := connect(t, ib.RC, a, b, 7, 2) // three tries, never a buffer
+	s := a.slot(0, 100)
+	qa.PostSend([]ib.SendWR{{ID: 1, SGE: s}, {ID: 2, SGE: s}})
+	wcs := poll(t, a.scq, 2, 3*time.Second)
+	if wcs[0].Status != ib.WCRNRRetryExceeded || wcs[1].Status != ib.WCFlushError || qa.State() != ib.StateError {
+		t.Fatalf("completions %+v, state %v", wcs, qa.State())
+	}
+}
+
+func TestVanishedPeerRetryExceeded(t *testing.T) {
+	before := runtime.NumGoroutine()
+	a := newHost(t, "127.0.0.1", 14796)
+	b := newHost(t, "127.0.0.2", 14796)
+	qa, _ := connect(t, ib.RC, a, b, 3, 7)
+	b.dev.Close()
+	s := a.slot(0, 30000)
+	start := time.Now()
+	qa.PostSend([]ib.SendWR{{ID: 1, SGE: s}, {ID: 2, SGE: s}, {ID: 3, SGE: s}})
+	wcs := poll(t, a.scq, 3, 5*time.Second)
+	if wcs[0].Status != ib.WCRetryExceeded || wcs[1].Status != ib.WCFlushError || wcs[2].Status != ib.WCFlushError {
+		t.Fatalf("completions %+v", wcs)
+	}
+	// Timeout code 14 is 67 ms; four tries take about 270 ms.
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("error after %v, beyond the retry budget", el)
+	}
+	if n := CounterValue(qa.Counters(), "ack_timeouts"); n != 4 {
+		t.Errorf("ack_timeouts = %d, want 4 (1 try + 3 retries)", n)
+	}
+	a.dev.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("goroutines leaked: %d > %d\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestUCDelivers(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14797)
+	b := newHost(t, "127.0.0.2", 14797)
+	qa, qb := connect(t, ib.UC, a, b, 0, 0)
+	for i := range 8 {
+		qb.PostRecv([]ib.RecvWR{{ID: uint64(i), SGE: b.slot(i, 65536)}})
+	}
+	for i := range 8 {
+		s := a.slot(i, 5000*(i+1))
+		fill(a.bytes(s), i)
+		qa.PostSend([]ib.SendWR{{ID: uint64(i), SGE: s}})
+	}
+	poll(t, a.scq, 8, time.Second)
+	for i, wc := range poll(t, b.rcq, 8, 2*time.Second) {
+		want := make([]byte, 5000*(i+1))
+		fill(want, i)
+		if wc.Status != ib.WCSuccess || int(wc.ByteLen) != len(want) || string(b.bytes(b.slot(i, len(want)))) != string(want) {
+			t.Fatalf("message %d: %+v", i, wc)
+		}
+	}
+}
+
+// TestBadInputDuringTransfer throws garbage at a device while an RC
+// transfer runs: every bad datagram is dropped and counted, the transfer
+// completes intact.
+func TestBadInputDuringTransfer(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14798)
+	b := newHost(t, "127.0.0.2", 14798)
+	qa, qb := connect(t, ib.RC, a, b, 7, 7)
+	// The injector sends from the fabric port, so its ICRCs are valid.
+	conn, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 9), Port: 14798}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 14798})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	packet := func(bth BTH, icrcOK bool) []byte {
+		b := make([]byte, BTHLen+8+ICRCLen)
+		bth.Encode(b)
+		crc := checkICRCValue(b, netip.MustParseAddr("127.0.0.9"), netip.MustParseAddr("127.0.0.2"), 14798)
+		if !icrcOK {
+			crc++
+		}
+		b[len(b)-4], b[len(b)-3], b[len(b)-2], b[len(b)-1] = byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24)
+		return b
+	}
+	ok := BTH{Opcode: OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num(), PSN: 0x100}
+	wrongPKey, unknownQP, otherPartition := ok, ok, ok
+	wrongPKey.PKey = 0x8005
+	otherPartition.PKey = 0x7fff & 0x7005
+	unknownQP.DestQP = qb.Num() ^ 0x800000
+	bad := map[string][][]byte{
+		"rx_drop_malformed":  {{1, 2, 3}, packet(ok, true)[:11], {0x77, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		"rx_drop_bad_icrc":   {packet(ok, false)},
+		"rx_drop_pkey":       {packet(wrongPKey, true), packet(otherPartition, true)},
+		"rx_drop_unknown_qp": {packet(unknownQP, true), packet(ok, true)}, // the second: right QP, wrong peer
+	}
+	const n = 200
+	for i := range n {
+		qb.PostRecv([]ib.RecvWR{{ID: uint64(i), SGE: b.slot(i, 65536)}})
+	}
+	for i := range n {
+		s := a.slot(i, 1000+i*300)
+		fill(a.bytes(s), i)
+		qa.PostSend([]ib.SendWR{{ID: uint64(i), SGE: s}})
+		for _, ds := range bad {
+			for _, d := range ds {
+				conn.Write(d)
+			}
+		}
+	}
+	wcs := poll(t, b.rcq, n, 10*time.Second)
+	for i, wc := range wcs {
+		want := make([]byte, 1000+i*300)
+		fill(want, i)
+		if wc.Status != ib.WCSuccess || string(b.bytes(b.slot(i, len(want)))) != string(want) {
+			t.Fatalf("message %d: %+v", i, wc)
+		}
+	}
+	for name, ds := range bad {
+		if v := CounterValue(b.dev.Counters(), name); v != uint64(n*len(ds)) {
+			t.Errorf("%s = %d, want %d", name, v, n*len(ds))
+		}
+	}
+}
