@@ -8,6 +8,7 @@ STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2}
 need_apt=()
 command -v tshark >/dev/null || need_apt+=(tshark)
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v nft >/dev/null || need_apt+=(nftables)
 if ((${#need_apt[@]})); then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: need ${need_apt[*]}; run as root (sudo make test) so they can be installed" >&2

@@ -23,7 +23,7 @@ type fabric struct {
 	mtu     int // underlay interface MTU
 
 	fd   int // unicast socket
-	mcfd int // multicast socket, -1 until the first join
+	mcfd int // multicast socket: wildcard-bound, sees only joined groups
 	epfd int
 	evfd int // wakes the receive loop on close
 
@@ -59,7 +59,17 @@ func openFabric(local netip.Addr, port uint16) (*fabric, error) {
 		f.close()
 		return nil, fmt.Errorf("softib: eventfd: %w", err)
 	}
-	for _, fd := range []int{f.fd, f.evfd} {
+	// The multicast socket is opened now, not at the first join, so that it
+	// lives in the same network namespace as the device.
+	anyAddr := netip.IPv6Unspecified()
+	if f.v4 {
+		anyAddr = netip.IPv4Unspecified()
+	}
+	if f.mcfd, err = f.socket(anyAddr, true); err != nil {
+		f.close()
+		return nil, err
+	}
+	for _, fd := range []int{f.fd, f.mcfd, f.evfd} {
 		if err := unix.EpollCtl(f.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
 			f.close()
 			return nil, fmt.Errorf("softib: epoll add: %w", err)
@@ -115,10 +125,12 @@ func (f *fabric) socket(bindAddr netip.Addr, multicast bool) (int, error) {
 		unix.Close(fd)
 		return -1, fmt.Errorf("softib: %s: %w", what, err)
 	}
+	// Both sockets share the port: the unicast one bound to our address,
+	// the multicast one to the wildcard.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		return fail("SO_REUSEADDR", err)
+	}
 	if multicast {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-			return fail("SO_REUSEADDR", err)
-		}
 		if f.v4 {
 			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_ALL, 0); err != nil {
 				return fail("IP_MULTICAST_ALL", err)
@@ -190,21 +202,6 @@ func (f *fabric) join(group netip.Addr) error {
 	if f.groups[group] > 0 {
 		f.groups[group]++
 		return nil
-	}
-	if f.mcfd < 0 {
-		any := netip.IPv6Unspecified()
-		if f.v4 {
-			any = netip.IPv4Unspecified()
-		}
-		fd, err := f.socket(any, true)
-		if err != nil {
-			return err
-		}
-		if err := unix.EpollCtl(f.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("softib: epoll add: %w", err)
-		}
-		f.mcfd = fd
 	}
 	if err := f.membership(group, true); err != nil {
 		return err

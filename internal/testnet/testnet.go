@@ -1,0 +1,157 @@
+// Package testnet builds throw-away networks of Linux network namespaces for
+// tests: N hosts, each with one veth link into a bridge that lives in a
+// namespace of its own, so nothing touches the machine's own interfaces.
+// Everything is removed when the test ends, also when it fails.
+package testnet
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Net is a bridge with hosts attached.
+type Net struct {
+	t      testing.TB
+	prefix string
+	Hosts  []Host
+}
+
+// Host is one namespace with its underlay link "eth0".
+type Host struct {
+	NS   string
+	Addr netip.Addr
+}
+
+// Config shapes the network.
+type Config struct {
+	Hosts int
+	MTU   int  // underlay MTU (default 9000)
+	IPv6  bool // fd00:77::N/64 instead of 10.77.0.N/24
+}
+
+// New builds the network or skips the test when it cannot (not root, no
+// `ip`).
+func New(t testing.TB, cfg Config) *Net {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2")
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 9000
+	}
+	var id [3]byte
+	_, _ = rand.Read(id[:])
+	n := &Net{t: t, prefix: "ipoibt" + hex.EncodeToString(id[:])}
+	t.Cleanup(n.destroy)
+	sw := n.prefix + "sw"
+	n.ip("netns", "add", sw)
+	n.ip("-n", sw, "link", "add", "br0", "type", "bridge")
+	n.ip("-n", sw, "link", "set", "br0", "mtu", fmt.Sprint(cfg.MTU), "up")
+	for i := 0; i < cfg.Hosts; i++ {
+		ns := fmt.Sprintf("%sh%d", n.prefix, i)
+		addr := netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})
+		plen := 24
+		if cfg.IPv6 {
+			addr = netip.MustParseAddr(fmt.Sprintf("fd00:77::%d", i+1))
+			plen = 64
+		}
+		port := fmt.Sprintf("p%d", i)
+		n.ip("netns", "add", ns)
+		n.ip("-n", sw, "link", "add", port, "mtu", fmt.Sprint(cfg.MTU), "type", "veth", "peer", "name", "eth0", "netns", ns)
+		n.ip("-n", sw, "link", "set", port, "master", "br0", "up")
+		n.ip("-n", ns, "link", "set", "lo", "up")
+		n.ip("-n", ns, "link", "set", "eth0", "mtu", fmt.Sprint(cfg.MTU), "up")
+		n.ip("-n", ns, "addr", "add", fmt.Sprintf("%s/%d", addr, plen), "dev", "eth0", "nodad")
+		n.Hosts = append(n.Hosts, Host{NS: ns, Addr: addr})
+	}
+	return n
+}
+
+func (n *Net) ip(args ...string) {
+	n.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		n.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// Exec runs a command inside host i and fails the test if it fails.
+func (n *Net) Exec(i int, name string, args ...string) string {
+	n.t.Helper()
+	full := append([]string{"netns", "exec", n.Hosts[i].NS, name}, args...)
+	out, err := exec.Command("ip", full...).CombinedOutput()
+	if err != nil {
+		n.t.Fatalf("%s %s in %s: %v: %s", name, strings.Join(args, " "), n.Hosts[i].NS, err, out)
+	}
+	return string(out)
+}
+
+// Loss drops percent of the UDP datagrams host i receives, at random,
+// with nftables. (tc netem would also reorder and duplicate, but kernels
+// built without sch_netem, like this project's CI machines, lack it.)
+func (n *Net) Loss(i int, percent int) {
+	n.t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		n.t.Fatal("needs nft (package nftables)")
+	}
+	rules := fmt.Sprintf(`table inet loss {
+	chain input {
+		type filter hook input priority 0;
+		meta l4proto udp numgen random mod 1000 < %d counter drop
+	}
+}`, percent*10)
+	cmd := exec.Command("ip", "netns", "exec", n.Hosts[i].NS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		n.t.Fatalf("nft in %s: %v: %s", n.Hosts[i].NS, err, out)
+	}
+}
+
+// In runs f on an OS thread that is inside host i's namespace. Sockets f
+// opens stay in that namespace after it returns.
+func (n *Net) In(i int, f func()) {
+	n.t.Helper()
+	runtime.LockOSThread()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		n.t.Fatal(err)
+	}
+	defer self.Close()
+	target, err := os.Open("/run/netns/" + n.Hosts[i].NS)
+	if err != nil {
+		runtime.UnlockOSThread()
+		n.t.Fatal(err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		n.t.Fatalf("setns %s: %v", n.Hosts[i].NS, err)
+	}
+	defer func() {
+		// A thread that cannot go home must not run other goroutines:
+		// leaving it locked makes the runtime end it.
+		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	f()
+}
+
+func (n *Net) destroy() {
+	for _, h := range n.Hosts {
+		_ = exec.Command("ip", "netns", "del", h.NS).Run()
+	}
+	_ = exec.Command("ip", "netns", "del", n.prefix+"sw").Run()
+}

@@ -1,0 +1,201 @@
+package softib
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testnet"
+)
+
+// hostIn opens a test adapter inside host i of a namespace network.
+func hostIn(t *testing.T, n *testnet.Net, i int) *host {
+	t.Helper()
+	var h *host
+	n.In(i, func() { h = newHost(t, n.Hosts[i].Addr.String(), UDPPort) })
+	return h
+}
+
+// mixedSize gives message i a size between 1 B and 64 KiB, mostly small
+// as IP traffic is, with every segmentation case (Only, First+Last,
+// First+Middles+Last, exact multiples of the MTU) present.
+func mixedSize(i int) int {
+	sizes := [...]int{1, 40, 64, 576, 1500, 4092, 4096, 4097, 9000, 16384, 65536, 61440, 33333}
+	return sizes[i%len(sizes)]
+}
+
+// transfer sends n messages from a to b over a connected pair and checks
+// that exactly the complete, correct messages arrive, in order. With
+// reliable it also demands every message.
+func transfer(t *testing.T, a, b *host, qa, qb ib.QP, n int, reliable bool) int {
+	t.Helper()
+	const window = 200 // receives posted ahead; slots are reused round robin
+	recvd, sent, completed := 0, 0, 0
+	posted := 0
+	post := func() {
+		for posted < n && posted-recvd < window {
+			if _, err := qb.PostRecv([]ib.RecvWR{{ID: uint64(posted), SGE: b.slot(posted%window, 65536)}}); err != nil {
+				t.Fatal(err)
+			}
+			posted++
+		}
+	}
+	post()
+	wcs := make([]ib.Completion, 64)
+	lastSeq := -1
+	deadline := time.Now().Add(4 * time.Minute)
+	for (reliable && recvd < n) || (!reliable && completed < n) {
+		for sent < n && sent-completed < 128 {
+			s := a.slot(sent%128, mixedSize(sent))
+			stamp(a.bytes(s), sent)
+			if _, err := qa.PostSend([]ib.SendWR{{ID: uint64(sent), SGE: s}}); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+		for k := a.scq.Poll(wcs); k > 0; k = a.scq.Poll(wcs) {
+			for _, wc := range wcs[:k] {
+				if wc.Status != ib.WCSuccess {
+					t.Fatalf("send %d: %v", wc.ID, wc.Status)
+				}
+				completed++
+			}
+		}
+		for k := b.rcq.Poll(wcs); k > 0; k = b.rcq.Poll(wcs) {
+			for _, wc := range wcs[:k] {
+				if wc.Status != ib.WCSuccess {
+					t.Fatalf("receive: %v", wc.Status)
+				}
+				buf := b.bytes(b.slot(int(wc.ID)%window, int(wc.ByteLen)))
+				seq, ok := checkStamp(buf)
+				if seq < 0 {
+					seq, ok = guessShort(buf, lastSeq)
+				}
+				if !ok || int(wc.ByteLen) != mixedSize(seq) || seq <= lastSeq || (reliable && seq != lastSeq+1) {
+					t.Fatalf("message %d: %d octets, seq %d ok=%v after %d", recvd, wc.ByteLen, seq, ok, lastSeq)
+				}
+				lastSeq = seq
+				recvd++
+			}
+		}
+		post()
+		if time.Now().After(deadline) {
+			t.Fatalf("stalled: sent %d, completed %d, received %d", sent, completed, recvd)
+		}
+		select {
+		case <-a.scq.Ready():
+		case <-b.rcq.Ready():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return recvd
+}
+
+// stamp writes the message number and a pattern derived from it.
+func stamp(b []byte, seq int) {
+	for i := range b {
+		b[i] = byte(seq*31 + i*7)
+	}
+	if len(b) >= 4 {
+		b[0], b[1], b[2], b[3] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+	}
+}
+
+// guessShort finds which message after last a short one (too short to
+// carry its number) is: the next one of its size whose pattern it has.
+func guessShort(b []byte, last int) (int, bool) {
+	for k := last + 1; k < last+64; k++ {
+		if mixedSize(k) != len(b) {
+			continue
+		}
+		want := make([]byte, len(b))
+		stamp(want, k)
+		if string(want) == string(b) {
+			return k, true
+		}
+	}
+	return last + 1, false
+}
+
+// checkStamp recovers the message number and checks the pattern.
+func checkStamp(b []byte) (int, bool) {
+	if len(b) < 4 {
+		return -1, true // too short to carry a number; size is checked instead
+	}
+	seq := int(b[0])<<24 | int(b[1])<<16 | int(b[2])<<8 | int(b[3])
+	for i := 4; i < len(b); i++ {
+		if b[i] != byte(seq*31+i*7) {
+			return seq, false
+		}
+	}
+	return seq, true
+}
+
+func lossyPair(t *testing.T) (*testnet.Net, *host, *host) {
+	n := testnet.New(t, testnet.Config{Hosts: 2})
+	for i := range 2 {
+		n.Loss(i, 2)
+	}
+	return n, hostIn(t, n, 0), hostIn(t, n, 1)
+}
+
+// TestRCUnderLoss: 100,000 messages of mixed sizes arrive intact and in
+// order through 2 % random loss on the underlay (both directions).
+func TestRCUnderLoss(t *testing.T) {
+	_, a, b := lossyPair(t)
+	qa, qb := connect(t, ib.RC, a, b, 7, 7)
+	msgs := 100000
+	if testing.Short() {
+		msgs = 5000
+	}
+	transfer(t, a, b, qa, qb, msgs, true)
+	t.Logf("requester %v", qa.Counters())
+	if CounterValue(qa.Counters(), "retransmits") == 0 {
+		t.Error("no retransmissions under 2 % loss: is netem in the path?")
+	}
+}
+
+// TestUCUnderLoss: UC delivers only complete, correct messages.
+func TestUCUnderLoss(t *testing.T) {
+	_, a, b := lossyPair(t)
+	qa, qb := connect(t, ib.UC, a, b, 0, 0)
+	got := transfer(t, a, b, qa, qb, 3000, false)
+	t.Logf("UC delivered %d of 3000, receiver %v", got, b.dev.Counters())
+	if got == 3000 || got < 1000 {
+		t.Errorf("UC delivered %d of 3000 through 2 %% loss", got)
+	}
+	if CounterValue(b.dev.Counters(), "rx_drop_uc_incomplete") == 0 {
+		t.Error("no incomplete UC message was dropped")
+	}
+}
+
+// TestUDMulticastThreeHosts: a datagram sent to a multicast group reaches
+// every member on the bridge, the sender's own device included.
+func TestUDMulticastThreeHosts(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		n := testnet.New(t, testnet.Config{Hosts: 3, IPv6: v6})
+		hosts := []*host{hostIn(t, n, 0), hostIn(t, n, 1), hostIn(t, n, 2)}
+		mgid, _ := ib.ParseGID("ff12:401b:ffff::ffff:ffff")
+		qps := make([]ib.QP, 3)
+		for i, h := range hosts {
+			qps[i] = udQP(t, h, 0x0b1b)
+			if err := h.dev.AttachMulticast(qps[i], mgid); err != nil {
+				t.Fatal(err)
+			}
+			qps[i].PostRecv([]ib.RecvWR{{ID: 1, SGE: h.slot(0, 2048+ib.GRHLen)}})
+		}
+		ah, err := hosts[0].dev.CreateAH(ib.AHAttr{DestGID: mgid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := hosts[0].slot(1, 1000)
+		fill(hosts[0].bytes(s), 3)
+		qps[0].PostSend([]ib.SendWR{{ID: 9, SGE: s, AH: ah, RemoteQPN: ib.MulticastQPN, RemoteQKey: 0x0b1b}})
+		for i, h := range hosts {
+			wc := poll(t, h.rcq, 1, 3*time.Second)[0]
+			if wc.Status != ib.WCSuccess || wc.ByteLen != 1000+ib.GRHLen || wc.SrcQPN != qps[0].Num() || wc.SrcGID != hosts[0].dev.Port().GID {
+				t.Fatalf("IPv6=%v host %d: %+v", v6, i, wc)
+			}
+		}
+	}
+}
