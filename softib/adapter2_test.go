@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,7 +195,11 @@ func TestBadInputDuringTransfer(t *testing.T) {
 	b := newHost(t, "127.0.0.2", 14798)
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
 	// The injector sends from the fabric port, so its ICRCs are valid.
-	conn, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 9), Port: 14798}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 14798})
+	// SO_REUSEADDR: the devices' multicast sockets hold the wildcard port.
+	d := net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 9), Port: 14798}, Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) })
+	}}
+	conn, err := d.Dial("udp4", "127.0.0.2:14798")
 	if err != nil {
 		t.Fatal(err)
 	}
