@@ -11,7 +11,7 @@ import (
 
 // host is one test adapter with its memory, CQs and a slot allocator.
 type host struct {
-	t    *testing.T
+	t    testing.TB
 	dev  *Device
 	slab *ib.Slab
 	mr   ib.MR
@@ -24,7 +24,7 @@ const (
 	numSlots = 256
 )
 
-func newHost(t *testing.T, addr string, port uint16) *host {
+func newHost(t testing.TB, addr string, port uint16) *host {
 	t.Helper()
 	dev, err := Open(Config{Addr: netip.MustParseAddr(addr), Port: port})
 	if err != nil {
@@ -55,7 +55,7 @@ func (h *host) slot(i int, n int) ib.SGE {
 func (h *host) bytes(s ib.SGE) []byte { b, _ := s.Bytes(); return b }
 
 // connect makes a connected pair of QPs of type t between a and b.
-func connect(t *testing.T, typ ib.QPType, a, b *host, retry, rnr uint8) (ib.QP, ib.QP) {
+func connect(t testing.TB, typ ib.QPType, a, b *host, retry, rnr uint8) (ib.QP, ib.QP) {
 	t.Helper()
 	mk := func(h *host) ib.QP {
 		q, err := h.dev.CreateQP(ib.QPAttr{Type: typ, SendCQ: h.scq, RecvCQ: h.rcq, MaxSend: 512, MaxRecv: 512})

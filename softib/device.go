@@ -44,10 +44,11 @@ type Device struct {
 	mads    *madService
 
 	// Owned by the receive goroutine.
-	rxPkt   Packet
-	acks    []*qp // responders owing an ACK at the end of this batch
-	touched []*cq // CQs to signal at the end of this batch
-	ackTx   txMsg
+	rxPkt     Packet
+	rxScratch icrcScratch
+	acks      []*qp // responders owing an ACK at the end of this batch
+	touched   []*cq // CQs to signal at the end of this batch
+	ackTx     txMsg
 
 	ctr     deviceCounters
 	closed  atomic.Bool

@@ -29,7 +29,7 @@ func (d *Device) frame(tx *txMsg, seg int, bth *BTH, deth *DETH, payload []byte,
 	trl := tx.trl[seg][:int(pad)+4]
 	clear(trl[:pad])
 	ibLen := len(hdr) + len(payload) + len(trl)
-	crc := icrcBegin(d.fab.local, to, d.fab.port, ibLen)
+	crc := icrcBegin(&tx.scratch, d.fab.local, to, d.fab.port, ibLen)
 	crc = icrcHeaders(crc, hdr)
 	crc = crc32.Update(crc, crc32.IEEETable, payload)
 	crc = crc32.Update(crc, crc32.IEEETable, trl[:pad])
@@ -46,7 +46,7 @@ func (d *Device) frameAck(tx *txMsg, bth *BTH, aeth AETH, to netip.Addr) {
 	b := tx.hdr[0][:BTHLen+AETHLen+4]
 	_ = bth.Encode(b)
 	_ = aeth.Encode(b[BTHLen:])
-	crc := icrcBegin(d.fab.local, to, d.fab.port, len(b))
+	crc := icrcBegin(&tx.scratch, d.fab.local, to, d.fab.port, len(b))
 	crc = icrcHeaders(crc, b[:BTHLen+AETHLen])
 	binary.LittleEndian.PutUint32(b[BTHLen+AETHLen:], crc)
 	tx.add(b)
@@ -54,14 +54,17 @@ func (d *Device) frameAck(tx *txMsg, bth *BTH, aeth AETH, to netip.Addr) {
 	tx.bytes += len(b)
 }
 
+// icrcScratch holds the masked IP and UDP headers while they are hashed;
+// callers own one so that it does not escape to the heap per packet.
+type icrcScratch [8 + 40 + 8]byte
+
 // icrcBegin starts the ICRC of an IB packet of ibLen octets (headers to
 // ICRC inclusive) between two underlay addresses: the eight 0xFF octets
 // standing in for the LRH, then the IP and UDP headers with their variant
 // fields masked. softib reconstructs the IP header from the socket
 // addresses (IPv4: ID 0 and DF, as Linux sends unconnected DF datagrams),
 // because a UDP socket does not see the one the kernel wrote.
-func icrcBegin(src, dst netip.Addr, port uint16, ibLen int) uint32 {
-	var b [8 + 40 + 8]byte
+func icrcBegin(b *icrcScratch, src, dst netip.Addr, port uint16, ibLen int) uint32 {
 	n := 8
 	for i := range 8 {
 		b[i] = 0xff
@@ -108,15 +111,19 @@ func icrcHeaders(crc uint32, hdr []byte) uint32 {
 }
 
 // checkICRC verifies the ICRC of a received packet.
-func checkICRC(b []byte, src, dst netip.Addr, port uint16) bool {
-	return len(b) >= BTHLen+ICRCLen && checkICRCValue(b, src, dst, port) == binary.LittleEndian.Uint32(b[len(b)-ICRCLen:])
+func checkICRC(scratch *icrcScratch, b []byte, src, dst netip.Addr, port uint16) bool {
+	return len(b) >= BTHLen+ICRCLen && icrcOf(scratch, b, src, dst, port) == binary.LittleEndian.Uint32(b[len(b)-ICRCLen:])
 }
 
 // checkICRCValue computes the ICRC a packet (ICRC slot included in b) must
 // carry.
 func checkICRCValue(b []byte, src, dst netip.Addr, port uint16) uint32 {
+	return icrcOf(new(icrcScratch), b, src, dst, port)
+}
+
+func icrcOf(scratch *icrcScratch, b []byte, src, dst netip.Addr, port uint16) uint32 {
 	body := b[:len(b)-ICRCLen]
-	crc := icrcBegin(src, dst, port, len(b))
+	crc := icrcBegin(scratch, src, dst, port, len(b))
 	crc = icrcHeaders(crc, body[:BTHLen])
 	return crc32.Update(crc, crc32.IEEETable, body[BTHLen:])
 }
