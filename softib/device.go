@@ -53,7 +53,6 @@ type Device struct {
 	ctr     deviceCounters
 	closed  atomic.Bool
 	rxDone  chan struct{}
-	timerWG sync.WaitGroup
 }
 
 var _ ib.Device = (*Device)(nil)
@@ -151,7 +150,6 @@ func (d *Device) Close() error {
 	for _, q := range *d.qps.Load() {
 		q.destroy()
 	}
-	d.timerWG.Wait()
 	d.fab.close()
 	return nil
 }
