@@ -50,9 +50,9 @@ type Device struct {
 	touched   []*cq // CQs to signal at the end of this batch
 	ackTx     txMsg
 
-	ctr     deviceCounters
-	closed  atomic.Bool
-	rxDone  chan struct{}
+	ctr    deviceCounters
+	closed atomic.Bool
+	rxDone chan struct{}
 }
 
 var _ ib.Device = (*Device)(nil)
