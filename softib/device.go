@@ -44,11 +44,10 @@ type Device struct {
 	mads    *madService
 
 	// Owned by the receive goroutine.
-	rxPkt     Packet
-	rxScratch icrcScratch
-	acks      []*qp // responders owing an ACK at the end of this batch
-	touched   []*cq // CQs to signal at the end of this batch
-	ackTx     txMsg
+	rxPkt   Packet
+	acks    []*qp // responders owing an ACK at the end of this batch
+	touched []*cq // CQs to signal at the end of this batch
+	ackTx   txMsg
 
 	ctr    deviceCounters
 	closed atomic.Bool

@@ -285,7 +285,6 @@ type txMsg struct {
 	niov     int
 	hdr      [maxTrainSegments][maxHeaderLen + AETHLen]byte
 	trl      [maxTrainSegments][maxTrailerLen]byte
-	scratch  icrcScratch
 	segments int // packets in the train
 	bytes    int // IB octets in the train
 	sa4      unix.RawSockaddrInet4

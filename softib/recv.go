@@ -27,7 +27,7 @@ func (d *Device) datagram(b []byte, src, dst netip.Addr) {
 		d.count(dropMalformed)
 		return
 	}
-	if !checkICRC(&d.rxScratch, b, src, dst, d.fab.port) {
+	if !checkICRC(b, src, dst, d.fab.port) {
 		d.count(dropBadICRC)
 		return
 	}

@@ -1,0 +1,15 @@
+package cm
+
+// goldenDREP follows spec §5.7 (IBA Table 113); comments give payload offsets.
+var goldenDREP = mad(
+	hdr("5566778899aabbcc", "0016"),
+	"fedcba98",         // 0 Local Communication ID
+	"76543210",         // 4 Remote Communication ID
+	"03", z(222), "5a", // 8 Private Data
+)
+
+var wantDREP = DREP{
+	LocalCommID:  0xfedcba98,
+	RemoteCommID: 0x76543210,
+	PrivateData:  [DREPPrivateDataLen]byte{0: 0x03, 223: 0x5a},
+}

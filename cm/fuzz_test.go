@@ -1,0 +1,125 @@
+package cm
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+// FuzzDecodeMAD: DecodeMAD never panics, and whatever it accepts marshals
+// back to the same octets except for reserved bits and the header fields
+// CM does not use, and decodes again to the same message.
+func FuzzDecodeMAD(f *testing.F) {
+	for _, name := range goldenNames() {
+		g := goldens[name]
+		f.Add(g.wire)
+		f.Add(g.wire[:MADLen-1])
+		f.Add(g.wire[:MADHeaderLen])
+		f.Add(append(bytes.Clone(g.wire), 0))
+		all := bytes.Clone(g.wire) // every reserved bit set
+		for _, r := range g.reserved {
+			all[MADHeaderLen+r.off] |= r.bits
+		}
+		f.Add(all)
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, m, err := DecodeMAD(b)
+		if err != nil {
+			if m != nil {
+				t.Fatalf("message %+v returned with error %v", m, err)
+			}
+			return
+		}
+		var out [MADLen]byte
+		if err := m.MarshalMAD(out[:], h.TransactionID); err != nil {
+			t.Fatalf("decoded %+v does not encode: %v", m, err)
+		}
+		if g, ok := goldenFor(h.AttributeID); ok {
+			skip := notCarried(g)
+			for i := range out {
+				if out[i] != b[i]&^skip[i] {
+					t.Fatalf("%v octet %d: re-encoded %#02x from %#02x", h.AttributeID, i, out[i], b[i])
+				}
+			}
+		}
+		h2, m2, err := DecodeMAD(out[:])
+		if err != nil {
+			t.Fatalf("re-encoded %v does not decode: %v", h.AttributeID, err)
+		}
+		if h2.TransactionID != h.TransactionID || h2.AttributeID != h.AttributeID || !reflect.DeepEqual(m, m2) {
+			t.Fatalf("round trip changed the message:\n%+v %+v\n%+v %+v", h, m, h2, m2)
+		}
+	})
+}
+
+// FuzzMADHeader: the header codec round-trips every 24 octets except
+// the reserved octets 18-19.
+func FuzzMADHeader(f *testing.F) {
+	for _, name := range goldenNames() {
+		f.Add(goldens[name].wire[:MADHeaderLen])
+	}
+	f.Add([]byte{1, 7, 2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := DecodeMADHeader(b)
+		if err != nil {
+			return
+		}
+		var out [MADHeaderLen]byte
+		if err := h.Encode(out[:]); err != nil {
+			t.Fatalf("%+v does not encode: %v", h, err)
+		}
+		want := bytes.Clone(b[:MADHeaderLen])
+		want[18], want[19] = 0, 0
+		if !bytes.Equal(out[:], want) {
+			t.Fatalf("re-encoded % x from % x", out, want)
+		}
+	})
+}
+
+// FuzzPrivateData: DecodePrivateData never panics, and what it accepts
+// re-encodes to the same 8 octets with the reserved QPN octet cleared.
+func FuzzPrivateData(f *testing.F) {
+	f.Add(goldenREQ[MADHeaderLen+140:])
+	f.Add(goldenREP[MADHeaderLen+36:])
+	f.Add([]byte{0xff, 0, 0, 0x48, 0, 0, 0xff, 0xf4})
+	f.Add([]byte{0, 0, 0, 0x48, 0, 0, 0, 4})
+	f.Add([]byte{0, 0, 0, 0x48, 0, 0, 0xff})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodePrivateData(b)
+		if err != nil {
+			return
+		}
+		out := bytes.Repeat([]byte{0xee}, IPoIBPrivateDataLen+1)
+		if err := d.Encode(out); err != nil {
+			t.Fatalf("%+v does not encode: %v", d, err)
+		}
+		want := append([]byte{0}, b[1:IPoIBPrivateDataLen]...)
+		if !bytes.Equal(out[:IPoIBPrivateDataLen], want) || out[IPoIBPrivateDataLen] != 0xee {
+			t.Fatalf("re-encoded % x from % x", out, b[:IPoIBPrivateDataLen])
+		}
+		if d2, err := DecodePrivateData(out); err != nil || d2 != d {
+			t.Fatalf("second decode %+v, %v; want %+v", d2, err, d)
+		}
+	})
+}
+
+// FuzzParseIPoIBServiceID: parsing never panics, and what parses rebuilds
+// the same service ID.
+func FuzzParseIPoIBServiceID(f *testing.F) {
+	f.Add(uint64(0x1000000000000048))
+	f.Add(uint64(0x1000000000ffffff))
+	f.Add(uint64(0x1000000001000048))
+	f.Add(uint64(0x2000000000000048))
+	f.Add(uint64(0))
+	f.Fuzz(func(t *testing.T, id uint64) {
+		q, err := ParseIPoIBServiceID(id)
+		if err != nil {
+			return
+		}
+		if !q.Valid() || IPoIBServiceID(q) != id {
+			t.Fatalf("%#016x parsed to %v, rebuilds %#016x", id, q, IPoIBServiceID(q))
+		}
+	})
+}

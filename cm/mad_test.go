@@ -1,0 +1,315 @@
+package cm
+
+import (
+	"bytes"
+	"reflect"
+	"sort"
+	"testing"
+)
+
+func goldenNames() []string {
+	var names []string
+	for n := range goldens {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func TestGoldenDecode(t *testing.T) {
+	for _, name := range goldenNames() {
+		g := goldens[name]
+		h, m, err := DecodeMAD(g.wire)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		wantHdr := MADHeader{BaseVersion: 1, MgmtClass: 0x07, ClassVersion: 2, Method: 0x03,
+			TransactionID: g.tid, AttributeID: g.msg.AttrID()}
+		if h != wantHdr {
+			t.Errorf("%s: header %+v, want %+v", name, h, wantHdr)
+		}
+		if !reflect.DeepEqual(m, g.msg) {
+			t.Errorf("%s: decoded\n%+v\nwant\n%+v", name, m, g.msg)
+		}
+	}
+}
+
+func TestGoldenEncode(t *testing.T) {
+	for _, name := range goldenNames() {
+		g := goldens[name]
+		// Stale contents must not leak into reserved or unused octets, and
+		// octets past the MAD must stay untouched.
+		b := bytes.Repeat([]byte{0xee}, MADLen+8)
+		if err := g.msg.MarshalMAD(b, g.tid); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !bytes.Equal(b[:MADLen], g.wire) {
+			t.Errorf("%s: encoded\n% x\nwant\n% x", name, b[:MADLen], g.wire)
+		}
+		if !bytes.Equal(b[MADLen:], bytes.Repeat([]byte{0xee}, 8)) {
+			t.Errorf("%s: wrote past the MAD: % x", name, b[MADLen:])
+		}
+	}
+}
+
+// Every bit of a golden vector is either carried by the decoded message or
+// reserved, exactly as the spec's tables say: flipping a carried bit changes
+// the message (or makes it invalid), flipping a reserved bit does not, and
+// re-encoding then clears it.
+func TestEveryBitCarriedOrReserved(t *testing.T) {
+	for _, name := range goldenNames() {
+		g := goldens[name]
+		reserved := notCarried(g)
+		for i := MADHeaderLen; i < MADLen; i++ {
+			for bitMask := byte(0x80); bitMask != 0; bitMask >>= 1 {
+				w := bytes.Clone(g.wire)
+				w[i] ^= bitMask
+				_, m, err := DecodeMAD(w)
+				if reserved[i]&bitMask != 0 {
+					if err != nil || !reflect.DeepEqual(m, g.msg) {
+						t.Errorf("%s: reserved payload octet %d mask %#02x changed the message (err %v)", name, i-MADHeaderLen, bitMask, err)
+					}
+					continue
+				}
+				if err == nil && reflect.DeepEqual(m, g.msg) {
+					t.Errorf("%s: payload octet %d mask %#02x is not carried", name, i-MADHeaderLen, bitMask)
+				}
+			}
+		}
+		// All reserved bits at once, header ones included.
+		w := bytes.Clone(g.wire)
+		w[18], w[19] = 0xff, 0xff
+		for _, r := range g.reserved {
+			w[MADHeaderLen+r.off] |= r.bits
+		}
+		h, m, err := DecodeMAD(w)
+		if err != nil || !reflect.DeepEqual(m, g.msg) {
+			t.Errorf("%s: all reserved bits set: %+v, %v", name, m, err)
+			continue
+		}
+		var b [MADLen]byte
+		if err := m.MarshalMAD(b[:], h.TransactionID); err != nil || !bytes.Equal(b[:], g.wire) {
+			t.Errorf("%s: reserved bits not cleared on encode (%v)", name, err)
+		}
+	}
+}
+
+func TestDecodeMADErrors(t *testing.T) {
+	w := goldenRTU
+	tests := []struct {
+		name  string
+		wire  []byte
+		field string
+	}{
+		{"empty", nil, "length"},
+		{"header only", w[:MADHeaderLen], "length"},
+		{"one short", w[:MADLen-1], "length"},
+		{"one long", append(bytes.Clone(w), 0), "length"},
+		{"base version 2", edit(w, map[int]byte{0: 2}), "BaseVersion"},
+		{"subnet administration class", edit(w, map[int]byte{1: 0x03}), "MgmtClass"},
+		{"class version 1", edit(w, map[int]byte{2: 1}), "ClassVersion"},
+		{"method Get", edit(w, map[int]byte{3: 0x01}), "Method"},
+		{"response bit", edit(w, map[int]byte{3: 0x83}), "Method"},
+		{"ClassPortInfo", edit(w, map[int]byte{16: 0, 17: 0x01}), "AttributeID"},
+		{"attribute 0", edit(w, map[int]byte{16: 0, 17: 0}), "AttributeID"},
+		{"attribute 0x1b", edit(w, map[int]byte{16: 0, 17: 0x1b}), "AttributeID"},
+		{"attribute 0x0110", edit(w, map[int]byte{16: 1, 17: 0x10}), "AttributeID"},
+	}
+	for _, tt := range tests {
+		_, m, err := DecodeMAD(tt.wire)
+		wantField(t, tt.name, err, tt.field)
+		if m != nil {
+			t.Errorf("%s: returned a message with the error", tt.name)
+		}
+	}
+	// The header comes back with a message error, for logging by TID.
+	h, _, err := DecodeMAD(edit(w, map[int]byte{17: 0x1b}))
+	if err == nil || h.TransactionID != 0x33445566778899aa {
+		t.Errorf("header with attribute error: %+v, %v", h, err)
+	}
+}
+
+func edit(b []byte, at map[int]byte) []byte {
+	b = bytes.Clone(b)
+	for i, v := range at {
+		b[i] = v
+	}
+	return b
+}
+
+func TestPayloadLength(t *testing.T) {
+	decoders := map[string]func([]byte) error{
+		"REQ":      func(p []byte) error { _, err := DecodeREQ(p); return err },
+		"MRA":      func(p []byte) error { _, err := DecodeMRA(p); return err },
+		"REJ":      func(p []byte) error { _, err := DecodeREJ(p); return err },
+		"REP":      func(p []byte) error { _, err := DecodeREP(p); return err },
+		"RTU":      func(p []byte) error { _, err := DecodeRTU(p); return err },
+		"DREQ":     func(p []byte) error { _, err := DecodeDREQ(p); return err },
+		"DREP":     func(p []byte) error { _, err := DecodeDREP(p); return err },
+		"SIDR_REQ": func(p []byte) error { _, err := DecodeSIDRREQ(p); return err },
+		"SIDR_REP": func(p []byte) error { _, err := DecodeSIDRREP(p); return err },
+		"LAP":      func(p []byte) error { _, err := DecodeLAP(p); return err },
+		"APR":      func(p []byte) error { _, err := DecodeAPR(p); return err },
+	}
+	for _, name := range goldenNames() {
+		dec := decoders[name]
+		p := goldens[name].wire[MADHeaderLen:]
+		if err := dec(p); err != nil {
+			t.Errorf("%s: golden payload: %v", name, err)
+		}
+		for _, n := range []int{0, 1, 8, PayloadLen - 1} {
+			wantField(t, name+" payload truncated", dec(p[:n]), "payload")
+		}
+		wantField(t, name+" payload too long", dec(append(bytes.Clone(p), 0)), "payload")
+	}
+}
+
+func TestMarshalMADShortBuffer(t *testing.T) {
+	for _, name := range goldenNames() {
+		g := goldens[name]
+		b := make([]byte, MADLen-1)
+		wantField(t, name, g.msg.MarshalMAD(b, 1), "buffer")
+		if !bytes.Equal(b, make([]byte, MADLen-1)) {
+			t.Errorf("%s: short buffer written to", name)
+		}
+	}
+}
+
+// testEncodeError checks that m does not encode, that the error names field,
+// and that the buffer is left untouched.
+func testEncodeError(t *testing.T, m Message, field string) {
+	t.Helper()
+	b := bytes.Repeat([]byte{0xee}, MADLen)
+	err := m.MarshalMAD(b, 1)
+	wantField(t, m.AttrID().String()+" encode", err, field)
+	if !bytes.Equal(b, bytes.Repeat([]byte{0xee}, MADLen)) {
+		t.Errorf("%s encode with bad %s: buffer written", m.AttrID(), field)
+	}
+}
+
+type decodeErrorCase struct {
+	field string
+	edits map[int]byte // payload offset -> new octet
+}
+
+// testDecodeErrors edits the golden vector of msg and checks that both the
+// per-type decoder and DecodeMAD reject it naming the field.
+func testDecodeErrors(t *testing.T, msg string, cases []decodeErrorCase, decode func([]byte) error) {
+	t.Helper()
+	for _, c := range cases {
+		w := bytes.Clone(goldens[msg].wire)
+		for off, v := range c.edits {
+			w[MADHeaderLen+off] = v
+		}
+		wantField(t, msg+" decode", decode(w[MADHeaderLen:]), c.field)
+		_, _, err := DecodeMAD(w)
+		wantField(t, msg+" DecodeMAD", err, c.field)
+	}
+}
+
+// The header codec is class-agnostic: an SA GetResp header with every field
+// non-zero round-trips.
+func TestMADHeader(t *testing.T) {
+	wire := []byte{
+		0x01, 0x03, 0x02, 0x92, // base version, class SA, class version, R | method 0x12
+		0x00, 0x1c, 0xab, 0xcd, // Status, ClassSpecific
+		0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // TransactionID
+		0x00, 0x35, 0x00, 0x00, // AttributeID, reserved
+		0x89, 0xab, 0xcd, 0xef, // AttributeModifier
+	}
+	want := MADHeader{BaseVersion: 1, MgmtClass: 3, ClassVersion: 2, Response: true, Method: 0x12,
+		Status: 0x1c, ClassSpecific: 0xabcd, TransactionID: 0x0123456789abcdef,
+		AttributeID: 0x35, AttributeModifier: 0x89abcdef}
+	h, err := DecodeMADHeader(wire)
+	if err != nil || h != want {
+		t.Fatalf("DecodeMADHeader = %+v, %v", h, err)
+	}
+	b := bytes.Repeat([]byte{0xee}, MADHeaderLen)
+	if err := want.Encode(b); err != nil || !bytes.Equal(b, wire) {
+		t.Fatalf("Encode = % x, %v", b, err)
+	}
+	want.Method = 0x80
+	wantField(t, "method 0x80", want.Encode(b), "Method")
+	wantField(t, "short buffer", MADHeader{}.Encode(b[:23]), "buffer")
+	_, err = DecodeMADHeader(wire[:23])
+	wantField(t, "short header", err, "header")
+}
+
+func TestNames(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{AttrREQ.String(), "REQ"},
+		{AttrSIDRREP.String(), "SIDR_REP"},
+		{AttrAPR.String(), "APR"},
+		{AttrClassPortInfo.String(), "ClassPortInfo"},
+		{AttrID(0x1b).String(), "AttrID(0x001b)"},
+		{TransportUC.String(), "UC"},
+		{TransportExt.String(), "Ext"},
+		{TransportType(4).String(), "TransportType(4)"},
+		{MsgREP.String(), "REP"},
+		{MsgOther.String(), "other"},
+		{MsgType(3).String(), "MsgType(3)"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+func TestNoAllocations(t *testing.T) {
+	var b [MADLen]byte
+	for _, name := range goldenNames() {
+		g := goldens[name]
+		if n := testing.AllocsPerRun(100, func() { _ = g.msg.MarshalMAD(b[:], g.tid) }); n != 0 {
+			t.Errorf("%s MarshalMAD: %v allocations", name, n)
+		}
+	}
+	req, rep, rej := wantREQ, wantREP, wantREJ
+	p := goldenREQ[MADHeaderLen:]
+	allocs := testing.AllocsPerRun(100, func() {
+		_ = req.MarshalMAD(b[:], 1)
+		_ = rep.MarshalMAD(b[:], 2)
+		_ = rej.MarshalMAD(b[:], 3)
+		_, _ = DecodeREQ(p)
+		_, _ = DecodeREP(goldenREP[MADHeaderLen:])
+		_, _ = DecodeREJ(goldenREJ[MADHeaderLen:])
+		_, _ = DecodeMADHeader(goldenREQ)
+		_ = (PrivateData{UDQPN: 0x48, ReceiveMTU: LinuxReceiveMTU}).Encode(req.PrivateData[:])
+		_, _ = DecodePrivateData(p[140:])
+	})
+	if allocs != 0 {
+		t.Errorf("concrete encoders and decoders: %v allocations", allocs)
+	}
+}
+
+func BenchmarkMarshalREQ(b *testing.B) {
+	m := wantREQ
+	var buf [MADLen]byte
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.MarshalMAD(buf[:], 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeREQ(b *testing.B) {
+	p := goldenREQ[MADHeaderLen:]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeREQ(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeMAD(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := DecodeMAD(goldenREQ); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

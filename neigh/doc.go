@@ -1,0 +1,9 @@
+// Package neigh is neighbor resolution for an IPoIB interface: ARP over
+// IPoIB and IPv6 ND codecs now; the table comes later.
+//
+// The codecs follow shared/spec/ipoib-wire.md §3 (ARP with hardware type 32
+// and 20-octet link addresses) and §4 (the IPoIB link-layer address option
+// of RFC 4391 in neighbor solicitations and advertisements, RFC 4861). The
+// datapath calls them for every ARP or ND packet, so none of them allocates
+// on success; every decoder error is an *ib.FieldError naming the field.
+package neigh
