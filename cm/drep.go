@@ -1,7 +1,5 @@
 package cm
 
-import "encoding/binary"
-
 // DREPPrivateDataLen is the size of a DREP's private data.
 const DREPPrivateDataLen = 224
 
@@ -23,9 +21,7 @@ func (m *DREP) MarshalMAD(b []byte, tid uint64) error {
 	if err != nil {
 		return err
 	}
-	binary.BigEndian.PutUint32(p[0:4], m.LocalCommID)
-	binary.BigEndian.PutUint32(p[4:8], m.RemoteCommID)
-	copy(p[8:], m.PrivateData[:])
+	putCommIDs(p, m.LocalCommID, m.RemoteCommID, m.PrivateData[:])
 	return nil
 }
 
@@ -34,9 +30,6 @@ func DecodeDREP(p []byte) (DREP, error) {
 	if err := checkPayload("DREP", p); err != nil {
 		return DREP{}, err
 	}
-	return DREP{
-		LocalCommID:  binary.BigEndian.Uint32(p[0:4]),
-		RemoteCommID: binary.BigEndian.Uint32(p[4:8]),
-		PrivateData:  [DREPPrivateDataLen]byte(p[8:]),
-	}, nil
+	local, remote := commIDs(p)
+	return DREP{LocalCommID: local, RemoteCommID: remote, PrivateData: [DREPPrivateDataLen]byte(p[8:])}, nil
 }

@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -89,3 +90,16 @@ const (
 var msgTypeNames = []string{"REQ", "REP", "other"}
 
 func (t MsgType) String() string { return enumName(msgTypeNames, uint64(t), "MsgType") }
+
+// putCommIDs writes the layout RTU and DREP share: the two communication
+// IDs, then private data.
+func putCommIDs(p []byte, local, remote uint32, private []byte) {
+	binary.BigEndian.PutUint32(p[0:4], local)
+	binary.BigEndian.PutUint32(p[4:8], remote)
+	copy(p[8:], private)
+}
+
+// commIDs reads the two communication IDs that open RTU and DREP.
+func commIDs(p []byte) (local, remote uint32) {
+	return binary.BigEndian.Uint32(p[0:4]), binary.BigEndian.Uint32(p[4:8])
+}

@@ -1,7 +1,5 @@
 package cm
 
-import "encoding/binary"
-
 // RTUPrivateDataLen is the size of an RTU's private data.
 const RTUPrivateDataLen = 224
 
@@ -23,9 +21,7 @@ func (m *RTU) MarshalMAD(b []byte, tid uint64) error {
 	if err != nil {
 		return err
 	}
-	binary.BigEndian.PutUint32(p[0:4], m.LocalCommID)
-	binary.BigEndian.PutUint32(p[4:8], m.RemoteCommID)
-	copy(p[8:], m.PrivateData[:])
+	putCommIDs(p, m.LocalCommID, m.RemoteCommID, m.PrivateData[:])
 	return nil
 }
 
@@ -34,9 +30,6 @@ func DecodeRTU(p []byte) (RTU, error) {
 	if err := checkPayload("RTU", p); err != nil {
 		return RTU{}, err
 	}
-	return RTU{
-		LocalCommID:  binary.BigEndian.Uint32(p[0:4]),
-		RemoteCommID: binary.BigEndian.Uint32(p[4:8]),
-		PrivateData:  [RTUPrivateDataLen]byte(p[8:]),
-	}, nil
+	local, remote := commIDs(p)
+	return RTU{LocalCommID: local, RemoteCommID: remote, PrivateData: [RTUPrivateDataLen]byte(p[8:])}, nil
 }

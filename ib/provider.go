@@ -16,11 +16,10 @@ const GRHLen = 40
 
 // Errors shared by providers.
 var (
-	ErrClosed     = errors.New("ib: closed")
-	ErrQueueFull  = errors.New("ib: work queue full")
-	ErrBadState   = errors.New("ib: operation not allowed in this QP state")
-	ErrBadLength  = errors.New("ib: buffer outside its memory region")
-	ErrNoResource = errors.New("ib: out of resources")
+	ErrClosed    = errors.New("ib: closed")
+	ErrQueueFull = errors.New("ib: work queue full")
+	ErrBadState  = errors.New("ib: operation not allowed in this QP state")
+	ErrBadLength = errors.New("ib: buffer outside its memory region")
 )
 
 // PortAttr describes the one port a Device drives.

@@ -199,12 +199,11 @@ func (d *Device) RegisterMemory(s *ib.Slab) (ib.MR, error) {
 	if s == nil || len(s.Bytes()) == 0 {
 		return nil, errors.New("softib: register an empty slab")
 	}
-	return &mr{slab: s, lkey: uint32(d.nextKey())}, nil
+	return &mr{slab: s, lkey: keys.Add(1)}, nil
 }
 
+// keys hands out memory-region keys, unique across devices.
 var keys atomic.Uint32
-
-func (d *Device) nextKey() uint32 { return keys.Add(1) }
 
 type mr struct {
 	slab *ib.Slab
