@@ -1,6 +1,9 @@
 package ib
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // QPN is a 24-bit queue pair number.
 type QPN uint32
@@ -51,6 +54,19 @@ func (p PKey) Accepts(other PKey) bool {
 }
 
 func (p PKey) String() string { return fmt.Sprintf("0x%04x", uint16(p)) }
+
+// ParsePKey reads a P_Key as written by operators: hexadecimal with 0x
+// (0x8001) or decimal. It must name a partition.
+func ParsePKey(s string) (PKey, error) {
+	v, err := strconv.ParseUint(s, 0, 16)
+	if err != nil {
+		return 0, ErrField("P_Key", "value", "%q is not a 16-bit number such as 0xffff", s)
+	}
+	if p := PKey(v); p.Valid() {
+		return p, nil
+	}
+	return 0, ErrField("P_Key", "partition", "%q names no partition (its low 15 bits are zero)", s)
+}
 
 // QKey is a 32-bit queue key checked on datagram receives.
 type QKey uint32

@@ -95,3 +95,26 @@ func TestMTU(t *testing.T) {
 		t.Error("MTUFromBytes(1500) accepted")
 	}
 }
+
+func TestParsePKey(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want PKey
+		ok   bool
+	}{
+		{"0xffff", 0xffff, true},
+		{"0x8001", 0x8001, true},
+		{"32769", 0x8001, true},
+		{"0x0001", 0x0001, true},
+		{"0x8000", 0, false},
+		{"0", 0, false},
+		{"0x10000", 0, false},
+		{"ffff", 0, false},
+		{"", 0, false},
+	} {
+		got, err := ParsePKey(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParsePKey(%q) = %v, %v; want %v, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}

@@ -9,6 +9,9 @@ need_apt=()
 command -v tshark >/dev/null || need_apt+=(tshark)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v nft >/dev/null || need_apt+=(nftables)
+command -v ping >/dev/null || need_apt+=(iputils-ping)
+command -v tracepath >/dev/null || need_apt+=(iputils-tracepath)
+command -v iperf3 >/dev/null || need_apt+=(iperf3)
 if ((${#need_apt[@]})); then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: need ${need_apt[*]}; run as root (sudo make test) so they can be installed" >&2

@@ -1,0 +1,552 @@
+package cm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// This file is the IPoIB connection manager (RFC 4755) above the engine:
+// when to connect, what to accept, which connection carries sends, and when
+// a connection is stale. Like the engine it is driven by one goroutine.
+
+// Policy chooses which connections carry our sends.
+type Policy uint8
+
+// Sending policies.
+const (
+	// PolicyRFC keeps one bidirectional connection per peer pair; crossing
+	// REQs are resolved by the RFC 4755 rule.
+	PolicyRFC Policy = iota
+	// PolicyLinux sends only on connections we opened and receives on all,
+	// as the kernel ipoib driver expects; REQs are never refused for
+	// crossing.
+	PolicyLinux
+)
+
+// ParsePolicy reads "rfc" or "linux".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "rfc":
+		return PolicyRFC, nil
+	case "linux":
+		return PolicyLinux, nil
+	}
+	return 0, fmt.Errorf("cm: policy %q: want rfc or linux", s)
+}
+
+func (p Policy) String() string {
+	if p == PolicyLinux {
+		return "linux"
+	}
+	return "rfc"
+}
+
+// QPFactory makes the connected QPs (in Reset, on the interface's SRQ and
+// CQs); the ipoib layer implements it over its device.
+type QPFactory interface {
+	CreateQP(t ib.QPType) (ib.QP, error)
+}
+
+// Connection is one IPoIB connection to a peer.
+type Connection struct {
+	Peer     ib.LinkAddr // the peer's link address (flags: the transport in use)
+	QP       ib.QP
+	MTU      int  // largest IP packet: the smaller receive MTU minus 4
+	Outgoing bool // we sent the REQ
+	Since    time.Time
+	// Packets counts traffic both ways; the datapath adds to it and the
+	// manager reads it to find idle connections.
+	Packets atomic.Uint64
+
+	cm       *Conn
+	sendable bool
+	up       bool
+	idleSeen uint64
+	idleAt   time.Time
+}
+
+// State returns the CM state of the connection.
+func (c *Connection) State() State { return c.cm.State }
+
+// Sendable reports whether the policy lets this connection carry our sends.
+func (c *Connection) Sendable() bool { return c.sendable }
+
+// ManagerConfig configures the IPoIB connection manager.
+type ManagerConfig struct {
+	Engine     EngineConfig // Send is required; Event is set by the manager
+	Local      ib.LinkAddr  // our link address: flags, UD QPN, GID
+	Policy     Policy
+	UC         bool   // prefer UC over RC
+	ReceiveMTU uint32 // advertised in private data (default LinuxReceiveMTU)
+	PathMTU    ib.MTU
+	QPs        QPFactory
+	// IdleTimeout tears down connections without traffic (0: never).
+	IdleTimeout time.Duration
+	// Up is called when a connection may carry sends to its peer; Down when
+	// it must no longer (the reason is for logs and counters).
+	Up   func(c *Connection)
+	Down func(c *Connection, reason string)
+	// Refused is told when a connection attempt to peer failed (rejected,
+	// timed out): the neighbor should be resolved again.
+	Refused func(peer ib.LinkAddr, reason string)
+}
+
+// ManagerStats counts the manager's decisions.
+type ManagerStats struct {
+	Connects, Accepted, Established     uint64
+	CrossingAccepted, CrossingRejected  uint64
+	Rejected, TimedOut, Disconnected    uint64
+	PeerRestarts, IdleReaped, SendFails uint64
+	QPErrors                            uint64
+}
+
+// Manager is the IPoIB connection manager of one interface.
+type Manager struct {
+	cfg    ManagerConfig
+	engine *Engine
+	conns  map[ib.LinkAddr][]*Connection // by peer, flags zeroed
+	now    time.Time
+	Stats  ManagerStats
+}
+
+// NewManager makes a manager listening on the service ID of our UD QPN.
+func NewManager(cfg ManagerConfig) *Manager {
+	if cfg.ReceiveMTU == 0 {
+		cfg.ReceiveMTU = LinuxReceiveMTU
+	}
+	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}}
+	cfg.Engine.Event = m.event
+	m.engine = NewEngine(cfg.Engine)
+	m.engine.Listen(IPoIBServiceID(cfg.Local.QPN))
+	return m
+}
+
+// Engine returns the CM engine, for its statistics.
+func (m *Manager) Engine() *Engine { return m.engine }
+
+func peerKey(a ib.LinkAddr) ib.LinkAddr { a.Flags = 0; return a }
+
+// Connections returns every connection, for display.
+func (m *Manager) Connections() []*Connection {
+	var all []*Connection
+	for _, cs := range m.conns {
+		all = append(all, cs...)
+	}
+	return all
+}
+
+// transportFor picks RC or UC for a peer from its link-address flags and
+// our preference; ok is false when we share no connected mode.
+func (m *Manager) transportFor(peer ib.LinkAddr) (TransportType, bool) {
+	rc, uc := peer.Flags&ib.FlagRC != 0, peer.Flags&ib.FlagUC != 0
+	switch {
+	case m.cfg.UC && uc:
+		return TransportUC, true
+	case rc:
+		return TransportRC, true
+	case uc:
+		return TransportUC, true
+	}
+	return 0, false
+}
+
+// Connect opens a connection to peer unless one that can carry our sends
+// exists or is being set up. It reports whether peer can be connected at
+// all (a peer without RC/UC flags stays on UD).
+func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
+	m.now = now
+	tr, ok := m.transportFor(peer)
+	if !ok {
+		return false, nil
+	}
+	for _, c := range m.conns[peerKey(peer)] {
+		if c.Outgoing || (m.cfg.Policy == PolicyRFC && c.cm.State != StateTimewait) {
+			if c.cm.State != StateTimewait && c.cm.State != StateDREQSent {
+				return true, nil
+			}
+		}
+	}
+	qp, err := m.newQP(tr)
+	if err != nil {
+		return true, err
+	}
+	c := &Connection{Peer: peer, QP: qp, Outgoing: true, Since: now}
+	c.Peer.Flags = flagFor(tr)
+	var priv [IPoIBPrivateDataLen]byte
+	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
+	cc, err := m.engine.Connect(now, ConnectParams{
+		RemoteGID: peer.GID, ServiceID: IPoIBServiceID(peer.QPN), LocalQPN: qp.Num(),
+		Transport: tr, RecvPSN: randomPSN(), PathMTU: m.cfg.PathMTU,
+		RetryCount: 7, RNRRetry: 7, ACKTimeout: ackTimeout,
+		PrivateData: priv[:], Context: c,
+	})
+	if err != nil {
+		_ = qp.Close()
+		return true, err
+	}
+	c.cm = cc
+	m.add(c)
+	m.Stats.Connects++
+	return true, nil
+}
+
+// ackTimeout is the local ACK timeout code of our RC QPs: about 67 ms,
+// short against TCP's minimum RTO as RFC 4755 advises.
+const ackTimeout = 14
+
+func flagFor(tr TransportType) ib.LinkFlags {
+	if tr == TransportUC {
+		return ib.FlagUC
+	}
+	return ib.FlagRC
+}
+
+// Disconnect tears down every connection to peer (a neighbor that expired
+// or changed its link address).
+func (m *Manager) Disconnect(now time.Time, peer ib.LinkAddr, reason string) {
+	m.now = now
+	for _, c := range append([]*Connection(nil), m.conns[peerKey(peer)]...) {
+		m.teardown(c, reason)
+	}
+}
+
+// SendFailed reports an error completion on a connection's QP: the peer is
+// gone or lost the connection, so it is torn down and resolved again.
+func (m *Manager) SendFailed(now time.Time, qpn ib.QPN) {
+	m.now = now
+	for _, cs := range m.conns {
+		for _, c := range cs {
+			if c.QP.Num() == qpn && c.cm.State != StateTimewait {
+				m.Stats.SendFails++
+				peer := c.Peer
+				m.teardown(c, "send failed")
+				m.refused(peer, "send failed")
+				return
+			}
+		}
+	}
+}
+
+// HandleMAD passes a MAD received on QP1 to the engine.
+func (m *Manager) HandleMAD(now time.Time, mad *ib.MAD) {
+	m.now = now
+	m.engine.HandleMAD(now, mad)
+}
+
+// Next returns when Expire must next run (zero: nothing pending).
+func (m *Manager) Next() time.Time {
+	next := m.engine.Next()
+	if m.cfg.IdleTimeout > 0 && len(m.conns) > 0 {
+		idle := m.now.Add(m.cfg.IdleTimeout / 2)
+		if next.IsZero() || idle.Before(next) {
+			next = idle
+		}
+	}
+	return next
+}
+
+// Expire runs the engine's timers and reaps idle connections.
+func (m *Manager) Expire(now time.Time) {
+	m.now = now
+	m.engine.Expire(now)
+	if m.cfg.IdleTimeout <= 0 {
+		return
+	}
+	for _, cs := range m.conns {
+		for _, c := range cs {
+			if c.cm.State != StateEstablished {
+				continue
+			}
+			if n := c.Packets.Load(); n != c.idleSeen || c.idleAt.IsZero() {
+				c.idleSeen, c.idleAt = n, now
+				continue
+			}
+			if now.Sub(c.idleAt) >= m.cfg.IdleTimeout {
+				m.Stats.IdleReaped++
+				m.teardown(c, "idle")
+			}
+		}
+	}
+}
+
+// Close disconnects everything (daemon exit): DREQs go out, QPs stop.
+func (m *Manager) Close(now time.Time) {
+	m.now = now
+	for _, cs := range m.conns {
+		for _, c := range append([]*Connection(nil), cs...) {
+			m.teardown(c, "shutdown")
+		}
+	}
+}
+
+func (m *Manager) event(ev Event) {
+	c, _ := ev.Conn.Context.(*Connection)
+	switch ev.Type {
+	case EvRequest:
+		m.request(ev.Conn, ev.REQ)
+	case EvReply:
+		m.reply(c, ev.REP)
+	case EvEstablished:
+		m.Stats.Established++
+		if c != nil && m.cfg.Policy == PolicyRFC {
+			m.setUp(c)
+		}
+	case EvRejected:
+		m.Stats.Rejected++
+		if c == nil {
+			return
+		}
+		m.remove(c)
+		_ = c.QP.Close()
+		if ev.REJ.Reason == RejConsumerReject && m.hasOther(c) {
+			return // the crossing rule: the peer's own REQ wins
+		}
+		m.refused(c.Peer, "rejected: "+ev.REJ.Reason.String())
+	case EvTimeout:
+		m.Stats.TimedOut++
+		if c == nil {
+			return
+		}
+		m.setDown(c, "timeout")
+		if ev.Conn.State == StateIdle {
+			m.remove(c)
+			_ = c.QP.Close()
+		} else { // stale: disconnecting until timewait ends
+			_ = c.QP.Modify(ib.QPModify{State: ib.StateError})
+		}
+		m.refused(c.Peer, "timeout")
+	case EvDisconnected:
+		m.Stats.Disconnected++
+		if c != nil {
+			m.setDown(c, "disconnected")
+			_ = c.QP.Modify(ib.QPModify{State: ib.StateError})
+		}
+	case EvTimewaitDone:
+		if c != nil {
+			m.remove(c)
+			_ = c.QP.Close()
+		}
+	}
+}
+
+// request decides on a REQ: crossing rule, peer restart, then accept.
+func (m *Manager) request(cc *Conn, req *REQ) {
+	pd, err := DecodePrivateData(req.PrivateData[:])
+	if err != nil {
+		m.reject(cc, RejConsumerReject)
+		return
+	}
+	peer := ib.LinkAddr{Flags: flagFor(req.TransportType), QPN: pd.UDQPN, GID: cc.RemoteGID}
+	if m.cfg.Local.Flags&flagFor(req.TransportType) == 0 {
+		m.reject(cc, RejInvalidTransportType)
+		return
+	}
+	// A known GID with another UD QPN is the same node restarted: its old
+	// connections are stale.
+	for key, cs := range m.conns {
+		if key.GID == peer.GID && key.QPN != peer.QPN {
+			m.Stats.PeerRestarts++
+			for _, c := range append([]*Connection(nil), cs...) {
+				m.teardown(c, "peer restarted")
+			}
+		}
+	}
+	if m.cfg.Policy == PolicyRFC {
+		for _, c := range append([]*Connection(nil), m.conns[peerKey(peer)]...) {
+			switch {
+			case c.Outgoing && c.cm.State == StateREQSent:
+				// Crossing REQs: the smaller link address accepts.
+				if ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0 {
+					m.Stats.CrossingRejected++
+					m.reject(cc, RejConsumerReject)
+					return
+				}
+				m.Stats.CrossingAccepted++
+			case c.cm.State == StateEstablished || c.cm.State == StateREPSent || c.cm.State == StateREPRcvd:
+				// The peer asks again: it lost what we have, so ours is stale.
+				m.teardown(c, "replaced by a new REQ")
+			}
+		}
+	}
+	qp, err := m.newQP(req.TransportType)
+	if err != nil {
+		m.reject(cc, RejNoQP)
+		return
+	}
+	recvPSN := randomPSN()
+	if err := m.bringUp(qp, cc, recvPSN); err != nil {
+		_ = qp.Close()
+		m.Stats.QPErrors++
+		m.reject(cc, RejConsumerReject)
+		return
+	}
+	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, cm: cc}
+	c.sendable = m.cfg.Policy == PolicyRFC
+	cc.Context = c
+	var priv [IPoIBPrivateDataLen]byte
+	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
+	// RNR retry 7: an RNR NAK only delays the requester, never kills it
+	// (a Linux requester would otherwise drop the connection).
+	if err := m.engine.Accept(m.now, cc, AcceptParams{LocalQPN: qp.Num(), RecvPSN: recvPSN, RNRRetry: 7, PrivateData: priv[:]}); err != nil {
+		_ = qp.Close()
+		return
+	}
+	m.add(c)
+	m.Stats.Accepted++
+}
+
+// reply finishes our side after a REP.
+func (m *Manager) reply(c *Connection, rep *REP) {
+	if c == nil {
+		return
+	}
+	pd, err := DecodePrivateData(rep.PrivateData[:])
+	if err == nil {
+		err = m.bringUp(c.QP, c.cm, c.cm.RecvPSN)
+	}
+	if err != nil {
+		m.Stats.QPErrors++
+		var priv [IPoIBPrivateDataLen]byte
+		_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
+		_ = m.engine.RejectReply(c.cm, RejConsumerReject, priv[:])
+		m.remove(c)
+		_ = c.QP.Close()
+		m.refused(c.Peer, "bad REP")
+		return
+	}
+	c.MTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU)
+	if err := m.engine.Ready(c.cm); err != nil {
+		return
+	}
+	m.Stats.Established++
+	m.setUp(c)
+}
+
+// bringUp moves a QP through Init and RTR to RTS with what the CM agreed.
+func (m *Manager) bringUp(qp ib.QP, cc *Conn, recvPSN uint32) error {
+	steps := []ib.QPModify{
+		{State: ib.StateInit, PKey: m.cfg.Engine.PKey},
+		{State: ib.StateRTR, DestGID: cc.RemoteGID, DestQPN: cc.RemoteQPN, PathMTU: cc.PathMTU, RecvPSN: recvPSN, MinRNRTmr: 1},
+		{State: ib.StateRTS, SendPSN: cc.SendPSN, Timeout: ackTimeout, RetryCount: 7, RNRRetry: cc.RNRRetry},
+	}
+	for _, s := range steps {
+		if err := qp.Modify(s); err != nil {
+			return fmt.Errorf("cm: QP %v to %v: %w", qp.Num(), s.State, err)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) reject(cc *Conn, reason RejectReason) {
+	var priv [IPoIBPrivateDataLen]byte
+	binary.BigEndian.PutUint32(priv[0:4], uint32(m.cfg.Local.QPN))
+	_ = m.engine.Reject(cc, reason, priv[:])
+}
+
+func (m *Manager) teardown(c *Connection, reason string) {
+	m.setDown(c, reason)
+	switch c.cm.State {
+	case StateTimewait, StateDREQSent:
+		return
+	case StateIdle:
+		m.remove(c)
+		_ = c.QP.Close()
+		return
+	}
+	m.engine.Disconnect(m.now, c.cm)
+	if c.cm.State == StateIdle { // rejected while being set up
+		m.remove(c)
+		_ = c.QP.Close()
+	}
+}
+
+func (m *Manager) setUp(c *Connection) {
+	if m.cfg.Policy == PolicyRFC || c.Outgoing {
+		c.sendable = true
+	}
+	if c.sendable && !c.up {
+		c.up = true
+		if m.cfg.Up != nil {
+			m.cfg.Up(c)
+		}
+	}
+}
+
+func (m *Manager) setDown(c *Connection, reason string) {
+	c.sendable = false
+	if c.up {
+		c.up = false
+		if m.cfg.Down != nil {
+			m.cfg.Down(c, reason)
+		}
+	}
+}
+
+func (m *Manager) refused(peer ib.LinkAddr, reason string) {
+	if m.cfg.Refused != nil {
+		m.cfg.Refused(peer, reason)
+	}
+}
+
+// hasOther reports whether c's peer has another live connection.
+func (m *Manager) hasOther(c *Connection) bool {
+	for _, o := range m.conns[peerKey(c.Peer)] {
+		if o != c && o.cm.State != StateTimewait && o.cm.State != StateIdle {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) add(c *Connection) {
+	k := peerKey(c.Peer)
+	m.conns[k] = append(m.conns[k], c)
+}
+
+func (m *Manager) remove(c *Connection) {
+	k := peerKey(c.Peer)
+	cs := m.conns[k]
+	for i, o := range cs {
+		if o == c {
+			cs = append(cs[:i], cs[i+1:]...)
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(m.conns, k)
+	} else {
+		m.conns[k] = cs
+	}
+}
+
+func (m *Manager) newQP(tr TransportType) (ib.QP, error) {
+	if m.cfg.QPs == nil {
+		return nil, errors.New("cm: no QP factory")
+	}
+	return m.cfg.QPs.CreateQP(typeOf(tr))
+}
+
+func typeOf(tr TransportType) ib.QPType {
+	if tr == TransportUC {
+		return ib.UC
+	}
+	return ib.RC
+}
+
+// connMTU is the largest IP packet on a connection: the smaller receive
+// MTU less the 4-octet IPoIB header (RFC 4755 §5.1).
+func connMTU(peer, ours uint32) int {
+	return int(min(peer, ours)) - ipoibHeaderLen
+}
+
+func randomPSN() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:]) & 0xffffff
+}

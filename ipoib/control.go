@@ -1,0 +1,474 @@
+package ipoib
+
+import (
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/ud"
+	"github.com/vishvananda/netlink"
+)
+
+// Resolution timing. A request is repeated every probeInterval; after
+// maxProbes without an answer the neighbor fails (or, when probing an old
+// link address against a new claim, the claim wins).
+const (
+	probeInterval  = 300 * time.Millisecond
+	maxProbes      = 3
+	reachableTime  = 30 * time.Second
+	gcTime         = 5 * time.Minute
+	tickInterval   = 100 * time.Millisecond
+	connectBackoff = time.Second
+	maxBackoff     = 30 * time.Second
+)
+
+// control is the state the control goroutine owns.
+type control struct {
+	i          *Interface
+	addrs      []netip.Prefix
+	broadcasts atomic.Pointer[[]netip.Addr] // read by the datapath
+	groups     map[ib.GID]bool              // multicast groups the UD QP joined
+	ahs        map[ib.GID]ib.AH             // unicast address handles
+	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
+	wr         [1]ib.SendWR
+	now        time.Time
+}
+
+type backoff struct {
+	until time.Time
+	wait  time.Duration
+}
+
+func (c *control) init(i *Interface) {
+	c.i = i
+	c.groups = map[ib.GID]bool{}
+	c.ahs = map[ib.GID]ib.AH{}
+	c.backoff = map[ib.LinkAddr]backoff{}
+	empty := []netip.Addr{}
+	c.broadcasts.Store(&empty)
+	c.now = time.Now()
+	c.refreshAddrs()
+}
+
+func (i *Interface) controlLoop() {
+	c := &i.ctl
+	tick := time.NewTicker(tickInterval)
+	defer tick.Stop()
+	addrUpdates := make(chan netlink.AddrUpdate, 16)
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := netlink.AddrSubscribe(addrUpdates, stop); err != nil {
+		i.log.Warn("address changes will not be followed", "err", err)
+	}
+	var mads <-chan ib.MAD
+	if i.mads != nil {
+		mads = i.mads.Recv()
+	}
+	for {
+		select {
+		case <-i.done:
+			return
+		case f := <-i.requests:
+			c.now = time.Now()
+			f()
+		case p := <-i.pending:
+			c.now = time.Now()
+			c.handlePending(p)
+		case e := <-i.wantConn:
+			c.now = time.Now()
+			e.WantConn.Store(false)
+			c.connect(e)
+		case m := <-i.rxCtl:
+			c.now = time.Now()
+			c.handleControlPacket(&m)
+		case qpn := <-i.sendFail:
+			c.now = time.Now()
+			i.mgr.SendFailed(c.now, qpn)
+		case m, ok := <-mads:
+			if !ok {
+				mads = nil
+				continue
+			}
+			c.now = time.Now()
+			i.mgr.HandleMAD(c.now, &m)
+		case u := <-addrUpdates:
+			if u.LinkIndex == i.tun.Index() {
+				c.refreshAddrs()
+			}
+		case now := <-tick.C:
+			c.now = now
+			c.tick()
+		}
+	}
+}
+
+// refreshAddrs reads our addresses from the kernel (the operator may add
+// some with `ip addr`), joins the IPv6 groups they need and announces the
+// new ones.
+func (c *control) refreshAddrs() {
+	i := c.i
+	addrs, err := i.tun.Addrs()
+	if err != nil {
+		i.log.Warn("reading addresses", "err", err)
+		return
+	}
+	var bcasts []netip.Addr
+	for _, p := range addrs {
+		if p.Addr().Is4() && p.Bits() < 31 {
+			bcasts = append(bcasts, lastAddr(p))
+		}
+	}
+	c.broadcasts.Store(&bcasts)
+	if hasIPv6(addrs) {
+		c.join(netip.MustParseAddr("ff02::1"))
+	}
+	for _, p := range addrs {
+		if p.Addr().Is6() {
+			c.join(neigh.SolicitedNode(p.Addr()))
+		}
+		if !slices.Contains(c.addrs, p) {
+			c.announce(p.Addr())
+		}
+	}
+	c.addrs = addrs
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// join attaches the UD QP to the MGID of an IP multicast group.
+func (c *control) join(group netip.Addr) {
+	mgid, err := ud.MulticastMGID(group, c.i.pkey, ud.LinkLocal)
+	if err != nil || c.groups[mgid] {
+		return
+	}
+	if err := c.i.dev.AttachMulticast(c.i.udQP, mgid); err != nil {
+		c.i.log.Warn("joining a multicast group", "group", group, "err", err)
+		return
+	}
+	c.groups[mgid] = true
+}
+
+// isLocal reports whether ip is one of our addresses.
+func (c *control) isLocal(ip netip.Addr) bool {
+	for _, p := range c.addrs {
+		if p.Addr() == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// onLink reports whether ip is in one of our subnets, and the address of
+// ours to speak from.
+func (c *control) onLink(ip netip.Addr) (netip.Addr, bool) {
+	for _, p := range c.addrs {
+		if p.Contains(ip) {
+			return p.Addr(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// handlePending takes a packet the datapath could not send: it is queued on
+// its neighbor, and resolution or a connection is started.
+func (c *control) handlePending(p pendingPacket) {
+	i := c.i
+	if _, ok := c.onLink(p.dst); !ok {
+		i.drop(p.slot, txDropNoRoute)
+		return
+	}
+	e := i.neigh.Create(p.dst, c.now)
+	if e == nil {
+		i.drop(p.slot, txDropNoNeigh)
+		return
+	}
+	e.Used = c.now
+	if path := e.Path(); path != nil {
+		// Published since the datapath looked: send it now if it can go.
+		if c.send(p.slot, p.n, path) {
+			return
+		}
+	}
+	if e.State == neigh.Failed {
+		// Asked again after a failure: start over.
+		e.State, e.Probes, e.Updated = neigh.Incomplete, 0, c.now
+	}
+	if !i.neigh.Queue(e, neigh.Pending{Slot: p.slot, Len: p.n}) {
+		i.drop(p.slot, txDropQueueFull)
+		return
+	}
+	i.ctr.inc(txQueued)
+	switch e.State {
+	case neigh.Incomplete:
+		if e.Probes == 0 {
+			c.solicit(e, false)
+		}
+	default:
+		c.connect(e)
+	}
+}
+
+// send posts a queued packet on path if it fits; false leaves it queued.
+func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
+	i := c.i
+	ipLen := n - ud.HeaderLen
+	switch {
+	case path.QP != nil && ipLen <= path.MTU:
+		i.ctr.inc(txConnected)
+		path.Packets.Add(1)
+		c.wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)}
+		if _, err := path.QP.PostSend(c.wr[:]); err != nil {
+			i.drop(slot, txDropPost)
+		}
+		return true
+	case ipLen <= i.udMTU:
+		i.ctr.inc(txUD)
+		i.postUD(slot, n, path.AH, path.Link.QPN, &c.wr)
+		return true
+	}
+	return false
+}
+
+// flush sends what waits on e, keeping only what waits for a connection
+// that is still coming.
+func (c *control) flush(e *neigh.Entry) {
+	path := e.Path()
+	if path == nil {
+		return
+	}
+	waiting := c.connecting(e)
+	kept := e.Pending[:0]
+	for _, p := range e.Pending {
+		switch {
+		case c.send(p.Slot, p.Len, path):
+		case waiting:
+			kept = append(kept, p)
+		default:
+			c.i.drop(p.Slot, txDropTooBig)
+		}
+	}
+	e.Pending = kept
+}
+
+// connecting reports whether a connection to e's peer is being set up.
+func (c *control) connecting(e *neigh.Entry) bool {
+	if c.i.mgr == nil {
+		return false
+	}
+	for _, conn := range c.i.mgr.Connections() {
+		if conn.Peer.SameNode(e.Link) && (conn.State() == cm.StateREQSent || conn.State() == cm.StateREPRcvd || conn.State() == cm.StateREQRcvd || conn.State() == cm.StateREPSent) {
+			return true
+		}
+	}
+	return false
+}
+
+// connect starts a connection to a resolved neighbor, unless the interface
+// is in datagram mode, the peer has no connected mode, or it recently
+// refused one.
+func (c *control) connect(e *neigh.Entry) {
+	i := c.i
+	if i.mgr == nil || e.State == neigh.Incomplete || e.State == neigh.Failed {
+		return
+	}
+	if b, ok := c.backoff[ib.LinkAddr{QPN: e.Link.QPN, GID: e.Link.GID}]; ok && c.now.Before(b.until) {
+		c.flush(e)
+		return
+	}
+	if _, err := i.mgr.Connect(c.now, e.Link); err != nil {
+		i.log.Warn("connecting", "peer", e.IP, "link", e.Link, "err", err)
+	}
+	c.flush(e)
+}
+
+// connUp publishes a connection as the path of every neighbor on its peer.
+func (i *Interface) connUp(conn *cm.Connection) {
+	c := &i.ctl
+	delete(c.backoff, ib.LinkAddr{QPN: conn.Peer.QPN, GID: conn.Peer.GID})
+	for _, e := range i.neigh.ByLink(conn.Peer) {
+		p := c.udPath(e.Link)
+		if p == nil {
+			continue
+		}
+		p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+		e.SetPath(p)
+		c.flush(e)
+	}
+	i.log.Info("connection up", "peer", conn.Peer, "qpn", conn.QP.Num(), "mtu", conn.MTU)
+}
+
+// connDown puts the neighbors of a lost connection back on UD.
+func (i *Interface) connDown(conn *cm.Connection, reason string) {
+	c := &i.ctl
+	for _, e := range i.neigh.ByLink(conn.Peer) {
+		if p := e.Path(); p != nil && p.QP == conn.QP {
+			e.SetPath(c.udPath(e.Link))
+		}
+	}
+	i.log.Info("connection down", "peer", conn.Peer, "qpn", conn.QP.Num(), "reason", reason)
+}
+
+// connRefused backs off from a peer that refused or lost a connection and
+// checks its neighbors again: it may have restarted with a new address.
+func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
+	c := &i.ctl
+	key := ib.LinkAddr{QPN: peer.QPN, GID: peer.GID}
+	b := c.backoff[key]
+	b.wait = min(max(2*b.wait, connectBackoff), maxBackoff)
+	b.until = c.now.Add(b.wait)
+	c.backoff[key] = b
+	for _, e := range i.neigh.ByLink(peer) {
+		if e.State == neigh.Reachable {
+			e.State, e.Probes, e.Updated = neigh.Stale, 0, c.now
+			c.solicit(e, true)
+		}
+		c.flush(e)
+	}
+	i.log.Info("connection refused", "peer", peer, "reason", reason, "retry_in", b.wait)
+}
+
+// udPath makes the UD path to a link address.
+func (c *control) udPath(link ib.LinkAddr) *neigh.Path {
+	ah := c.ahs[link.GID]
+	if ah == nil {
+		var err error
+		if ah, err = c.i.dev.CreateAH(ib.AHAttr{DestGID: link.GID}); err != nil {
+			c.i.log.Warn("address handle", "gid", link.GID, "err", err)
+			return nil
+		}
+		c.ahs[link.GID] = ah
+	}
+	return &neigh.Path{Link: link, AH: ah, MTU: c.i.udMTU}
+}
+
+// learn records that ip is at link. An entry that is live at another
+// link address is not redirected on the word of one packet: the old
+// address is probed first, and only silence lets the new one win.
+func (c *control) learn(ip netip.Addr, link ib.LinkAddr, create bool) {
+	i := c.i
+	e := i.neigh.Get(ip)
+	if e == nil {
+		if !create {
+			return
+		}
+		if e = i.neigh.Create(ip, c.now); e == nil {
+			return
+		}
+	}
+	switch {
+	case e.State == neigh.Incomplete || e.State == neigh.Failed:
+		c.resolved(e, link)
+	case e.Link.SameNode(link):
+		if e.State == neigh.Probing {
+			i.ctr.inc(impostors) // the old address answered: the claim was false
+		}
+		e.State, e.Probes, e.Updated = neigh.Reachable, 0, c.now
+		if e.Link.Flags != link.Flags {
+			c.resolved(e, link)
+		}
+	case e.State == neigh.Probing && e.Candidate.SameNode(link):
+		// The same claim again; the probe decides.
+	default:
+		e.State, e.Candidate, e.Probes, e.Updated = neigh.Probing, link, 0, c.now
+		c.solicit(e, true)
+	}
+}
+
+// resolved makes e reachable at link and sends what waited for it.
+func (c *control) resolved(e *neigh.Entry, link ib.LinkAddr) {
+	old := e.Link
+	e.Link, e.State, e.Probes, e.Updated = link, neigh.Reachable, 0, c.now
+	if old.GID != (ib.GID{}) && !old.SameNode(link) && c.i.mgr != nil {
+		c.i.mgr.Disconnect(c.now, old, "neighbor moved")
+	}
+	p := c.udPath(link)
+	if p == nil {
+		return
+	}
+	if c.i.mgr != nil {
+		for _, conn := range c.i.mgr.Connections() {
+			if conn.Peer.SameNode(link) && conn.Sendable() {
+				p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+			}
+		}
+	}
+	e.SetPath(p)
+	if len(e.Pending) > 0 {
+		c.connect(e)
+	}
+}
+
+// tick runs the neighbor timers and the connection manager's.
+func (c *control) tick() {
+	i := c.i
+	if i.mgr != nil {
+		i.mgr.Expire(c.now)
+	}
+	for _, e := range i.neigh.All() {
+		age := c.now.Sub(e.Updated)
+		switch e.State {
+		case neigh.Incomplete, neigh.Probing:
+			if age < probeInterval*time.Duration(e.Probes) {
+				continue
+			}
+			if e.Probes < maxProbes {
+				c.solicit(e, e.State == neigh.Probing)
+				continue
+			}
+			if e.State == neigh.Probing {
+				// The old address is silent: the new claim was right.
+				c.resolved(e, e.Candidate)
+				continue
+			}
+			e.State, e.Updated = neigh.Failed, c.now
+			for _, p := range e.Pending {
+				i.drop(p.Slot, txDropNoNeigh)
+			}
+			e.Pending = nil
+		case neigh.Reachable:
+			if age > reachableTime {
+				// Confirm by unicast; silence means the peer is gone.
+				e.State, e.Probes, e.Updated = neigh.Stale, 0, c.now
+				c.solicit(e, true)
+			}
+		case neigh.Stale:
+			// Stale entries are confirmed again by unicast requests while
+			// they carry traffic; the probes time out like Incomplete.
+			if e.Probes > 0 && e.Probes < maxProbes && age >= probeInterval*time.Duration(e.Probes) {
+				c.solicit(e, true)
+			} else if e.Probes >= maxProbes && age >= probeInterval*maxProbes {
+				c.forget(e)
+			}
+		case neigh.Failed:
+			if age > gcTime {
+				c.forget(e)
+			}
+		}
+	}
+}
+
+// forget removes a neighbor and its connections.
+func (c *control) forget(e *neigh.Entry) {
+	for _, p := range c.i.neigh.Delete(e) {
+		c.i.drop(p.Slot, txDropNoNeigh)
+	}
+	if c.i.mgr != nil && e.Link.GID != (ib.GID{}) && len(c.i.neigh.ByLink(e.Link)) == 0 {
+		c.i.mgr.Disconnect(c.now, e.Link, "neighbor expired")
+	}
+}
+
+// shutdown disconnects every connection before the interface closes.
+func (c *control) shutdown() {
+	if c.i.mgr != nil {
+		c.i.mgr.Close(time.Now())
+	}
+}

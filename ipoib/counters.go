@@ -1,0 +1,69 @@
+package ipoib
+
+import (
+	"sync/atomic"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// counter names what the interface counts; every drop has its own cause.
+type counter int
+
+const (
+	txPackets counter = iota
+	txBytes
+	txUD            // unicast sent over UD
+	txConnected     // sent over an RC/UC connection
+	txMulticast     // sent to a multicast group or broadcast
+	txQueued        // waited for resolution or a connection
+	txDropMalformed // TUN gave us something that is not IPv4/IPv6
+	txDropNoNeigh   // resolution failed or the table is full
+	txDropQueueFull // the pending queue of a neighbor was full
+	txDropTooBig    // larger than the path MTU (answered with ICMP when it may be)
+	txDropNoRoute   // off-link destination with no route through this interface
+	txDropPost      // the provider refused the send
+	txDropKernelND  // neighbor discovery from the kernel: the daemon does ND itself
+	txErrors        // send completions with an error status
+	txICMPTooBig    // ICMP errors written back into the TUN
+	rxPackets
+	rxBytes
+	rxDropMalformed // bad IPoIB header, ARP or ND
+	rxDropLoop      // our own multicast coming back
+	rxDropEtherType // an EtherType IPoIB does not carry
+	rxDropTUN       // the TUN write failed
+	rxErrors        // receive completions with an error status
+	arpIn
+	arpOut
+	ndIn
+	ndOut
+	ctlDropBusy // the control goroutine's inbox was full
+	impostors   // replies that tried to redirect a live neighbor and were refuted
+	numCounters
+)
+
+var counterNames = [numCounters]string{
+	txPackets: "tx_packets", txBytes: "tx_bytes", txUD: "tx_ud", txConnected: "tx_connected",
+	txMulticast: "tx_multicast", txQueued: "tx_queued",
+	txDropMalformed: "tx_drop_malformed", txDropNoNeigh: "tx_drop_no_neighbor",
+	txDropQueueFull: "tx_drop_queue_full", txDropTooBig: "tx_drop_too_big",
+	txDropNoRoute: "tx_drop_no_route", txDropPost: "tx_drop_post", txDropKernelND: "tx_drop_kernel_nd",
+	txErrors: "tx_errors", txICMPTooBig: "tx_icmp_too_big",
+	rxPackets: "rx_packets", rxBytes: "rx_bytes", rxDropMalformed: "rx_drop_malformed",
+	rxDropLoop: "rx_drop_loop", rxDropEtherType: "rx_drop_ethertype", rxDropTUN: "rx_drop_tun",
+	rxErrors: "rx_errors", arpIn: "arp_in", arpOut: "arp_out", ndIn: "nd_in", ndOut: "nd_out",
+	ctlDropBusy: "ctl_drop_busy", impostors: "impostors_refuted",
+}
+
+type counters [numCounters]atomic.Uint64
+
+func (c *counters) inc(k counter)           { c[k].Add(1) }
+func (c *counters) add(k counter, n uint64) { c[k].Add(n) }
+func (c *counters) get(k counter) uint64    { return c[k].Load() }
+
+func (c *counters) list() []ib.Counter {
+	out := make([]ib.Counter, numCounters)
+	for i := range out {
+		out[i] = ib.Counter{Name: counterNames[i], Value: c[i].Load()}
+	}
+	return out
+}

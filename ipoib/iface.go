@@ -1,0 +1,342 @@
+// Package ipoib is one IPoIB interface: it wires the TUN device, the UD
+// endpoint, neighbor resolution, the connection manager and per-destination
+// MTUs together over an ib.Device, and runs the datapath.
+//
+// Goroutines: the TUN reader (transmit), the receive-completion loop, the
+// send-completion loop, and one control goroutine that owns the neighbor
+// table and the connection manager. The datapath reads published neighbor
+// paths without locks and hands anything else to the control goroutine
+// through bounded channels.
+package ipoib
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/tun"
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// Mode is the interface's IPoIB mode.
+type Mode uint8
+
+// Modes.
+const (
+	Connected Mode = iota
+	Datagram
+)
+
+func (m Mode) String() string {
+	if m == Datagram {
+		return "datagram"
+	}
+	return "connected"
+}
+
+// ParseMode reads "connected" or "datagram".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "connected":
+		return Connected, nil
+	case "datagram":
+		return Datagram, nil
+	}
+	return 0, fmt.Errorf("mode %q: want connected or datagram", s)
+}
+
+// ConnectedMTU is the interface MTU in connected mode, as Linux uses.
+const ConnectedMTU = 65520
+
+// Config describes one interface.
+type Config struct {
+	Name   string
+	Device ib.Device
+	Addrs  []netip.Prefix
+	Mode   Mode
+	RC, UC bool // connected modes offered in our link address (default RC)
+	Policy cm.Policy
+	// MTU of the interface (default: 65520 connected, the UD MTU datagram).
+	MTU int
+	// IdleTimeout tears down unused connections (0: never).
+	IdleTimeout time.Duration
+	Log         *slog.Logger
+}
+
+// Interface is a running IPoIB interface.
+type Interface struct {
+	cfg   Config
+	dev   ib.Device
+	port  ib.PortAttr
+	pkey  ib.PKey
+	local ib.LinkAddr
+	udMTU int // largest IP packet over UD
+	mtu   int // interface MTU
+
+	tun    *tun.Device
+	slots  *slots
+	sendCQ ib.CQ
+	recvCQ ib.CQ
+	udQP   ib.QP
+	srq    ib.SRQ
+	mads   ib.MADService
+	bcast  ib.AH
+
+	neigh *neigh.Table
+	mgr   *cm.Manager // nil in datagram mode
+
+	// Datapath → control.
+	pending  chan pendingPacket
+	wantConn chan *neigh.Entry
+	rxCtl    chan ctlPacket
+	sendFail chan ib.QPN
+	requests chan func()
+
+	mcastMu  sync.Mutex
+	mcastAHs map[netip.Addr]mcastDest
+
+	ctr    counters
+	log    *slog.Logger
+	done   chan struct{}
+	wg     sync.WaitGroup
+	ctl    control // owned by the control goroutine
+	closed sync.Once
+}
+
+type mcastDest struct {
+	ah   ib.AH
+	mgid ib.GID
+}
+
+// pendingPacket is a packet the datapath could not send on its own.
+type pendingPacket struct {
+	slot uint32
+	n    int // IPoIB message length (header included)
+	dst  netip.Addr
+}
+
+// ctlPacket is an ARP or ND packet copied off the receive path.
+type ctlPacket struct {
+	etherType uint16
+	n         int
+	src       ib.LinkAddr // UD source: QPN and GID
+	data      [128]byte
+}
+
+// New opens the interface: TUN, queue pairs, buffers. Nothing runs until
+// Start. On error everything already opened is closed again.
+func New(cfg Config) (_ *Interface, err error) {
+	if cfg.Device == nil {
+		return nil, errors.New("ipoib: no device")
+	}
+	if !cfg.RC && !cfg.UC {
+		cfg.RC = true
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	port := cfg.Device.Port()
+	i := &Interface{
+		cfg: cfg, dev: cfg.Device, port: port, pkey: port.PKeys[0],
+		udMTU:    ud.MTUForIB(port.ActiveMTU),
+		pending:  make(chan pendingPacket, 1024),
+		wantConn: make(chan *neigh.Entry, 256),
+		rxCtl:    make(chan ctlPacket, 256),
+		sendFail: make(chan ib.QPN, 64),
+		requests: make(chan func()),
+		mcastAHs: map[netip.Addr]mcastDest{},
+		neigh:    neigh.NewTable(8, 65536),
+		log:      cfg.Log.With("if", cfg.Name),
+		done:     make(chan struct{}),
+	}
+	i.mtu = cfg.MTU
+	if i.mtu == 0 {
+		i.mtu = i.udMTU
+		if cfg.Mode == Connected {
+			i.mtu = ConnectedMTU
+		}
+	}
+	if i.mtu < 1280 && hasIPv6(cfg.Addrs) {
+		return nil, fmt.Errorf("ipoib: MTU %d is below IPv6's 1280; give the underlay a larger MTU", i.mtu)
+	}
+	if i.mtu > ConnectedMTU || (cfg.Mode == Datagram && i.mtu > i.udMTU) {
+		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit", i.mtu, cfg.Mode)
+	}
+	defer func() {
+		if err != nil {
+			i.release()
+		}
+	}()
+	if i.slots, err = newSlots(i.dev); err != nil {
+		return nil, err
+	}
+	if err = i.openQueues(); err != nil {
+		return nil, err
+	}
+	if cfg.Mode == Connected {
+		if cfg.RC {
+			i.local.Flags |= ib.FlagRC
+		}
+		if cfg.UC {
+			i.local.Flags |= ib.FlagUC
+		}
+	}
+	i.local.QPN, i.local.GID = i.udQP.Num(), port.GID
+	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs}); err != nil {
+		return nil, err
+	}
+	if cfg.Mode == Connected {
+		if i.mads, err = i.dev.MADs(); err != nil {
+			return nil, err
+		}
+		i.mgr = cm.NewManager(cm.ManagerConfig{
+			Engine:      cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, Send: i.mads.Send},
+			Local:       i.local,
+			Policy:      cfg.Policy,
+			UC:          cfg.UC && !cfg.RC,
+			PathMTU:     port.ActiveMTU,
+			QPs:         qpFactory{i},
+			IdleTimeout: cfg.IdleTimeout,
+			Up:          i.connUp,
+			Down:        i.connDown,
+			Refused:     i.connRefused,
+		})
+	}
+	return i, nil
+}
+
+func hasIPv6(ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Addr().Is6() {
+			return true
+		}
+	}
+	return false
+}
+
+// openQueues makes the CQs, the UD QP (in RTS with its receives posted),
+// the SRQ for connections, and joins the broadcast group.
+func (i *Interface) openQueues() error {
+	var err error
+	if i.sendCQ, err = i.dev.CreateCQ(4096); err != nil {
+		return err
+	}
+	if i.recvCQ, err = i.dev.CreateCQ(4096); err != nil {
+		return err
+	}
+	if i.srq, err = i.dev.CreateSRQ(ib.SRQAttr{MaxWR: numSRQRx, Limit: numSRQRx / 4}); err != nil {
+		return err
+	}
+	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.recvCQ, MaxSend: numTx + numCtl, MaxRecv: numUDRx}); err != nil {
+		return err
+	}
+	for _, m := range []ib.QPModify{
+		{State: ib.StateInit, PKey: i.pkey, QKey: ib.DefaultIPoIBQKey},
+		{State: ib.StateRTR},
+		{State: ib.StateRTS},
+	} {
+		if err := i.udQP.Modify(m); err != nil {
+			return fmt.Errorf("ipoib: UD QP to %v: %w", m.State, err)
+		}
+	}
+	var wrs []ib.RecvWR
+	for s := uint32(firstUDRx); s < firstSRQRx; s++ {
+		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.sge(s, slotSize)})
+	}
+	if _, err := i.udQP.PostRecv(wrs); err != nil {
+		return err
+	}
+	wrs = wrs[:0]
+	for s := uint32(firstSRQRx); s < numSlots; s++ {
+		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.sge(s, slotSize)})
+	}
+	if _, err := i.srq.PostRecv(wrs); err != nil {
+		return err
+	}
+	mgid := ud.BroadcastMGID(i.pkey, ud.LinkLocal)
+	if err := i.dev.AttachMulticast(i.udQP, mgid); err != nil {
+		return fmt.Errorf("ipoib: joining the broadcast group %v: %w", mgid, err)
+	}
+	if i.bcast, err = i.dev.CreateAH(ib.AHAttr{DestGID: mgid}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// qpFactory makes connected QPs on the interface's SRQ and CQs.
+type qpFactory struct{ i *Interface }
+
+func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
+	return f.i.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: f.i.sendCQ, RecvCQ: f.i.recvCQ, SRQ: f.i.srq, MaxSend: numTx})
+}
+
+// Start runs the datapath and the control goroutine.
+func (i *Interface) Start() {
+	i.ctl.init(i)
+	i.wg.Add(4)
+	go func() { defer i.wg.Done(); i.txLoop() }()
+	go func() { defer i.wg.Done(); i.rxLoop() }()
+	go func() { defer i.wg.Done(); i.sendCompletionLoop() }()
+	go func() { defer i.wg.Done(); i.controlLoop() }()
+}
+
+// Close disconnects every connection (DREQs go out), stops the datapath and
+// removes the TUN interface with its addresses and routes.
+func (i *Interface) Close() {
+	i.closed.Do(func() {
+		i.do(func() { i.ctl.shutdown() })
+		close(i.done)
+		i.slots.tx.close()
+		i.slots.ctl.close()
+		_ = i.tun.Close() // unblocks the TUN reader
+		i.wg.Wait()
+		i.release()
+	})
+}
+
+// release closes what New opened, in reverse order.
+func (i *Interface) release() {
+	if i.tun != nil {
+		_ = i.tun.Close()
+	}
+	if i.mads != nil {
+		_ = i.mads.Close()
+	}
+	if i.udQP != nil {
+		_ = i.udQP.Close()
+	}
+	if i.srq != nil {
+		_ = i.srq.Close()
+	}
+	for _, cq := range []ib.CQ{i.sendCQ, i.recvCQ} {
+		if cq != nil {
+			_ = cq.Close()
+		}
+	}
+	if i.slots != nil {
+		i.slots.close()
+	}
+}
+
+// do runs f on the control goroutine and waits for it; after Close it
+// does nothing.
+func (i *Interface) do(f func()) {
+	ran := make(chan struct{})
+	select {
+	case i.requests <- func() { f(); close(ran) }:
+		<-ran
+	case <-i.done:
+	}
+}
+
+// LinkAddr returns the interface's link address.
+func (i *Interface) LinkAddr() ib.LinkAddr { return i.local }
+
+// Name returns the interface name.
+func (i *Interface) Name() string { return i.tun.Name() }

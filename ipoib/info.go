@@ -1,0 +1,153 @@
+package ipoib
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// What `ipoibd show`, `neigh`, `conn` and `stats` print. Each is taken on
+// the control goroutine, so it is a consistent snapshot.
+
+// Info describes the interface.
+type Info struct {
+	Name      string   `json:"ifname"`
+	Device    string   `json:"device"`
+	LinkLayer string   `json:"link_layer"`
+	LinkAddr  string   `json:"link_addr"`
+	GID       string   `json:"gid"`
+	PKey      string   `json:"pkey"`
+	Mode      string   `json:"mode"`
+	CMModes   string   `json:"cm_modes,omitempty"`
+	Policy    string   `json:"cm_policy,omitempty"`
+	MTU       int      `json:"mtu"`
+	UDMTU     int      `json:"ud_mtu"`
+	IBMTU     int      `json:"ib_mtu"`
+	Addrs     []string `json:"addrs"`
+	Neighbors int      `json:"neighbors"`
+	Conns     int      `json:"connections"`
+}
+
+// NeighInfo is one neighbor.
+type NeighInfo struct {
+	IP       string `json:"ip"`
+	LinkAddr string `json:"link_addr,omitempty"`
+	State    string `json:"state"`
+	Via      string `json:"via"` // RC, UC, UD or "-" when unresolved
+	QPN      uint32 `json:"qpn,omitempty"`
+	MTU      int    `json:"mtu,omitempty"`
+	Pending  int    `json:"pending"`
+}
+
+// ConnInfo is one connection.
+type ConnInfo struct {
+	Peer      string `json:"peer"`
+	Type      string `json:"type"`
+	Direction string `json:"direction"` // out: we connected; in: the peer did
+	State     string `json:"state"`
+	Sends     bool   `json:"sends"` // carries our sends (policy)
+	LocalQPN  uint32 `json:"local_qpn"`
+	MTU       int    `json:"mtu"`
+	Packets   uint64 `json:"packets"`
+	Age       string `json:"age"`
+}
+
+// Show returns the interface description.
+func (i *Interface) Show() Info {
+	var info Info
+	i.do(func() {
+		info = Info{
+			Name: i.Name(), Device: i.dev.Name(), LinkLayer: i.port.LinkLayer,
+			LinkAddr: i.local.String(), GID: i.local.GID.String(), PKey: i.pkey.String(),
+			Mode: i.cfg.Mode.String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
+			Neighbors: len(i.neigh.All()),
+		}
+		for _, a := range i.ctl.addrs {
+			info.Addrs = append(info.Addrs, a.String())
+		}
+		if i.mgr != nil {
+			var modes []string
+			if i.local.Flags&ib.FlagRC != 0 {
+				modes = append(modes, "rc")
+			}
+			if i.local.Flags&ib.FlagUC != 0 {
+				modes = append(modes, "uc")
+			}
+			info.CMModes, info.Policy = strings.Join(modes, ","), i.cfg.Policy.String()
+			info.Conns = len(i.mgr.Connections())
+		}
+	})
+	return info
+}
+
+// Neighbors returns the neighbor table, sorted by address.
+func (i *Interface) Neighbors() []NeighInfo {
+	var out []NeighInfo
+	i.do(func() {
+		for _, e := range i.neigh.All() {
+			n := NeighInfo{IP: e.IP.String(), State: e.State.String(), Via: "-", Pending: len(e.Pending)}
+			if p := e.Path(); p != nil {
+				n.LinkAddr, n.Via, n.QPN, n.MTU = p.Link.String(), "UD", uint32(p.Link.QPN), p.MTU
+				if p.QP != nil {
+					n.Via, n.QPN = p.QP.Type().String(), uint32(p.QP.Num())
+				}
+			}
+			out = append(out, n)
+		}
+	})
+	slices.SortFunc(out, func(a, b NeighInfo) int { return strings.Compare(a.IP, b.IP) })
+	return out
+}
+
+// Connections returns the connection table.
+func (i *Interface) Connections() []ConnInfo {
+	var out []ConnInfo
+	i.do(func() {
+		if i.mgr == nil {
+			return
+		}
+		for _, c := range i.mgr.Connections() {
+			dir := "in"
+			if c.Outgoing {
+				dir = "out"
+			}
+			out = append(out, ConnInfo{
+				Peer: c.Peer.String(), Type: c.QP.Type().String(), Direction: dir, State: c.State().String(),
+				Sends: c.Sendable(), LocalQPN: uint32(c.QP.Num()), MTU: c.MTU, Packets: c.Packets.Load(),
+				Age: i.ctl.now.Sub(c.Since).Round(1e9).String(),
+			})
+		}
+	})
+	slices.SortFunc(out, func(a, b ConnInfo) int { return strings.Compare(a.Peer+a.Direction, b.Peer+b.Direction) })
+	return out
+}
+
+// Stats returns every counter: the interface's, the CM's and the device's.
+func (i *Interface) Stats() []ib.Counter {
+	out := i.ctr.list()
+	i.do(func() {
+		if i.mgr == nil {
+			return
+		}
+		s, e := i.mgr.Stats, i.mgr.Engine().Stats
+		for _, c := range []ib.Counter{
+			{Name: "cm_connects", Value: s.Connects}, {Name: "cm_accepted", Value: s.Accepted},
+			{Name: "cm_established", Value: s.Established}, {Name: "cm_rejected", Value: s.Rejected},
+			{Name: "cm_timed_out", Value: s.TimedOut}, {Name: "cm_disconnected", Value: s.Disconnected},
+			{Name: "cm_crossing_accepted", Value: s.CrossingAccepted}, {Name: "cm_crossing_rejected", Value: s.CrossingRejected},
+			{Name: "cm_peer_restarts", Value: s.PeerRestarts}, {Name: "cm_idle_reaped", Value: s.IdleReaped},
+			{Name: "cm_send_failures", Value: s.SendFails},
+			{Name: "cm_mads_in", Value: e.Received}, {Name: "cm_mads_out", Value: e.Sent},
+			{Name: "cm_retransmits", Value: e.Retransmitted}, {Name: "cm_malformed", Value: e.Malformed},
+			{Name: "cm_duplicates", Value: e.Duplicate}, {Name: "cm_stale", Value: e.Stale},
+		} {
+			out = append(out, c)
+		}
+	})
+	for _, c := range i.dev.Counters() {
+		c.Name = "dev_" + c.Name
+		out = append(out, c)
+	}
+	return out
+}

@@ -1,0 +1,44 @@
+package ipoib
+
+import (
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// IP header facts the datapath needs; it reads them straight from the slot.
+const (
+	ipv4HeaderLen  = 20
+	ipv6HeaderLen  = 40
+	protoICMPv6    = 58
+	icmpv6RS       = 133 // router solicitation: first of the ND types
+	icmpv6Redirect = 137 // last of the ND types
+)
+
+// ipDest returns the EtherType and destination of the IP packet in p, or
+// ok=false when p is not a whole IPv4/IPv6 header.
+func ipDest(p []byte) (etherType uint16, dst netip.Addr, ok bool) {
+	if len(p) == 0 {
+		return 0, netip.Addr{}, false
+	}
+	switch p[0] >> 4 {
+	case 4:
+		if len(p) < ipv4HeaderLen {
+			return 0, netip.Addr{}, false
+		}
+		return ud.EtherTypeIPv4, netip.AddrFrom4([4]byte(p[16:20])), true
+	case 6:
+		if len(p) < ipv6HeaderLen {
+			return 0, netip.Addr{}, false
+		}
+		return ud.EtherTypeIPv6, netip.AddrFrom16([16]byte(p[24:40])), true
+	}
+	return 0, netip.Addr{}, false
+}
+
+// isND reports whether the IPv6 packet p is ICMPv6 neighbor discovery
+// (types 133-137) without extension headers, as ND packets always are.
+func isND(p []byte) bool {
+	return len(p) > ipv6HeaderLen && p[0]>>4 == 6 && p[6] == protoICMPv6 &&
+		p[ipv6HeaderLen] >= icmpv6RS && p[ipv6HeaderLen] <= icmpv6Redirect
+}

@@ -1,0 +1,172 @@
+package ipoib
+
+import (
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// Address resolution over UD: ARP for IPv4, neighbor discovery with the
+// IPoIB link-layer option for IPv6. The kernel sees neither: a TUN link
+// has no link addresses, so the daemon answers for the interface.
+
+var allNodes = netip.MustParseAddr("ff02::1")
+
+// solicit asks for e's link address: broadcast (or the solicited-node
+// group) while unresolved, unicast to the known address when confirming.
+func (c *control) solicit(e *neigh.Entry, unicast bool) {
+	src, ok := c.onLink(e.IP)
+	if !ok {
+		return
+	}
+	e.Probes++
+	if e.IP.Is4() {
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.local, SenderIP: src, TargetIP: e.IP}
+		c.sendARP(&a, e.Link, unicast)
+		return
+	}
+	m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: e.IP, LinkAddr: c.i.local, HasLinkAddr: true}
+	dst := neigh.SolicitedNode(e.IP)
+	if unicast {
+		dst = e.IP
+	}
+	c.sendND(&m, src, dst, e.Link, unicast)
+}
+
+// announce tells the fabric where one of our addresses is (on start and
+// when an address is added), so peers holding an old link address for it
+// (we restarted) move to the new one.
+func (c *control) announce(ip netip.Addr) {
+	if ip.Is4() {
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.local, SenderIP: ip, TargetIP: ip}
+		c.sendARP(&a, ib.LinkAddr{}, false)
+		return
+	}
+	{
+		m := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: ip, LinkAddr: c.i.local, HasLinkAddr: true}
+		c.sendND(&m, ip, allNodes, ib.LinkAddr{}, false)
+	}
+}
+
+// handleControlPacket processes an ARP or ND packet from the fabric.
+func (c *control) handleControlPacket(m *ctlPacket) {
+	pkt := m.data[:m.n]
+	if m.etherType == ud.EtherTypeARP {
+		c.handleARP(pkt, m.src)
+		return
+	}
+	c.handleND(pkt, m.src)
+}
+
+func (c *control) handleARP(pkt []byte, from ib.LinkAddr) {
+	i := c.i
+	a, err := neigh.DecodeARP(pkt)
+	if err != nil {
+		i.ctr.inc(rxDropMalformed)
+		return
+	}
+	i.ctr.inc(arpIn)
+	if c.isLocal(a.SenderIP) || a.SenderHW.SameNode(i.local) {
+		return
+	}
+	forUs := c.isLocal(a.TargetIP)
+	if _, ok := c.onLink(a.SenderIP); ok {
+		c.learn(a.SenderIP, a.SenderHW, forUs && a.Op == neigh.ARPRequest)
+	}
+	if forUs && a.Op == neigh.ARPRequest && a.SenderIP != a.TargetIP {
+		r := neigh.ARP{Op: neigh.ARPReply, SenderHW: i.local, SenderIP: a.TargetIP, TargetHW: a.SenderHW, TargetIP: a.SenderIP}
+		c.sendARP(&r, a.SenderHW, true)
+	}
+}
+
+func (c *control) handleND(pkt []byte, from ib.LinkAddr) {
+	i := c.i
+	src, _, m, err := neigh.DecodeIPv6ND(pkt)
+	if err != nil {
+		i.ctr.inc(rxDropMalformed)
+		return
+	}
+	i.ctr.inc(ndIn)
+	switch m.Type {
+	case neigh.TypeNeighborSolicitation:
+		if !c.isLocal(m.Target) || !src.IsValid() || src.IsUnspecified() {
+			return
+		}
+		reply := from
+		if m.HasLinkAddr {
+			reply = m.LinkAddr
+			c.learn(src, m.LinkAddr, true)
+		}
+		na := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Solicited: true, Override: true,
+			Target: m.Target, LinkAddr: i.local, HasLinkAddr: true}
+		c.sendND(&na, m.Target, src, reply, true)
+	case neigh.TypeNeighborAdvertisement:
+		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.local) {
+			c.learn(m.Target, m.LinkAddr, false)
+		}
+	}
+}
+
+func (c *control) sendARP(a *neigh.ARP, to ib.LinkAddr, unicast bool) {
+	slot, buf, ok := c.ctlSlot()
+	if !ok {
+		return
+	}
+	if err := a.Encode(buf[ud.HeaderLen:]); err != nil {
+		c.i.slots.free(slot)
+		return
+	}
+	_ = ud.PutHeader(buf, ud.EtherTypeARP)
+	c.i.ctr.inc(arpOut)
+	c.sendControl(slot, ud.HeaderLen+neigh.ARPLen, to, unicast, netip.Addr{})
+}
+
+func (c *control) sendND(m *neigh.NeighborMessage, src, dst netip.Addr, to ib.LinkAddr, unicast bool) {
+	slot, buf, ok := c.ctlSlot()
+	if !ok {
+		return
+	}
+	n, err := m.EncodeIPv6(buf[ud.HeaderLen:], src, dst)
+	if err != nil {
+		c.i.slots.free(slot)
+		return
+	}
+	_ = ud.PutHeader(buf, ud.EtherTypeIPv6)
+	c.i.ctr.inc(ndOut)
+	c.sendControl(slot, ud.HeaderLen+n, to, unicast, dst)
+}
+
+// sendControl posts a control packet: unicast to a link address, to the
+// multicast group of group (IPv6), or to the broadcast group.
+func (c *control) sendControl(slot uint32, n int, to ib.LinkAddr, unicast bool, group netip.Addr) {
+	i := c.i
+	switch {
+	case unicast:
+		p := c.udPath(to)
+		if p == nil {
+			i.slots.free(slot)
+			return
+		}
+		i.postUD(slot, n, p.AH, to.QPN, &c.wr)
+	case group.IsValid() && group.IsMulticast():
+		m, ok := i.multicastDest(group)
+		if !ok {
+			i.slots.free(slot)
+			return
+		}
+		i.postUD(slot, n, m.ah, ib.MulticastQPN, &c.wr)
+	default:
+		i.postUD(slot, n, i.bcast, ib.MulticastQPN, &c.wr)
+	}
+}
+
+func (c *control) ctlSlot() (uint32, []byte, bool) {
+	slot, ok := c.i.slots.ctl.tryGet()
+	if !ok {
+		c.i.ctr.inc(ctlDropBusy)
+		return 0, nil, false
+	}
+	return slot, c.i.slots.bytes(slot), true
+}

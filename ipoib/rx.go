@@ -1,0 +1,159 @@
+package ipoib
+
+import (
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// rxBatch is how many completions one poll takes.
+const rxBatch = 64
+
+// rxLoop drains receive completions: IP packets go to the TUN straight from
+// their slot, ARP and ND are copied to the control goroutine, and every
+// slot is posted again, once per batch.
+func (i *Interface) rxLoop() {
+	var (
+		wc     [rxBatch]ib.Completion
+		udWRs  [rxBatch]ib.RecvWR
+		srqWRs [rxBatch]ib.RecvWR
+	)
+	for {
+		n := i.recvCQ.Poll(wc[:])
+		if n == 0 {
+			select {
+			case <-i.recvCQ.Ready():
+				continue
+			case <-i.done:
+				return
+			}
+		}
+		nud, nsrq := 0, 0
+		for k := range wc[:n] {
+			c := &wc[k]
+			slot := uint32(c.ID)
+			if c.Status == ib.WCFlushError && slot < firstSRQRx {
+				continue // the UD QP is closing
+			}
+			// A flushed SRQ slot was taken by a connection that closed
+			// mid-message: it goes back to the SRQ like any other.
+			if c.Status != ib.WCSuccess && c.Status != ib.WCFlushError {
+				i.ctr.inc(rxErrors)
+			} else if c.Status == ib.WCSuccess {
+				i.receive(slot, c)
+			}
+			if slot >= firstSRQRx {
+				srqWRs[nsrq] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.sge(slot, slotSize)}
+				nsrq++
+			} else {
+				udWRs[nud] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.sge(slot, slotSize)}
+				nud++
+			}
+		}
+		if nud > 0 {
+			_, _ = i.udQP.PostRecv(udWRs[:nud])
+		}
+		if nsrq > 0 {
+			_, _ = i.srq.PostRecv(srqWRs[:nsrq])
+		}
+	}
+}
+
+// receive handles one received IPoIB message.
+func (i *Interface) receive(slot uint32, c *ib.Completion) {
+	buf := i.slots.bytes(slot)
+	var msg []byte
+	if c.QPN == i.local.QPN {
+		if c.ByteLen < ib.GRHLen || int(c.ByteLen) > len(buf) {
+			i.ctr.inc(rxDropMalformed)
+			return
+		}
+		if c.SrcQPN == i.local.QPN && c.SrcGID == i.local.GID {
+			i.ctr.inc(rxDropLoop) // our own multicast
+			return
+		}
+		msg = buf[ib.GRHLen:c.ByteLen]
+	} else {
+		if int(c.ByteLen) > len(buf) {
+			i.ctr.inc(rxDropMalformed)
+			return
+		}
+		msg = buf[:c.ByteLen]
+	}
+	etherType, err := ud.ParseHeader(msg)
+	if err != nil {
+		i.ctr.inc(rxDropMalformed)
+		return
+	}
+	pkt := msg[ud.HeaderLen:]
+	switch etherType {
+	case ud.EtherTypeARP:
+		i.controlPacket(etherType, pkt, c)
+		return
+	case ud.EtherTypeIPv6:
+		if isND(pkt) {
+			i.controlPacket(etherType, pkt, c)
+			return
+		}
+	case ud.EtherTypeIPv4:
+	default:
+		i.ctr.inc(rxDropEtherType)
+		return
+	}
+	if _, _, ok := ipDest(pkt); !ok {
+		i.ctr.inc(rxDropMalformed)
+		return
+	}
+	if _, err := i.tun.Write(pkt); err != nil {
+		i.ctr.inc(rxDropTUN)
+		return
+	}
+	i.ctr.inc(rxPackets)
+	i.ctr.add(rxBytes, uint64(len(pkt)))
+}
+
+// controlPacket copies an ARP or ND packet for the control goroutine.
+func (i *Interface) controlPacket(etherType uint16, pkt []byte, c *ib.Completion) {
+	var m ctlPacket
+	if len(pkt) > len(m.data) {
+		i.ctr.inc(rxDropMalformed)
+		return
+	}
+	m.etherType, m.n = etherType, copy(m.data[:], pkt)
+	m.src = ib.LinkAddr{QPN: c.SrcQPN, GID: c.SrcGID}
+	select {
+	case i.rxCtl <- m:
+	default:
+		i.ctr.inc(ctlDropBusy)
+	}
+}
+
+// sendCompletionLoop returns sent slots to their pool and reports failed
+// connections to the control goroutine.
+func (i *Interface) sendCompletionLoop() {
+	var wc [rxBatch]ib.Completion
+	for {
+		n := i.sendCQ.Poll(wc[:])
+		if n == 0 {
+			select {
+			case <-i.sendCQ.Ready():
+				continue
+			case <-i.done:
+				return
+			}
+		}
+		for k := range wc[:n] {
+			c := &wc[k]
+			i.slots.free(uint32(c.ID))
+			if c.Status == ib.WCSuccess {
+				continue
+			}
+			i.ctr.inc(txErrors)
+			if c.Status != ib.WCFlushError && c.QPN != i.local.QPN {
+				select {
+				case i.sendFail <- c.QPN:
+				default:
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package ipoib
+
+import (
+	"sync"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// Packet memory: one slab registered once, cut into equal slots. A slot is
+// named by its index everywhere (work request IDs, pending queues), so no
+// packet is ever copied into a Go buffer. The slab is laid out as
+// [tx | control | UD receive | SRQ receive].
+
+// slotSize holds the largest IPoIB message (4 + 65520), or a UD receive
+// (40-octet GRH + the IB MTU), rounded up to whole pages.
+const slotSize = 68 << 10
+
+// Slot counts. The SRQ is shared by every connection, so memory does not
+// grow with the number of peers.
+const (
+	numTx    = 256
+	numCtl   = 32
+	numUDRx  = 128
+	numSRQRx = 256
+)
+
+const (
+	firstCtl   = numTx
+	firstUDRx  = firstCtl + numCtl
+	firstSRQRx = firstUDRx + numUDRx
+	numSlots   = firstSRQRx + numSRQRx
+)
+
+type slots struct {
+	slab *ib.Slab
+	mr   ib.MR
+	tx   pool
+	ctl  pool
+}
+
+func newSlots(dev ib.Device) (*slots, error) {
+	slab, err := ib.NewSlab(numSlots * slotSize)
+	if err != nil {
+		return nil, err
+	}
+	mr, err := dev.RegisterMemory(slab)
+	if err != nil {
+		_ = slab.Close()
+		return nil, err
+	}
+	s := &slots{slab: slab, mr: mr}
+	s.tx.init(0, numTx)
+	s.ctl.init(firstCtl, numCtl)
+	return s, nil
+}
+
+// bytes returns the whole slot.
+func (s *slots) bytes(i uint32) []byte {
+	off := int(i) * slotSize
+	return s.slab.Bytes()[off : off+slotSize]
+}
+
+// sge names the first n octets of slot i.
+func (s *slots) sge(i uint32, n int) ib.SGE {
+	return ib.SGE{MR: s.mr, Offset: int(i) * slotSize, Length: n}
+}
+
+// free returns a sent slot to its pool.
+func (s *slots) free(i uint32) {
+	if i < firstCtl {
+		s.tx.put(i)
+	} else if i < firstUDRx {
+		s.ctl.put(i)
+	}
+}
+
+func (s *slots) close() {
+	_ = s.mr.Close()
+	_ = s.slab.Close()
+}
+
+// pool is a stack of free slot indices. get blocks while it is empty: the
+// TUN reader then waits for send completions, which is the backpressure
+// that keeps the kernel's queue, not ours, holding packets.
+type pool struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	free   []uint32
+	closed bool
+}
+
+func (p *pool) init(first, n uint32) {
+	p.cond.L = &p.mu
+	p.free = make([]uint32, 0, n)
+	for i := first + n; i > first; i-- {
+		p.free = append(p.free, i-1)
+	}
+}
+
+func (p *pool) get() (uint32, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.free) == 0 && !p.closed {
+		p.cond.Wait()
+	}
+	if p.closed {
+		return 0, false
+	}
+	i := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return i, true
+}
+
+// tryGet returns a slot only if one is free now.
+func (p *pool) tryGet() (uint32, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) == 0 || p.closed {
+		return 0, false
+	}
+	i := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return i, true
+}
+
+func (p *pool) put(i uint32) {
+	p.mu.Lock()
+	p.free = append(p.free, i)
+	p.mu.Unlock()
+	p.cond.Signal()
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}

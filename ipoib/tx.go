@@ -1,0 +1,167 @@
+package ipoib
+
+import (
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// txLoop reads packets from the TUN straight into free slots (after the
+// 4-octet IPoIB header) and posts them: over the neighbor's connection,
+// over UD, or to the control goroutine when the neighbor is not ready.
+func (i *Interface) txLoop() {
+	var wr [1]ib.SendWR
+	for {
+		slot, ok := i.slots.tx.get()
+		if !ok {
+			return
+		}
+		buf := i.slots.bytes(slot)
+		n, err := i.tun.Read(buf[ud.HeaderLen : ud.HeaderLen+ConnectedMTU])
+		if err != nil {
+			i.slots.tx.put(slot)
+			select {
+			case <-i.done:
+				return
+			default:
+				i.log.Error("reading the TUN device", "err", err)
+				return
+			}
+		}
+		i.transmit(slot, buf, n, &wr)
+	}
+}
+
+// transmit sends the n-octet IP packet in slot (at offset 4).
+func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
+	pkt := buf[ud.HeaderLen : ud.HeaderLen+n]
+	etherType, dst, ok := ipDest(pkt)
+	if !ok {
+		i.drop(slot, txDropMalformed)
+		return
+	}
+	if etherType == ud.EtherTypeIPv6 && isND(pkt) {
+		// The daemon resolves neighbors itself; the kernel's own ND
+		// (it sees a link without addresses) must not reach the fabric.
+		i.drop(slot, txDropKernelND)
+		return
+	}
+	_ = ud.PutHeader(buf, etherType)
+	msgLen := ud.HeaderLen + n
+	i.ctr.inc(txPackets)
+	i.ctr.add(txBytes, uint64(n))
+
+	if dst.IsMulticast() || i.isBroadcast(dst) {
+		m, ok := i.multicastDest(dst)
+		if !ok || n > i.udMTU {
+			i.drop(slot, txDropTooBig)
+			return
+		}
+		i.ctr.inc(txMulticast)
+		i.postUD(slot, msgLen, m.ah, ib.MulticastQPN, wr)
+		return
+	}
+	e := i.neigh.Lookup(dst)
+	if e == nil {
+		i.toControl(slot, msgLen, dst)
+		return
+	}
+	p := e.Path()
+	switch {
+	case p == nil:
+		i.toControl(slot, msgLen, dst)
+	case p.QP != nil && n <= p.MTU:
+		i.ctr.inc(txConnected)
+		p.Packets.Add(1)
+		wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, msgLen)}
+		if _, err := p.QP.PostSend(wr[:]); err != nil {
+			i.drop(slot, txDropPost)
+		}
+	case n <= i.udMTU:
+		i.ctr.inc(txUD)
+		i.wantConnection(e, p)
+		i.postUD(slot, msgLen, p.AH, p.Link.QPN, wr)
+	default:
+		// Too big for UD: wait for the connection, if one can come.
+		i.wantConnection(e, p)
+		i.toControl(slot, msgLen, dst)
+	}
+}
+
+// wantConnection asks the control goroutine, once, to connect to a peer we
+// are sending to over UD.
+func (i *Interface) wantConnection(e *neigh.Entry, p *neigh.Path) {
+	if i.mgr == nil || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0 || e.WantConn.Load() {
+		return
+	}
+	if e.WantConn.CompareAndSwap(false, true) {
+		select {
+		case i.wantConn <- e:
+		default:
+			e.WantConn.Store(false)
+		}
+	}
+}
+
+func (i *Interface) postUD(slot uint32, n int, ah ib.AH, qpn ib.QPN, wr *[1]ib.SendWR) {
+	wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: ib.DefaultIPoIBQKey}
+	if _, err := i.udQP.PostSend(wr[:]); err != nil {
+		i.drop(slot, txDropPost)
+	}
+}
+
+func (i *Interface) toControl(slot uint32, n int, dst netip.Addr) {
+	select {
+	case i.pending <- pendingPacket{slot: slot, n: n, dst: dst}:
+	default:
+		i.drop(slot, ctlDropBusy)
+	}
+}
+
+func (i *Interface) drop(slot uint32, why counter) {
+	i.ctr.inc(why)
+	i.slots.free(slot)
+}
+
+// isBroadcast reports whether dst is the limited broadcast or the
+// broadcast address of one of our IPv4 subnets.
+func (i *Interface) isBroadcast(dst netip.Addr) bool {
+	if !dst.Is4() {
+		return false
+	}
+	if dst == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return true
+	}
+	for _, b := range *i.ctl.broadcasts.Load() {
+		if b == dst {
+			return true
+		}
+	}
+	return false
+}
+
+// multicastDest returns the address handle of the group dst maps to,
+// making it on first use.
+func (i *Interface) multicastDest(dst netip.Addr) (mcastDest, bool) {
+	if i.isBroadcast(dst) {
+		return mcastDest{ah: i.bcast}, true
+	}
+	i.mcastMu.Lock()
+	defer i.mcastMu.Unlock()
+	if m, ok := i.mcastAHs[dst]; ok {
+		return m, true
+	}
+	mgid, err := ud.MulticastMGID(dst, i.pkey, ud.LinkLocal)
+	if err != nil {
+		return mcastDest{}, false
+	}
+	ah, err := i.dev.CreateAH(ib.AHAttr{DestGID: mgid})
+	if err != nil {
+		return mcastDest{}, false
+	}
+	m := mcastDest{ah: ah, mgid: mgid}
+	i.mcastAHs[dst] = m
+	return m, true
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/softib"
+	"github.com/spf13/pflag"
+)
+
+// options are the daemon's flags.
+type options struct {
+	ifname      string
+	provider    string
+	underlay    string
+	softibPort  uint16
+	pkey        string
+	mode        string
+	cmModes     string
+	policy      string
+	mtu         int
+	addrs       []string
+	idleTimeout time.Duration
+	logLevel    string
+}
+
+func run(args []string) error {
+	var o options
+	fs := pflag.NewFlagSet("ipoibd run", pflag.ContinueOnError)
+	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
+	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
+	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
+	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
+	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface")
+	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
+	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
+	fs.StringVar(&o.policy, "cm-policy", "rfc", "sending policy: rfc (one bidirectional connection per peer) or linux (send on our own connections only)")
+	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
+	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg, dev, err := o.config()
+	if err != nil {
+		return err
+	}
+	iface, err := ipoib.New(cfg)
+	if err != nil {
+		_ = dev.Close()
+		return err
+	}
+	ctl, err := listenControl(o.ifname, iface)
+	if err != nil {
+		iface.Close()
+		_ = dev.Close()
+		return err
+	}
+	iface.Start()
+	info := iface.Show()
+	cfg.Log.Info("up", "if", info.Name, "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU, "ud_mtu", info.UDMTU, "addrs", strings.Join(info.Addrs, ","))
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sig
+	cfg.Log.Info("shutting down", "signal", s.String())
+	_ = ctl.Close()
+	iface.Close()
+	return dev.Close()
+}
+
+// config checks every flag and opens the provider's device.
+func (o *options) config() (ipoib.Config, ib.Device, error) {
+	var cfg ipoib.Config
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return cfg, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var err error
+	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
+		return cfg, nil, fmt.Errorf("--mode: %w", err)
+	}
+	if cfg.Policy, err = cm.ParsePolicy(o.policy); err != nil {
+		return cfg, nil, fmt.Errorf("--cm-policy: %w", err)
+	}
+	for _, m := range strings.Split(o.cmModes, ",") {
+		switch strings.TrimSpace(m) {
+		case "rc":
+			cfg.RC = true
+		case "uc":
+			cfg.UC = true
+		default:
+			return cfg, nil, fmt.Errorf("--cm-modes %q: want rc, uc or rc,uc", o.cmModes)
+		}
+	}
+	pkey, err := ib.ParsePKey(o.pkey)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("--pkey: %w", err)
+	}
+	for _, a := range o.addrs {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return cfg, nil, fmt.Errorf("--addr %q: want an address with prefix length, e.g. 192.168.77.1/24", a)
+		}
+		cfg.Addrs = append(cfg.Addrs, p)
+	}
+	if o.mtu < 0 {
+		return cfg, nil, fmt.Errorf("--mtu %d: must be positive", o.mtu)
+	}
+	cfg.Name, cfg.MTU, cfg.IdleTimeout = o.ifname, o.mtu, o.idleTimeout
+	switch o.provider {
+	case "softib":
+		if o.underlay == "" {
+			return cfg, nil, errors.New("--underlay is required with --provider softib: the IP address this host's software adapter uses")
+		}
+		addr, err := netip.ParseAddr(o.underlay)
+		if err != nil {
+			return cfg, nil, fmt.Errorf("--underlay %q: not an IP address", o.underlay)
+		}
+		dev, err := softib.Open(softib.Config{Name: "softib0", Addr: addr, Port: o.softibPort, PKey: pkey})
+		if err != nil {
+			return cfg, nil, err
+		}
+		cfg.Device = dev
+		return cfg, dev, nil
+	case "verbs":
+		return cfg, nil, errors.New("--provider verbs: this binary was built without rdma-core support (build with -tags rdma)")
+	}
+	return cfg, nil, fmt.Errorf("--provider %q: want softib or verbs", o.provider)
+}

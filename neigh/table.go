@@ -1,0 +1,177 @@
+package neigh
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// This file is the neighbor table: IP address → IPoIB link address, with
+// the resolution state, a bounded queue of packets waiting for it, and the
+// path the datapath sends on. The control goroutine owns the table; the
+// datapath reads a published snapshot and each entry's path without locks.
+
+// State is where an entry is in resolution.
+type State uint8
+
+// Entry states.
+const (
+	// Incomplete: a request is out, no answer yet.
+	Incomplete State = iota
+	// Reachable: the link address was confirmed recently.
+	Reachable
+	// Stale: confirmed long ago, or its connection failed; still used, and
+	// probed again on the next use.
+	Stale
+	// Probing: a reply claimed another link address for a live entry; the
+	// old one is asked first (an impostor must not redirect traffic).
+	Probing
+	// Failed: no answer; packets to it are dropped until it is asked again.
+	Failed
+)
+
+var stateNames = []string{"INCOMPLETE", "REACHABLE", "STALE", "PROBING", "FAILED"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "UNKNOWN"
+}
+
+// Path is how the datapath reaches a neighbor: over UD with an address
+// handle, or over a connected QP when QP is set. Paths are immutable once
+// published; a change publishes a new one.
+type Path struct {
+	Link ib.LinkAddr
+	AH   ib.AH // UD address handle for Link.GID
+	QP   ib.QP // connected QP that may carry sends, or nil
+	// MTU is the largest IP packet this path carries.
+	MTU int
+	// Packets counts sends on the connection (idle detection); nil for UD.
+	Packets *atomic.Uint64
+}
+
+// Pending is a packet waiting for resolution or a connection: the
+// datapath's buffer slot and the packet's length.
+type Pending struct {
+	Slot uint32
+	Len  int
+}
+
+// Entry is one neighbor.
+type Entry struct {
+	IP   netip.Addr
+	path atomic.Pointer[Path]
+	// WantConn is set by the datapath when it sent over UD to a peer that
+	// could be connected; the control goroutine clears it when it acts.
+	WantConn atomic.Bool
+
+	// Control goroutine only:
+	State     State
+	Link      ib.LinkAddr // valid unless Incomplete/Failed
+	Candidate ib.LinkAddr // Probing: the address a reply claimed
+	Updated   time.Time   // last state change or confirmation
+	Used      time.Time   // last time a packet was queued or asked for it
+	Probes    int         // requests sent in this state
+	Pending   []Pending
+}
+
+// Path returns the published path, or nil while unresolved.
+func (e *Entry) Path() *Path { return e.path.Load() }
+
+// SetPath publishes a new path (nil: unresolved).
+func (e *Entry) SetPath(p *Path) { e.path.Store(p) }
+
+// Table holds the neighbors of one interface.
+type Table struct {
+	// MaxPending bounds each entry's queue; beyond it packets are dropped
+	// (and the caller counts them).
+	MaxPending int
+	// MaxEntries bounds the table; new destinations beyond it are refused.
+	MaxEntries int
+	entries    map[netip.Addr]*Entry
+	snapshot   atomic.Pointer[map[netip.Addr]*Entry]
+}
+
+// NewTable makes an empty table.
+func NewTable(maxPending, maxEntries int) *Table {
+	t := &Table{MaxPending: maxPending, MaxEntries: maxEntries, entries: map[netip.Addr]*Entry{}}
+	t.publish()
+	return t
+}
+
+// Lookup finds ip's entry; safe from any goroutine, no allocation.
+func (t *Table) Lookup(ip netip.Addr) *Entry { return (*t.snapshot.Load())[ip] }
+
+// Get returns ip's entry (control goroutine).
+func (t *Table) Get(ip netip.Addr) *Entry { return t.entries[ip] }
+
+// Create returns ip's entry, making an Incomplete one if there is none; nil
+// when the table is full.
+func (t *Table) Create(ip netip.Addr, now time.Time) *Entry {
+	if e := t.entries[ip]; e != nil {
+		return e
+	}
+	if len(t.entries) >= t.MaxEntries {
+		return nil
+	}
+	e := &Entry{IP: ip, State: Incomplete, Updated: now, Used: now}
+	t.entries[ip] = e
+	t.publish()
+	return e
+}
+
+// Delete removes an entry and returns its pending packets to the caller.
+func (t *Table) Delete(e *Entry) []Pending {
+	if t.entries[e.IP] != e {
+		return nil
+	}
+	delete(t.entries, e.IP)
+	e.SetPath(nil)
+	t.publish()
+	p := e.Pending
+	e.Pending = nil
+	return p
+}
+
+// All returns every entry (control goroutine; for display and timers).
+func (t *Table) All() []*Entry {
+	all := make([]*Entry, 0, len(t.entries))
+	for _, e := range t.entries {
+		all = append(all, e)
+	}
+	return all
+}
+
+// ByLink returns the entries whose link address is a's node (flags ignored).
+func (t *Table) ByLink(a ib.LinkAddr) []*Entry {
+	var out []*Entry
+	for _, e := range t.entries {
+		if (e.State == Reachable || e.State == Stale || e.State == Probing) && e.Link.SameNode(a) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Queue adds a packet to e's pending queue; false when the queue is full.
+func (t *Table) Queue(e *Entry, p Pending) bool {
+	if len(e.Pending) >= t.MaxPending {
+		return false
+	}
+	e.Pending = append(e.Pending, p)
+	return true
+}
+
+// publish copies the map for the datapath: entries are added and removed
+// rarely, looked up on every packet.
+func (t *Table) publish() {
+	m := make(map[netip.Addr]*Entry, len(t.entries))
+	for k, v := range t.entries {
+		m[k] = v
+	}
+	t.snapshot.Store(&m)
+}
