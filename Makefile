@@ -5,6 +5,7 @@ GO ?= go
 
 build:
 	$(GO) build ./...
+	$(GO) build -o bin/ipoibd ./ipoibd
 
 deps:
 	scripts/deps.sh
@@ -23,8 +24,7 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-demo:
-	@echo "make demo: not yet. The demo cluster (three hosts over softib: ping, iperf3," >&2
-	@echo "neighbor and connection tables) needs the daemon, which does not exist yet." >&2
-	@echo "Today only the wire codecs exist; see the status table in README.md." >&2
-	@exit 1
+# The main job: a three-host cluster over softib (needs root).
+demo: build
+	scripts/deps.sh runtime
+	scripts/demo.sh

@@ -20,7 +20,7 @@ const slotSize = 68 << 10
 const (
 	numTx    = 256
 	numCtl   = 32
-	numUDRx  = 128
+	numUDRx  = 512
 	numSRQRx = 256
 )
 

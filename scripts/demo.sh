@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The demo: three hosts over softib (two in connected mode, one datagram
+# only), pings between every pair over IPv4 and IPv6, iperf3 over RC at
+# MTU 65520, and the neighbor and connection tables. Run as root:
+# sudo make demo. It removes everything it made, also when a step fails.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cluster="$here/cluster.sh"
+name=demo
+net=${CLUSTER_NET:-77}
+export CLUSTER_NET=$net
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+ok() { printf '   ok  %s\n' "$*"; }
+on() { "$cluster" exec "$name" "$@"; }
+
+[ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo make demo): it makes network namespaces and TUN devices" >&2; exit 1; }
+"$cluster" down "$name" 2>/dev/null || true
+trap '"$cluster" down "$name"' EXIT
+trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$cluster" log "$name" $k >&2 || true; done' ERR
+
+step "three hosts on one bridge (underlay 10.$net.0.0/24, MTU 9000), one ipoibd each"
+"$cluster" up "$name" 3
+"$cluster" start "$name" 1 --mode connected
+"$cluster" start "$name" 2 --mode connected
+"$cluster" start "$name" 3 --mode datagram
+for k in 1 2 3; do on $k ip -br addr show dev ib0; done
+
+step "routes on h1's ib0"
+on 1 ip route show dev ib0
+on 1 ip -6 route show dev ib0 | grep -v '^fe80\|^multicast' || true
+
+step "ping every pair over IPv4 and IPv6"
+for a in 1 2 3; do
+	for b in 1 2 3; do
+		[ "$a" = "$b" ] && continue
+		for dst in "192.168.$net.$b" "fd00:$net::$b"; do
+			rtt=$(on $a ping -c 3 -i 0.2 -W 2 "$dst" | awk -F/ '/^rtt/ {print $5}')
+			ok "h$a -> $dst  avg rtt ${rtt} ms"
+		done
+	done
+done
+
+step "iperf3 h1 -> h2 over RC at MTU 65520 (5 s)"
+on 2 iperf3 -s -1 -D
+sleep 0.2
+on 1 iperf3 -c "192.168.$net.2" -t 5 -f g | grep -E 'sender|receiver'
+
+step "iperf3 h1 -> h3, the datagram-only host, over UD (3 s)"
+on 3 iperf3 -s -1 -D
+sleep 0.2
+on 1 iperf3 -c "192.168.$net.3" -t 3 -f g | grep -E 'sender|receiver'
+
+step "h1: ipoibd show"
+on 1 "${IPOIBD:-$here/../bin/ipoibd}" show
+step "h1: ipoibd neigh (how each peer is reached, and its MTU)"
+on 1 "${IPOIBD:-$here/../bin/ipoibd}" neigh
+step "h1: ipoibd conn"
+on 1 "${IPOIBD:-$here/../bin/ipoibd}" conn
+
+step "done: every step passed; tearing down"
