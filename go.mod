@@ -9,4 +9,4 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/vishvananda/netns v0.0.5 // indirect
+require github.com/vishvananda/netns v0.0.5

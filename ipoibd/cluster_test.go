@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
+)
+
+// The end-to-end tests run real daemons in network namespaces made by
+// scripts/cluster.sh (the same hosts the demo uses), and judge them with
+// ping, iperf3, tracepath, tshark and the daemon's own tables.
+
+var binary string // the ipoibd built for these tests
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "ipoibd-e2e")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binary = filepath.Join(dir, "ipoibd")
+		if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building ipoibd: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+// clusterNet hands each test its own underlay and IPoIB subnets, so that
+// tests never see each other's hosts.
+var clusterNet atomic.Int32
+
+func init() { clusterNet.Store(40) }
+
+// cluster is one set of hosts made by scripts/cluster.sh.
+type cluster struct {
+	t    *testing.T
+	name string
+	net  int
+}
+
+func newCluster(t *testing.T, name string, hosts int) *cluster {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("end-to-end tests need root (network namespaces, TUN devices)")
+	}
+	for _, tool := range []string{"ip", "ping", "iperf3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (make test installs it)", tool)
+		}
+	}
+	c := &cluster{t: t, name: name, net: int(clusterNet.Add(1))}
+	c.script("down", name) // leftovers of an interrupted run
+	c.script("up", name, fmt.Sprint(hosts))
+	t.Cleanup(func() {
+		if t.Failed() {
+			for k := 1; k <= hosts; k++ {
+				out, _ := c.cmd("log", name, fmt.Sprint(k)).CombinedOutput()
+				t.Logf("daemon log of h%d:\n%s", k, out)
+			}
+		}
+		c.script("down", name)
+	})
+	return c
+}
+
+func (c *cluster) cmd(args ...string) *exec.Cmd {
+	cmd := exec.Command("../scripts/cluster.sh", args...)
+	cmd.Env = append(os.Environ(), "IPOIBD="+binary, fmt.Sprintf("CLUSTER_NET=%d", c.net))
+	return cmd
+}
+
+func (c *cluster) script(args ...string) {
+	c.t.Helper()
+	if out, err := c.cmd(args...).CombinedOutput(); err != nil {
+		c.t.Fatalf("cluster.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// start runs ipoibd on host k with extra flags and waits until it answers.
+func (c *cluster) start(k int, flags ...string) {
+	c.t.Helper()
+	c.script(append([]string{"start", c.name, fmt.Sprint(k)}, flags...)...)
+}
+
+// stop sends sig to host k's daemon and waits for it to exit.
+func (c *cluster) stop(k int, sig string) {
+	c.t.Helper()
+	c.script("stop", c.name, fmt.Sprint(k), sig)
+}
+
+// on runs a command on host k and returns its output; a failure fails the test.
+func (c *cluster) on(k int, args ...string) string {
+	c.t.Helper()
+	out, err := c.try(k, args...)
+	if err != nil {
+		c.t.Fatalf("h%d: %s: %v\n%s", k, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// try runs a command on host k and returns its output and error.
+func (c *cluster) try(k int, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := c.cmd(append([]string{"exec", c.name, fmt.Sprint(k)}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// ip4 and ip6 are host k's IPoIB addresses; underlay its eth0 address.
+func (c *cluster) ip4(k int) string      { return fmt.Sprintf("192.168.%d.%d", c.net, k) }
+func (c *cluster) ip6(k int) string      { return fmt.Sprintf("fd00:%d::%d", c.net, k) }
+func (c *cluster) underlay(k int) string { return fmt.Sprintf("10.%d.0.%d", c.net, k) }
+
+// query asks host k's daemon (ipoibd CMD --json) and decodes the answer.
+func (c *cluster) query(k int, cmd string, v any) {
+	c.t.Helper()
+	out := c.on(k, binary, cmd, "--json")
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("h%d: ipoibd %s: %v\n%s", k, cmd, err, out)
+	}
+}
+
+func (c *cluster) neighbors(k int) map[string]ipoib.NeighInfo {
+	var ns []ipoib.NeighInfo
+	c.query(k, "neigh", &ns)
+	m := map[string]ipoib.NeighInfo{}
+	for _, n := range ns {
+		m[n.IP] = n
+	}
+	return m
+}
+
+func (c *cluster) conns(k int) []ipoib.ConnInfo {
+	var cs []ipoib.ConnInfo
+	c.query(k, "conn", &cs)
+	return cs
+}
+
+func (c *cluster) stats(k int) map[string]uint64 {
+	var cs []ib.Counter
+	c.query(k, "stats", &cs)
+	m := map[string]uint64{}
+	for _, x := range cs {
+		m[x.Name] = x.Value
+	}
+	return m
+}
+
+func (c *cluster) show(k int) ipoib.Info {
+	var i ipoib.Info
+	c.query(k, "show", &i)
+	return i
+}
+
+// ping sends count pings and fails the test if any is lost.
+func (c *cluster) ping(from int, dst string, count int) {
+	c.t.Helper()
+	c.on(from, "ping", "-c", fmt.Sprint(count), "-i", "0.1", "-W", "2", dst)
+}

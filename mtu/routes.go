@@ -1,0 +1,295 @@
+// Package mtu handles the per-destination MTU of an ipoibd interface: host
+// routes that carry the MTU negotiated with each peer (routes.go), and the
+// ICMP "fragmentation needed" / ICMPv6 "packet too big" errors written back
+// into the TUN device when a packet is larger than its path allows
+// (icmp.go). See DESIGN.md ("Data flow") and spec/ipoib-cm.md §7.4.
+package mtu
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Protocol marks the host routes ipoibd installs (rtm_protocol), so only
+// ours are ever changed or removed.
+//
+// 0x69 (105) is free: /etc/iproute2/rt_protos (Debian 12, iproute2 6.1)
+// and the kernel's RTPROT_* list (include/uapi/linux/rtnetlink.h) use 0-4,
+// 8-16, 18, 42, 99 and 186-192; well-known daemons that pick their own
+// number use others (e.g. Calico 80). Values above RTPROT_STATIC (4) are
+// not interpreted by the kernel. `ip route` prints it as "proto 105"; an
+// operator who wants a name can add the line "105 ipoibd" to a file in
+// /etc/iproute2/rt_protos.d/.
+const Protocol = netlink.RouteProtocol(0x69)
+
+// Routes installs the per-destination MTU as host routes (/32, /128) in
+// the main table through one link, marked with Protocol.
+//
+// Metric handling: the MTU goes into the route's RTAX_MTU metric and is
+// deliberately NOT locked (no RTAX_LOCK, unlike `ip route ... mtu lock N`).
+// An unlocked route MTU is already honoured by the kernel as the upper
+// bound for everything routed to the destination: local sockets size
+// their datagrams and TCP its MSS by it, and forwarded packets larger than
+// it get an ICMP error from the kernel itself. ICMP can only lower the
+// path MTU below the route's MTU, in a cached exception that expires
+// (net.ipv4.route.mtu_expires, 600 s by default); it can never raise it.
+// Locking would be wrong for us because:
+//   - it makes the kernel ignore every "fragmentation needed"/"packet too
+//     big" for the destination, including genuine ones from routers behind
+//     the peer and the ones this package synthesises (TooBig) — for IPv6
+//     that is a black hole, since nothing fragments on the way;
+//   - for IPv4 a locked MTU also stops the kernel from setting DF on
+//     sockets in the default IP_PMTUDISC_WANT mode (ip_dont_fragment()),
+//     i.e. it turns path MTU discovery off for that destination;
+//   - for IPv6 it buys nothing: Linux 6.18 lowers the path MTU on a
+//     Packet Too Big even under a locked route (TestRoutesPMTU).
+//
+// When Set changes the MTU it replaces the route, which drops the
+// kernel's PMTU exceptions hanging off the old one, so a raised MTU takes
+// effect at once.
+//
+// Only routes whose protocol is Protocol and whose output link is ours
+// count as ours: a route for the same host prefix with any other protocol
+// (the operator's) or on another link (another ipoibd interface) is never
+// changed or removed. Only the main table is looked at.
+//
+// A Routes is safe for concurrent use; its methods are serialised.
+type Routes struct {
+	mu   sync.Mutex
+	h    *netlink.Handle
+	link int
+}
+
+// NewRoutes returns the routes of the link with the given index, managed
+// through netlink in the network namespace of the calling thread at the
+// time of each call (which, for a daemon that does not switch namespaces,
+// is its own).
+func NewRoutes(linkIndex int) *Routes {
+	return &Routes{h: &netlink.Handle{}, link: linkIndex}
+}
+
+// NewRoutesAt is NewRoutes through a given netlink handle, e.g. one from
+// netlink.NewHandleAt for another network namespace.
+func NewRoutesAt(h *netlink.Handle, linkIndex int) *Routes {
+	return &Routes{h: h, link: linkIndex}
+}
+
+// Set installs or updates a host route (/32 or /128) to dst via the link
+// with the given MTU. If a host route for exactly that prefix exists in
+// the main table that is not ours (the operator set it, or it belongs to
+// another link), it is left alone and Set returns installed=false with a
+// nil error. Set is idempotent: if our route already has this MTU nothing
+// is written (and the kernel's PMTU exceptions are kept).
+//
+// The new route is on-link (scope link) unless the kernel currently
+// routes dst via a gateway on our link; then the host route keeps that
+// gateway, so a next-hop lookup still finds the router.
+//
+// mtu must be 68..65535 for IPv4 and 1280..65535 for IPv6. An IPv4-mapped
+// IPv6 address is taken as the IPv4 address; a zone is ignored.
+func (r *Routes) Set(dst netip.Addr, mtu int) (installed bool, err error) {
+	dst, family, err := hostAddr(dst)
+	if err != nil {
+		return false, fmt.Errorf("mtu: set route: %w", err)
+	}
+	lo := 68
+	if family == netlink.FAMILY_V6 {
+		lo = 1280
+	}
+	if mtu < lo || mtu > 65535 {
+		return false, fmt.Errorf("mtu: set route to %s: mtu %d out of range %d..65535", dst, mtu, lo)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	existing, err := r.hostRoutes(dst, family)
+	if err != nil {
+		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
+	}
+	var ours *netlink.Route
+	for i := range existing {
+		if !r.isOurs(&existing[i]) {
+			return false, nil // the operator's (or another link's): hands off
+		}
+		ours = &existing[i]
+	}
+	gw, err := r.gateway(dst)
+	if err != nil {
+		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
+	}
+	if ours != nil && ours.MTU == mtu && !ours.MTULock && ours.Gw.Equal(gw) {
+		return true, nil
+	}
+	route := r.route(dst, family)
+	route.MTU = mtu
+	if gw != nil {
+		route.Gw = gw
+		route.Scope = netlink.SCOPE_UNIVERSE
+	}
+	if ours != nil {
+		route.Priority = ours.Priority
+		if err := r.h.RouteReplace(route); err != nil {
+			return false, fmt.Errorf("mtu: update route to %s mtu %d: %w", dst, mtu, err)
+		}
+		return true, nil
+	}
+	// Create exclusively: if someone added a route for the prefix since
+	// we looked, the kernel refuses instead of us overwriting it.
+	if err := r.h.RouteAdd(route); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return false, nil
+		}
+		return false, fmt.Errorf("mtu: add route to %s mtu %d: %w", dst, mtu, err)
+	}
+	return true, nil
+}
+
+// Remove deletes our host route to dst, never someone else's. Removing a
+// route that does not exist is not an error.
+func (r *Routes) Remove(dst netip.Addr) error {
+	dst, family, err := hostAddr(dst)
+	if err != nil {
+		return fmt.Errorf("mtu: remove route: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	existing, err := r.hostRoutes(dst, family)
+	if err != nil {
+		return fmt.Errorf("mtu: remove route to %s: %w", dst, err)
+	}
+	for i := range existing {
+		if r.isOurs(&existing[i]) {
+			if err := r.del(&existing[i]); err != nil {
+				return fmt.Errorf("mtu: remove route to %s: %w", dst, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Flush removes every route of ours on the link, IPv4 and IPv6 (at daemon
+// start, for what a previous run left, and at exit).
+func (r *Routes) Flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	filter := &netlink.Route{LinkIndex: r.link, Protocol: Protocol, Table: unix.RT_TABLE_MAIN}
+	mask := netlink.RT_FILTER_OIF | netlink.RT_FILTER_PROTOCOL | netlink.RT_FILTER_TABLE
+	var errs []error
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := r.h.RouteListFiltered(family, filter, mask)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mtu: flush routes of link %d: list: %w", r.link, err))
+			continue
+		}
+		for i := range routes {
+			if !r.isOurs(&routes[i]) || !isHost(routes[i].Dst) {
+				continue
+			}
+			if err := r.del(&routes[i]); err != nil {
+				errs = append(errs, fmt.Errorf("mtu: flush routes of link %d: %s: %w", r.link, routes[i].Dst, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hostRoutes lists the main-table routes for exactly the host prefix of
+// dst, on any link, with any protocol and priority.
+func (r *Routes) hostRoutes(dst netip.Addr, family int) ([]netlink.Route, error) {
+	filter := &netlink.Route{Dst: hostPrefix(dst), Table: unix.RT_TABLE_MAIN}
+	routes, err := r.h.RouteListFiltered(family, filter, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	return routes, nil
+}
+
+// gateway returns the gateway via which the kernel routes dst now if that
+// route goes out of our link, else nil. Our own host route, if any, is
+// what the lookup finds, so its gateway is kept.
+func (r *Routes) gateway(dst netip.Addr) (net.IP, error) {
+	got, err := r.h.RouteGetWithOptions(dst.AsSlice(), &netlink.RouteGetOptions{OifIndex: r.link})
+	if err != nil {
+		// No route at all via our link (e.g. the link is down): on-link.
+		if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.ENETDOWN) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("route lookup: %w", err)
+	}
+	for _, g := range got {
+		if g.LinkIndex == r.link && g.Gw != nil && !g.Gw.IsUnspecified() {
+			return g.Gw, nil
+		}
+	}
+	return nil, nil
+}
+
+func (r *Routes) isOurs(rt *netlink.Route) bool {
+	return rt.Protocol == Protocol && rt.LinkIndex == r.link && len(rt.MultiPath) == 0
+}
+
+func (r *Routes) route(dst netip.Addr, family int) *netlink.Route {
+	return &netlink.Route{
+		LinkIndex: r.link,
+		Dst:       hostPrefix(dst),
+		Protocol:  Protocol,
+		Table:     unix.RT_TABLE_MAIN,
+		Type:      unix.RTN_UNICAST,
+		Scope:     netlink.SCOPE_LINK,
+		Family:    family,
+	}
+}
+
+// del deletes exactly the listed route: protocol, link, scope, priority
+// and gateway are all part of the match, so a concurrently added route of
+// someone else's is not hit. A route already gone (ESRCH) is no error.
+func (r *Routes) del(rt *netlink.Route) error {
+	d := &netlink.Route{
+		LinkIndex: rt.LinkIndex,
+		Scope:     rt.Scope,
+		Dst:       rt.Dst,
+		Gw:        rt.Gw,
+		Protocol:  rt.Protocol,
+		Priority:  rt.Priority,
+		Table:     rt.Table,
+		Type:      rt.Type,
+		Family:    rt.Family,
+	}
+	if err := r.h.RouteDel(d); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// hostAddr normalises dst and reports its route family.
+func hostAddr(dst netip.Addr) (netip.Addr, int, error) {
+	dst = dst.Unmap().WithZone("")
+	switch {
+	case !dst.IsValid():
+		return dst, 0, errors.New("invalid destination address")
+	case dst.IsUnspecified() || dst.IsMulticast():
+		return dst, 0, fmt.Errorf("destination %s is not a unicast host", dst)
+	case dst.Is4():
+		return dst, netlink.FAMILY_V4, nil
+	default:
+		return dst, netlink.FAMILY_V6, nil
+	}
+}
+
+func hostPrefix(a netip.Addr) *net.IPNet {
+	ip := net.IP(a.AsSlice())
+	return &net.IPNet{IP: ip, Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
+}
+
+func isHost(n *net.IPNet) bool {
+	if n == nil {
+		return false
+	}
+	ones, bits := n.Mask.Size()
+	return ones == bits && bits != 0
+}
