@@ -395,7 +395,7 @@ func (e *Engine) HandleMAD(now time.Time, m *ib.MAD) {
 	case *RTU:
 		e.handleRTU(msg)
 	case *REJ:
-		e.handleREJ(msg)
+		e.handleREJ(now, msg)
 	case *MRA:
 		e.handleMRA(now, msg)
 	case *DREQ:
@@ -421,6 +421,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		return
 	}
 	if old := e.byQP[remoteQP{req.LocalCAGUID, req.LocalQPN}]; old != nil {
+		e.Stats.Rejected++
 		e.stale(now, old)
 		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil)
 		return
@@ -495,7 +496,7 @@ func (e *Engine) handleRTU(rtu *RTU) {
 	e.emit(Event{Type: EvEstablished, Conn: c})
 }
 
-func (e *Engine) handleREJ(rej *REJ) {
+func (e *Engine) handleREJ(now time.Time, rej *REJ) {
 	c := e.byLocal[rej.RemoteCommID]
 	if c == nil {
 		e.Stats.Unknown++
@@ -505,6 +506,16 @@ func (e *Engine) handleREJ(rej *REJ) {
 	case StateREQSent, StateREPSent, StateREPRcvd:
 		e.forget(c)
 		e.emit(Event{Type: EvRejected, Conn: c, REJ: rej})
+	case StateEstablished, StateDREQSent:
+		// IBA 12.9.7: a REJ naming an established connection (the peer gave
+		// up waiting for our RTU, or found the connection stale) ends it:
+		// timewait, and the consumer stops the QP.
+		if rej.LocalCommID != c.RemoteCommID {
+			e.Stats.Unknown++
+			return
+		}
+		e.timewait(now, c)
+		e.emit(Event{Type: EvDisconnected, Conn: c, REJ: rej})
 	default:
 		e.Stats.Duplicate++
 	}

@@ -358,15 +358,20 @@ func (m *Manager) request(cc *Conn, req *REQ) {
 		}
 	}
 	if m.cfg.Policy == PolicyRFC {
+		larger := ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0
 		for _, c := range append([]*Connection(nil), m.conns[peerKey(peer)]...) {
+			ours := c.Outgoing && (c.cm.State == StateREQSent || c.cm.State == StateREPRcvd || c.cm.State == StateEstablished)
 			switch {
+			case ours && larger:
+				// Crossing REQs: the smaller link address accepts, we
+				// reject. This holds after our REQ was accepted too: the
+				// peer's REQ then crossed ours and arrived late, or it is a
+				// retransmission because our REJ was lost. Accepting it
+				// would replace the connection the peer just accepted.
+				m.Stats.CrossingRejected++
+				m.reject(cc, RejConsumerReject)
+				return
 			case c.Outgoing && c.cm.State == StateREQSent:
-				// Crossing REQs: the smaller link address accepts.
-				if ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0 {
-					m.Stats.CrossingRejected++
-					m.reject(cc, RejConsumerReject)
-					return
-				}
 				m.Stats.CrossingAccepted++
 			case c.cm.State == StateEstablished || c.cm.State == StateREPSent || c.cm.State == StateREPRcvd:
 				// The peer asks again: it lost what we have, so ours is stale.

@@ -1,0 +1,1112 @@
+package cm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// ---------------------------------------------------------------------------
+// Deterministic harness: a fake clock and an in-memory lossy fabric.
+//
+// Engines and managers are attached by GID. Their Send callbacks enqueue
+// MADs; the test decides what is delivered, dropped, duplicated or
+// reordered. run delivers pending MADs and calls Expire at the Next()
+// deadlines, advancing the fake clock. No goroutines, no sleeps, no real
+// time.
+// ---------------------------------------------------------------------------
+
+// t0 is the fake clock's start.
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// node is what the fabric drives: *Engine and *Manager both qualify.
+type node interface {
+	HandleMAD(now time.Time, m *ib.MAD)
+	Expire(now time.Time)
+	Next() time.Time
+}
+
+// wire is one MAD in flight.
+type wire struct {
+	seq      int
+	from, to ib.GID
+	data     [MADLen]byte
+	dropped  bool
+}
+
+func (w *wire) attr() AttrID { return AttrID(binary.BigEndian.Uint16(w.data[16:18])) }
+
+func (w *wire) tid() uint64 { return binary.BigEndian.Uint64(w.data[8:16]) }
+
+func (w *wire) String() string {
+	return fmt.Sprintf("#%d %v %v->%v", w.seq, w.attr(), w.from, w.to)
+}
+
+// fabric connects nodes by GID.
+type fabric struct {
+	tb      testing.TB
+	now     time.Time
+	nodes   map[ib.GID]node
+	order   []ib.GID // Expire order, deterministic
+	pending []*wire
+	log     []*wire // everything sent, dropped ones included
+	seq     int
+	count   map[AttrID]int
+	// drop[attr][n] drops the n-th (1-based) MAD of that type; dropAll
+	// drops every one; dup[attr][n] delivers the n-th twice.
+	drop    map[AttrID]map[int]bool
+	dropAll map[AttrID]bool
+	dup     map[AttrID]map[int]bool
+	// filter, when set, may drop any MAD (return true) at send time.
+	filter func(w *wire) bool
+	lifo   bool // deliver the newest pending MAD first
+	noLog  bool // benchmarks: do not keep the log
+}
+
+func newFabric(tb testing.TB) *fabric {
+	return &fabric{
+		tb: tb, now: t0, nodes: map[ib.GID]node{}, count: map[AttrID]int{},
+		drop: map[AttrID]map[int]bool{}, dropAll: map[AttrID]bool{}, dup: map[AttrID]map[int]bool{},
+	}
+}
+
+func (f *fabric) add(g ib.GID, n node) {
+	if _, ok := f.nodes[g]; !ok {
+		f.order = append(f.order, g)
+	}
+	f.nodes[g] = n
+}
+
+// dropNth drops the listed occurrences (1-based) of attr.
+func (f *fabric) dropNth(attr AttrID, ns ...int) {
+	if f.drop[attr] == nil {
+		f.drop[attr] = map[int]bool{}
+	}
+	for _, n := range ns {
+		f.drop[attr][n] = true
+	}
+}
+
+func (f *fabric) dupNth(attr AttrID, ns ...int) {
+	if f.dup[attr] == nil {
+		f.dup[attr] = map[int]bool{}
+	}
+	for _, n := range ns {
+		f.dup[attr][n] = true
+	}
+}
+
+// sender returns the Send callback of the node at from.
+func (f *fabric) sender(from ib.GID) func(ib.MADAddr, []byte) error {
+	return func(to ib.MADAddr, mad []byte) error {
+		if to.QPN != ib.QP1 {
+			f.tb.Errorf("MAD sent to QPN %v, want QP1", to.QPN)
+		}
+		if len(mad) != MADLen {
+			f.tb.Fatalf("MAD of %d octets", len(mad))
+		}
+		f.seq++
+		w := &wire{seq: f.seq, from: from, to: to.GID}
+		copy(w.data[:], mad)
+		a := w.attr()
+		f.count[a]++
+		n := f.count[a]
+		w.dropped = f.dropAll[a] || f.drop[a][n] || (f.filter != nil && f.filter(w))
+		if !f.noLog {
+			f.log = append(f.log, w)
+		}
+		if !w.dropped {
+			f.pending = append(f.pending, w)
+			if f.dup[a][n] {
+				c := *w
+				f.pending = append(f.pending, &c)
+			}
+		}
+		return nil
+	}
+}
+
+// deliver hands one MAD to its destination (lost if nobody has that GID).
+func (f *fabric) deliver(w *wire) {
+	n := f.nodes[w.to]
+	if n == nil {
+		return
+	}
+	m := ib.MAD{From: ib.MADAddr{GID: w.from, QPN: ib.QP1, PKey: ib.DefaultPKey}, Data: w.data}
+	n.HandleMAD(f.now, &m)
+}
+
+// step delivers one pending MAD; false when none is pending.
+func (f *fabric) step() bool {
+	if len(f.pending) == 0 {
+		return false
+	}
+	var w *wire
+	if f.lifo {
+		w = f.pending[len(f.pending)-1]
+		f.pending = f.pending[:len(f.pending)-1]
+	} else {
+		w = f.pending[0]
+		f.pending = f.pending[1:]
+	}
+	f.deliver(w)
+	return true
+}
+
+// take removes and returns the first pending MAD matching pred, or nil.
+func (f *fabric) take(pred func(*wire) bool) *wire {
+	for i, w := range f.pending {
+		if pred(w) {
+			f.pending = slices.Delete(f.pending, i, i+1)
+			return w
+		}
+	}
+	return nil
+}
+
+// deliverWhere delivers the first pending MAD matching pred.
+func (f *fabric) deliverWhere(pred func(*wire) bool) bool {
+	w := f.take(pred)
+	if w == nil {
+		return false
+	}
+	f.deliver(w)
+	return true
+}
+
+// drain delivers until nothing is pending, without advancing time.
+func (f *fabric) drain() {
+	for i := 0; f.step(); i++ {
+		if i > 10_000_000 {
+			f.tb.Fatalf("fabric: MADs keep flowing without time passing")
+		}
+	}
+}
+
+// run delivers everything and fires timers until d has passed on the fake
+// clock; the clock ends at now+d.
+func (f *fabric) run(d time.Duration) {
+	end := f.now.Add(d)
+	for i := 0; ; i++ {
+		if i > 10_000_000 {
+			f.tb.Fatalf("fabric: no quiescence")
+		}
+		f.drain()
+		var next time.Time
+		for _, g := range f.order {
+			if n := f.nodes[g].Next(); !n.IsZero() && (next.IsZero() || n.Before(next)) {
+				next = n
+			}
+		}
+		if next.IsZero() || next.After(end) {
+			break
+		}
+		if next.After(f.now) {
+			f.now = next
+		}
+		for _, g := range f.order {
+			nd := f.nodes[g]
+			if n := nd.Next(); !n.IsZero() && !n.After(f.now) {
+				nd.Expire(f.now)
+			}
+		}
+	}
+	f.now = end
+}
+
+// sent returns the logged MADs of type attr from the node at from (any
+// node when from is zero), dropped ones included when withDropped.
+func (f *fabric) sent(from ib.GID, attr AttrID, withDropped bool) []*wire {
+	var ws []*wire
+	for _, w := range f.log {
+		if w.attr() == attr && (from == ib.GID{} || w.from == from) && (withDropped || !w.dropped) {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+// decode decodes a logged MAD, failing the test if it does not decode.
+func decode[T any](tb testing.TB, w *wire) *T {
+	tb.Helper()
+	_, m, err := DecodeMAD(w.data[:])
+	if err != nil {
+		tb.Fatalf("%v does not decode: %v", w, err)
+	}
+	v, ok := any(m).(*T)
+	if !ok {
+		tb.Fatalf("%v decodes to %T", w, m)
+	}
+	return v
+}
+
+func gidN(i int) ib.GID {
+	g := ib.GID{0xfe, 0x80}
+	binary.BigEndian.PutUint32(g[12:], uint32(i))
+	return g
+}
+
+// ---------------------------------------------------------------------------
+// Engine test node: an engine plus a scripted consumer.
+// ---------------------------------------------------------------------------
+
+const testService = 0x1000000000abcdef
+
+type evRec struct {
+	Type   EventType
+	Conn   *Conn
+	State  State // the connection's state when reported
+	Reason RejectReason
+	At     time.Time
+}
+
+type engNode struct {
+	f        *fabric
+	e        *Engine
+	gid      ib.GID
+	guid     uint64
+	events   []evRec
+	noAccept bool // leave REQs unanswered (slow consumer)
+	noReady  bool // leave REPs unanswered
+	nextQPN  ib.QPN
+}
+
+// testEngineConfig: 268 ms response timeout, 3 retries.
+func testEngineConfig() EngineConfig {
+	return EngineConfig{ResponseTimeout: 16, MaxRetries: 3, PKey: ib.DefaultPKey}
+}
+
+func newEngNode(f *fabric, i int, cfg EngineConfig) *engNode {
+	n := &engNode{f: f, gid: gidN(i), guid: 0x0002c90300000000 | uint64(i), nextQPN: ib.QPN(0x10000 * i)}
+	cfg.GID, cfg.GUID = n.gid, n.guid
+	cfg.Send = f.sender(n.gid)
+	cfg.Event = n.event
+	n.e = NewEngine(cfg)
+	n.e.Listen(testService)
+	f.add(n.gid, n.e)
+	return n
+}
+
+func (n *engNode) event(ev Event) {
+	r := evRec{Type: ev.Type, Conn: ev.Conn, State: ev.Conn.State, At: n.f.now}
+	if ev.REJ != nil {
+		r.Reason = ev.REJ.Reason
+	}
+	n.events = append(n.events, r)
+	switch ev.Type {
+	case EvRequest:
+		if ev.REQ == nil {
+			n.f.tb.Errorf("EvRequest without its REQ")
+		}
+		if !n.noAccept {
+			n.accept(ev.Conn)
+		}
+	case EvReply:
+		if ev.REP == nil {
+			n.f.tb.Errorf("EvReply without its REP")
+		}
+		if !n.noReady {
+			if err := n.e.Ready(ev.Conn); err != nil {
+				n.f.tb.Errorf("Ready: %v", err)
+			}
+		}
+	case EvRejected:
+		if ev.REJ == nil {
+			n.f.tb.Errorf("EvRejected without its REJ")
+		}
+	}
+}
+
+const (
+	testActivePSN  = 0x654321 // the active side's receive PSN
+	testPassivePSN = 0x123456 // the passive side's receive PSN
+)
+
+func (n *engNode) accept(c *Conn) {
+	n.nextQPN++
+	if err := n.e.Accept(n.f.now, c, AcceptParams{LocalQPN: n.nextQPN, RecvPSN: testPassivePSN, RNRRetry: 7, PrivateData: []byte("rep-private")}); err != nil {
+		n.f.tb.Errorf("Accept: %v", err)
+	}
+}
+
+func (n *engNode) connect(to *engNode) *Conn {
+	n.f.tb.Helper()
+	n.nextQPN++
+	c, err := n.e.Connect(n.f.now, ConnectParams{
+		RemoteGID: to.gid, ServiceID: testService, LocalQPN: n.nextQPN, Transport: TransportRC,
+		RecvPSN: testActivePSN, PathMTU: ib.MTU4096, RetryCount: 6, RNRRetry: 5, ACKTimeout: 14,
+		PrivateData: []byte("req-private"),
+	})
+	if err != nil {
+		n.f.tb.Fatalf("Connect: %v", err)
+	}
+	return c
+}
+
+func (n *engNode) types() []EventType {
+	var ts []EventType
+	for _, r := range n.events {
+		ts = append(ts, r.Type)
+	}
+	return ts
+}
+
+func (n *engNode) last(t EventType) *evRec {
+	for i := len(n.events) - 1; i >= 0; i-- {
+		if n.events[i].Type == t {
+			return &n.events[i]
+		}
+	}
+	return nil
+}
+
+// onlyConn returns the engine's single connection (nil if none, fails if
+// several).
+func onlyConn(tb testing.TB, e *Engine) *Conn {
+	tb.Helper()
+	if len(e.byLocal) > 1 {
+		tb.Fatalf("engine has %d connections, want at most 1", len(e.byLocal))
+	}
+	for _, c := range e.byLocal {
+		return c
+	}
+	return nil
+}
+
+func pair(tb testing.TB) (*fabric, *engNode, *engNode) {
+	f := newFabric(tb)
+	a := newEngNode(f, 1, testEngineConfig())
+	b := newEngNode(f, 2, testEngineConfig())
+	return f, a, b
+}
+
+// ---------------------------------------------------------------------------
+// Engine scenarios.
+// ---------------------------------------------------------------------------
+
+func TestEngineSetupAndTeardown(t *testing.T) {
+	f, a, b := pair(t)
+	ac := a.connect(b)
+	if ac.State != StateREQSent || !ac.Active {
+		t.Fatalf("after Connect: state %v active %v", ac.State, ac.Active)
+	}
+	f.drain()
+	bc := onlyConn(t, b.e)
+	if ac.State != StateEstablished || bc == nil || bc.State != StateEstablished {
+		t.Fatalf("after setup: active %v, passive %v", ac.State, bc)
+	}
+	if got, want := a.types(), []EventType{EvReply}; !slices.Equal(got, want) {
+		t.Errorf("active events %v, want %v", got, want)
+	}
+	if got, want := b.types(), []EventType{EvRequest, EvEstablished}; !slices.Equal(got, want) {
+		t.Errorf("passive events %v, want %v", got, want)
+	}
+
+	// The three messages, decoded.
+	reqs, reps, rtus := f.sent(a.gid, AttrREQ, true), f.sent(b.gid, AttrREP, true), f.sent(a.gid, AttrRTU, true)
+	if len(reqs) != 1 || len(reps) != 1 || len(rtus) != 1 || len(f.log) != 3 {
+		t.Fatalf("sent %v, want one REQ, REP and RTU", f.log)
+	}
+	req, rep, rtu := decode[REQ](t, reqs[0]), decode[REP](t, reps[0]), decode[RTU](t, rtus[0])
+	if req.LocalCommID != ac.LocalCommID || req.ServiceID != testService || req.LocalCAGUID != a.guid ||
+		req.LocalQPN != ac.LocalQPN || req.StartingPSN != testActivePSN || req.PathMTU != ib.MTU4096 ||
+		req.TransportType != TransportRC || req.RetryCount != 6 || req.RNRRetryCount != 5 ||
+		req.MaxCMRetries != 3 || req.RemoteCMResponseTimeout != 16 || req.LocalCMResponseTimeout != 16 ||
+		req.PKey != ib.DefaultPKey || req.Primary.LocalGID != a.gid || req.Primary.RemoteGID != b.gid ||
+		req.Primary.LocalACKTimeout != 14 || !bytes.HasPrefix(req.PrivateData[:], []byte("req-private")) {
+		t.Errorf("REQ %+v", req)
+	}
+	if rep.LocalCommID != bc.LocalCommID || rep.RemoteCommID != ac.LocalCommID || rep.LocalQPN != bc.LocalQPN ||
+		rep.StartingPSN != testPassivePSN || rep.RNRRetryCount != 7 || rep.LocalCAGUID != b.guid ||
+		!bytes.HasPrefix(rep.PrivateData[:], []byte("rep-private")) {
+		t.Errorf("REP %+v", rep)
+	}
+	if rtu.LocalCommID != ac.LocalCommID || rtu.RemoteCommID != bc.LocalCommID {
+		t.Errorf("RTU %+v", rtu)
+	}
+	// REP and RTU echo the REQ's transaction ID.
+	if reps[0].tid() != reqs[0].tid() || rtus[0].tid() != reqs[0].tid() {
+		t.Errorf("TIDs REQ %#x REP %#x RTU %#x", reqs[0].tid(), reps[0].tid(), rtus[0].tid())
+	}
+	// Both sides agree on the connection (PSNs crosswise, IBA semantics).
+	if ac.RemoteQPN != bc.LocalQPN || bc.RemoteQPN != ac.LocalQPN || ac.RemoteCommID != bc.LocalCommID ||
+		bc.RemoteCommID != ac.LocalCommID || ac.SendPSN != testPassivePSN || bc.SendPSN != testActivePSN ||
+		ac.RecvPSN != testActivePSN || bc.RecvPSN != testPassivePSN || bc.RemoteGUID != a.guid ||
+		ac.RemoteGUID != b.guid || bc.RemoteGID != a.gid || bc.RNRRetry != 5 || ac.RNRRetry != 7 || bc.PathMTU != ib.MTU4096 {
+		t.Errorf("connections disagree:\nactive  %+v\npassive %+v", ac, bc)
+	}
+	if a.e.halfOpen != 0 || b.e.halfOpen != 0 {
+		t.Errorf("half-open counts %d %d after setup", a.e.halfOpen, b.e.halfOpen)
+	}
+
+	// Teardown from the passive side.
+	f.now = f.now.Add(time.Second)
+	b.e.Disconnect(f.now, bc)
+	if bc.State != StateDREQSent {
+		t.Fatalf("after Disconnect: %v", bc.State)
+	}
+	start := f.now
+	f.run(time.Minute)
+	dreqs, dreps := f.sent(b.gid, AttrDREQ, true), f.sent(a.gid, AttrDREP, true)
+	if len(dreqs) != 1 || len(dreps) != 1 {
+		t.Fatalf("DREQs %d DREPs %d, want 1 each", len(dreqs), len(dreps))
+	}
+	dreq, drep := decode[DREQ](t, dreqs[0]), decode[DREP](t, dreps[0])
+	if dreq.LocalCommID != bc.LocalCommID || dreq.RemoteCommID != ac.LocalCommID || dreq.RemoteQPN != ac.LocalQPN {
+		t.Errorf("DREQ %+v", dreq)
+	}
+	if drep.LocalCommID != ac.LocalCommID || drep.RemoteCommID != bc.LocalCommID || dreps[0].tid() != dreqs[0].tid() {
+		t.Errorf("DREP %+v tid %#x, DREQ tid %#x", drep, dreps[0].tid(), dreqs[0].tid())
+	}
+	if got, want := a.types(), []EventType{EvReply, EvDisconnected, EvTimewaitDone}; !slices.Equal(got, want) {
+		t.Errorf("active events %v, want %v", got, want)
+	}
+	if got, want := b.types(), []EventType{EvRequest, EvEstablished, EvDisconnected, EvTimewaitDone}; !slices.Equal(got, want) {
+		t.Errorf("passive events %v, want %v", got, want)
+	}
+	tw := 2 * TimeoutDuration(16)
+	for _, n := range []*engNode{a, b} {
+		d, done := n.last(EvDisconnected), n.last(EvTimewaitDone)
+		if d.State != StateTimewait || d.At != start || done.At.Sub(d.At) != tw || done.State != StateIdle {
+			t.Errorf("%v: disconnected %v at %v, timewait done %v at +%v; want timewait, +%v", n.gid, d.State, d.At, done.State, done.At.Sub(d.At), tw)
+		}
+		if n.e.Conns() != 0 || len(n.e.byRemote) != 0 || len(n.e.byQP) != 0 || !n.e.Next().IsZero() {
+			t.Errorf("%v: %d conns, %d by remote, %d by QP, next %v after timewait", n.gid, n.e.Conns(), len(n.e.byRemote), len(n.e.byQP), n.e.Next())
+		}
+		if n.e.Stats.Malformed+n.e.Stats.Unknown+n.e.Stats.Duplicate+n.e.Stats.Retransmitted+n.e.Stats.Rejected != 0 {
+			t.Errorf("%v: stats %+v on a clean exchange", n.gid, n.e.Stats)
+		}
+	}
+}
+
+// TestEngineLoss drops each message type once, twice and on every send
+// (past the retry budget of 3), in FIFO and LIFO delivery order.
+func TestEngineLoss(t *testing.T) {
+	const all = -1
+	ev := func(ts ...EventType) []EventType { return ts }
+	type want struct {
+		a, b         []EventType // events after the scenario
+		connsA       int         // after everything settled
+		connsB       int
+		retransA     uint64 // exact Stats.Retransmitted
+		retransB     uint64
+		sentOfAttr   int // how many MADs of attr were sent in all
+		bEstablished bool
+	}
+	cases := []struct {
+		attr     AttrID
+		drops    int
+		teardown bool // the loss is in the teardown (A disconnects)
+		want     want
+	}{
+		{AttrREQ, 1, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 1, sentOfAttr: 2, bEstablished: true}},
+		{AttrREQ, 2, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 2, sentOfAttr: 3, bEstablished: true}},
+		{AttrREQ, all, false, want{a: ev(EvTimeout), b: nil, retransA: 3, sentOfAttr: 4}},
+		// A lost REP: the passive side resends it, and the active side's
+		// REQ retransmission draws it again.
+		{AttrREP, 1, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 1, retransB: 1, sentOfAttr: 3, bEstablished: true}},
+		{AttrREP, 2, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 1, retransB: 1, sentOfAttr: 3, bEstablished: true}},
+		{AttrREP, all, false, want{a: ev(EvTimeout), b: ev(EvRequest, EvTimeout), retransA: 3, retransB: 3, sentOfAttr: 7}},
+		// A lost RTU: the passive side resends the REP, the active side
+		// answers with its RTU again.
+		{AttrRTU, 1, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransB: 1, sentOfAttr: 2, bEstablished: true}},
+		{AttrRTU, 2, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransB: 2, sentOfAttr: 3, bEstablished: true}},
+		// Every RTU lost: the passive side gives up with REJ (Timeout); the
+		// active side must not keep a connection its peer has forgotten.
+		{AttrRTU, all, false, want{a: ev(EvReply, EvDisconnected, EvTimewaitDone), b: ev(EvRequest, EvTimeout), retransB: 3, sentOfAttr: 4}},
+		{AttrDREQ, 1, true, want{a: ev(EvReply, EvDisconnected, EvTimewaitDone), b: ev(EvRequest, EvEstablished, EvDisconnected, EvTimewaitDone), retransA: 1, sentOfAttr: 2}},
+		{AttrDREQ, 2, true, want{a: ev(EvReply, EvDisconnected, EvTimewaitDone), b: ev(EvRequest, EvEstablished, EvDisconnected, EvTimewaitDone), retransA: 2, sentOfAttr: 3}},
+		// Every DREQ lost: the active side gives up into timewait; the
+		// passive side never hears of it and stays established (the IPoIB
+		// manager's idle and send-failure rules close it).
+		{AttrDREQ, all, true, want{a: ev(EvReply, EvDisconnected, EvTimewaitDone), b: ev(EvRequest, EvEstablished), connsB: 1, retransA: 3, sentOfAttr: 4, bEstablished: true}},
+		{AttrDREP, 1, true, want{a: ev(EvReply, EvDisconnected, EvTimewaitDone), b: ev(EvRequest, EvEstablished, EvDisconnected, EvTimewaitDone), retransA: 1, sentOfAttr: 2}},
+		{AttrDREP, 2, true, want{a: ev(EvReply, EvDisconnected, EvTimewaitDone), b: ev(EvRequest, EvEstablished, EvDisconnected, EvTimewaitDone), retransA: 2, sentOfAttr: 3}},
+		{AttrDREP, all, true, want{a: ev(EvReply, EvDisconnected, EvTimewaitDone), b: ev(EvRequest, EvEstablished, EvDisconnected, EvTimewaitDone), retransA: 3, sentOfAttr: 4}},
+	}
+	for _, lifo := range []bool{false, true} {
+		for _, tc := range cases {
+			name := fmt.Sprintf("%v/lost-%d/lifo=%v", tc.attr, tc.drops, lifo)
+			if tc.drops == all {
+				name = fmt.Sprintf("%v/lost-all/lifo=%v", tc.attr, lifo)
+			}
+			t.Run(name, func(t *testing.T) {
+				f, a, b := pair(t)
+				f.lifo = lifo
+				if tc.drops == all {
+					f.dropAll[tc.attr] = true
+				} else {
+					for i := 1; i <= tc.drops; i++ {
+						f.dropNth(tc.attr, i)
+					}
+				}
+				ac := a.connect(b)
+				f.run(time.Minute)
+				if tc.teardown {
+					if ac.State != StateEstablished {
+						t.Fatalf("setup failed: %v", ac.State)
+					}
+					a.e.Disconnect(f.now, ac)
+					f.run(time.Minute)
+				}
+				w := tc.want
+				if got := a.types(); !slices.Equal(got, w.a) {
+					t.Errorf("active events %v, want %v", got, w.a)
+				}
+				if got := b.types(); !slices.Equal(got, w.b) {
+					t.Errorf("passive events %v, want %v", got, w.b)
+				}
+				if a.e.Conns() != w.connsA || b.e.Conns() != w.connsB {
+					t.Errorf("conns active %d passive %d, want %d %d", a.e.Conns(), b.e.Conns(), w.connsA, w.connsB)
+				}
+				if w.connsA == 1 && ac.State != StateEstablished {
+					t.Errorf("active state %v", ac.State)
+				}
+				if bc := onlyConn(t, b.e); w.bEstablished != (bc != nil && bc.State == StateEstablished) {
+					t.Errorf("passive connection %+v, want established %v", bc, w.bEstablished)
+				}
+				if a.e.Stats.Retransmitted != w.retransA || b.e.Stats.Retransmitted != w.retransB {
+					t.Errorf("retransmitted active %d passive %d, want %d %d", a.e.Stats.Retransmitted, b.e.Stats.Retransmitted, w.retransA, w.retransB)
+				}
+				if got := f.count[tc.attr]; got != w.sentOfAttr {
+					t.Errorf("%d %v sent, want %d", got, tc.attr, w.sentOfAttr)
+				}
+				if a.e.halfOpen != 0 || b.e.halfOpen != 0 {
+					t.Errorf("half-open %d %d", a.e.halfOpen, b.e.halfOpen)
+				}
+				for _, n := range []*engNode{a, b} {
+					if n.e.Stats.Malformed != 0 || n.e.Stats.SendErrors != 0 {
+						t.Errorf("%v: stats %+v", n.gid, n.e.Stats)
+					}
+				}
+				// Whatever survived of each exchange decodes and names the
+				// right connection.
+				for _, x := range f.sent(ib.GID{}, AttrRTU, true) {
+					if r := decode[RTU](t, x); r.LocalCommID != ac.LocalCommID {
+						t.Errorf("RTU %+v from another connection", r)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestEngineREJAfterEstablished: a REJ naming an established connection
+// (IBA: ESTABLISHED + REJ -> TIMEWAIT) ends it, and a REJ for a
+// connection in timewait or a foreign one changes nothing.
+func TestEngineREJAfterEstablished(t *testing.T) {
+	f, a, b := pair(t)
+	ac := a.connect(b)
+	f.drain()
+	bc := onlyConn(t, b.e)
+	inject := func(to *engNode, from ib.GID, rej REJ) {
+		var m ib.MAD
+		if err := rej.MarshalMAD(m.Data[:], 77); err != nil {
+			t.Fatal(err)
+		}
+		m.From = ib.MADAddr{GID: from, QPN: ib.QP1}
+		to.e.HandleMAD(f.now, &m)
+	}
+	// Wrong peer comm ID: ignored.
+	inject(a, b.gid, REJ{LocalCommID: bc.LocalCommID + 1, RemoteCommID: ac.LocalCommID, MessageRejected: MsgOther, Reason: RejTimeout})
+	if ac.State != StateEstablished {
+		t.Fatalf("REJ with a foreign comm ID moved the connection to %v", ac.State)
+	}
+	inject(a, b.gid, REJ{LocalCommID: bc.LocalCommID, RemoteCommID: ac.LocalCommID, MessageRejected: MsgOther, Reason: RejTimeout})
+	if ac.State != StateTimewait {
+		t.Fatalf("after REJ: %v, want timewait", ac.State)
+	}
+	if r := a.last(EvDisconnected); r == nil || r.Reason != RejTimeout {
+		t.Fatalf("events %v, want disconnected with the REJ", a.types())
+	}
+	if len(a.e.byQP) != 0 {
+		t.Errorf("timewait connection still in the stale table")
+	}
+	n := len(a.events)
+	inject(a, b.gid, REJ{LocalCommID: bc.LocalCommID, RemoteCommID: ac.LocalCommID, MessageRejected: MsgOther, Reason: RejTimeout})
+	if len(a.events) != n || a.e.Stats.Duplicate != 1 {
+		t.Errorf("second REJ: events %v, duplicates %d", a.types(), a.e.Stats.Duplicate)
+	}
+	f.run(time.Minute)
+	if a.e.Conns() != 0 || a.last(EvTimewaitDone) == nil {
+		t.Errorf("after timewait: %d conns, events %v", a.e.Conns(), a.types())
+	}
+}
+
+func TestEngineDuplicates(t *testing.T) {
+	t.Run("REQ before the consumer answers draws an MRA", func(t *testing.T) {
+		f, a, b := pair(t)
+		b.noAccept = true
+		ac := a.connect(b)
+		f.drain()
+		bc := onlyConn(t, b.e)
+		if bc == nil || bc.State != StateREQRcvd {
+			t.Fatalf("passive %+v", bc)
+		}
+		// The REQ is retransmitted after the response timeout.
+		f.now = a.e.Next()
+		a.e.Expire(f.now)
+		f.drain()
+		mras := f.sent(b.gid, AttrMRA, false)
+		if len(mras) != 1 || b.e.Stats.Duplicate != 1 {
+			t.Fatalf("MRAs %d duplicates %d, want 1 1", len(mras), b.e.Stats.Duplicate)
+		}
+		mra := decode[MRA](t, mras[0])
+		if mra.MessageMRAed != MsgREQ || mra.RemoteCommID != ac.LocalCommID || mra.LocalCommID != bc.LocalCommID || mra.ServiceTimeout != 16 {
+			t.Errorf("MRA %+v", mra)
+		}
+		if mras[0].tid() != f.sent(a.gid, AttrREQ, false)[0].tid() {
+			t.Errorf("MRA TID differs from the REQ's")
+		}
+		// The MRA pushed the active side's timer out by the service
+		// timeout plus its own response timeout.
+		if got, want := a.e.Next(), f.now.Add(2*TimeoutDuration(16)); !got.Equal(want) {
+			t.Errorf("active timer %v after MRA, want %v", got.Sub(f.now), want.Sub(f.now))
+		}
+		if len(b.events) != 1 {
+			t.Errorf("duplicate REQ reported again: %v", b.types())
+		}
+		// The consumer answers at last.
+		b.accept(bc)
+		f.run(time.Minute)
+		if ac.State != StateEstablished || bc.State != StateEstablished {
+			t.Errorf("states %v %v", ac.State, bc.State)
+		}
+	})
+	t.Run("REQ after REP gets the same REP", func(t *testing.T) {
+		f, a, b := pair(t)
+		f.dropNth(AttrREP, 1)
+		a.connect(b)
+		f.drain()
+		// Duplicate the REQ by hand, before any timer fires.
+		req := f.sent(a.gid, AttrREQ, false)[0]
+		f.deliver(req)
+		f.deliver(req)
+		reps := f.sent(b.gid, AttrREP, true)
+		if len(reps) != 3 {
+			t.Fatalf("%d REPs, want 3", len(reps))
+		}
+		for _, r := range reps[1:] {
+			if r.data != reps[0].data {
+				t.Errorf("resent REP differs from the first")
+			}
+		}
+		if b.e.Stats.Duplicate != 2 || len(b.events) != 1 {
+			t.Errorf("duplicates %d events %v", b.e.Stats.Duplicate, b.types())
+		}
+		f.run(time.Minute)
+		// The second REP established the connection, the third drew the
+		// RTU again (duplicate REP), and the second RTU is a duplicate.
+		if got := len(f.sent(a.gid, AttrRTU, false)); got != 2 {
+			t.Errorf("%d RTUs, want 2", got)
+		}
+		if a.e.Stats.Duplicate != 1 || b.e.Stats.Duplicate != 3 {
+			t.Errorf("duplicates active %d passive %d, want 1 3", a.e.Stats.Duplicate, b.e.Stats.Duplicate)
+		}
+		// Once established, an old REQ still gets the REP, not a new
+		// connection.
+		f.deliver(req)
+		f.drain()
+		if b.e.Conns() != 1 || len(b.events) != 2 {
+			t.Errorf("old REQ after establishment: %d conns, events %v", b.e.Conns(), b.types())
+		}
+	})
+	t.Run("RTU and DREP duplicates are ignored", func(t *testing.T) {
+		f, a, b := pair(t)
+		f.dupNth(AttrRTU, 1)
+		f.dupNth(AttrDREP, 1)
+		ac := a.connect(b)
+		f.drain()
+		if b.e.Stats.Duplicate != 1 || len(b.events) != 2 {
+			t.Errorf("after duplicate RTU: duplicates %d events %v", b.e.Stats.Duplicate, b.types())
+		}
+		a.e.Disconnect(f.now, ac)
+		f.drain()
+		if a.e.Stats.Duplicate != 1 || ac.State != StateTimewait || len(a.events) != 2 {
+			t.Errorf("after duplicate DREP: duplicates %d state %v events %v", a.e.Stats.Duplicate, ac.State, a.types())
+		}
+		f.run(time.Minute)
+		if a.e.Conns()+b.e.Conns() != 0 {
+			t.Errorf("conns left %d %d", a.e.Conns(), b.e.Conns())
+		}
+	})
+	t.Run("DREQ in timewait gets the DREP again", func(t *testing.T) {
+		f, a, b := pair(t)
+		f.dupNth(AttrDREQ, 1)
+		ac := a.connect(b)
+		f.drain()
+		a.e.Disconnect(f.now, ac)
+		f.drain()
+		if got := len(f.sent(b.gid, AttrDREP, false)); got != 2 || b.e.Stats.Duplicate != 1 {
+			t.Errorf("%d DREPs, %d duplicates; want 2 1", got, b.e.Stats.Duplicate)
+		}
+		if len(b.events) != 3 {
+			t.Errorf("passive events %v", b.types())
+		}
+	})
+}
+
+// TestEngineReorder holds back MADs and delivers them late.
+func TestEngineReorder(t *testing.T) {
+	t.Run("stale REP after teardown", func(t *testing.T) {
+		f, a, b := pair(t)
+		f.dupNth(AttrREP, 1)
+		ac := a.connect(b)
+		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREQ })
+		late := f.take(func(w *wire) bool { return w.attr() == AttrREP })
+		f.drain()
+		a.e.Disconnect(f.now, ac)
+		f.drain()
+		f.deliver(late) // the old REP arrives during timewait
+		f.drain()
+		if ac.State != StateTimewait || len(f.sent(a.gid, AttrRTU, false)) != 1 {
+			t.Errorf("late REP: state %v, RTUs %d", ac.State, len(f.sent(a.gid, AttrRTU, false)))
+		}
+		f.run(time.Minute)
+		f.deliver(late) // and once more after the connection is gone
+		f.drain()
+		rejs := f.sent(a.gid, AttrREJ, false)
+		if len(rejs) != 1 {
+			t.Fatalf("REP for a forgotten connection: %d REJs", len(rejs))
+		}
+		if r := decode[REJ](t, rejs[0]); r.Reason != RejInvalidCommID || r.MessageRejected != MsgREP {
+			t.Errorf("REJ %+v", r)
+		}
+		f.run(time.Minute)
+		if a.e.Conns()+b.e.Conns() != 0 {
+			t.Errorf("conns left %d %d", a.e.Conns(), b.e.Conns())
+		}
+	})
+	t.Run("RTU after the REP retransmission", func(t *testing.T) {
+		f, a, b := pair(t)
+		ac := a.connect(b)
+		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREQ })
+		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREP })
+		rtu := f.take(func(w *wire) bool { return w.attr() == AttrRTU })
+		f.now = b.e.Next()
+		b.e.Expire(f.now) // the REP goes again
+		f.drain()         // ... and draws a second RTU
+		f.deliver(rtu)    // then the first RTU arrives
+		f.drain()
+		bc := onlyConn(t, b.e)
+		if ac.State != StateEstablished || bc.State != StateEstablished || b.e.Stats.Duplicate != 1 {
+			t.Errorf("states %v %v, duplicates %d", ac.State, bc.State, b.e.Stats.Duplicate)
+		}
+	})
+	t.Run("DREQ before RTU", func(t *testing.T) {
+		f, a, b := pair(t)
+		ac := a.connect(b)
+		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREQ })
+		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREP })
+		rtu := f.take(func(w *wire) bool { return w.attr() == AttrRTU })
+		a.e.Disconnect(f.now, ac) // the active side is already done
+		f.drain()
+		bc := onlyConn(t, b.e)
+		if bc.State != StateTimewait || ac.State != StateTimewait {
+			t.Errorf("states %v %v, want timewait both", ac.State, bc.State)
+		}
+		f.deliver(rtu)
+		f.run(time.Minute)
+		if a.e.Conns()+b.e.Conns() != 0 || b.e.halfOpen != 0 {
+			t.Errorf("conns left %d %d, half-open %d", a.e.Conns(), b.e.Conns(), b.e.halfOpen)
+		}
+		if got, want := b.types(), []EventType{EvRequest, EvDisconnected, EvTimewaitDone}; !slices.Equal(got, want) {
+			t.Errorf("passive events %v, want %v", got, want)
+		}
+	})
+}
+
+func TestEngineRejects(t *testing.T) {
+	t.Run("unlistened service", func(t *testing.T) {
+		f, a, b := pair(t)
+		a.nextQPN++
+		ac, err := a.e.Connect(f.now, ConnectParams{RemoteGID: b.gid, ServiceID: testService + 1, LocalQPN: a.nextQPN, PathMTU: ib.MTU2048})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.run(time.Minute)
+		rejs := f.sent(b.gid, AttrREJ, false)
+		if len(rejs) != 1 {
+			t.Fatalf("%d REJs", len(rejs))
+		}
+		r := decode[REJ](t, rejs[0])
+		if r.Reason != RejInvalidServiceID || r.MessageRejected != MsgREQ || r.RemoteCommID != ac.LocalCommID || rejs[0].tid() != f.sent(a.gid, AttrREQ, false)[0].tid() {
+			t.Errorf("REJ %+v", r)
+		}
+		if b.e.Stats.Rejected != 1 || len(b.events) != 0 || b.e.Conns() != 0 {
+			t.Errorf("passive: rejected %d events %v conns %d", b.e.Stats.Rejected, b.types(), b.e.Conns())
+		}
+		if e := a.last(EvRejected); e == nil || e.Reason != RejInvalidServiceID || a.e.Conns() != 0 || len(a.events) != 1 {
+			t.Errorf("active events %v conns %d", a.types(), a.e.Conns())
+		}
+	})
+	t.Run("consumer reject", func(t *testing.T) {
+		f, a, b := pair(t)
+		b.noAccept = true
+		a.connect(b)
+		f.drain()
+		bc := onlyConn(t, b.e)
+		if err := b.e.Reject(bc, RejConsumerReject, []byte{0, 0x12, 0x34, 0x56}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.e.Reject(bc, RejConsumerReject, nil); err != ErrBadState {
+			t.Errorf("second Reject: %v", err)
+		}
+		f.run(time.Minute)
+		r := decode[REJ](t, f.sent(b.gid, AttrREJ, false)[0])
+		if r.Reason != RejConsumerReject || r.LocalCommID != bc.LocalCommID || binary.BigEndian.Uint32(r.PrivateData[:4]) != 0x123456 {
+			t.Errorf("REJ %+v", r)
+		}
+		if a.e.Conns()+b.e.Conns() != 0 || b.e.halfOpen != 0 || a.last(EvRejected) == nil {
+			t.Errorf("conns %d %d half-open %d events %v", a.e.Conns(), b.e.Conns(), b.e.halfOpen, a.types())
+		}
+	})
+	t.Run("bad state calls", func(t *testing.T) {
+		f, a, b := pair(t)
+		ac := a.connect(b)
+		if a.e.Accept(f.now, ac, AcceptParams{}) != ErrBadState || a.e.Ready(ac) != ErrBadState ||
+			a.e.RejectReply(ac, RejConsumerReject, nil) != ErrBadState || a.e.Reject(ac, RejConsumerReject, nil) != ErrBadState {
+			t.Errorf("calls out of state accepted")
+		}
+	})
+}
+
+// TestEngineStale: a REQ whose local QPN + CA GUID name the remote end of
+// an established connection draws REJ 10 and a DREQ on the old connection.
+func TestEngineStale(t *testing.T) {
+	f, a, b := pair(t)
+	ac := a.connect(b)
+	f.drain()
+	bc := onlyConn(t, b.e)
+	// The active node forgot the connection (e.g. its DREQ was lost) and
+	// reconnects with the same QP number and a new comm ID.
+	req := decode[REQ](t, f.sent(a.gid, AttrREQ, false)[0])
+	req.LocalCommID = ac.LocalCommID + 1000
+	var m ib.MAD
+	if err := req.MarshalMAD(m.Data[:], 0xabc); err != nil {
+		t.Fatal(err)
+	}
+	m.From = ib.MADAddr{GID: a.gid, QPN: ib.QP1}
+	nlog := len(f.log)
+	b.e.HandleMAD(f.now, &m)
+	out := f.log[nlog:]
+	if len(out) != 2 {
+		t.Fatalf("stale REQ drew %v, want a REJ and a DREQ", out)
+	}
+	var rej *REJ
+	var dreq *DREQ
+	for _, w := range out {
+		switch w.attr() {
+		case AttrREJ:
+			rej = decode[REJ](t, w)
+			if w.tid() != 0xabc {
+				t.Errorf("REJ TID %#x", w.tid())
+			}
+		case AttrDREQ:
+			dreq = decode[DREQ](t, w)
+		}
+	}
+	if rej == nil || rej.Reason != RejStaleConnection || rej.MessageRejected != MsgREQ || rej.RemoteCommID != req.LocalCommID {
+		t.Errorf("REJ %+v", rej)
+	}
+	if dreq == nil || dreq.RemoteQPN != req.LocalQPN || dreq.LocalCommID != bc.LocalCommID || dreq.RemoteCommID != ac.LocalCommID {
+		t.Errorf("DREQ %+v", dreq)
+	}
+	if b.e.Stats.Stale != 1 || b.e.Stats.Rejected != 1 || bc.State != StateDREQSent || b.e.Conns() != 1 {
+		t.Errorf("stats %+v state %v conns %d", b.e.Stats, bc.State, b.e.Conns())
+	}
+	if e := b.last(EvTimeout); e == nil || e.Conn != bc {
+		t.Errorf("passive events %v, want a timeout for the old connection", b.types())
+	}
+	f.drain()
+	// The DREP (the active side still knew it) moves it to timewait.
+	if bc.State != StateTimewait {
+		t.Errorf("old connection %v, want timewait", bc.State)
+	}
+	f.run(time.Minute)
+	if a.e.Conns()+b.e.Conns() != 0 {
+		t.Errorf("conns left %d %d", a.e.Conns(), b.e.Conns())
+	}
+	// The REJ sent to the forgotten REQ found no connection on the active
+	// side.
+	if a.e.Stats.Unknown != 1 {
+		t.Errorf("active unknown %d", a.e.Stats.Unknown)
+	}
+}
+
+func TestEngineLimits(t *testing.T) {
+	t.Run("MaxHalfOpen", func(t *testing.T) {
+		f := newFabric(t)
+		cfg := testEngineConfig()
+		cfg.MaxHalfOpen = 3
+		b := newEngNode(f, 2, cfg)
+		b.noAccept = true
+		var as []*engNode
+		for i := range 5 {
+			a := newEngNode(f, 10+i, testEngineConfig())
+			a.connect(b)
+			as = append(as, a)
+		}
+		f.drain()
+		if b.e.Conns() != 3 || b.e.Stats.Rejected != 2 || len(b.events) != 3 {
+			t.Fatalf("conns %d rejected %d events %d", b.e.Conns(), b.e.Stats.Rejected, len(b.events))
+		}
+		for i, a := range as {
+			e := a.last(EvRejected)
+			if (i >= 3) != (e != nil) || (e != nil && e.Reason != RejNoResources) {
+				t.Errorf("peer %d: events %v", i, a.types())
+			}
+		}
+		// Connect itself honours the limit too.
+		if _, err := b.e.Connect(f.now, ConnectParams{RemoteGID: as[0].gid, ServiceID: testService, LocalQPN: 9, PathMTU: ib.MTU2048}); err != ErrTooMany {
+			t.Errorf("Connect over the half-open limit: %v", err)
+		}
+	})
+	t.Run("MaxConns", func(t *testing.T) {
+		f := newFabric(t)
+		cfg := testEngineConfig()
+		cfg.MaxConns = 3
+		a := newEngNode(f, 1, testEngineConfig())
+		b := newEngNode(f, 2, cfg)
+		for range 4 {
+			a.connect(b)
+			f.drain()
+		}
+		if b.e.Conns() != 3 || b.e.Stats.Rejected != 1 || a.e.Conns() != 3 {
+			t.Fatalf("conns %d %d rejected %d", a.e.Conns(), b.e.Conns(), b.e.Stats.Rejected)
+		}
+		if e := a.last(EvRejected); e == nil || e.Reason != RejNoResources {
+			t.Errorf("active events %v", a.types())
+		}
+	})
+	t.Run("flood of 10000 REQs", func(t *testing.T) {
+		for _, accept := range []bool{false, true} {
+			f := newFabric(t)
+			f.noLog = true
+			b := newEngNode(f, 2, testEngineConfig())
+			b.noAccept = !accept
+			req := REQ{ServiceID: testService, LocalCAGUID: 0x77, PathMTU: ib.MTU2048}
+			var m ib.MAD
+			m.From = ib.MADAddr{GID: gidN(99), QPN: ib.QP1}
+			for i := range 10_000 {
+				req.LocalCommID, req.LocalQPN = uint32(i+1), ib.QPN(i+100)
+				if err := req.MarshalMAD(m.Data[:], uint64(i)); err != nil {
+					t.Fatal(err)
+				}
+				b.e.HandleMAD(f.now, &m)
+			}
+			if b.e.Conns() != 256 || b.e.halfOpen != 256 || b.e.Stats.Rejected != 10_000-256 || len(b.events) != 256 {
+				t.Errorf("accept=%v: conns %d half-open %d rejected %d events %d", accept, b.e.Conns(), b.e.halfOpen, b.e.Stats.Rejected, len(b.events))
+			}
+			f.pending = nil
+			f.run(time.Hour)
+			// Unanswered REPs time out; unanswered REQs wait for the consumer.
+			want := 256
+			if accept {
+				want = 0
+			}
+			if b.e.Conns() != want {
+				t.Errorf("accept=%v: %d conns after an hour, want %d", accept, b.e.Conns(), want)
+			}
+		}
+	})
+}
+
+// TestEngineMalformed feeds garbage; every piece is counted, none panics
+// or changes state.
+func TestEngineMalformed(t *testing.T) {
+	f, a, b := pair(t)
+	ac := a.connect(b)
+	f.drain()
+	good := f.sent(a.gid, AttrREQ, false)[0].data
+	mut := func(fn func(d *[MADLen]byte)) [MADLen]byte { d := good; fn(&d); return d }
+	cases := map[string][MADLen]byte{
+		"zero":             {},
+		"base version":     mut(func(d *[MADLen]byte) { d[0] = 2 }),
+		"class":            mut(func(d *[MADLen]byte) { d[1] = 0x04 }),
+		"class version":    mut(func(d *[MADLen]byte) { d[2] = 1 }),
+		"response method":  mut(func(d *[MADLen]byte) { d[3] = 0x83 }),
+		"method get":       mut(func(d *[MADLen]byte) { d[3] = 0x01 }),
+		"attribute":        mut(func(d *[MADLen]byte) { d[17] = 0x99 }),
+		"REQ comm ID 0":    mut(func(d *[MADLen]byte) { copy(d[24:28], []byte{0, 0, 0, 0}) }),
+		"REQ path MTU 0":   mut(func(d *[MADLen]byte) { d[24+50] &= 0x0f }),
+		"REJ msg type 3":   mut(func(d *[MADLen]byte) { d[17] = byte(AttrREJ); d[24+8] = 0xc0 }),
+		"MRA msg type 3":   mut(func(d *[MADLen]byte) { d[17] = byte(AttrMRA); d[24+8] = 0xc0 }),
+		"REJ info len 127": mut(func(d *[MADLen]byte) { d[17] = byte(AttrREJ); d[24+8] = 0; d[24+9] = 0xfe }),
+	}
+	before := a.e.Stats.Malformed + b.e.Stats.Malformed
+	nlog := len(f.log)
+	for name, d := range cases {
+		for _, n := range []*engNode{a, b} {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("%s: panic %v", name, r)
+					}
+				}()
+				n.e.HandleMAD(f.now, &ib.MAD{From: ib.MADAddr{GID: gidN(50), QPN: ib.QP1}, Data: d})
+			}()
+		}
+	}
+	if got := a.e.Stats.Malformed + b.e.Stats.Malformed - before; got != uint64(2*len(cases)) {
+		t.Errorf("malformed counted %d, want %d", got, 2*len(cases))
+	}
+	if len(f.log) != nlog || ac.State != StateEstablished || a.e.Conns() != 1 || b.e.Conns() != 1 {
+		t.Errorf("garbage changed something: sent %v, state %v", f.log[nlog:], ac.State)
+	}
+	// Valid messages the engine does not use are counted as unknown.
+	var m ib.MAD
+	sidr := SIDRREQ{RequestID: 1, ServiceID: testService}
+	if err := sidr.MarshalMAD(m.Data[:], 1); err != nil {
+		t.Fatal(err)
+	}
+	a.e.HandleMAD(f.now, &m)
+	if a.e.Stats.Unknown != 1 {
+		t.Errorf("SIDR_REQ: unknown %d", a.e.Stats.Unknown)
+	}
+}
+
+// TestEngineRandomMADs: random headers and payloads, including valid-looking
+// CM messages with random fields, against engines with live connections.
+func TestEngineRandomMADs(t *testing.T) {
+	f, a, b := pair(t)
+	for range 3 {
+		a.connect(b)
+	}
+	f.drain()
+	rng := rand.New(rand.NewPCG(1, 2))
+	attrs := []AttrID{AttrREQ, AttrMRA, AttrREJ, AttrREP, AttrRTU, AttrDREQ, AttrDREP, AttrSIDRREQ, AttrLAP}
+	for i := range 20_000 {
+		var m ib.MAD
+		for j := range m.Data {
+			m.Data[j] = byte(rng.Uint32())
+		}
+		if i%4 != 0 { // mostly valid headers, so the payload decoders run
+			copy(m.Data[:4], []byte{1, MgmtClassCM, CMClassVersion, MethodSend})
+			binary.BigEndian.PutUint16(m.Data[16:18], uint16(attrs[rng.IntN(len(attrs))]))
+		}
+		m.From = ib.MADAddr{GID: gidN(rng.IntN(3)), QPN: ib.QP1}
+		a.e.HandleMAD(f.now, &m)
+		b.e.HandleMAD(f.now, &m)
+		if i%100 == 0 {
+			f.now = f.now.Add(50 * time.Millisecond)
+			a.e.Expire(f.now)
+			b.e.Expire(f.now)
+			f.drain()
+		}
+	}
+	for _, n := range []*engNode{a, b} {
+		if n.e.Stats.Received < 20_000 || n.e.Stats.Malformed == 0 {
+			t.Errorf("%v: stats %+v", n.gid, n.e.Stats)
+		}
+		if n.e.halfOpen < 0 || n.e.halfOpen > n.e.Conns() {
+			t.Errorf("%v: half-open %d of %d", n.gid, n.e.halfOpen, n.e.Conns())
+		}
+	}
+}

@@ -1,0 +1,932 @@
+package cm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// ---------------------------------------------------------------------------
+// Fake QPs.
+// ---------------------------------------------------------------------------
+
+type fakeQP struct {
+	num    ib.QPN
+	typ    ib.QPType
+	state  ib.QPState
+	mods   []ib.QPModify
+	closed int
+	fail   ib.QPState // a Modify to this state fails (0: none)
+}
+
+func (q *fakeQP) Num() ib.QPN                       { return q.num }
+func (q *fakeQP) Type() ib.QPType                   { return q.typ }
+func (q *fakeQP) State() ib.QPState                 { return q.state }
+func (q *fakeQP) Counters() []ib.Counter            { return nil }
+func (q *fakeQP) PostSend([]ib.SendWR) (int, error) { return 0, errors.New("fake QP: no datapath") }
+func (q *fakeQP) PostRecv([]ib.RecvWR) (int, error) { return 0, errors.New("fake QP: no datapath") }
+
+func (q *fakeQP) Modify(m ib.QPModify) error {
+	if q.closed > 0 {
+		return ib.ErrClosed
+	}
+	if q.fail != 0 && m.State == q.fail {
+		return ib.ErrBadState
+	}
+	ok := m.State == ib.StateError || m.State == q.state+1
+	if !ok {
+		return fmt.Errorf("fake QP %v: %v -> %v: %w", q.num, q.state, m.State, ib.ErrBadState)
+	}
+	q.mods = append(q.mods, m)
+	q.state = m.State
+	return nil
+}
+
+func (q *fakeQP) Close() error {
+	q.closed++
+	if q.closed > 1 {
+		return ib.ErrClosed
+	}
+	return nil
+}
+
+type fakeQPs struct {
+	next ib.QPN
+	all  []*fakeQP
+	fail ib.QPState // new QPs fail a Modify to this state
+}
+
+func (f *fakeQPs) CreateQP(t ib.QPType) (ib.QP, error) {
+	f.next++
+	q := &fakeQP{num: f.next, typ: t, fail: f.fail}
+	f.all = append(f.all, q)
+	return q, nil
+}
+
+func (f *fakeQPs) open() int {
+	n := 0
+	for _, q := range f.all {
+		if q.closed == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// ---------------------------------------------------------------------------
+// Manager test node.
+// ---------------------------------------------------------------------------
+
+type mgrNode struct {
+	f       *fabric
+	m       *Manager
+	local   ib.LinkAddr
+	qps     *fakeQPs
+	ups     []*Connection
+	downs   []string
+	refused []string
+	// reconnect makes Refused connect again at once, as the neighbor
+	// layer does on its next packet.
+	reconnect bool
+}
+
+// mgrAddr: UD QPN 0x100*i (the more significant part of the comparison),
+// GID fe80::i.
+func mgrAddr(i int) ib.LinkAddr {
+	return ib.LinkAddr{Flags: ib.FlagRC, QPN: ib.QPN(0x100 * i), GID: gidN(i)}
+}
+
+func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
+	n := &mgrNode{f: f, local: mgrAddr(i), qps: &fakeQPs{next: ib.QPN(0x1000 * i)}}
+	cfg := ManagerConfig{
+		Engine:  EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.sender(n.local.GID)},
+		Local:   n.local,
+		Policy:  p,
+		PathMTU: ib.MTU4096,
+		QPs:     n.qps,
+		Up:      func(c *Connection) { n.ups = append(n.ups, c) },
+		Down:    func(c *Connection, reason string) { n.downs = append(n.downs, reason) },
+		Refused: func(peer ib.LinkAddr, reason string) {
+			n.refused = append(n.refused, reason)
+			if n.reconnect {
+				n.connect(peer)
+			}
+		},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	n.m = NewManager(cfg)
+	f.add(n.local.GID, n.m)
+	return n
+}
+
+func (n *mgrNode) connect(peer ib.LinkAddr) {
+	n.f.tb.Helper()
+	ok, err := n.m.Connect(n.f.now, peer)
+	if !ok || err != nil {
+		n.f.tb.Fatalf("Connect(%v): %v %v", peer, ok, err)
+	}
+}
+
+// live returns the connections in a state other than timewait.
+func (n *mgrNode) established() []*Connection {
+	var cs []*Connection
+	for _, c := range n.m.Connections() {
+		if c.State() == StateEstablished {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+func (n *mgrNode) sendable() []*Connection {
+	var cs []*Connection
+	for _, c := range n.m.Connections() {
+		if c.Sendable() {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// checkQPs: every QP of an established connection went Init -> RTR -> RTS
+// with what the CM agreed.
+func checkQP(tb testing.TB, c *Connection) {
+	tb.Helper()
+	q := c.QP.(*fakeQP)
+	if q.state != ib.StateRTS || len(q.mods) != 3 || q.closed != 0 {
+		tb.Errorf("QP %v: state %v mods %d closed %d", q.num, q.state, len(q.mods), q.closed)
+		return
+	}
+	rtr, rts := q.mods[1], q.mods[2]
+	if rtr.DestQPN != c.cm.RemoteQPN || rtr.DestGID != c.Peer.GID || rtr.RecvPSN != c.cm.RecvPSN || rtr.PathMTU != c.cm.PathMTU || !rtr.PathMTU.Valid() ||
+		rts.SendPSN != c.cm.SendPSN || q.mods[0].PKey != ib.DefaultPKey {
+		tb.Errorf("QP %v modified with %+v for %+v", q.num, q.mods, c.cm)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Crossing REQs (RFC 4755 §3.3), every interleaving.
+// ---------------------------------------------------------------------------
+
+// crossAction is one choice of the explorer: deliver the i-th pending MAD,
+// drop it, or let a node connect.
+type crossSim struct {
+	f      *fabric
+	a, b   *mgrNode // a has the smaller link address
+	conA   bool
+	conB   bool
+	drops  int
+	policy Policy
+}
+
+func newCrossSim(tb testing.TB, p Policy, reconnect bool) *crossSim {
+	f := newFabric(tb)
+	s := &crossSim{f: f, policy: p}
+	s.a = newMgrNode(f, 1, p, nil)
+	s.b = newMgrNode(f, 2, p, nil)
+	s.a.reconnect, s.b.reconnect = reconnect, reconnect
+	if ib.CompareIgnoringFlags(s.a.local, s.b.local) >= 0 {
+		tb.Fatal("a must have the smaller link address")
+	}
+	return s
+}
+
+const maxCrossDrops = 2
+
+// options lists the choices at this point: 0..n-1 deliver pending[i];
+// n..2n-1 drop pending[i-n] (REJs and REQs only, up to maxCrossDrops);
+// then connect a, connect b.
+func (s *crossSim) options() []string {
+	var o []string
+	for i := range s.f.pending {
+		o = append(o, fmt.Sprintf("deliver %v", s.f.pending[i]))
+	}
+	if s.drops < maxCrossDrops {
+		for i, w := range s.f.pending {
+			if w.attr() == AttrREJ {
+				o = append(o, fmt.Sprintf("drop %d %v", i, w))
+			}
+		}
+	}
+	if !s.conA {
+		o = append(o, "connect a")
+	}
+	if !s.conB {
+		o = append(o, "connect b")
+	}
+	return o
+}
+
+func (s *crossSim) apply(opt string) {
+	switch {
+	case opt == "connect a":
+		s.conA = true
+		s.a.connect(s.b.local)
+	case opt == "connect b":
+		s.conB = true
+		s.b.connect(s.a.local)
+	case strings.HasPrefix(opt, "deliver "):
+		for i, w := range s.f.pending {
+			if opt == "deliver "+w.String() {
+				s.f.pending = slices.Delete(s.f.pending, i, i+1)
+				s.f.deliver(w)
+				return
+			}
+		}
+		panic(opt)
+	case strings.HasPrefix(opt, "drop "):
+		var i int
+		fmt.Sscanf(opt, "drop %d", &i)
+		s.f.pending[i].dropped = true
+		s.f.pending = slices.Delete(s.f.pending, i, i+1)
+		s.drops++
+	}
+}
+
+// explore runs every interleaving, replaying from scratch for each prefix,
+// and calls check at every leaf. It returns the number of leaves.
+func exploreCross(t *testing.T, p Policy, reconnect bool, check func(t *testing.T, s *crossSim, path []string)) int {
+	leaves := 0
+	var walk func(path []string)
+	walk = func(path []string) {
+		s := newCrossSim(t, p, reconnect)
+		for _, o := range path {
+			s.apply(o)
+		}
+		opts := s.options()
+		// Stop branching once both connected and the handshake is long
+		// past the crossing: bounded depth keeps the tree finite.
+		if len(opts) == 0 || len(path) >= 14 {
+			s.f.run(10 * time.Minute)
+			leaves++
+			check(t, s, path)
+			return
+		}
+		for _, o := range opts {
+			walk(append(slices.Clone(path), o))
+			if t.Failed() {
+				return
+			}
+		}
+	}
+	walk(nil)
+	return leaves
+}
+
+func TestManagerCrossingRFC(t *testing.T) {
+	for _, reconnect := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reconnect-on-refused=%v", reconnect), func(t *testing.T) {
+			leaves := exploreCross(t, PolicyRFC, reconnect, func(t *testing.T, s *crossSim, path []string) {
+				a, b := s.a, s.b
+				fail := func(format string, args ...any) {
+					t.Helper()
+					t.Errorf("path %q: "+format, append([]any{path}, args...)...)
+				}
+				ea, eb := a.established(), b.established()
+				if len(ea) != 1 || len(eb) != 1 {
+					fail("established: a %d b %d, want 1 each", len(ea), len(eb))
+					return
+				}
+				ca, cb := ea[0], eb[0]
+				if ca.cm.RemoteQPN != cb.QP.Num() || cb.cm.RemoteQPN != ca.QP.Num() || ca.Outgoing == cb.Outgoing {
+					fail("a and b hold different connections: %+v %+v", ca.cm, cb.cm)
+				}
+				if !ca.Sendable() || !cb.Sendable() || len(a.sendable()) != 1 || len(b.sendable()) != 1 {
+					fail("sendable: a %d b %d", len(a.sendable()), len(b.sendable()))
+				}
+				if len(a.ups) != 1 || len(b.ups) != 1 || a.ups[0] != ca || b.ups[0] != cb {
+					fail("Up called a %d b %d times", len(a.ups), len(b.ups))
+				}
+				if len(a.downs)+len(b.downs) != 0 {
+					fail("Down called: a %v b %v", a.downs, b.downs)
+				}
+				if !ca.Peer.SameNode(b.local) || !cb.Peer.SameNode(a.local) || ca.MTU != LinuxReceiveMTU-4 {
+					fail("peers %v %v MTU %d", ca.Peer, cb.Peer, ca.MTU)
+				}
+				checkQP(t, ca)
+				checkQP(t, cb)
+				// Only the larger address rejects, only with reason 28 and
+				// its UD QPN in the private data; the smaller never does.
+				for _, w := range s.f.log {
+					if w.attr() != AttrREJ {
+						continue
+					}
+					r := decode[REJ](t, w)
+					if w.from != b.local.GID || r.Reason != RejConsumerReject || r.MessageRejected != MsgREQ ||
+						ib.QPN(binary.BigEndian.Uint32(r.PrivateData[:4])) != b.local.QPN {
+						fail("REJ %+v from %v", r, w.from)
+					}
+				}
+				if a.m.Stats.CrossingRejected != 0 {
+					fail("the smaller address rejected a crossing REQ")
+				}
+				// Nothing else lingers: rejected attempts are forgotten and
+				// their QPs closed.
+				for _, n := range []*mgrNode{a, b} {
+					if n.m.Engine().Conns() != 1 || len(n.m.Connections()) != 1 || n.qps.open() != 1 {
+						fail("%v: engine conns %d, manager conns %d, open QPs %d", n.local.GID, n.m.Engine().Conns(), len(n.m.Connections()), n.qps.open())
+					}
+				}
+			})
+			t.Logf("%d interleavings", leaves)
+			if leaves < 40 {
+				t.Errorf("only %d interleavings explored", leaves)
+			}
+		})
+	}
+}
+
+// TestManagerCrossingREJWire checks the crossing REJ on the wire in the
+// plain case: both REQs in flight, each delivered.
+func TestManagerCrossingREJWire(t *testing.T) {
+	for _, bFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("b-first=%v", bFirst), func(t *testing.T) {
+			s := newCrossSim(t, PolicyRFC, false)
+			s.a.connect(s.b.local)
+			s.b.connect(s.a.local)
+			if bFirst {
+				s.f.lifo = true
+			}
+			s.f.run(time.Minute)
+			rejs := s.f.sent(ib.GID{}, AttrREJ, true)
+			if len(rejs) != 1 || rejs[0].from != s.b.local.GID {
+				t.Fatalf("REJs %v, want one from b", rejs)
+			}
+			r := decode[REJ](t, rejs[0])
+			reqA := decode[REQ](t, s.f.sent(s.a.local.GID, AttrREQ, true)[0])
+			if r.Reason != RejConsumerReject || r.RemoteCommID != reqA.LocalCommID || binary.BigEndian.Uint32(r.PrivateData[:4]) != uint32(s.b.local.QPN) {
+				t.Errorf("REJ %+v", r)
+			}
+			if s.b.m.Stats.CrossingRejected != 1 || s.a.m.Stats.CrossingAccepted != 1 {
+				t.Errorf("stats a %+v b %+v", s.a.m.Stats, s.b.m.Stats)
+			}
+			// b's REQ carried a's service ID and b's private data.
+			reqB := decode[REQ](t, s.f.sent(s.b.local.GID, AttrREQ, true)[0])
+			pd, err := DecodePrivateData(reqB.PrivateData[:])
+			if err != nil || reqB.ServiceID != IPoIBServiceID(s.a.local.QPN) || pd.UDQPN != s.b.local.QPN || pd.ReceiveMTU != LinuxReceiveMTU {
+				t.Errorf("b's REQ: service %#x private %+v %v", reqB.ServiceID, pd, err)
+			}
+			if len(s.a.refused)+len(s.b.refused) != 0 {
+				t.Errorf("refused a %v b %v", s.a.refused, s.b.refused)
+			}
+		})
+	}
+}
+
+// TestManagerCrossingREJLoss: the crossing REJ lost once, twice or every
+// time, in both delivery orders; the REQ retransmissions of the smaller
+// side must not disturb the connection it accepted.
+func TestManagerCrossingREJLoss(t *testing.T) {
+	for _, lost := range []int{1, 2, -1} {
+		for _, lifo := range []bool{false, true} {
+			t.Run(fmt.Sprintf("lost=%d/lifo=%v", lost, lifo), func(t *testing.T) {
+				s := newCrossSim(t, PolicyRFC, false)
+				s.f.lifo = lifo
+				if lost < 0 {
+					s.f.dropAll[AttrREJ] = true
+				} else {
+					for i := 1; i <= lost; i++ {
+						s.f.dropNth(AttrREJ, i)
+					}
+				}
+				s.a.connect(s.b.local)
+				s.b.connect(s.a.local)
+				s.f.run(10 * time.Minute)
+				a, b := s.a, s.b
+				if len(a.established()) != 1 || len(b.established()) != 1 || len(a.ups) != 1 || len(b.ups) != 1 || len(a.downs)+len(b.downs) != 0 {
+					t.Fatalf("established %d %d ups %d %d downs %v %v", len(a.established()), len(b.established()), len(a.ups), len(b.ups), a.downs, b.downs)
+				}
+				if !b.established()[0].Outgoing || a.established()[0].Outgoing {
+					t.Errorf("the larger side's REQ must win")
+				}
+				rejs := s.f.sent(b.local.GID, AttrREJ, true)
+				// b answers the first REQ and each of its retransmissions
+				// (MaxRetries 3) until a REJ gets through.
+				want := lost + 1
+				if lost < 0 {
+					want = 4
+				}
+				if len(rejs) != want || b.m.Stats.CrossingRejected != uint64(want) {
+					t.Errorf("%d REJs, %d crossing rejects, want %d", len(rejs), b.m.Stats.CrossingRejected, want)
+				}
+				for _, w := range rejs {
+					if r := decode[REJ](t, w); r.Reason != RejConsumerReject || binary.BigEndian.Uint32(r.PrivateData[:4]) != uint32(b.local.QPN) {
+						t.Errorf("REJ %+v", r)
+					}
+				}
+				if a.m.Engine().Conns() != 1 || b.m.Engine().Conns() != 1 || a.qps.open() != 1 || b.qps.open() != 1 {
+					t.Errorf("leftovers: engine conns %d %d open QPs %d %d", a.m.Engine().Conns(), b.m.Engine().Conns(), a.qps.open(), b.qps.open())
+				}
+			})
+		}
+	}
+}
+
+func TestManagerCrossingLinux(t *testing.T) {
+	leaves := exploreCross(t, PolicyLinux, false, func(t *testing.T, s *crossSim, path []string) {
+		for _, n := range []*mgrNode{s.a, s.b} {
+			est := n.established()
+			if len(est) != 2 {
+				t.Errorf("path %q: %v has %d established, want 2 (one each way)", path, n.local.GID, len(est))
+				return
+			}
+			var out, in int
+			for _, c := range est {
+				if c.Outgoing {
+					out++
+					if !c.Sendable() {
+						t.Errorf("path %q: outgoing connection not sendable", path)
+					}
+				} else {
+					in++
+					if c.Sendable() {
+						t.Errorf("path %q: incoming connection sendable under the linux policy", path)
+					}
+				}
+				checkQP(t, c)
+			}
+			if out != 1 || in != 1 || len(n.ups) != 1 || !n.ups[0].Outgoing || len(n.downs) != 0 {
+				t.Errorf("path %q: %v out %d in %d ups %d downs %v", path, n.local.GID, out, in, len(n.ups), n.downs)
+			}
+		}
+		if rejs := s.f.sent(ib.GID{}, AttrREJ, true); len(rejs) != 0 {
+			t.Errorf("path %q: REJ sent under the linux policy", path)
+		}
+	})
+	t.Logf("%d interleavings", leaves)
+}
+
+// ---------------------------------------------------------------------------
+// Peer restart, send failure, idle reaping, MTU.
+// ---------------------------------------------------------------------------
+
+func establishedPair(t *testing.T, p Policy, modA, modB func(*ManagerConfig)) (*fabric, *mgrNode, *mgrNode) {
+	t.Helper()
+	f := newFabric(t)
+	a := newMgrNode(f, 1, p, modA)
+	b := newMgrNode(f, 2, p, modB)
+	a.connect(b.local)
+	f.run(time.Second)
+	if len(a.established()) != 1 || len(b.established()) != 1 || len(a.ups) != 1 {
+		t.Fatalf("setup: established %d %d, ups %d", len(a.established()), len(b.established()), len(a.ups))
+	}
+	return f, a, b
+}
+
+func TestManagerPeerRestart(t *testing.T) {
+	for _, sameQPN := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rc-qpn-reused=%v", sameQPN), func(t *testing.T) {
+			f, _, b := establishedPair(t, PolicyRFC, nil, nil)
+			oldB := b.established()[0]
+			oldQP := oldB.QP.(*fakeQP)
+			// a restarts: same GID and CA GUID, new UD QPN, fresh engine.
+			a2 := newMgrNode(f, 1, PolicyRFC, func(c *ManagerConfig) { c.Local.QPN = 0x777 })
+			a2.reconnect = true
+			if !sameQPN {
+				a2.qps.next = 0x50000
+			}
+			a2.connect(b.local)
+			f.run(time.Minute)
+			// A new RC QPN reaches the manager's restart rule; a reused one
+			// is caught first by the engine's stale rule (REJ 10, the
+			// restarted node retries).
+			wantDown, wantRefused := []string{"peer restarted"}, []string(nil)
+			if sameQPN {
+				wantDown, wantRefused = []string{"timeout"}, []string{"rejected: StaleConnection"}
+			}
+			if b.m.Stats.PeerRestarts != 1 || !slices.Equal(b.downs, wantDown) || !slices.Equal(a2.refused, wantRefused) {
+				t.Errorf("b: restarts %d downs %v; restarted a refused %v", b.m.Stats.PeerRestarts, b.downs, a2.refused)
+			}
+			// A DREQ naming the old connection went out.
+			var sawDREQ bool
+			for _, w := range f.sent(b.local.GID, AttrDREQ, true) {
+				if d := decode[DREQ](t, w); d.RemoteQPN == oldB.cm.RemoteQPN {
+					sawDREQ = true
+				}
+			}
+			if !sawDREQ {
+				t.Errorf("no DREQ for the old connection")
+			}
+			est := b.established()
+			if len(est) != 1 || est[0] == oldB || est[0].Peer.QPN != 0x777 || len(b.ups) != 2 {
+				t.Fatalf("b: established %v, ups %d", est, len(b.ups))
+			}
+			if e := a2.established(); len(e) != 1 || len(a2.ups) != 1 {
+				t.Errorf("restarted a: established %d ups %d", len(e), len(a2.ups))
+			}
+			if oldQP.closed != 1 || b.m.Engine().Conns() != 1 || len(b.m.Connections()) != 1 {
+				t.Errorf("old QP closed %d, b engine conns %d, manager conns %d", oldQP.closed, b.m.Engine().Conns(), len(b.m.Connections()))
+			}
+			if sameQPN && b.m.Engine().Stats.Stale != 1 {
+				t.Errorf("reused QPN: stale %d", b.m.Engine().Stats.Stale)
+			}
+		})
+	}
+}
+
+func TestManagerSendFailed(t *testing.T) {
+	f, a, b := establishedPair(t, PolicyRFC, nil, nil)
+	cb := b.established()[0]
+	var refusedPeer ib.LinkAddr
+	b.m.cfg.Refused = func(p ib.LinkAddr, reason string) { refusedPeer = p; b.refused = append(b.refused, reason) }
+	nlog := len(f.log)
+	b.m.SendFailed(f.now, cb.QP.Num()+12345) // not ours: nothing
+	if len(b.downs) != 0 || len(f.log) != nlog {
+		t.Fatalf("unknown QPN acted upon")
+	}
+	b.m.SendFailed(f.now, cb.QP.Num())
+	if !slices.Equal(b.downs, []string{"send failed"}) || !slices.Equal(b.refused, []string{"send failed"}) || !refusedPeer.SameNode(a.local) || b.m.Stats.SendFails != 1 {
+		t.Errorf("downs %v refused %v peer %v", b.downs, b.refused, refusedPeer)
+	}
+	out := f.log[nlog:]
+	if len(out) != 1 || out[0].attr() != AttrDREQ || decode[DREQ](t, out[0]).RemoteQPN != cb.cm.RemoteQPN {
+		t.Fatalf("sent %v, want one DREQ", out)
+	}
+	if cb.Sendable() {
+		t.Errorf("failed connection still sendable")
+	}
+	b.m.SendFailed(f.now, cb.QP.Num()) // again: already going
+	f.run(time.Minute)
+	if len(a.downs) != 1 || len(b.downs) != 1 {
+		t.Errorf("downs a %v b %v", a.downs, b.downs)
+	}
+	for _, n := range []*mgrNode{a, b} {
+		if n.m.Engine().Conns() != 0 || len(n.m.Connections()) != 0 || n.qps.open() != 0 {
+			t.Errorf("%v: conns %d %d open QPs %d", n.local.GID, n.m.Engine().Conns(), len(n.m.Connections()), n.qps.open())
+		}
+	}
+}
+
+func TestManagerIdle(t *testing.T) {
+	const idle = 10 * time.Second
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
+			f, a, b := establishedPair(t, PolicyRFC, nil, func(c *ManagerConfig) { c.IdleTimeout = idle })
+			cb := b.established()[0]
+			start := f.now
+			var downAt time.Time
+			for i := 0; i < 60; i++ {
+				if busy {
+					cb.Packets.Add(1)
+				}
+				f.run(time.Second)
+				if len(b.downs) > 0 && downAt.IsZero() {
+					downAt = f.now
+				}
+			}
+			if busy {
+				if len(b.downs)+len(a.downs) != 0 || cb.State() != StateEstablished || b.m.Stats.IdleReaped != 0 {
+					t.Errorf("busy connection reaped: downs %v %v", a.downs, b.downs)
+				}
+				return
+			}
+			if !slices.Equal(b.downs, []string{"idle"}) || b.m.Stats.IdleReaped != 1 {
+				t.Fatalf("downs %v reaped %d", b.downs, b.m.Stats.IdleReaped)
+			}
+			if d := downAt.Sub(start); d < idle || d > 2*idle {
+				t.Errorf("reaped after %v, want between %v and %v", d, idle, 2*idle)
+			}
+			if n := len(f.sent(b.local.GID, AttrDREQ, true)); n != 1 {
+				t.Errorf("%d DREQs", n)
+			}
+			if len(a.downs) != 1 || a.m.Engine().Conns()+b.m.Engine().Conns() != 0 || a.qps.open()+b.qps.open() != 0 {
+				t.Errorf("a downs %v, conns %d %d", a.downs, a.m.Engine().Conns(), b.m.Engine().Conns())
+			}
+		})
+	}
+}
+
+func TestManagerMTU(t *testing.T) {
+	cases := []struct {
+		a, b uint32 // receive MTUs (0: default)
+		want int
+	}{
+		{0, 0, 65520},
+		{0, 2048, 2044},
+		{2048, 0, 2044},
+		{4100, 65524, 4096},
+		{9000, 4096, 4092},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%d-%d", tc.a, tc.b), func(t *testing.T) {
+			f, a, b := establishedPair(t, PolicyRFC,
+				func(c *ManagerConfig) { c.ReceiveMTU = tc.a },
+				func(c *ManagerConfig) { c.ReceiveMTU = tc.b })
+			ca, cb := a.established()[0], b.established()[0]
+			if ca.MTU != tc.want || cb.MTU != tc.want {
+				t.Errorf("MTU a %d b %d, want %d", ca.MTU, cb.MTU, tc.want)
+			}
+			want := tc.b
+			if want == 0 {
+				want = LinuxReceiveMTU
+			}
+			rep := decode[REP](t, f.sent(b.local.GID, AttrREP, true)[0])
+			if pd, err := DecodePrivateData(rep.PrivateData[:]); err != nil || pd.ReceiveMTU != want || pd.UDQPN != b.local.QPN {
+				t.Errorf("REP private data %+v %v", pd, err)
+			}
+		})
+	}
+}
+
+// TestManagerBadPeers: REQs and REPs an IPoIB peer must refuse.
+func TestManagerBadPeers(t *testing.T) {
+	t.Run("REP with receive MTU 4", func(t *testing.T) {
+		f := newFabric(t)
+		a := newMgrNode(f, 1, PolicyRFC, nil)
+		b := newEngNode(f, 2, testEngineConfig())
+		b.e.Listen(IPoIBServiceID(0x200))
+		b.noAccept = true
+		a.connect(mgrAddr(2))
+		f.drain()
+		bc := onlyConn(t, b.e)
+		var priv [8]byte
+		binary.BigEndian.PutUint32(priv[0:4], 0x200)
+		binary.BigEndian.PutUint32(priv[4:8], 4)
+		if err := b.e.Accept(f.now, bc, AcceptParams{LocalQPN: 5, PrivateData: priv[:]}); err != nil {
+			t.Fatal(err)
+		}
+		f.run(time.Minute)
+		rejs := f.sent(a.local.GID, AttrREJ, true)
+		if len(rejs) != 1 {
+			t.Fatalf("%d REJs", len(rejs))
+		}
+		if r := decode[REJ](t, rejs[0]); r.Reason != RejConsumerReject || r.MessageRejected != MsgREP {
+			t.Errorf("REJ %+v", r)
+		}
+		if len(a.ups) != 0 || len(a.refused) != 1 || a.qps.open() != 0 || a.m.Engine().Conns() != 0 {
+			t.Errorf("ups %d refused %v open QPs %d", len(a.ups), a.refused, a.qps.open())
+		}
+	})
+	t.Run("QP that fails RTR", func(t *testing.T) {
+		f := newFabric(t)
+		a := newMgrNode(f, 1, PolicyRFC, nil)
+		b := newMgrNode(f, 2, PolicyRFC, nil)
+		b.qps.fail = ib.StateRTR
+		a.connect(b.local)
+		f.run(time.Minute)
+		if len(a.ups)+len(b.ups) != 0 || b.m.Stats.QPErrors != 1 || a.qps.open()+b.qps.open() != 0 || len(a.refused) != 1 {
+			t.Errorf("ups %d %d QP errors %d open %d %d refused %v", len(a.ups), len(b.ups), b.m.Stats.QPErrors, a.qps.open(), b.qps.open(), a.refused)
+		}
+	})
+	t.Run("UD-only peer", func(t *testing.T) {
+		f := newFabric(t)
+		a := newMgrNode(f, 1, PolicyRFC, nil)
+		ud := mgrAddr(2)
+		ud.Flags = 0
+		if ok, err := a.m.Connect(f.now, ud); ok || err != nil || len(f.log) != 0 {
+			t.Errorf("Connect to a UD-only peer: %v %v, sent %d", ok, err, len(f.log))
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Scale: 1,000 peers at once.
+// ---------------------------------------------------------------------------
+
+func TestManagerThousandPeers(t *testing.T) {
+	const peers = 1000
+	f := newFabric(t)
+	f.noLog = true
+	hub := newMgrNode(f, 1, PolicyRFC, nil)
+	var ps []*mgrNode
+	for i := range peers {
+		p := newMgrNode(f, 2+i, PolicyRFC, nil)
+		p.reconnect = true // a REJ (no resources at the hub) means: try again
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		p.connect(hub.local)
+	}
+	f.run(time.Minute)
+	if n := len(hub.established()); n != peers || len(hub.ups) != peers || hub.m.Engine().Conns() != peers {
+		t.Fatalf("hub: %d established, %d ups, %d engine conns", n, len(hub.ups), hub.m.Engine().Conns())
+	}
+	refusedPeers := 0
+	for i, p := range ps {
+		if len(p.established()) != 1 || len(p.ups) != 1 || len(p.downs) != 0 {
+			t.Fatalf("peer %d: established %d ups %d downs %v", i, len(p.established()), len(p.ups), p.downs)
+		}
+		if len(p.refused) > 0 {
+			refusedPeers++
+		}
+	}
+	t.Logf("%d peers were refused (half-open limit %d) and retried; hub rejected %d REQs", refusedPeers, 256, hub.m.Engine().Stats.Rejected)
+	if hub.m.Engine().halfOpen != 0 {
+		t.Errorf("hub half-open %d", hub.m.Engine().halfOpen)
+	}
+	hub.m.Close(f.now)
+	f.run(time.Minute)
+	if hub.m.Engine().Conns() != 0 || len(hub.m.Connections()) != 0 || hub.qps.open() != 0 || len(hub.downs) != peers {
+		t.Errorf("hub after close: conns %d %d open QPs %d downs %d", hub.m.Engine().Conns(), len(hub.m.Connections()), hub.qps.open(), len(hub.downs))
+	}
+	for i, p := range ps {
+		if p.m.Engine().Conns() != 0 || len(p.m.Connections()) != 0 || p.qps.open() != 0 || len(p.downs) != 1 {
+			t.Fatalf("peer %d after close: conns %d open QPs %d downs %v", i, p.m.Engine().Conns(), p.qps.open(), p.downs)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// A peer that behaves like the Linux kernel driver (ipoib-cm.md §4, §7.2,
+// §8), built directly on the engine.
+// ---------------------------------------------------------------------------
+
+type linuxPeer struct {
+	f       *fabric
+	e       *Engine
+	local   ib.LinkAddr
+	nextQPN ib.QPN
+	tx      map[ib.LinkAddr]*Conn // one sending connection per neighbor
+	txUp    map[*Conn]bool
+	rx      []*Conn
+	rejects int
+	reqs    []*REQ // REQs it received
+	reps    []*REP // REPs it received
+}
+
+func newLinuxPeer(f *fabric, i int) *linuxPeer {
+	l := &linuxPeer{f: f, local: mgrAddr(i), nextQPN: ib.QPN(0x10000 * i), tx: map[ib.LinkAddr]*Conn{}, txUp: map[*Conn]bool{}}
+	l.e = NewEngine(EngineConfig{GID: l.local.GID, GUID: 0xa0a0 + uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 20, MaxRetries: 15,
+		Send: f.sender(l.local.GID), Event: l.event})
+	l.e.Listen(IPoIBServiceID(l.local.QPN))
+	f.add(l.local.GID, l.e)
+	return l
+}
+
+func (l *linuxPeer) priv() []byte {
+	var p [8]byte
+	_ = PrivateData{UDQPN: l.local.QPN, ReceiveMTU: LinuxReceiveMTU}.Encode(p[:])
+	return p[:]
+}
+
+// send is "a unicast packet to peer": use the tx connection, or open one.
+func (l *linuxPeer) send(peer ib.LinkAddr) bool {
+	k := peerKey(peer)
+	if c := l.tx[k]; c != nil {
+		return l.txUp[c]
+	}
+	l.nextQPN++
+	c, err := l.e.Connect(l.f.now, ConnectParams{RemoteGID: peer.GID, ServiceID: IPoIBServiceID(peer.QPN), LocalQPN: l.nextQPN,
+		Transport: TransportRC, PathMTU: ib.MTU2048, RetryCount: 0, RNRRetry: 0, ACKTimeout: 18, PrivateData: l.priv(), Context: k})
+	if err != nil {
+		l.f.tb.Fatalf("linux peer connect: %v", err)
+	}
+	l.tx[k] = c
+	return false
+}
+
+func (l *linuxPeer) dropTx(c *Conn) {
+	if k, ok := c.Context.(ib.LinkAddr); ok && l.tx[k] == c {
+		delete(l.tx, k)
+		delete(l.txUp, c)
+	}
+}
+
+func (l *linuxPeer) event(ev Event) {
+	switch ev.Type {
+	case EvRequest:
+		l.reqs = append(l.reqs, ev.REQ)
+		// Accept every REQ; echo its RNR retry count; PSN random.
+		l.nextQPN++
+		if err := l.e.Accept(l.f.now, ev.Conn, AcceptParams{LocalQPN: l.nextQPN, RecvPSN: 0xabcdef, RNRRetry: ev.REQ.RNRRetryCount, PrivateData: l.priv()}); err != nil {
+			l.f.tb.Errorf("linux accept: %v", err)
+		}
+		l.rx = append(l.rx, ev.Conn)
+	case EvReply:
+		l.reps = append(l.reps, ev.REP)
+		pd, err := DecodePrivateData(ev.REP.PrivateData[:])
+		if err != nil || pd.ReceiveMTU <= 4 {
+			_ = l.e.RejectReply(ev.Conn, RejConsumerReject, nil)
+			l.dropTx(ev.Conn)
+			return
+		}
+		if err := l.e.Ready(ev.Conn); err != nil {
+			l.f.tb.Errorf("linux ready: %v", err)
+		}
+		l.txUp[ev.Conn] = true
+	case EvRejected:
+		l.rejects++
+		l.dropTx(ev.Conn)
+	case EvTimeout, EvTimewaitDone:
+		l.dropTx(ev.Conn)
+	}
+}
+
+func TestManagerAgainstLinuxPeer(t *testing.T) {
+	for _, order := range []string{"manager-first", "linux-first", "crossing-fifo", "crossing-lifo"} {
+		t.Run(order, func(t *testing.T) {
+			f := newFabric(t)
+			// The manager has the larger address: under the RFC rule it
+			// would reject the Linux REQ; under the linux policy it must not.
+			l := newLinuxPeer(f, 1)
+			m := newMgrNode(f, 2, PolicyLinux, nil)
+			switch order {
+			case "manager-first":
+				m.connect(l.local)
+				f.run(time.Second)
+				l.send(m.local)
+			case "linux-first":
+				l.send(m.local)
+				f.run(time.Second)
+				m.connect(l.local)
+			case "crossing-fifo", "crossing-lifo":
+				f.lifo = order == "crossing-lifo"
+				m.connect(l.local)
+				l.send(m.local)
+			}
+			f.run(time.Minute)
+			// The Linux peer's next packet finds its connection up.
+			if !l.send(m.local) || l.rejects != 0 || len(l.tx) != 1 {
+				t.Errorf("linux tx not up: rejects %d tx %d", l.rejects, len(l.tx))
+			}
+			if rejs := f.sent(m.local.GID, AttrREJ, true); len(rejs) != 0 {
+				t.Errorf("manager sent %d REJs to the Linux peer", len(rejs))
+			}
+			// The manager sends on its own connection only.
+			if s := m.sendable(); len(s) != 1 || !s[0].Outgoing || len(m.ups) != 1 || m.ups[0] != s[0] || len(m.downs) != 0 {
+				t.Fatalf("manager sendable %v ups %d downs %v", s, len(m.ups), m.downs)
+			}
+			est := m.established()
+			if len(est) != 2 {
+				t.Fatalf("manager has %d established connections, want 2", len(est))
+			}
+			var in *Connection
+			for _, c := range est {
+				checkQP(t, c)
+				if !c.Outgoing {
+					in = c
+				}
+			}
+			// The Linux connection into the manager: the requester's QP
+			// gets RNR retry 7 from our REP; our passive QP answers with
+			// what the REQ asked (retry count 0 from Linux).
+			if len(l.reps) != 1 || l.reps[0].RNRRetryCount != 7 || in.MTU != LinuxReceiveMTU-4 {
+				t.Errorf("REPs to linux %d, MTU %d", len(l.reps), in.MTU)
+			}
+			if len(l.reqs) != 1 || l.reqs[0].ServiceID != IPoIBServiceID(l.local.QPN) {
+				t.Errorf("REQs from the manager: %d", len(l.reqs))
+			}
+			reqL := decode[REQ](t, f.sent(l.local.GID, AttrREQ, true)[0])
+			if reqL.RetryCount != 0 || reqL.RNRRetryCount != 0 || in.cm.RNRRetry != 0 {
+				t.Errorf("linux REQ retry %d rnr %d", reqL.RetryCount, reqL.RNRRetryCount)
+			}
+		})
+	}
+	t.Run("linux drops after its REQ times out and re-REQs", func(t *testing.T) {
+		f := newFabric(t)
+		l := newLinuxPeer(f, 1)
+		m := newMgrNode(f, 2, PolicyLinux, nil)
+		f.dropNth(AttrREQ, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) // the first REQ times out
+		l.send(m.local)
+		f.run(10 * time.Minute)
+		if len(l.tx) != 0 {
+			t.Fatalf("linux tx after REQ timeout: %d", len(l.tx))
+		}
+		l.send(m.local) // next packet: new REQ
+		f.run(time.Minute)
+		if !l.send(m.local) || len(m.m.Connections()) != 1 || len(f.sent(m.local.GID, AttrREJ, true)) != 0 {
+			t.Errorf("re-REQ: up %v, manager conns %d", l.send(m.local), len(m.m.Connections()))
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Benchmark.
+// ---------------------------------------------------------------------------
+
+// BenchmarkConnectionSetup measures REQ/REP/RTU setups between two managers
+// over the in-memory fabric, including the QP transitions on fake QPs.
+// Each iteration also tears the connection down (outside the timer) so the
+// tables stay small.
+func BenchmarkConnectionSetup(b *testing.B) {
+	f := newFabric(b)
+	f.noLog = true
+	x := newMgrNode(f, 1, PolicyRFC, nil)
+	y := newMgrNode(f, 2, PolicyRFC, nil)
+	var setup time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		x.connect(y.local)
+		f.drain()
+		setup += time.Since(start)
+		b.StopTimer()
+		if len(x.ups) != i+1 {
+			b.Fatalf("setup %d failed", i)
+		}
+		x.m.Disconnect(f.now, y.local, "bench")
+		f.run(10 * time.Second)
+		x.qps.all, y.qps.all = x.qps.all[:0], y.qps.all[:0]
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.N)/setup.Seconds(), "setups/s")
+}
