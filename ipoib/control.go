@@ -253,7 +253,7 @@ func (c *control) flush(e *neigh.Entry) {
 		case waiting:
 			kept = append(kept, p)
 		default:
-			c.i.drop(p.Slot, txDropTooBig)
+			c.i.tooBig(p.Slot, p.Len-ud.HeaderLen, path.MTU)
 		}
 	}
 	e.Pending = kept
@@ -300,7 +300,7 @@ func (i *Interface) connUp(conn *cm.Connection) {
 			continue
 		}
 		p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
-		e.SetPath(p)
+		c.publish(e, p)
 		c.flush(e)
 	}
 	i.log.Info("connection up", "peer", conn.Peer, "qpn", conn.QP.Num(), "mtu", conn.MTU)
@@ -311,7 +311,7 @@ func (i *Interface) connDown(conn *cm.Connection, reason string) {
 	c := &i.ctl
 	for _, e := range i.neigh.ByLink(conn.Peer) {
 		if p := e.Path(); p != nil && p.QP == conn.QP {
-			e.SetPath(c.udPath(e.Link))
+			c.publish(e, c.udPath(e.Link))
 		}
 	}
 	i.log.Info("connection down", "peer", conn.Peer, "qpn", conn.QP.Num(), "reason", reason)
@@ -401,9 +401,25 @@ func (c *control) resolved(e *neigh.Entry, link ib.LinkAddr) {
 			}
 		}
 	}
-	e.SetPath(p)
+	c.publish(e, p)
 	if len(e.Pending) > 0 {
 		c.connect(e)
+	}
+}
+
+// publish gives the datapath a new path to e and installs the host route
+// that tells the kernel its MTU (unless the operator set one by hand).
+func (c *control) publish(e *neigh.Entry, p *neigh.Path) {
+	e.SetPath(p)
+	if c.i.routes == nil || p == nil {
+		return
+	}
+	installed, err := c.i.routes.Set(e.IP, p.MTU)
+	switch {
+	case err != nil:
+		c.i.log.Warn("per-destination MTU route", "dst", e.IP, "mtu", p.MTU, "err", err)
+	case !installed:
+		c.i.log.Debug("operator route left alone", "dst", e.IP)
 	}
 }
 
@@ -461,6 +477,11 @@ func (c *control) forget(e *neigh.Entry) {
 	for _, p := range c.i.neigh.Delete(e) {
 		c.i.drop(p.Slot, txDropNoNeigh)
 	}
+	if c.i.routes != nil {
+		if err := c.i.routes.Remove(e.IP); err != nil {
+			c.i.log.Warn("removing a route", "dst", e.IP, "err", err)
+		}
+	}
 	if c.i.mgr != nil && e.Link.GID != (ib.GID{}) && len(c.i.neigh.ByLink(e.Link)) == 0 {
 		c.i.mgr.Disconnect(c.now, e.Link, "neighbor expired")
 	}
@@ -470,5 +491,8 @@ func (c *control) forget(e *neigh.Entry) {
 func (c *control) shutdown() {
 	if c.i.mgr != nil {
 		c.i.mgr.Close(time.Now())
+	}
+	if c.i.routes != nil {
+		_ = c.i.routes.Flush()
 	}
 }

@@ -58,7 +58,6 @@ type counters [numCounters]atomic.Uint64
 
 func (c *counters) inc(k counter)           { c[k].Add(1) }
 func (c *counters) add(k counter, n uint64) { c[k].Add(n) }
-func (c *counters) get(k counter) uint64    { return c[k].Load() }
 
 func (c *counters) list() []ib.Counter {
 	out := make([]ib.Counter, numCounters)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/tun"
 	"github.com/ipoibd/ipoibd/ud"
@@ -88,8 +89,9 @@ type Interface struct {
 	mads   ib.MADService
 	bcast  ib.AH
 
-	neigh *neigh.Table
-	mgr   *cm.Manager // nil in datagram mode
+	neigh  *neigh.Table
+	mgr    *cm.Manager // nil in datagram mode
+	routes *mtu.Routes // per-destination MTUs; nil when every path has the interface MTU
 
 	// Datapath → control.
 	pending  chan pendingPacket
@@ -190,6 +192,9 @@ func New(cfg Config) (_ *Interface, err error) {
 	i.local.QPN, i.local.GID = i.udQP.Num(), port.GID
 	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs}); err != nil {
 		return nil, err
+	}
+	if i.mtu > i.udMTU {
+		i.routes = mtu.NewRoutes(i.tun.Index())
 	}
 	if cfg.Mode == Connected {
 		if i.mads, err = i.dev.MADs(); err != nil {

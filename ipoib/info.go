@@ -131,7 +131,7 @@ func (i *Interface) Stats() []ib.Counter {
 			return
 		}
 		s, e := i.mgr.Stats, i.mgr.Engine().Stats
-		for _, c := range []ib.Counter{
+		out = append(out, []ib.Counter{
 			{Name: "cm_connects", Value: s.Connects}, {Name: "cm_accepted", Value: s.Accepted},
 			{Name: "cm_established", Value: s.Established}, {Name: "cm_rejected", Value: s.Rejected},
 			{Name: "cm_timed_out", Value: s.TimedOut}, {Name: "cm_disconnected", Value: s.Disconnected},
@@ -141,9 +141,7 @@ func (i *Interface) Stats() []ib.Counter {
 			{Name: "cm_mads_in", Value: e.Received}, {Name: "cm_mads_out", Value: e.Sent},
 			{Name: "cm_retransmits", Value: e.Retransmitted}, {Name: "cm_malformed", Value: e.Malformed},
 			{Name: "cm_duplicates", Value: e.Duplicate}, {Name: "cm_stale", Value: e.Stale},
-		} {
-			out = append(out, c)
-		}
+		}...)
 	})
 	for _, c := range i.dev.Counters() {
 		c.Name = "dev_" + c.Name

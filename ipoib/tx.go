@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/ud"
 )
@@ -55,8 +56,12 @@ func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
 
 	if dst.IsMulticast() || i.isBroadcast(dst) {
 		m, ok := i.multicastDest(dst)
-		if !ok || n > i.udMTU {
-			i.drop(slot, txDropTooBig)
+		if !ok {
+			i.drop(slot, txDropNoRoute)
+			return
+		}
+		if n > i.udMTU {
+			i.tooBig(slot, n, i.udMTU)
 			return
 		}
 		i.ctr.inc(txMulticast)
@@ -72,7 +77,9 @@ func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
 	switch {
 	case p == nil:
 		i.toControl(slot, msgLen, dst)
-	case p.QP != nil && n <= p.MTU:
+	case p.QP != nil && n > p.MTU:
+		i.tooBig(slot, n, p.MTU)
+	case p.QP != nil:
 		i.ctr.inc(txConnected)
 		p.Packets.Add(1)
 		wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, msgLen)}
@@ -83,11 +90,28 @@ func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
 		i.ctr.inc(txUD)
 		i.wantConnection(e, p)
 		i.postUD(slot, msgLen, p.AH, p.Link.QPN, wr)
+	case i.mgr == nil || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0:
+		i.tooBig(slot, n, i.udMTU) // no connection can come
 	default:
-		// Too big for UD: wait for the connection, if one can come.
+		// Too big for UD: wait for the connection.
 		i.wantConnection(e, p)
 		i.toControl(slot, msgLen, dst)
 	}
+}
+
+// tooBig answers a packet too big for its path with ICMP "fragmentation
+// needed" or "packet too big" written back into the TUN, so that the
+// kernel lowers its path MTU; the ICMP is built in the slot after the packet.
+func (i *Interface) tooBig(slot uint32, n, pathMTU int) {
+	buf := i.slots.bytes(slot)
+	end := ud.HeaderLen + n
+	m, err := mtu.TooBig(buf[end:], buf[ud.HeaderLen:end], pathMTU, netip.Addr{})
+	if err == nil {
+		if _, err = i.tun.Write(buf[end : end+m]); err == nil {
+			i.ctr.inc(txICMPTooBig)
+		}
+	}
+	i.drop(slot, txDropTooBig)
 }
 
 // wantConnection asks the control goroutine, once, to connect to a peer we

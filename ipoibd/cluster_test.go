@@ -56,10 +56,8 @@ func newCluster(t *testing.T, name string, hosts int) *cluster {
 	if os.Getuid() != 0 {
 		t.Skip("end-to-end tests need root (network namespaces, TUN devices)")
 	}
-	for _, tool := range []string{"ip", "ping", "iperf3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (make test installs it)", tool)
-		}
+	if _, err := lookTools("ip", "ping", "iperf3"); err != nil {
+		t.Skip(err)
 	}
 	c := &cluster{t: t, name: name, net: int(clusterNet.Add(1))}
 	c.script("down", name) // leftovers of an interrupted run
@@ -170,4 +168,14 @@ func (c *cluster) show(k int) ipoib.Info {
 func (c *cluster) ping(from int, dst string, count int) {
 	c.t.Helper()
 	c.on(from, "ping", "-c", fmt.Sprint(count), "-i", "0.1", "-W", "2", dst)
+}
+
+// lookTools reports the first of the tools that is not installed.
+func lookTools(names ...string) (string, error) {
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			return n, fmt.Errorf("%s not installed (make test installs it)", n)
+		}
+	}
+	return "", nil
 }
