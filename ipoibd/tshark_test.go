@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bufio"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestCMOnTheWireDecodesInTshark captures a whole connection's life on the
+// underlay (set-up when h1 first sends to h2, teardown when h2's daemon
+// exits) and has Wireshark judge it: every CM message decodes, carries the
+// RFC 4755 service ID of the passive side's UD QPN and the private data
+// {UD QPN, 65524}, the comm IDs pair up, and nothing is malformed.
+func TestCMOnTheWireDecodesInTshark(t *testing.T) {
+	if _, err := lookTools("tshark", "dumpcap"); err != nil {
+		t.Skip(err)
+	}
+	c := newCluster(t, "wire", 2)
+	c.start(1)
+	c.start(2)
+	h1, h2 := c.show(1), c.show(2)
+	file := filepath.Join(t.TempDir(), "cm.pcap")
+
+	// dumpcap says "Capturing on" once the capture runs: that is the event
+	// to wait for before making traffic.
+	dump := c.cmd("exec", c.name, "1", "dumpcap", "-q", "-i", "eth0", "-f", "udp port 4791", "-P", "-w", file)
+	stderr, err := dump.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := bufio.NewScanner(stderr)
+	var said []string
+	for ready.Scan() && !strings.Contains(ready.Text(), "Capturing on") {
+		said = append(said, ready.Text())
+	}
+	if ready.Err() != nil || len(said) > 0 && !strings.Contains(ready.Text(), "Capturing on") {
+		t.Fatalf("dumpcap did not start capturing:\n%s", strings.Join(said, "\n"))
+	}
+	c.ping(1, c.ip4(2), 2)
+	c.stop(2, "TERM") // DREQ to h1, DREP back
+	if err := dump.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ready.Scan() {
+		}
+	}()
+	_ = dump.Wait()
+
+	fields := []string{"infiniband.mad.attributeid", "infiniband.cm.req.serviceid", "infiniband.cm.req.private",
+		"infiniband.cm.rep.private", "infiniband.cm.req", "infiniband.cm.rep.remotecommid",
+		"infiniband.cm.dreq.localcommid", "infiniband.cm.drsp.remotecommid"}
+	args := []string{"-r", file, "-Y", "infiniband.mad.mgmtclass == 0x07", "-T", "fields", "-E", "separator=|"}
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	out, err := exec.Command("tshark", args...).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	t.Logf("CM messages on the wire:\n%s", out)
+	seen := map[string][]string{}
+	for _, l := range lines {
+		f := strings.Split(l, "|")
+		if len(f) != len(fields) {
+			t.Fatalf("tshark line %q: %d fields", l, len(f))
+		}
+		seen[f[0]] = f
+	}
+	for attr, name := range map[string]string{"0x0010": "REQ", "0x0013": "REP", "0x0014": "RTU", "0x0015": "DREQ", "0x0016": "DREP"} {
+		if seen[attr] == nil {
+			t.Errorf("no %s (attribute %s) captured", name, attr)
+		}
+	}
+	req, rep := seen["0x0010"], seen["0x0013"]
+	if req == nil || rep == nil {
+		t.FailNow()
+	}
+	// Service ID: the IETF prefix and h2's UD QPN (link address octets 1-3).
+	qpn, h1qpn := udQPN(h2.LinkAddr), udQPN(h1.LinkAddr)
+	if want := "0x1000000000" + qpn; req[1] != want {
+		t.Errorf("REQ service ID %s, want %s", req[1], want)
+	}
+	if !strings.HasPrefix(req[2], "00"+h1qpn+"0000fff4") {
+		t.Errorf("REQ private data %.16s: want h1's UD QPN %s and 65524", req[2], h1qpn)
+	}
+	if !strings.HasPrefix(rep[3], "00"+qpn+"0000fff4") {
+		t.Errorf("REP private data %.16s: want h2's UD QPN %s and 65524", rep[3][:16], qpn)
+	}
+	if rep[5] != req[4] {
+		t.Errorf("REP remote comm ID %s does not name the REQ's local comm ID %s", rep[5], req[4])
+	}
+	if d, p := seen["0x0015"], seen["0x0016"]; d != nil && p != nil && d[6] != p[7] {
+		t.Errorf("DREP remote comm ID %s does not name the DREQ's local comm ID %s", p[7], d[6])
+	}
+	bad, err := exec.Command("tshark", "-r", file, "-Y", "_ws.malformed || _ws.expert.severity >= warning").Output()
+	if err != nil || strings.TrimSpace(string(bad)) != "" {
+		t.Errorf("tshark found malformed packets or warnings (%v):\n%s", err, bad)
+	}
+}
+
+// udQPN returns the UD QPN of a colon-hex link address as 6 hex digits.
+func udQPN(linkAddr string) string { return strings.ReplaceAll(linkAddr[3:11], ":", "") }
