@@ -103,8 +103,10 @@ func stamp(b []byte, seq int) {
 
 // guessShort finds which message after last a short one (too short to
 // carry its number) is: the next one of its size whose pattern it has.
+// UC may lose long runs (no receive posted means dropped, not retried),
+// hence the wide search.
 func guessShort(b []byte, last int) (int, bool) {
-	for k := last + 1; k < last+64; k++ {
+	for k := last + 1; k < last+2048; k++ {
 		if mixedSize(k) != len(b) {
 			continue
 		}
