@@ -143,6 +143,25 @@ func (i *Interface) Stats() []ib.Counter {
 			{Name: "cm_duplicates", Value: e.Duplicate}, {Name: "cm_stale", Value: e.Stale},
 		}...)
 	})
+	i.do(func() {
+		if i.mgr == nil {
+			return
+		}
+		// Transport counters summed over every connection's QP.
+		sums := map[string]uint64{}
+		var names []string
+		for _, conn := range i.mgr.Connections() {
+			for _, c := range conn.QP.Counters() {
+				if _, ok := sums[c.Name]; !ok {
+					names = append(names, c.Name)
+				}
+				sums[c.Name] += c.Value
+			}
+		}
+		for _, n := range names {
+			out = append(out, ib.Counter{Name: "conn_" + n, Value: sums[n]})
+		}
+	})
 	for _, c := range i.dev.Counters() {
 		c.Name = "dev_" + c.Name
 		out = append(out, c)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -73,6 +74,14 @@ func run(args []string) error {
 		_ = dev.Close()
 		return err
 	}
+	if path := os.Getenv("IPOIBD_CPUPROFILE"); path != "" {
+		// A developer aid: profile the daemon until it exits.
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	iface.Start()
 	info := iface.Show()
 	cfg.Log.Info("up", "if", info.Name, "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU, "ud_mtu", info.UDMTU, "addrs", strings.Join(info.Addrs, ","))
@@ -84,6 +93,18 @@ func run(args []string) error {
 	_ = ctl.Close()
 	iface.Close()
 	return dev.Close()
+}
+
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // config checks every flag and opens the provider's device.

@@ -8,6 +8,7 @@
 #   cluster.sh stop NAME K [SIG]    stop host K's daemon (default SIGTERM) and wait
 #   cluster.sh exec NAME K CMD...   run a command on host K
 #   cluster.sh log NAME K           print host K's daemon log
+#   cluster.sh loss NAME K PCT      drop PCT % of fabric datagrams arriving at host K
 #   cluster.sh down NAME            stop every daemon, remove every namespace
 #
 # Host K has underlay 10.N0.0.K/24 on eth0 (MTU 9000) where N0 is the
@@ -82,6 +83,22 @@ stop() {
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
 }
 
+# loss drops a share of the UDP datagrams of the fabric arriving at host K,
+# with nftables (this kernel has no netem).
+loss() {
+	local name=$1 k=$2 pct=$3
+	ip netns exec "$(host "$name" "$k")" nft -f - <<-EOF
+		table inet fabricloss
+		delete table inet fabricloss
+		table inet fabricloss {
+			chain input {
+				type filter hook input priority 0;
+				udp dport 4791 numgen random mod 1000 < $((pct * 10)) counter drop
+			}
+		}
+	EOF
+}
+
 down() {
 	local name=$1 f k
 	if [ -d "$rundir/$name" ]; then
@@ -111,6 +128,7 @@ exec)
 	exec ip netns exec "$h" "$@"
 	;;
 log) cat "$rundir/$1/h$2.log" ;;
+loss) [ $# -eq 3 ] || die "usage: $0 loss NAME K PERCENT"; loss "$@" ;;
 down) down "$1" ;;
 *) die "unknown command $cmd" ;;
 esac
