@@ -1,7 +1,10 @@
 # The build and test contract of ipoibd. `sudo make test` is what CI runs.
 GO ?= go
 
-.PHONY: build test lint fuzz bench demo deps
+PREFIX ?= /usr/local
+SYSTEMD_DIR ?= /etc/systemd/system
+
+.PHONY: build test lint fuzz bench demo deps install uninstall
 
 build:
 	$(GO) build ./...
@@ -28,3 +31,14 @@ bench:
 demo: build
 	scripts/deps.sh runtime
 	scripts/demo.sh
+
+# Installs the daemon and the systemd template unit ipoibd@IFNAME.service;
+# flags per interface go in /etc/ipoibd/IFNAME.env (see dist/ib0.env.example).
+install: build
+	install -D -m 0755 bin/ipoibd $(DESTDIR)$(PREFIX)/sbin/ipoibd
+	install -D -m 0644 dist/ipoibd@.service $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service
+	install -D -m 0644 dist/ib0.env.example $(DESTDIR)/etc/ipoibd/ib0.env.example
+	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/sbin/ipoibd $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service $(DESTDIR)/etc/ipoibd/ib0.env.example
