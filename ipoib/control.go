@@ -17,13 +17,16 @@ import (
 // maxProbes without an answer the neighbor fails (or, when probing an old
 // link address against a new claim, the claim wins).
 const (
-	probeInterval  = 300 * time.Millisecond
-	maxProbes      = 3
-	reachableTime  = 30 * time.Second
-	gcTime         = 5 * time.Minute
-	tickInterval   = 100 * time.Millisecond
-	connectBackoff = time.Second
-	maxBackoff     = 30 * time.Second
+	probeInterval = 300 * time.Millisecond
+	maxProbes     = 3
+	reachableTime = 30 * time.Second
+	gcTime        = 5 * time.Minute
+	tickInterval  = 100 * time.Millisecond
+	// groupSyncInterval is how often the kernel's multicast memberships are
+	// read: TUN devices get no notice when a socket joins a group.
+	groupSyncInterval = time.Second
+	connectBackoff    = time.Second
+	maxBackoff        = 30 * time.Second
 )
 
 // control is the state the control goroutine owns.
@@ -31,7 +34,8 @@ type control struct {
 	i          *Interface
 	addrs      []netip.Prefix
 	broadcasts atomic.Pointer[[]netip.Addr] // read by the datapath
-	groups     map[ib.GID]bool              // multicast groups the UD QP joined
+	groups     map[ib.GID]netip.Addr        // IP multicast groups the UD QP joined, by MGID
+	groupsAt   time.Time                    // when the kernel's groups were last read
 	ahs        map[ib.GID]ib.AH             // unicast address handles
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
 	wr         [1]ib.SendWR
@@ -45,7 +49,7 @@ type backoff struct {
 
 func (c *control) init(i *Interface) {
 	c.i = i
-	c.groups = map[ib.GID]bool{}
+	c.groups = map[ib.GID]netip.Addr{}
 	c.ahs = map[ib.GID]ib.AH{}
 	c.backoff = map[ib.LinkAddr]backoff{}
 	empty := []netip.Addr{}
@@ -123,18 +127,14 @@ func (c *control) refreshAddrs() {
 		}
 	}
 	c.broadcasts.Store(&bcasts)
-	if hasIPv6(addrs) {
-		c.join(netip.MustParseAddr("ff02::1"))
-	}
+	old := c.addrs
+	c.addrs = addrs
+	c.syncGroups()
 	for _, p := range addrs {
-		if p.Addr().Is6() {
-			c.join(neigh.SolicitedNode(p.Addr()))
-		}
-		if !slices.Contains(c.addrs, p) {
+		if !slices.Contains(old, p) {
 			c.announce(p.Addr())
 		}
 	}
-	c.addrs = addrs
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {
@@ -144,17 +144,51 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// join attaches the UD QP to the MGID of an IP multicast group.
-func (c *control) join(group netip.Addr) {
-	mgid, err := ud.MulticastMGID(group, c.i.pkey, ud.LinkLocal)
-	if err != nil || c.groups[mgid] {
-		return
+// syncGroups makes the UD QP a member of exactly the groups the interface
+// needs: IPv6 all-nodes and our solicited-node groups, and every group the
+// kernel joined on the interface for its sockets (read from /proc).
+func (c *control) syncGroups() {
+	i := c.i
+	c.groupsAt = c.now
+	want := map[ib.GID]netip.Addr{}
+	add := func(group netip.Addr) {
+		if mgid, err := ud.MulticastMGID(group, i.pkey, ud.LinkLocal); err == nil {
+			want[mgid] = group
+		}
 	}
-	if err := c.i.dev.AttachMulticast(c.i.udQP, mgid); err != nil {
-		c.i.log.Warn("joining a multicast group", "group", group, "err", err)
-		return
+	if hasIPv6(c.addrs) {
+		add(allNodes)
 	}
-	c.groups[mgid] = true
+	for _, p := range c.addrs {
+		if p.Addr().Is6() {
+			add(neigh.SolicitedNode(p.Addr()))
+		}
+	}
+	kernel, err := ud.KernelGroups(i.tun.Name())
+	if err != nil {
+		i.log.Warn("reading the kernel's multicast groups", "err", err)
+	}
+	for _, g := range kernel {
+		add(g)
+	}
+	for mgid, group := range want {
+		if _, ok := c.groups[mgid]; ok {
+			continue
+		}
+		if err := i.dev.AttachMulticast(i.udQP, mgid); err != nil {
+			i.log.Warn("joining a multicast group", "group", group, "err", err)
+			continue
+		}
+		c.groups[mgid] = group
+	}
+	for mgid, group := range c.groups {
+		if _, ok := want[mgid]; !ok {
+			if err := i.dev.DetachMulticast(i.udQP, mgid); err != nil {
+				i.log.Warn("leaving a multicast group", "group", group, "err", err)
+			}
+			delete(c.groups, mgid)
+		}
+	}
 }
 
 // isLocal reports whether ip is one of our addresses.
@@ -428,6 +462,9 @@ func (c *control) tick() {
 	i := c.i
 	if i.mgr != nil {
 		i.mgr.Expire(c.now)
+	}
+	if c.now.Sub(c.groupsAt) >= groupSyncInterval {
+		c.syncGroups()
 	}
 	for _, e := range i.neigh.All() {
 		age := c.now.Sub(e.Updated)

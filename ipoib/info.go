@@ -25,6 +25,7 @@ type Info struct {
 	UDMTU     int      `json:"ud_mtu"`
 	IBMTU     int      `json:"ib_mtu"`
 	Addrs     []string `json:"addrs"`
+	Groups    []string `json:"groups"` // IP multicast groups joined on the fabric (besides broadcast)
 	Neighbors int      `json:"neighbors"`
 	Conns     int      `json:"connections"`
 }
@@ -66,6 +67,10 @@ func (i *Interface) Show() Info {
 		for _, a := range i.ctl.addrs {
 			info.Addrs = append(info.Addrs, a.String())
 		}
+		for _, g := range i.ctl.groups {
+			info.Groups = append(info.Groups, g.String())
+		}
+		slices.Sort(info.Groups)
 		if i.mgr != nil {
 			var modes []string
 			if i.local.Flags&ib.FlagRC != 0 {

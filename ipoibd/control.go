@@ -154,6 +154,9 @@ func printTable(cmd string, raw json.RawMessage) error {
 		for _, a := range i.Addrs {
 			fmt.Fprintf(w, "    inet %s\n", a)
 		}
+		if len(i.Groups) > 0 {
+			fmt.Fprintf(w, "    groups %s\n", strings.Join(i.Groups, " "))
+		}
 		fmt.Fprintf(w, "    %d neighbors\n", i.Neighbors)
 	case "neigh":
 		var ns []ipoib.NeighInfo

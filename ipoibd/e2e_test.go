@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,5 +196,50 @@ func TestPeerRestart(t *testing.T) {
 		if conn.Peer == oldLink && conn.State == "established" {
 			t.Errorf("stale connection to the old daemon still established: %+v", conn)
 		}
+	}
+}
+
+// TestMulticastGroupsFollowTheKernel: a socket on h2 joins an IPv4 group on
+// ib0; the daemon notices (TUN devices get no notice, it reads /proc), joins
+// the group's MGID, and a datagram h1 sends to the group arrives.
+func TestMulticastGroupsFollowTheKernel(t *testing.T) {
+	if _, err := lookTools("socat"); err != nil {
+		t.Skip(err)
+	}
+	c := newCluster(t, "mcast", 2)
+	c.start(1)
+	c.start(2)
+	const group = "239.7.7.7"
+	recv := c.cmd("exec", c.name, "2", "socat", "-u",
+		"UDP4-RECVFROM:5007,ip-add-membership="+group+":ib0,reuseaddr", "STDOUT")
+	var got strings.Builder
+	recv.Stdout = &got
+	if err := recv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Process.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(c.show(2).Groups, group) {
+		if time.Now().After(deadline) {
+			t.Fatalf("h2's daemon did not join %s: %+v", group, c.show(2))
+		}
+		time.Sleep(100 * time.Millisecond) // the daemon reads /proc once a second
+	}
+	c.on(1, "sh", "-c", "echo hello-group | socat -u STDIN UDP4-DATAGRAM:"+group+":5007,ip-multicast-if="+c.ip4(1))
+	done := make(chan error, 1)
+	go func() { done <- recv.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("socat receiver: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("nothing sent to %s arrived at h2 within 5 s", group)
+	}
+	if !strings.Contains(got.String(), "hello-group") {
+		t.Fatalf("h2 received %q, want the datagram sent to %s", got.String(), group)
+	}
+	if s := c.stats(1); s["tx_multicast"] == 0 {
+		t.Errorf("h1 tx_multicast = 0")
 	}
 }

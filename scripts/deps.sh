@@ -12,6 +12,7 @@ command -v nft >/dev/null || need_apt+=(nftables)
 command -v ping >/dev/null || need_apt+=(iputils-ping)
 command -v tracepath >/dev/null || need_apt+=(iputils-tracepath)
 command -v iperf3 >/dev/null || need_apt+=(iperf3)
+command -v socat >/dev/null || need_apt+=(socat)
 if ((${#need_apt[@]})); then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: need ${need_apt[*]}; run as root (sudo make test) so they can be installed" >&2
