@@ -8,6 +8,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/ud"
 	"github.com/vishvananda/netlink"
@@ -63,10 +64,14 @@ func (i *Interface) controlLoop() {
 	tick := time.NewTicker(tickInterval)
 	defer tick.Stop()
 	addrUpdates := make(chan netlink.AddrUpdate, 16)
+	routeUpdates := make(chan netlink.RouteUpdate, 64)
 	stop := make(chan struct{})
 	defer close(stop)
 	if err := netlink.AddrSubscribe(addrUpdates, stop); err != nil {
 		i.log.Warn("address changes will not be followed", "err", err)
+	}
+	if err := netlink.RouteSubscribe(routeUpdates, stop); err != nil {
+		i.log.Warn("route changes will not be followed", "err", err)
 	}
 	var mads <-chan ib.MAD
 	if i.mads != nil {
@@ -102,6 +107,11 @@ func (i *Interface) controlLoop() {
 		case u := <-addrUpdates:
 			if u.LinkIndex == i.tun.Index() {
 				c.refreshAddrs()
+			}
+		case u := <-routeUpdates:
+			// Our own MTU host routes change nothing about next hops.
+			if u.Protocol != mtu.Protocol {
+				i.neigh.ClearVia()
 			}
 		case now := <-tick.C:
 			c.now = now
@@ -216,12 +226,17 @@ func (c *control) onLink(ip netip.Addr) (netip.Addr, bool) {
 // its neighbor, and resolution or a connection is started.
 func (c *control) handlePending(p pendingPacket) {
 	i := c.i
-	if _, ok := c.onLink(p.dst); !ok {
+	hop, ok := c.nextHop(p.dst)
+	if !ok {
 		i.drop(p.slot, txDropNoRoute)
 		return
 	}
-	e := i.neigh.Create(p.dst, c.now)
+	e := i.neigh.Create(hop, c.now)
 	if e == nil {
+		i.drop(p.slot, txDropNoNeigh)
+		return
+	}
+	if hop != p.dst && !i.neigh.SetVia(p.dst, e) {
 		i.drop(p.slot, txDropNoNeigh)
 		return
 	}
@@ -249,6 +264,29 @@ func (c *control) handlePending(p pendingPacket) {
 	default:
 		c.connect(e)
 	}
+}
+
+// nextHop returns the neighbor a packet to dst goes to: dst itself when it
+// is in one of our subnets, else the gateway of the kernel's route, which
+// must be a neighbor on this interface.
+func (c *control) nextHop(dst netip.Addr) (netip.Addr, bool) {
+	if _, ok := c.onLink(dst); ok {
+		return dst, true
+	}
+	routes, err := netlink.RouteGet(dst.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return netip.Addr{}, false
+	}
+	r := routes[0]
+	gw, ok := netip.AddrFromSlice(r.Gw)
+	if !ok || r.LinkIndex != c.i.tun.Index() {
+		return netip.Addr{}, false
+	}
+	gw = gw.Unmap()
+	if _, ok := c.onLink(gw); !ok {
+		return netip.Addr{}, false
+	}
+	return gw, true
 }
 
 // send posts a queued packet on path if it fits; false leaves it queued.

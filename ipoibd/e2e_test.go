@@ -243,3 +243,29 @@ func TestMulticastGroupsFollowTheKernel(t *testing.T) {
 		t.Errorf("h1 tx_multicast = 0")
 	}
 }
+
+// TestRouteViaGateway sends to an off-link destination through a gateway
+// on the IPoIB subnet: the daemon resolves the route's next hop, not the
+// destination.
+func TestRouteViaGateway(t *testing.T) {
+	c := newCluster(t, "gw", 2)
+	c.start(1)
+	c.start(2)
+	remote := fmt.Sprintf("10.250.%d.2", c.net)
+	c.on(2, "ip", "addr", "add", remote+"/24", "dev", "ib0")
+	c.on(1, "ip", "route", "add", fmt.Sprintf("10.250.%d.0/24", c.net), "via", c.ip4(2), "dev", "ib0")
+	c.ping(1, remote, 2)
+	ns := c.neighbors(1)
+	if _, ok := ns[remote]; ok {
+		t.Errorf("h1 resolved the off-link %s itself: %+v", remote, ns[remote])
+	}
+	if n := ns[c.ip4(2)]; n.State != "REACHABLE" {
+		t.Errorf("h1's gateway entry %s = %+v, want reachable", c.ip4(2), n)
+	}
+	// Pointing the route at a gateway that does not exist must stop the
+	// traffic: the cached next hop goes with the route change.
+	c.on(1, "ip", "route", "replace", fmt.Sprintf("10.250.%d.0/24", c.net), "via", fmt.Sprintf("192.168.%d.9", c.net), "dev", "ib0")
+	if out, err := c.try(1, "ping", "-c", "1", "-W", "1", remote); err == nil {
+		t.Errorf("ping through a dead gateway succeeded: the old next hop was kept:\n%s", out)
+	}
+}

@@ -93,12 +93,15 @@ type Table struct {
 	// MaxEntries bounds the table; new destinations beyond it are refused.
 	MaxEntries int
 	entries    map[netip.Addr]*Entry
-	snapshot   atomic.Pointer[map[netip.Addr]*Entry]
+	// via maps off-link destinations to the entry of their next hop (a
+	// cache of route lookups, cleared when routes change).
+	via      map[netip.Addr]*Entry
+	snapshot atomic.Pointer[map[netip.Addr]*Entry]
 }
 
 // NewTable makes an empty table.
 func NewTable(maxPending, maxEntries int) *Table {
-	t := &Table{MaxPending: maxPending, MaxEntries: maxEntries, entries: map[netip.Addr]*Entry{}}
+	t := &Table{MaxPending: maxPending, MaxEntries: maxEntries, entries: map[netip.Addr]*Entry{}, via: map[netip.Addr]*Entry{}}
 	t.publish()
 	return t
 }
@@ -130,11 +133,36 @@ func (t *Table) Delete(e *Entry) []Pending {
 		return nil
 	}
 	delete(t.entries, e.IP)
+	for dst, hop := range t.via {
+		if hop == e {
+			delete(t.via, dst)
+		}
+	}
 	e.SetPath(nil)
 	t.publish()
 	p := e.Pending
 	e.Pending = nil
 	return p
+}
+
+// SetVia makes the datapath send packets for the off-link dst through the
+// next hop e. The cache is bounded like the table.
+func (t *Table) SetVia(dst netip.Addr, e *Entry) bool {
+	if len(t.via) >= t.MaxEntries {
+		return false
+	}
+	t.via[dst] = e
+	t.publish()
+	return true
+}
+
+// ClearVia forgets every cached next hop (the routes changed).
+func (t *Table) ClearVia() {
+	if len(t.via) == 0 {
+		return
+	}
+	clear(t.via)
+	t.publish()
 }
 
 // All returns every entry (control goroutine; for display and timers).
@@ -169,7 +197,10 @@ func (t *Table) Queue(e *Entry, p Pending) bool {
 // publish copies the map for the datapath: entries are added and removed
 // rarely, looked up on every packet.
 func (t *Table) publish() {
-	m := make(map[netip.Addr]*Entry, len(t.entries))
+	m := make(map[netip.Addr]*Entry, len(t.entries)+len(t.via))
+	for k, v := range t.via {
+		m[k] = v
+	}
 	for k, v := range t.entries {
 		m[k] = v
 	}
