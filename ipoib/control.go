@@ -67,10 +67,11 @@ func (i *Interface) controlLoop() {
 	routeUpdates := make(chan netlink.RouteUpdate, 64)
 	stop := make(chan struct{})
 	defer close(stop)
-	if err := netlink.AddrSubscribe(addrUpdates, stop); err != nil {
+	// Subscriptions in the TUN's namespace, whatever thread runs this.
+	if err := netlink.AddrSubscribeWithOptions(addrUpdates, stop, netlink.AddrSubscribeOptions{Namespace: &i.netns}); err != nil {
 		i.log.Warn("address changes will not be followed", "err", err)
 	}
-	if err := netlink.RouteSubscribe(routeUpdates, stop); err != nil {
+	if err := netlink.RouteSubscribeWithOptions(routeUpdates, stop, netlink.RouteSubscribeOptions{Namespace: &i.netns}); err != nil {
 		i.log.Warn("route changes will not be followed", "err", err)
 	}
 	var mads <-chan ib.MAD
@@ -94,9 +95,10 @@ func (i *Interface) controlLoop() {
 		case m := <-i.rxCtl:
 			c.now = time.Now()
 			c.handleControlPacket(&m)
-		case qpn := <-i.sendFail:
+		case f := <-i.sendFail:
 			c.now = time.Now()
-			i.mgr.SendFailed(c.now, qpn)
+			i.log.Warn("send failed on a connection", "qpn", f.qpn, "status", f.status)
+			i.mgr.SendFailed(c.now, f.qpn)
 		case m, ok := <-mads:
 			if !ok {
 				mads = nil
@@ -273,7 +275,7 @@ func (c *control) nextHop(dst netip.Addr) (netip.Addr, bool) {
 	if _, ok := c.onLink(dst); ok {
 		return dst, true
 	}
-	routes, err := netlink.RouteGet(dst.AsSlice())
+	routes, err := c.i.tun.Netlink().RouteGet(dst.AsSlice())
 	if err != nil || len(routes) == 0 {
 		return netip.Addr{}, false
 	}

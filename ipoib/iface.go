@@ -23,6 +23,7 @@ import (
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/tun"
 	"github.com/ipoibd/ipoibd/ud"
+	"github.com/vishvananda/netns"
 )
 
 // Mode is the interface's IPoIB mode.
@@ -81,6 +82,7 @@ type Interface struct {
 	mtu   int // interface MTU
 
 	tun    *tun.Device
+	netns  netns.NsHandle // the namespace the interface lives in
 	slots  *slots
 	sendCQ ib.CQ
 	recvCQ ib.CQ
@@ -97,7 +99,7 @@ type Interface struct {
 	pending  chan pendingPacket
 	wantConn chan *neigh.Entry
 	rxCtl    chan ctlPacket
-	sendFail chan ib.QPN
+	sendFail chan sendFailure
 	requests chan func()
 
 	mcastMu  sync.Mutex
@@ -121,6 +123,12 @@ type pendingPacket struct {
 	slot uint32
 	n    int // IPoIB message length (header included)
 	dst  netip.Addr
+}
+
+// sendFailure is an error completion on a connection's QP.
+type sendFailure struct {
+	qpn    ib.QPN
+	status ib.WCStatus
 }
 
 // ctlPacket is an ARP or ND packet copied off the receive path.
@@ -150,7 +158,7 @@ func New(cfg Config) (_ *Interface, err error) {
 		pending:  make(chan pendingPacket, 1024),
 		wantConn: make(chan *neigh.Entry, 256),
 		rxCtl:    make(chan ctlPacket, 256),
-		sendFail: make(chan ib.QPN, 64),
+		sendFail: make(chan sendFailure, 64),
 		requests: make(chan func()),
 		mcastAHs: map[netip.Addr]mcastDest{},
 		neigh:    neigh.NewTable(8, 65536),
@@ -175,6 +183,11 @@ func New(cfg Config) (_ *Interface, err error) {
 			i.release()
 		}
 	}()
+	// The control goroutine may run on any thread; it follows the
+	// interface's namespace through this handle.
+	if i.netns, err = netns.Get(); err != nil {
+		return nil, fmt.Errorf("ipoib: network namespace: %w", err)
+	}
 	if i.slots, err = newSlots(i.dev); err != nil {
 		return nil, err
 	}
@@ -194,7 +207,7 @@ func New(cfg Config) (_ *Interface, err error) {
 		return nil, err
 	}
 	if i.mtu > i.udMTU {
-		i.routes = mtu.NewRoutes(i.tun.Index())
+		i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
 	}
 	if cfg.Mode == Connected {
 		if i.mads, err = i.dev.MADs(); err != nil {
@@ -326,6 +339,9 @@ func (i *Interface) release() {
 	}
 	if i.slots != nil {
 		i.slots.close()
+	}
+	if i.netns.IsOpen() {
+		_ = i.netns.Close()
 	}
 }
 

@@ -150,7 +150,7 @@ func (i *Interface) sendCompletionLoop() {
 			i.ctr.inc(txErrors)
 			if c.Status != ib.WCFlushError && c.QPN != i.local.QPN {
 				select {
-				case i.sendFail <- c.QPN:
+				case i.sendFail <- sendFailure{c.QPN, c.Status}:
 				default:
 				}
 			}

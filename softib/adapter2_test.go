@@ -253,3 +253,27 @@ func TestBadInputDuringTransfer(t *testing.T) {
 		}
 	}
 }
+
+// TestRNRWaitSurvivesAnACK: an ACK for everything before an RNR-NAKed
+// packet must not cancel the RNR wait. It once stopped the QP's only timer,
+// and the requester stalled for good with work outstanding.
+func TestRNRWaitSurvivesAnACK(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14799)
+	b := newHost(t, "127.0.0.2", 14799)
+	qa, _ := connect(t, ib.RC, a, b, 1, 7)
+	b.dev.Close() // no real ACKs: the test plays the responder
+	s := a.slot(0, 100)
+	if _, err := qa.PostSend([]ib.SendWR{{ID: 1, SGE: s}, {ID: 2, SGE: s}}); err != nil {
+		t.Fatal(err)
+	}
+	q := qa.(*qp)
+	first := PSN(0xfffff0)              // connect's send PSN for a
+	q.onAck(first.Add(1), RNRNAK(1, 0)) // the second message found no receive
+	q.onAck(first, ACK(1))              // ...and the first one is acknowledged
+	// The second message must be sent again after the RNR wait; the peer
+	// is gone, so it ends in a retry-exceeded error, not in silence.
+	wcs := poll(t, a.scq, 2, 3*time.Second)
+	if wcs[0].ID != 1 || wcs[0].Status != ib.WCSuccess || wcs[1].ID != 2 || wcs[1].Status != ib.WCRetryExceeded {
+		t.Fatalf("completions %+v: want 1 success, then 2 retry-exceeded", wcs)
+	}
+}

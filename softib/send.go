@@ -315,6 +315,11 @@ func (q *qp) onAck(psn PSN, aeth AETH) {
 		q.ackThrough(psn)
 		r.retries = 0
 		r.rnrs = 0
+		if r.rnrWait {
+			// The RNR timer runs the QP until it fires; an ACK for what
+			// came before the NAKed packet must not stop it.
+			return
+		}
 	case AckKindRNRNAK:
 		q.ctr.rnrNAKsRcvd.Add(1)
 		q.ackThrough(psn.Prev()) // everything before psn arrived

@@ -14,6 +14,7 @@ import (
 
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,6 +34,7 @@ type Config struct {
 // they may be called from different goroutines.
 type Device struct {
 	ifce  *water.Interface
+	nl    *netlink.Handle // bound to the namespace the device was made in
 	link  netlink.Link
 	index int
 }
@@ -57,15 +59,30 @@ func Open(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("tun: creating %s: %w", cfg.Name, err)
 	}
 	d := &Device{ifce: ifce}
+	// Later calls may come from any thread, which may sit in another
+	// network namespace: netlink goes through a handle bound to this one.
+	ns, err := netns.Get()
+	if err == nil {
+		d.nl, err = netlink.NewHandleAt(ns)
+		ns.Close()
+	}
+	if err != nil {
+		_ = ifce.Close()
+		return nil, fmt.Errorf("tun: netlink: %w", err)
+	}
 	if err := d.configure(cfg); err != nil {
+		d.nl.Close()
 		_ = ifce.Close()
 		return nil, err
 	}
 	return d, nil
 }
 
+// Netlink returns the netlink handle of the device's network namespace.
+func (d *Device) Netlink() *netlink.Handle { return d.nl }
+
 func (d *Device) configure(cfg Config) error {
-	link, err := netlink.LinkByName(d.ifce.Name())
+	link, err := d.nl.LinkByName(d.ifce.Name())
 	if err != nil {
 		return fmt.Errorf("tun: %s: %w", cfg.Name, err)
 	}
@@ -73,7 +90,7 @@ func (d *Device) configure(cfg Config) error {
 	if err := d.SetMTU(cfg.MTU); err != nil {
 		return err
 	}
-	if err := netlink.LinkSetTxQLen(link, cfg.TxQueueLen); err != nil {
+	if err := d.nl.LinkSetTxQLen(link, cfg.TxQueueLen); err != nil {
 		return fmt.Errorf("tun: %s txqueuelen %d: %w", cfg.Name, cfg.TxQueueLen, err)
 	}
 	for _, p := range cfg.Addrs {
@@ -81,7 +98,7 @@ func (d *Device) configure(cfg Config) error {
 			return err
 		}
 	}
-	if err := netlink.LinkSetUp(link); err != nil {
+	if err := d.nl.LinkSetUp(link); err != nil {
 		return fmt.Errorf("tun: %s up: %w", cfg.Name, err)
 	}
 	return nil
@@ -94,7 +111,7 @@ func (d *Device) AddAddr(p netip.Prefix) error {
 	if p.Addr().Is6() {
 		a.Flags = unix.IFA_F_NODAD
 	}
-	if err := netlink.AddrAdd(d.link, a); err != nil {
+	if err := d.nl.AddrAdd(d.link, a); err != nil {
 		return fmt.Errorf("tun: %s address %v: %w", d.Name(), p, err)
 	}
 	return nil
@@ -102,7 +119,7 @@ func (d *Device) AddAddr(p netip.Prefix) error {
 
 // SetMTU sets the interface MTU.
 func (d *Device) SetMTU(mtu int) error {
-	if err := netlink.LinkSetMTU(d.link, mtu); err != nil {
+	if err := d.nl.LinkSetMTU(d.link, mtu); err != nil {
 		return fmt.Errorf("tun: %s mtu %d: %w", d.Name(), mtu, err)
 	}
 	return nil
@@ -111,7 +128,7 @@ func (d *Device) SetMTU(mtu int) error {
 // Addrs returns the interface's addresses as the kernel has them now
 // (including those an operator added with `ip addr`).
 func (d *Device) Addrs() ([]netip.Prefix, error) {
-	list, err := netlink.AddrList(d.link, unix.AF_UNSPEC)
+	list, err := d.nl.AddrList(d.link, unix.AF_UNSPEC)
 	if err != nil {
 		return nil, fmt.Errorf("tun: %s addresses: %w", d.Name(), err)
 	}
@@ -140,7 +157,10 @@ func (d *Device) Read(b []byte) (int, error) { return d.ifce.Read(b) }
 func (d *Device) Write(b []byte) (int, error) { return d.ifce.Write(b) }
 
 // Close removes the interface; blocked Reads return an error.
-func (d *Device) Close() error { return d.ifce.Close() }
+func (d *Device) Close() error {
+	d.nl.Close()
+	return d.ifce.Close()
+}
 
 func prefixNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
