@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestOperatorMistakes: every bad flag ends the daemon with one clear line
+// on stderr and exit status 1, and leaves no interface behind.
+func TestOperatorMistakes(t *testing.T) {
+	c := newCluster(t, "flags", 1)
+	c.start(1, "--ifname", "ibbusy") // occupies a name for the "exists" case
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in the error line
+	}{
+		{"no underlay", []string{"--addr", "10.1.1.1/24"}, "--underlay is required"},
+		{"underlay not here", []string{"--underlay", "192.0.2.77"}, "not on any interface"},
+		{"bad underlay", []string{"--underlay", "nonsense"}, "--underlay"},
+		{"bad mode", []string{"--underlay", c.underlay(1), "--mode", "fast"}, "--mode"},
+		{"bad policy", []string{"--underlay", c.underlay(1), "--cm-policy", "bsd"}, "--cm-policy"},
+		{"bad cm modes", []string{"--underlay", c.underlay(1), "--cm-modes", "rd"}, "--cm-modes"},
+		{"bad pkey", []string{"--underlay", c.underlay(1), "--pkey", "0x8000"}, "P_Key"},
+		{"bad addr", []string{"--underlay", c.underlay(1), "--addr", "10.1.1.1"}, "--addr"},
+		{"mtu too big", []string{"--underlay", c.underlay(1), "--mtu", "70000"}, "MTU 70000"},
+		{"datagram mtu too big", []string{"--underlay", c.underlay(1), "--mode", "datagram", "--mtu", "9000"}, "MTU 9000"},
+		{"verbs without rdma", []string{"--provider", "verbs"}, "-tags rdma"},
+		{"unknown provider", []string{"--provider", "mlx"}, "--provider"},
+		{"unknown flag", []string{"--fast"}, "unknown flag"},
+		{"name taken", []string{"--underlay", c.underlay(1), "--ifname", "ibbusy"}, "already"},
+		{"name too long", []string{"--underlay", c.underlay(1), "--ifname", "averyverylongname0"}, "interface name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := c.cmd(append([]string{"exec", c.name, "1", binary, "run", "--ifname", "ibtest"}, tc.args...)...)
+			if strings.Contains(strings.Join(tc.args, " "), "--ifname") {
+				cmd = c.cmd(append([]string{"exec", c.name, "1", binary, "run"}, tc.args...)...)
+			}
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if err == nil || !asExit(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("exit %v, want status 1; output:\n%s", err, out)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "ipoibd: ") || !strings.Contains(last, tc.want) {
+				t.Errorf("error line %q, want it to mention %q", last, tc.want)
+			}
+			if links := c.on(1, "ip", "-br", "link"); strings.Contains(links, "ibtest") {
+				t.Errorf("interface left behind:\n%s", links)
+			}
+		})
+	}
+}
+
+func asExit(err error, exit **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	*exit = e
+	return ok
+}

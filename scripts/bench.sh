@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# The benchmarks (make bench; root): in one run, on two network namespaces
+# made by scripts/cluster.sh (veth + bridge underlay at MTU 9000), measures
+# TCP throughput (iperf3, 1 and 4 streams, median of BENCH_REPS runs) and
+# ping RTT through ipoibd (RC, UC, datagram), a socat TUN-over-UDP tunnel,
+# wireguard-go and the bare veth underlay; the first-packet latency to a
+# fresh peer; CM connection setups per second (in process and over softib,
+# with internal/cmload); the daemon's memory with many connections; and the
+# Go micro-benchmarks. Writes BENCHMARKS.md and prints the ratios.
+#
+#   BENCH_SECONDS  iperf3 duration of each run (default 10)
+#   BENCH_REPS     runs per configuration, the median is reported (default 3)
+#   BENCH_NET      cluster number: underlay 10.N.0.0/24 (default 79)
+#   BENCH_OUT      the report (default BENCHMARKS.md in the repository)
+#   BENCH_CONNS    peers for the memory runs (default "1000 4100")
+#   BENCH_GO_TIMEOUT  seconds a package's micro-benchmarks may take (default 180)
+set -Eeuo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+secs=${BENCH_SECONDS:-10}
+reps=${BENCH_REPS:-3}
+net=${BENCH_NET:-79}
+out=${BENCH_OUT:-$here/BENCHMARKS.md}
+go_secs=${BENCH_GO_TIMEOUT:-180}
+go_timeout=${go_secs}s
+read -r -a conn_counts <<<"${BENCH_CONNS:-1000 4100}"
+export CLUSTER_NET=$net
+IPOIBD=${IPOIBD:-$here/bin/ipoibd}
+export IPOIBD
+name=bench
+cmdline="make bench ($0${*:+ $*}; BENCH_SECONDS=$secs BENCH_REPS=$reps)"
+
+say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { echo "bench: $*" >&2; exit 1; }
+on() { "$cluster" exec "$name" "$@"; }
+
+[ "$(id -u)" = 0 ] || die "run as root (sudo make bench): it makes network namespaces and TUN devices"
+[ -x "$IPOIBD" ] || die "no $IPOIBD (run make build)"
+for c in iperf3 ping jq ip; do command -v $c >/dev/null || die "$c is missing"; done
+
+# socat and wireguard-go are the baselines; install them if missing.
+need=()
+command -v socat >/dev/null || need+=(socat)
+command -v wg >/dev/null || need+=(wireguard-tools)
+command -v wireguard-go >/dev/null || need+=(wireguard-go)
+if ((${#need[@]})); then
+	say "installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
+fi
+
+tmp=$(mktemp -d /tmp/ipoibd-bench.XXXXXX)
+# The hosts come from scripts/cluster.sh; a copy taken now, because bash
+# reads a script as it runs it and the file may be edited meanwhile.
+cp "$here/scripts/cluster.sh" "$tmp/cluster.sh"
+cluster="$tmp/cluster.sh"
+pids=() # processes we started outside cluster.sh (socat, wireguard-go, iperf3 -s, cmload)
+
+# stop_pids ends the processes this script started, by pid, and waits.
+stop_pids() {
+	local p
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do
+		for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	pids=()
+}
+fresh() { # fresh hosts for the next configuration
+	stop_pids
+	"$cluster" down "$name"
+	"$cluster" up "$name" 2
+}
+cleanup() {
+	stop_pids
+	"$cluster" down "$name" || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+failed=""
+on_err() {
+	[ -z "$failed" ] || return 0
+	failed=1
+	echo "bench: FAILED (line $1); the daemons' logs:" >&2
+	for k in 1 2; do "$cluster" log "$name" $k 2>/dev/null | tail -n 20 >&2 || true; done
+}
+trap 'on_err $LINENO' ERR
+
+say "building ipoibd and cmload"
+go build -o "$tmp/cmload" ./internal/cmload
+"$cluster" down "$name" # leftovers of an interrupted run
+
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "n/a"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.2f", a/b; else print "n/a" }'; }
+
+declare -A tput1 tput4 runs1 runs4 rtt mdev mtu_of labels
+order=()
+
+# measure KEY LABEL MTU DST: ping then iperf3 from h1 to DST on h2.
+measure() {
+	local key=$1 label=$2 mtu=$3 dst=$4 p r line
+	order+=("$key")
+	mtu_of[$key]=$mtu
+	labels[$key]=$label
+	# Warm up: resolution and connection setup are measured elsewhere.
+	on 1 ping -c 3 -i 0.2 -W 3 "$dst" >/dev/null || die "$label: $dst does not answer ping"
+	sleep 0.5
+	line=$(on 1 ping -q -c 100 -i 0.01 -W 2 "$dst" | awk -F'[ /]+' '/^rtt/ {print $7, $9}')
+	rtt[$key]=${line% *}
+	mdev[$key]=${line#* }
+	rm -f "$tmp/iperf3.pid"
+	on 2 iperf3 -s -D -I "$tmp/iperf3.pid"
+	for _ in $(seq 50); do [ -s "$tmp/iperf3.pid" ] && break; sleep 0.05; done
+	pids+=("$(cat "$tmp/iperf3.pid")")
+	sleep 0.2
+	for p in 1 4; do
+		local vals=()
+		for ((r = 1; r <= reps; r++)); do
+			vals+=("$(on 1 iperf3 -c "$dst" -t "$secs" -P $p -J --connect-timeout 3000 |
+				jq -r '.end.sum_received.bits_per_second / 1e9 * 100 | round / 100')")
+		done
+		if [ $p = 1 ]; then
+			tput1[$key]=$(printf '%s\n' "${vals[@]}" | median)
+			runs1[$key]="${vals[*]}"
+		else
+			tput4[$key]=$(printf '%s\n' "${vals[@]}" | median)
+			runs4[$key]="${vals[*]}"
+		fi
+	done
+	say "$label: 1 stream ${tput1[$key]} Gbit/s (${runs1[$key]}), 4 streams ${tput4[$key]} Gbit/s (${runs4[$key]}), ping ${rtt[$key]}/${mdev[$key]} ms"
+}
+
+# --- 1 and 2: throughput and RTT, one configuration at a time ---------------
+
+say "bare veth underlay (${secs}s × $reps × {1,4} streams per configuration)"
+fresh
+measure veth "bare veth underlay (the ceiling)" 9000 "10.$net.0.2"
+
+for mode in rc uc datagram; do
+	fresh
+	case $mode in
+	rc) flags=() label="ipoibd connected mode, RC" ;;
+	uc) flags=(--cm-modes uc) label="ipoibd connected mode, UC" ;;
+	datagram) flags=(--mode datagram) label="ipoibd datagram mode (UD)" ;;
+	esac
+	"$cluster" start "$name" 1 "${flags[@]}"
+	"$cluster" start "$name" 2 "${flags[@]}"
+	m=$(on 1 cat /sys/class/net/ib0/mtu)
+	say "$label, MTU $m"
+	measure "$mode" "$label" "$m" "192.168.$net.2"
+done
+
+say "socat TUN over UDP, MTU 65000"
+fresh
+for k in 1 2; do
+	o=$((3 - k))
+	# UDP-DATAGRAM, not UDP: a connected socket dies of the ICMP port
+	# unreachable that the first packet draws before the peer listens.
+	# exec all the way down, so that $! is socat's own pid.
+	(exec "$cluster" exec "$name" $k socat -b 65536 "UDP-DATAGRAM:10.$net.0.$o:5555,bind=10.$net.0.$k:5555" \
+		"TUN:172.30.$net.$k/24,tun-type=tun,iff-no-pi,iff-up,tun-name=st0") 2>"$tmp/socat$k.log" &
+	pids+=($!)
+done
+for k in 1 2; do
+	for _ in $(seq 100); do on $k ip link show st0 >/dev/null 2>&1 && break; sleep 0.05; done
+	on $k ip link set st0 mtu 65000 || { cat "$tmp/socat$k.log" >&2; die "socat on h$k did not make st0"; }
+done
+measure socat "socat TUN over UDP (no reliability)" 65000 "172.30.$net.2"
+
+say "wireguard-go, MTU 65475"
+fresh
+for k in 1 2; do
+	(umask 077 && wg genkey >"$tmp/wg$k.key")
+	wg pubkey <"$tmp/wg$k.key" >"$tmp/wg$k.pub"
+done
+for k in 1 2; do
+	# Distinct names: the UAPI sockets in /var/run/wireguard are shared by
+	# the namespaces.
+	(exec "$cluster" exec "$name" $k env WG_PROCESS_FOREGROUND=1 WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 \
+		wireguard-go -f "wgb$k") >"$tmp/wg$k.log" 2>&1 &
+	pids+=($!)
+done
+for k in 1 2; do
+	o=$((3 - k))
+	for _ in $(seq 100); do [ -S "/var/run/wireguard/wgb$k.sock" ] && break; sleep 0.05; done
+	on $k wg set "wgb$k" listen-port 51820 private-key "$tmp/wg$k.key" \
+		peer "$(cat "$tmp/wg$o.pub")" allowed-ips "172.31.$net.$o/32" endpoint "10.$net.0.$o:51820"
+	on $k ip addr add "172.31.$net.$k/24" dev "wgb$k"
+	on $k ip link set "wgb$k" mtu 65475 up
+done
+measure wg "wireguard-go $(wireguard-go --version | awk '/^wireguard-go/ {print $2}')" 65475 "172.31.$net.2"
+
+# --- 3: first-packet latency to a fresh peer ------------------------------
+
+say "first-packet latency: 5 fresh ipoibd pairs"
+fresh
+first=() second=() first_lost=0
+for i in 1 2 3 4 5; do
+	"$cluster" start "$name" 1
+	"$cluster" start "$name" 2
+	t=$(on 1 ping -c 2 -i 0.2 -W 5 "192.168.$net.2" || true)
+	t1=$(awk -F'time=' '/icmp_seq=1 / {split($2, a, " "); print a[1]}' <<<"$t")
+	t2=$(awk -F'time=' '/icmp_seq=2 / {split($2, a, " "); print a[1]}' <<<"$t")
+	if [ -n "$t1" ]; then first+=("$t1"); else first_lost=$((first_lost + 1)); fi
+	[ -z "$t2" ] || second+=("$t2")
+	"$cluster" stop "$name" 1
+	"$cluster" stop "$name" 2
+done
+((${#first[@]})) || die "no fresh peer answered its first ping"
+first_med=$(printf '%s\n' "${first[@]}" | median)
+second_med=$(printf '%s\n' "${second[@]}" | median)
+say "first ping ${first_med} ms (${first[*]}; $first_lost lost), second ${second_med} ms"
+
+# --- 4b and 5: setups/s over softib, daemon memory with many connections ---
+
+# The load host h1 plays many peers, each a softib device on its own /32 in
+# 10.N.128.0/17; the daemon host reaches them through h1 (one neighbour
+# entry instead of thousands).
+say "connection load: one daemon on h2, cmload on h1"
+fresh
+on 2 ip route add "10.$net.128.0/17" via "10.$net.0.1" dev eth0
+added=0
+add_addrs() { # add_addrs N: h1 holds the first N load addresses
+	local want=$1
+	((want > added)) || return 0
+	awk -v from="$added" -v to="$want" -v net="$net" 'BEGIN {
+		for (i = from; i < to; i++) printf "addr add 10.%d.%d.%d/32 dev eth0\n", net, 128 + int(i / 254), i % 254 + 1 }' |
+		on 1 ip -b -
+	added=$want
+}
+declare -A mem_hwm mem_rss mem_up mem_sps mem_med mem_ref mem_conns
+base_rss=""
+for n in "${conn_counts[@]}"; do
+	add_addrs "$n"
+	"$cluster" stop "$name" 2
+	"$cluster" start "$name" 2 --log-level warn
+	pid=$(cat "/run/ipoibd-cluster/$name/h2.pid")
+	la=$(on 2 "$IPOIBD" show --json | jq -r .link_addr)
+	[ -n "$base_rss" ] || base_rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+	say "cmload: $n peers (opening $n softib devices takes a while)"
+	rm -f "$tmp/cmload.out"
+	(ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$cluster" exec "$name" 1 "$tmp/cmload" -peer "$la" -first "10.$net.128.1" -n "$n" -pid "$pid" -timeout 120s) \
+		>"$tmp/cmload.out" 2>"$tmp/cmload.err" &
+	lp=$!
+	pids+=("$lp")
+	while ! grep -q '^{.*}$' "$tmp/cmload.out" 2>/dev/null; do
+		kill -0 "$lp" 2>/dev/null || { cat "$tmp/cmload.err" >&2; die "cmload failed"; }
+		sleep 0.5
+	done
+	res=$(head -n 1 "$tmp/cmload.out")
+	mem_conns[$n]=$(on 2 "$IPOIBD" show --json | jq -r .connections)
+	mem_hwm[$n]=$(jq -r .daemon_vmhwm_kib <<<"$res")
+	mem_rss[$n]=$(jq -r .daemon_vmrss_kib <<<"$res")
+	mem_up[$n]=$(jq -r .up <<<"$res")
+	mem_ref[$n]=$(jq -r '"\(.refused)\(if .refused_reasons then " (" + .refused_reasons + ")" else "" end)"' <<<"$res")
+	mem_sps[$n]=$(jq -r '.setups_per_sec | round' <<<"$res")
+	mem_med[$n]=$(jq -r '"\(.median_setup_ms) / \(.p99_setup_ms)"' <<<"$res")
+	stop_pids
+	say "cmload $n: ${mem_up[$n]} up, daemon holds ${mem_conns[$n]}, refused ${mem_ref[$n]}, ${mem_sps[$n]} setups/s, daemon VmHWM ${mem_hwm[$n]} KiB"
+done
+"$cluster" down "$name"
+
+# --- 6 and 4a: Go micro-benchmarks ----------------------------------------
+
+say "Go micro-benchmarks (go test -bench . -benchmem ./...)"
+# A package whose benchmarks fail or hang is reported and makes the run
+# fail at the end, after the report is written.
+# One package at a time, each also under timeout(1): a benchmark that hangs
+# past go test's own -timeout must not stall the run.
+gostatus=0 gofailed=""
+: >"$tmp/gobench.txt"
+for pkg in $(go list ./...); do
+	st=0
+	timeout -k 10 "$((go_secs + 30))" go test -run '^$' -bench . -benchmem -timeout "$go_timeout" "$pkg" >"$tmp/pkg.txt" 2>&1 || st=$?
+	cat "$tmp/pkg.txt" >>"$tmp/gobench.txt"
+	if [ $st != 0 ]; then
+		gostatus=$st
+		gofailed+="${gofailed:+; }$pkg (exit $st$(grep -m1 -E '^(panic:|--- FAIL)' "$tmp/pkg.txt" | sed 's/^/: /' || true))"
+		echo "FAIL	$pkg (exit $st)" >>"$tmp/gobench.txt"
+		say "go test -bench $pkg failed (exit $st)"
+	fi
+done
+gb() { grep -E "^$1(-[0-9]+)?[[:space:]].*ns/op" "$tmp/gobench.txt" | head -n 1 || true; }
+field() { awk -v u="$2" '{for (i = 2; i <= NF; i++) if ($i == u) {print $(i-1); exit}}' <<<"$1"; }
+setup_line=$(gb BenchmarkConnectionSetup)
+inproc_sps=$(field "$setup_line" setups/s)
+rc_line=$(gb BenchmarkRC64KNetns)
+tx_line=$(gb BenchmarkTransmitRC64K)
+udp_line=$(gb BenchmarkRawUDPNetns)
+
+# --- report ------------------------------------------------------------------
+
+gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
+{
+	echo "# Benchmarks"
+	echo
+	echo "Written by \`make bench\` (scripts/bench.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'). Two network"
+	echo "namespaces from scripts/cluster.sh joined by veth and a bridge (underlay MTU 9000), fresh"
+	echo "hosts for every path; iperf3 TCP h1 → h2, ${secs} s per run, median of ${reps} runs (all runs"
+	echo "in brackets); ping: 100 × 0.01 s after three warm-up pings. Figures vary ±30 % from run to"
+	echo "run on these VMs: compare only within one run."
+	echo
+	echo "| path | MTU | TCP 1 stream, Gbit/s | TCP 4 streams, Gbit/s | ping avg / mdev, ms |"
+	echo "|---|---|---|---|---|"
+	for k in "${order[@]}"; do
+		echo "| ${labels[$k]} | ${mtu_of[$k]} | **${tput1[$k]}** (${runs1[$k]}) | **${tput4[$k]}** (${runs4[$k]}) | ${rtt[$k]} / ${mdev[$k]} |"
+	done
+	echo
+	echo "Ratios of the medians (1 stream / 4 streams):"
+	echo
+	echo "| | ÷ socat | ÷ wireguard-go | ÷ veth |"
+	echo "|---|---|---|---|"
+	for k in rc uc datagram; do
+		echo "| ${labels[$k]} | $(ratio "${tput1[$k]}" "${tput1[socat]}") / $(ratio "${tput4[$k]}" "${tput4[socat]}") | $(ratio "${tput1[$k]}" "${tput1[wg]}") / $(ratio "${tput4[$k]}" "${tput4[wg]}") | $(ratio "${tput1[$k]}" "${tput1[veth]}") / $(ratio "${tput4[$k]}" "${tput4[veth]}") |"
+	done
+	echo
+	echo "## First packet to a fresh peer"
+	echo
+	echo "RTT of the first ping between two daemons that were just started (address resolution"
+	echo "over UD, then the RC connection set up through the CM), 5 fresh pairs:"
+	echo "median **${first_med} ms** (${first[*]}; first pings lost: $first_lost); the second ping of the"
+	echo "same pairs, 0.2 s later: median ${second_med} ms (${second[*]})."
+	echo
+	echo "## CM connection setups per second"
+	echo
+	echo "- in process (\`go test -bench BenchmarkConnectionSetup ./cm\`: two managers, in-memory"
+	echo "  fabric, fake QPs): **${inproc_sps:-n/a} setups/s**"
+	for n in "${conn_counts[@]}"; do
+		echo "- over softib between two namespaces (internal/cmload, $n peers in one process, each its own"
+		echo "  softib device and cm.Manager, at most 128 setups in flight): **${mem_sps[$n]} setups/s**,"
+		echo "  Connect → Up median / p99 ${mem_med[$n]} ms"
+	done
+	echo
+	echo "## Daemon memory with many connections"
+	echo
+	echo "One ipoibd (RC, default flags, --log-level warn) on h2; cmload on h1 connects N peers."
+	echo "Before any connection the daemon's VmRSS is ${base_rss} KiB."
+	echo
+	echo "| peers | connections up (cmload) / held by the daemon | refused | daemon VmHWM | daemon VmRSS |"
+	echo "|---|---|---|---|---|"
+	for n in "${conn_counts[@]}"; do
+		echo "| $n | ${mem_up[$n]} / ${mem_conns[$n]} | ${mem_ref[$n]} | $((mem_hwm[$n] / 1024)) MiB | $((mem_rss[$n] / 1024)) MiB |"
+	done
+	echo
+	echo "10,000 connections are not measured: the daemon's CM engine refuses every REQ beyond"
+	echo "4,096 connections with REJ \"no resources\" (cm.EngineConfig.MaxConns defaults to 4096 and"
+	echo "ipoib does not set it), as the largest row shows. The load generator also costs about"
+	echo "2 MiB per simulated peer (one softib device each, with its receive buffers), and opening"
+	echo "N devices is quadratic in N (softib.Open looks its address up in the full address list)."
+	echo
+	echo "## Go micro-benchmarks"
+	echo
+	echo "softib RC, 64 KiB messages between two namespaces: \`${rc_line:-n/a}\`"
+	echo
+	echo "raw UDP, 4096-octet datagrams, same namespaces: \`${udp_line:-n/a}\`"
+	echo
+	echo "ipoib per-packet path, 65520-octet packets, TUN slot → RC → peer TUN: \`${tx_line:-n/a}\`"
+	echo
+	if [ $gostatus != 0 ]; then
+		echo "**\`go test -bench\` failed (exit $gostatus, timeout $go_timeout per package):** $gofailed"
+		echo
+	fi
+	echo "\`go test -run '^\$' -bench . -benchmem -timeout $go_timeout PKG\` for every package:"
+	echo
+	echo '```'
+	grep -E '^(Benchmark.*ns/op|ok|FAIL|--- FAIL|pkg)' "$tmp/gobench.txt" | grep -v 'no test files' || true
+	echo '```'
+	echo
+	echo "## Machine"
+	echo
+	echo "- CPUs (nproc): $(nproc); CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+	echo "- kernel: $(uname -r); memory: $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+	echo "- $(go version); $(iperf3 --version | head -n 1); socat $(socat -V | awk '/socat version/ {print $3}'); wireguard-go $(wireguard-go --version | awk '/^wireguard-go/ {print $2}')"
+	echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+	echo "- command: \`$cmdline\`"
+} >"$tmp/report.md"
+mv "$tmp/report.md" "$out"
+
+echo
+say "ratios of the medians, 1 stream / 4 streams:"
+for k in rc uc datagram; do
+	printf '  %-28s ipoibd/socat %s / %s   ipoibd/wireguard-go %s / %s   ipoibd/veth %s / %s\n' "${labels[$k]}" \
+		"$(ratio "${tput1[$k]}" "${tput1[socat]}")" "$(ratio "${tput4[$k]}" "${tput4[socat]}")" \
+		"$(ratio "${tput1[$k]}" "${tput1[wg]}")" "$(ratio "${tput4[$k]}" "${tput4[wg]}")" \
+		"$(ratio "${tput1[$k]}" "${tput1[veth]}")" "$(ratio "${tput4[$k]}" "${tput4[veth]}")"
+done
+say "wrote $out"
+[ $gostatus = 0 ] || die "go test -bench failed: $gofailed (see $out)"
