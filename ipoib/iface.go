@@ -68,6 +68,9 @@ type Config struct {
 	MTU int
 	// IdleTimeout tears down unused connections (0: never).
 	IdleTimeout time.Duration
+	// MaxConns bounds connections (default 4096); beyond it REQs are
+	// rejected with "no resources".
+	MaxConns int
 	Log         *slog.Logger
 }
 
@@ -214,7 +217,7 @@ func New(cfg Config) (_ *Interface, err error) {
 			return nil, err
 		}
 		i.mgr = cm.NewManager(cm.ManagerConfig{
-			Engine:      cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, Send: i.mads.Send},
+			Engine:      cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, Send: i.mads.Send, MaxConns: cfg.MaxConns},
 			Local:       i.local,
 			Policy:      cfg.Policy,
 			UC:          cfg.UC && !cfg.RC,

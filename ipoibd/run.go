@@ -32,6 +32,7 @@ type options struct {
 	mtu         int
 	addrs       []string
 	idleTimeout time.Duration
+	maxConns    int
 	logLevel    string
 }
 
@@ -49,6 +50,7 @@ func run(args []string) error {
 	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
 	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
+	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections at once; further REQs are rejected (no resources)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -143,6 +145,10 @@ func (o *options) config() (ipoib.Config, ib.Device, error) {
 		}
 		cfg.Addrs = append(cfg.Addrs, p)
 	}
+	if o.maxConns < 1 {
+		return cfg, nil, fmt.Errorf("--max-conns %d: must be at least 1", o.maxConns)
+	}
+	cfg.MaxConns = o.maxConns
 	if o.mtu < 0 {
 		return cfg, nil, fmt.Errorf("--mtu %d: must be positive", o.mtu)
 	}
