@@ -141,6 +141,28 @@ func (m *Manager) Connections() []*Connection {
 	return all
 }
 
+// Connecting reports whether a connection to peer is being set up.
+func (m *Manager) Connecting(peer ib.LinkAddr) bool {
+	for _, c := range m.conns[peerKey(peer)] {
+		switch c.cm.State {
+		case StateREQSent, StateREQRcvd, StateREPSent, StateREPRcvd:
+			return true
+		}
+	}
+	return false
+}
+
+// SendConnection returns the connection that carries our sends to peer, or
+// nil.
+func (m *Manager) SendConnection(peer ib.LinkAddr) *Connection {
+	for _, c := range m.conns[peerKey(peer)] {
+		if c.sendable && c.up {
+			return c
+		}
+	}
+	return nil
+}
+
 // transportFor picks RC or UC for a peer from its link-address flags and
 // our preference; ok is false when we share no connected mode.
 func (m *Manager) transportFor(peer ib.LinkAddr) (TransportType, bool) {

@@ -41,6 +41,8 @@ type control struct {
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
 	wr         [1]ib.SendWR
 	now        time.Time
+	pollAddrs  bool // the address subscription failed: read them each tick
+	noViaCache bool // the route subscription failed: do not cache next hops
 }
 
 type backoff struct {
@@ -106,12 +108,25 @@ func (i *Interface) controlLoop() {
 			}
 			c.now = time.Now()
 			i.mgr.HandleMAD(c.now, &m)
-		case u := <-addrUpdates:
+		case u, ok := <-addrUpdates:
+			if !ok {
+				// netlink gave up on the subscription: read the
+				// addresses on every tick instead.
+				i.log.Warn("address subscription ended; polling addresses")
+				addrUpdates, c.pollAddrs = nil, true
+				continue
+			}
 			if u.LinkIndex == i.tun.Index() {
 				c.refreshAddrs()
 			}
-		case u := <-routeUpdates:
-			// Our own MTU host routes change nothing about next hops.
+		case u, ok := <-routeUpdates:
+			// Our own MTU host routes change nothing about next hops. If
+			// the subscription ends, next hops are no longer cached.
+			if !ok {
+				i.log.Warn("route subscription ended; next hops are looked up per packet")
+				routeUpdates, c.noViaCache = nil, true
+				continue
+			}
 			if u.Protocol != mtu.Protocol {
 				i.neigh.ClearVia()
 			}
@@ -238,11 +253,10 @@ func (c *control) handlePending(p pendingPacket) {
 		i.drop(p.slot, txDropNoNeigh)
 		return
 	}
-	if hop != p.dst && !i.neigh.SetVia(p.dst, e) {
+	if hop != p.dst && !c.noViaCache && !i.neigh.SetVia(p.dst, e) {
 		i.drop(p.slot, txDropNoNeigh)
 		return
 	}
-	e.Used = c.now
 	if path := e.Path(); path != nil {
 		// Published since the datapath looked: send it now if it can go.
 		if c.send(p.slot, p.n, path) {
@@ -335,15 +349,7 @@ func (c *control) flush(e *neigh.Entry) {
 
 // connecting reports whether a connection to e's peer is being set up.
 func (c *control) connecting(e *neigh.Entry) bool {
-	if c.i.mgr == nil {
-		return false
-	}
-	for _, conn := range c.i.mgr.Connections() {
-		if conn.Peer.SameNode(e.Link) && (conn.State() == cm.StateREQSent || conn.State() == cm.StateREPRcvd || conn.State() == cm.StateREQRcvd || conn.State() == cm.StateREPSent) {
-			return true
-		}
-	}
-	return false
+	return c.i.mgr != nil && c.i.mgr.Connecting(e.Link)
 }
 
 // connect starts a connection to a resolved neighbor, unless the interface
@@ -469,10 +475,8 @@ func (c *control) resolved(e *neigh.Entry, link ib.LinkAddr) {
 		return
 	}
 	if c.i.mgr != nil {
-		for _, conn := range c.i.mgr.Connections() {
-			if conn.Peer.SameNode(link) && conn.Sendable() {
-				p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
-			}
+		if conn := c.i.mgr.SendConnection(link); conn != nil {
+			p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
 		}
 	}
 	c.publish(e, p)
@@ -504,6 +508,9 @@ func (c *control) tick() {
 		i.mgr.Expire(c.now)
 	}
 	if c.now.Sub(c.groupsAt) >= groupSyncInterval {
+		if c.pollAddrs {
+			c.refreshAddrs()
+		}
 		c.syncGroups()
 	}
 	for _, e := range i.neigh.All() {

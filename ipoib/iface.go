@@ -71,7 +71,7 @@ type Config struct {
 	// MaxConns bounds connections (default 4096); beyond it REQs are
 	// rejected with "no resources".
 	MaxConns int
-	Log         *slog.Logger
+	Log      *slog.Logger
 }
 
 // Interface is a running IPoIB interface.

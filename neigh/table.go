@@ -74,7 +74,6 @@ type Entry struct {
 	Link      ib.LinkAddr // valid unless Incomplete/Failed
 	Candidate ib.LinkAddr // Probing: the address a reply claimed
 	Updated   time.Time   // last state change or confirmation
-	Used      time.Time   // last time a packet was queued or asked for it
 	Probes    int         // requests sent in this state
 	Pending   []Pending
 }
@@ -121,7 +120,7 @@ func (t *Table) Create(ip netip.Addr, now time.Time) *Entry {
 	if len(t.entries) >= t.MaxEntries {
 		return nil
 	}
-	e := &Entry{IP: ip, State: Incomplete, Updated: now, Used: now}
+	e := &Entry{IP: ip, State: Incomplete, Updated: now}
 	t.entries[ip] = e
 	t.publish()
 	return e
