@@ -26,8 +26,11 @@ const (
 	// groupSyncInterval is how often the kernel's multicast memberships are
 	// read: TUN devices get no notice when a socket joins a group.
 	groupSyncInterval = time.Second
-	connectBackoff    = time.Second
-	maxBackoff        = 30 * time.Second
+	// dropReportInterval rate-limits the log lines about dropped packets:
+	// one line per cause and interval, with the count.
+	dropReportInterval = 10 * time.Second
+	connectBackoff     = time.Second
+	maxBackoff         = 30 * time.Second
 )
 
 // control is the state the control goroutine owns.
@@ -41,6 +44,8 @@ type control struct {
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
 	wr         [1]ib.SendWR
 	now        time.Time
+	dropsSeen  [numCounters]uint64 // counter values at the last drop report
+	dropsAt    time.Time
 	pollAddrs  bool // the address subscription failed: read them each tick
 	noViaCache bool // the route subscription failed: do not cache next hops
 }
@@ -507,6 +512,9 @@ func (c *control) tick() {
 	if i.mgr != nil {
 		i.mgr.Expire(c.now)
 	}
+	if c.now.Sub(c.dropsAt) >= dropReportInterval {
+		c.reportDrops()
+	}
 	if c.now.Sub(c.groupsAt) >= groupSyncInterval {
 		if c.pollAddrs {
 			c.refreshAddrs()
@@ -553,6 +561,19 @@ func (c *control) tick() {
 				c.forget(e)
 			}
 		}
+	}
+}
+
+// reportDrops logs, once per interval, every drop and error counter that
+// grew, so bad input shows in the log without flooding it.
+func (c *control) reportDrops() {
+	c.dropsAt = c.now
+	for k := range numCounters {
+		v := c.i.ctr[k].Load()
+		if d := v - c.dropsSeen[k]; d > 0 && isDropCounter(k) {
+			c.i.log.Warn("packets dropped", "cause", counterNames[k], "count", d, "in", dropReportInterval)
+		}
+		c.dropsSeen[k] = v
 	}
 }
 

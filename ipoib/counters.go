@@ -66,3 +66,13 @@ func (c *counters) list() []ib.Counter {
 	}
 	return out
 }
+
+// isDropCounter tells the counters of lost packets from the traffic ones.
+func isDropCounter(k counter) bool {
+	switch k {
+	case txDropMalformed, txDropNoNeigh, txDropQueueFull, txDropTooBig, txDropNoRoute, txDropPost,
+		txErrors, rxDropMalformed, rxDropEtherType, rxDropTUN, rxErrors, ctlDropBusy:
+		return true
+	}
+	return false
+}
