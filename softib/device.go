@@ -50,6 +50,7 @@ type Device struct {
 	ackTx   txMsg
 
 	ctr    deviceCounters
+	impair atomic.Pointer[impairer] // tests only: a misbehaving underlay
 	closed atomic.Bool
 	rxDone chan struct{}
 }

@@ -133,18 +133,44 @@ func checkStamp(b []byte) (int, bool) {
 	return seq, true
 }
 
-func lossyPair(t *testing.T) (*testnet.Net, *host, *host) {
+// lossyPair is two hosts whose underlay loses 2 % of the datagrams each
+// way (nftables), and whose receive paths reorder 1 %, duplicate 2 % and,
+// given farPSN, add a copy with a PSN half the PSN space away for 1 % (an
+// impairment in the adapter: this kernel has no netem to do it on the
+// wire).
+func lossyPair(t *testing.T, farPSN int) (*testnet.Net, *host, *host, [2]*Impaired) {
 	n := testnet.New(t, testnet.Config{Hosts: 2})
 	for i := range 2 {
 		n.Loss(i, 2)
 	}
-	return n, hostIn(t, n, 0), hostIn(t, n, 1)
+	a, b := hostIn(t, n, 0), hostIn(t, n, 1)
+	var imp [2]*Impaired
+	for i, h := range []*host{a, b} {
+		imp[i] = h.dev.Impair(Impairment{ReorderPercent: 1, DuplicatePercent: 2, FarPSNPercent: farPSN, Seed: uint64(i + 1)})
+	}
+	return n, a, b, imp
+}
+
+// checkImpaired makes sure the impairments happened at the receiving
+// hosts (UC sends nothing back, so only b there) and were survived.
+func checkImpaired(t *testing.T, imp []*Impaired, farPSN bool, b *host) {
+	t.Helper()
+	for i, m := range imp {
+		if m.Reordered.Load() == 0 || m.Duplicated.Load() == 0 || farPSN && m.FarPSN.Load() == 0 {
+			t.Errorf("host %d: reordered %d, duplicated %d, far PSN %d: an impairment never happened",
+				i, m.Reordered.Load(), m.Duplicated.Load(), m.FarPSN.Load())
+		}
+	}
+	if CounterValue(b.dev.Counters(), "rx_drop_psn") == 0 {
+		t.Error("no packet was dropped for its PSN at the receiver")
+	}
 }
 
 // TestRCUnderLoss: 100,000 messages of mixed sizes arrive intact and in
-// order through 2 % random loss on the underlay (both directions).
+// order through 2 % random loss on the underlay (both directions), with
+// reordering, duplication and far-out-of-window PSNs on top.
 func TestRCUnderLoss(t *testing.T) {
-	_, a, b := lossyPair(t)
+	_, a, b, imp := lossyPair(t, 1)
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
 	msgs := 100000
 	if testing.Short() {
@@ -153,13 +179,19 @@ func TestRCUnderLoss(t *testing.T) {
 	transfer(t, a, b, qa, qb, msgs, true)
 	t.Logf("requester %v", qa.Counters())
 	if CounterValue(qa.Counters(), "retransmits") == 0 {
-		t.Error("no retransmissions under 2 % loss: is netem in the path?")
+		t.Error("no retransmissions under 2 % loss: is the loss rule in the path?")
 	}
+	if CounterValue(qb.Counters(), "duplicates") == 0 {
+		t.Error("the responder saw no duplicate")
+	}
+	checkImpaired(t, imp[:], true, b)
 }
 
 // TestUCUnderLoss: UC delivers only complete, correct messages.
 func TestUCUnderLoss(t *testing.T) {
-	_, a, b := lossyPair(t)
+	// No far PSNs: UC must take a PSN far ahead as a resync after loss, so
+	// a far copy of a packet would be delivered as a new message.
+	_, a, b, imp := lossyPair(t, 0)
 	qa, qb := connect(t, ib.UC, a, b, 0, 0)
 	got := transfer(t, a, b, qa, qb, 3000, false)
 	t.Logf("UC delivered %d of 3000, receiver %v", got, b.dev.Counters())
@@ -169,6 +201,7 @@ func TestUCUnderLoss(t *testing.T) {
 	if CounterValue(b.dev.Counters(), "rx_drop_uc_incomplete") == 0 {
 		t.Error("no incomplete UC message was dropped")
 	}
+	checkImpaired(t, imp[1:], false, b)
 }
 
 // TestUDMulticastThreeHosts: a datagram sent to a multicast group reaches

@@ -20,6 +20,15 @@ type responder struct {
 
 // datagram handles one IB packet from the fabric (receive goroutine).
 func (d *Device) datagram(b []byte, src, dst netip.Addr) {
+	if im := d.impair.Load(); im != nil {
+		im.pass(d, b, src, dst)
+		return
+	}
+	d.receive(b, src, dst)
+}
+
+// receive checks and delivers one IB packet.
+func (d *Device) receive(b []byte, src, dst netip.Addr) {
 	d.ctr.rxPackets.Add(1)
 	d.ctr.rxBytes.Add(uint64(len(b)))
 	p := &d.rxPkt
@@ -227,9 +236,22 @@ func (q *qp) protocolError() {
 
 // recvUC reassembles UC messages; a message with a missing packet is
 // dropped whole and its buffer reused.
+// ucDuplicateWindow is how far behind the expected PSN a UC packet is
+// taken for a duplicate rather than for the sender having moved on.
+const ucDuplicateWindow = 1 << 16
+
 func (q *qp) recvUC(p *Packet) {
 	r := &q.resp
 	d := q.dev
+	if behind := Distance(p.BTH.PSN, r.epsn); behind >= 1 && behind <= ucDuplicateWindow {
+		// Just behind what we expect: a duplicate or an overtaken packet.
+		// Taking it would deliver an old message late or break the
+		// current one. Anything further off is a resync after loss, which
+		// UC must accept (it has no other way to catch up).
+		q.ctr.duplicates.Add(1)
+		d.count(dropPSN)
+		return
+	}
 	pos := p.BTH.Opcode.Position()
 	if p.BTH.PSN != r.epsn || pos == PosFirst || pos == PosOnly {
 		if r.haveCur {
@@ -289,6 +311,9 @@ func (d *Device) touch(c *cq) {
 // endBatch sends the coalesced ACKs and wakes the consumers of every CQ
 // that got completions (receive goroutine).
 func (d *Device) endBatch() {
+	if im := d.impair.Load(); im != nil {
+		im.flush(d)
+	}
 	for i, q := range d.acks {
 		q.mu.Lock()
 		if q.resp.ackOwed && q.state != ib.StateError {

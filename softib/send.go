@@ -321,6 +321,10 @@ func (q *qp) onAck(psn PSN, aeth AETH) {
 			return
 		}
 	case AckKindRNRNAK:
+		if Compare(psn, r.acked) < 0 {
+			q.dev.count(dropPSN) // a NAK for a packet already acknowledged: stale
+			return
+		}
 		q.ctr.rnrNAKsRcvd.Add(1)
 		q.ackThrough(psn.Prev()) // everything before psn arrived
 		if q.rnrRetry != 7 && r.rnrs >= q.rnrRetry {
@@ -335,6 +339,10 @@ func (q *qp) onAck(psn PSN, aeth AETH) {
 	case AckKindNAK:
 		switch aeth.NAKCode() {
 		case NAKPSNSequenceError:
+			if Compare(psn, r.acked) < 0 {
+				q.dev.count(dropPSN) // stale: it asks for what was acknowledged since
+				return
+			}
 			q.ctr.seqNAKsRcvd.Add(1)
 			q.ackThrough(psn.Prev())
 			q.retransmitFrom(psn)
