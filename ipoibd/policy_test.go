@@ -42,9 +42,20 @@ func TestUC(t *testing.T) {
 	c := newCluster(t, "uc", 2)
 	c.start(1, "--cm-modes", "uc")
 	c.start(2, "--cm-modes", "uc")
-	c.ping(1, c.ip4(2), 1)
-	// Large pings travel whole (one UC message) at MTU 65520.
-	c.on(1, "ping", "-c", "3", "-i", "0.1", "-M", "do", "-s", "50000", c.ip4(2))
+	traffic := func() {
+		c.ping(1, c.ip4(2), 1)
+		// Large pings travel whole (one UC message) at MTU 65520.
+		c.on(1, "ping", "-c", "3", "-i", "0.1", "-M", "do", "-s", "50000", c.ip4(2))
+		c.ping(1, c.ip4(2), 2) // small ones: SEND Only
+	}
+	if _, err := lookTools("tshark", "dumpcap"); err != nil {
+		traffic()
+	} else {
+		// UC on the wire: SEND First 0x20, Middle 0x21, Last 0x22, Only 0x24.
+		file := capture(t, c, 1, traffic)
+		wantOpcodes(t, file, map[string]string{"32": "UC SEND First", "33": "UC SEND Middle", "34": "UC SEND Last", "36": "UC SEND Only"})
+		noMalformed(t, file)
+	}
 	n := c.neighbors(1)[c.ip4(2)]
 	if n.Via != "UC" || n.LinkAddr[:2] != "40" {
 		t.Errorf("h1 neighbor h2 = %+v, want via UC with the UC flag (0x40)", n)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -19,47 +20,15 @@ func TestCMOnTheWireDecodesInTshark(t *testing.T) {
 		t.Skip(err)
 	}
 	c := newCluster(t, "wire", 2)
-	// softib sends GSO trains; veth would carry (and dumpcap capture) each
-	// train as one frame. One segment per frame makes the capture show the
-	// IB packets as a switch would see them.
-	for k := 1; k <= 2; k++ {
-		c.on(k, "ip", "link", "set", "eth0", "gso_max_segs", "1")
-	}
 	c.start(1)
 	c.start(2)
 	h1, h2 := c.show(1), c.show(2)
-	file := filepath.Join(t.TempDir(), "cm.pcap")
-
-	// dumpcap says "Capturing on" once the capture runs: that is the event
-	// to wait for before making traffic.
-	dump := c.cmd("exec", c.name, "1", "dumpcap", "-q", "-i", "eth0", "-f", "udp port 4791", "-P", "-w", file)
-	stderr, err := dump.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dump.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := bufio.NewScanner(stderr)
-	var said []string
-	for ready.Scan() && !strings.Contains(ready.Text(), "Capturing on") {
-		said = append(said, ready.Text())
-	}
-	if ready.Err() != nil || len(said) > 0 && !strings.Contains(ready.Text(), "Capturing on") {
-		t.Fatalf("dumpcap did not start capturing:\n%s", strings.Join(said, "\n"))
-	}
-	c.ping(1, c.ip4(2), 2)
-	// 10000-octet pings cross the RC connection as SEND First/Middle/Last.
-	c.on(1, "ping", "-c", "2", "-i", "0.1", "-s", "10000", c.ip4(2))
-	c.stop(2, "TERM") // DREQ to h1, DREP back
-	if err := dump.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for ready.Scan() {
-		}
-	}()
-	_ = dump.Wait()
+	file := capture(t, c, 1, func() {
+		c.ping(1, c.ip4(2), 2)
+		// 10000-octet pings cross the RC connection as SEND First/Middle/Last.
+		c.on(1, "ping", "-c", "2", "-i", "0.1", "-s", "10000", c.ip4(2))
+		c.stop(2, "TERM") // DREQ to h1, DREP back
+	})
 
 	fields := []string{"infiniband.mad.attributeid", "infiniband.cm.req.serviceid", "infiniband.cm.req.private",
 		"infiniband.cm.rep.private", "infiniband.cm.req", "infiniband.cm.rep.remotecommid",
@@ -110,6 +79,58 @@ func TestCMOnTheWireDecodesInTshark(t *testing.T) {
 	}
 	// The data: ARP on UD (SEND Only, opcode 0x64), pings on RC (SEND
 	// First 0x00, Middle 0x01, Last 0x02, Only 0x04) and the RC ACKs (0x11).
+	wantOpcodes(t, file, map[string]string{"100": "UD SEND Only", "0": "RC SEND First", "1": "RC SEND Middle",
+		"2": "RC SEND Last", "4": "RC SEND Only", "17": "RC Acknowledge"})
+	noMalformed(t, file)
+}
+
+// udQPN returns the UD QPN of a colon-hex link address as 6 hex digits.
+func udQPN(linkAddr string) string { return strings.ReplaceAll(linkAddr[3:11], ":", "") }
+
+// capture runs traffic() while dumpcap records the fabric (UDP 4791) at
+// host k, and returns the pcap. softib sends GSO trains, which veth would
+// carry (and dumpcap record) as one frame each: with one segment per frame
+// the capture shows the IB packets as a switch would see them.
+func capture(t *testing.T, c *cluster, k int, traffic func()) string {
+	t.Helper()
+	for h := 1; h <= 2; h++ {
+		c.on(h, "ip", "link", "set", "eth0", "gso_max_segs", "1")
+	}
+	file := filepath.Join(t.TempDir(), "fabric.pcap")
+	dump := c.cmd("exec", c.name, fmt.Sprint(k), "dumpcap", "-q", "-i", "eth0", "-f", "udp port 4791", "-P", "-w", file)
+	stderr, err := dump.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// dumpcap says "Capturing on" once the capture runs: that is the
+	// event to wait for before making traffic.
+	ready := bufio.NewScanner(stderr)
+	var said []string
+	for ready.Scan() && !strings.Contains(ready.Text(), "Capturing on") {
+		said = append(said, ready.Text())
+	}
+	if ready.Err() != nil || len(said) > 0 && !strings.Contains(ready.Text(), "Capturing on") {
+		t.Fatalf("dumpcap did not start capturing:\n%s", strings.Join(said, "\n"))
+	}
+	traffic()
+	if err := dump.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ready.Scan() {
+		}
+	}()
+	_ = dump.Wait()
+	return file
+}
+
+// wantOpcodes checks that tshark finds every BTH opcode named (decimal, as
+// tshark prints them) in the capture.
+func wantOpcodes(t *testing.T, file string, want map[string]string) {
+	t.Helper()
 	ops, err := exec.Command("tshark", "-r", file, "-T", "fields", "-e", "infiniband.bth.opcode").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -119,20 +140,22 @@ func TestCMOnTheWireDecodesInTshark(t *testing.T) {
 		count[op]++
 	}
 	t.Logf("BTH opcodes captured: %v", count)
-	for op, name := range map[string]string{"100": "UD SEND Only", "0": "RC SEND First", "1": "RC SEND Middle", "2": "RC SEND Last", "4": "RC SEND Only", "17": "RC Acknowledge"} {
+	for op, name := range want {
 		if count[op] == 0 {
 			t.Errorf("no %s (opcode %s) in the capture", name, op)
 		}
 	}
-	// tshark does not reassemble RC messages: it reads the first packet of
-	// a multi-packet message as a truncated IP packet and warns. Those
-	// frames are judged by their headers above, not by this filter.
+}
+
+// noMalformed fails the test if tshark finds a malformed packet or warns.
+// tshark does not reassemble RC/UC messages: it reads the first packet of a
+// multi-packet message as a truncated IP packet and warns. Those frames
+// (SEND First, RC 0x00 and UC 0x20) are judged by their headers, not here.
+func noMalformed(t *testing.T, file string) {
+	t.Helper()
 	bad, err := exec.Command("tshark", "-r", file, "-Y",
-		"(_ws.malformed || _ws.expert.severity >= warning) && !(infiniband.bth.opcode == 0)").Output()
+		"(_ws.malformed || _ws.expert.severity >= warning) && !(infiniband.bth.opcode == 0 || infiniband.bth.opcode == 32)").Output()
 	if err != nil || strings.TrimSpace(string(bad)) != "" {
 		t.Errorf("tshark found malformed packets or warnings (%v):\n%s", err, bad)
 	}
 }
-
-// udQPN returns the UD QPN of a colon-hex link address as 6 hex digits.
-func udQPN(linkAddr string) string { return strings.ReplaceAll(linkAddr[3:11], ":", "") }
