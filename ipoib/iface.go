@@ -267,15 +267,15 @@ func (i *Interface) openQueues() error {
 		}
 	}
 	var wrs []ib.RecvWR
-	for s := uint32(firstUDRx); s < firstSRQRx; s++ {
-		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.sge(s, slotSize)})
+	for s := uint32(firstUDRx); s < numSlots; s++ {
+		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.recvSGE(s)})
 	}
 	if _, err := i.udQP.PostRecv(wrs); err != nil {
 		return err
 	}
 	wrs = wrs[:0]
-	for s := uint32(firstSRQRx); s < numSlots; s++ {
-		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.sge(s, slotSize)})
+	for s := uint32(firstSRQRx); s < firstUDRx; s++ {
+		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.recvSGE(s)})
 	}
 	if _, err := i.srq.PostRecv(wrs); err != nil {
 		return err

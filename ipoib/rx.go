@@ -31,7 +31,7 @@ func (i *Interface) rxLoop() {
 		for k := range wc[:n] {
 			c := &wc[k]
 			slot := uint32(c.ID)
-			if c.Status == ib.WCFlushError && slot < firstSRQRx {
+			if c.Status == ib.WCFlushError && slot >= firstUDRx {
 				continue // the UD QP is closing
 			}
 			// A flushed SRQ slot was taken by a connection that closed
@@ -41,11 +41,11 @@ func (i *Interface) rxLoop() {
 			} else if c.Status == ib.WCSuccess {
 				i.receive(slot, c)
 			}
-			if slot >= firstSRQRx {
-				srqWRs[nsrq] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.sge(slot, slotSize)}
+			if slot < firstUDRx {
+				srqWRs[nsrq] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
 				nsrq++
 			} else {
-				udWRs[nud] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.sge(slot, slotSize)}
+				udWRs[nud] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
 				nud++
 			}
 		}

@@ -6,29 +6,36 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 )
 
-// Packet memory: one slab registered once, cut into equal slots. A slot is
-// named by its index everywhere (work request IDs, pending queues), so no
-// packet is ever copied into a Go buffer. The slab is laid out as
-// [tx | control | UD receive | SRQ receive].
+// Packet memory: one slab registered once, cut into slots. A slot is named
+// by its index everywhere (work request IDs, pending queues), so no packet
+// is ever copied into a Go buffer. The slab is laid out as
+// [tx | control | SRQ receive | UD receive]; the UD slots are smaller.
 
-// slotSize holds the largest IPoIB message (4 + 65520), or a UD receive
-// (40-octet GRH + the IB MTU), rounded up to whole pages.
-const slotSize = 68 << 10
+const (
+	// slotSize holds the largest IPoIB message (4 + 65520) with room
+	// behind it for an ICMP error, rounded up to whole pages.
+	slotSize = 68 << 10
+	// udSlotSize holds a UD receive: the 40-octet GRH and a 4096-octet IB
+	// MTU.
+	udSlotSize = 8 << 10
+)
 
 // Slot counts. The SRQ is shared by every connection, so memory does not
-// grow with the number of peers.
+// grow with the number of peers. UD has no flow control: its ring must
+// absorb a TCP burst while the receive loop writes to the TUN.
 const (
 	numTx    = 256
 	numCtl   = 32
-	numUDRx  = 512
 	numSRQRx = 256
+	numUDRx  = 2048
 )
 
 const (
 	firstCtl   = numTx
-	firstUDRx  = firstCtl + numCtl
-	firstSRQRx = firstUDRx + numUDRx
-	numSlots   = firstSRQRx + numSRQRx
+	firstSRQRx = firstCtl + numCtl
+	firstUDRx  = firstSRQRx + numSRQRx
+	numSlots   = firstUDRx + numUDRx
+	slabSize   = firstUDRx*slotSize + numUDRx*udSlotSize
 )
 
 type slots struct {
@@ -39,7 +46,7 @@ type slots struct {
 }
 
 func newSlots(dev ib.Device) (*slots, error) {
-	slab, err := ib.NewSlab(numSlots * slotSize)
+	slab, err := ib.NewSlab(slabSize)
 	if err != nil {
 		return nil, err
 	}
@@ -54,22 +61,37 @@ func newSlots(dev ib.Device) (*slots, error) {
 	return s, nil
 }
 
+// place returns where slot i starts in the slab and how long it is.
+func place(i uint32) (off, size int) {
+	if i < firstUDRx {
+		return int(i) * slotSize, slotSize
+	}
+	return firstUDRx*slotSize + int(i-firstUDRx)*udSlotSize, udSlotSize
+}
+
 // bytes returns the whole slot.
 func (s *slots) bytes(i uint32) []byte {
-	off := int(i) * slotSize
-	return s.slab.Bytes()[off : off+slotSize]
+	off, size := place(i)
+	return s.slab.Bytes()[off : off+size]
 }
 
 // sge names the first n octets of slot i.
 func (s *slots) sge(i uint32, n int) ib.SGE {
-	return ib.SGE{MR: s.mr, Offset: int(i) * slotSize, Length: n}
+	off, _ := place(i)
+	return ib.SGE{MR: s.mr, Offset: off, Length: n}
+}
+
+// recvSGE names all of slot i, for a receive.
+func (s *slots) recvSGE(i uint32) ib.SGE {
+	off, size := place(i)
+	return ib.SGE{MR: s.mr, Offset: off, Length: size}
 }
 
 // free returns a sent slot to its pool.
 func (s *slots) free(i uint32) {
 	if i < firstCtl {
 		s.tx.put(i)
-	} else if i < firstUDRx {
+	} else if i < firstSRQRx {
 		s.ctl.put(i)
 	}
 }
