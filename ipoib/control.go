@@ -43,6 +43,7 @@ type control struct {
 	ahs        map[ib.GID]ib.AH             // unicast address handles
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
 	wr         [1]ib.SendWR
+	wc         [rxBatch]ib.Completion
 	now        time.Time
 	dropsSeen  [numCounters]uint64 // counter values at the last drop report
 	dropsAt    time.Time
@@ -509,6 +510,9 @@ func (c *control) publish(e *neigh.Entry, p *neigh.Path) {
 // tick runs the neighbor timers and the connection manager's.
 func (c *control) tick() {
 	i := c.i
+	// Completions of an idle interface (its TUN reader sleeps in read):
+	// failures must not wait for the next packet.
+	i.reapSends(&c.wc)
 	if i.mgr != nil {
 		i.mgr.Expire(c.now)
 	}

@@ -2,8 +2,8 @@
 // endpoint, neighbor resolution, the connection manager and per-destination
 // MTUs together over an ib.Device, and runs the datapath.
 //
-// Goroutines: the TUN reader (transmit), the receive-completion loop, the
-// send-completion loop, and one control goroutine that owns the neighbor
+// Goroutines: the TUN reader (transmit, which also reaps send
+// completions), the receive-completion loop, and one control goroutine that owns the neighbor
 // table and the connection manager. The datapath reads published neighbor
 // paths without locks and hands anything else to the control goroutine
 // through bounded channels.
@@ -300,10 +300,9 @@ func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
 // Start runs the datapath and the control goroutine.
 func (i *Interface) Start() {
 	i.ctl.init(i)
-	i.wg.Add(4)
+	i.wg.Add(3)
 	go func() { defer i.wg.Done(); i.txLoop() }()
 	go func() { defer i.wg.Done(); i.rxLoop() }()
-	go func() { defer i.wg.Done(); i.sendCompletionLoop() }()
 	go func() { defer i.wg.Done(); i.controlLoop() }()
 }
 
@@ -313,8 +312,6 @@ func (i *Interface) Close() {
 	i.closed.Do(func() {
 		i.do(func() { i.ctl.shutdown() })
 		close(i.done)
-		i.slots.tx.close()
-		i.slots.ctl.close()
 		_ = i.tun.Close() // unblocks the TUN reader
 		i.wg.Wait()
 		i.release()

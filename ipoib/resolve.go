@@ -164,6 +164,9 @@ func (c *control) sendControl(slot uint32, n int, to ib.LinkAddr, unicast bool, 
 
 func (c *control) ctlSlot() (uint32, []byte, bool) {
 	slot, ok := c.i.slots.ctl.tryGet()
+	if !ok && c.i.reapSends(&c.wc) {
+		slot, ok = c.i.slots.ctl.tryGet()
+	}
 	if !ok {
 		c.i.ctr.inc(ctlDropBusy)
 		return 0, nil, false

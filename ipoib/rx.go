@@ -127,20 +127,19 @@ func (i *Interface) controlPacket(etherType uint16, pkt []byte, c *ib.Completion
 	}
 }
 
-// sendCompletionLoop returns sent slots to their pool and reports failed
-// connections to the control goroutine.
-func (i *Interface) sendCompletionLoop() {
-	var wc [rxBatch]ib.Completion
+// reapSends takes send completions off the CQ: their slots go back to the
+// pools, and failures on a connection go to the control goroutine. It is
+// called where a slot is needed (the TUN reader, the control goroutine),
+// not from a goroutine of its own: a wakeup per send costs more than the
+// send on these machines. It reports whether it found any.
+func (i *Interface) reapSends(wc *[rxBatch]ib.Completion) bool {
+	found := false
 	for {
 		n := i.sendCQ.Poll(wc[:])
 		if n == 0 {
-			select {
-			case <-i.sendCQ.Ready():
-				continue
-			case <-i.done:
-				return
-			}
+			return found
 		}
+		found = true
 		for k := range wc[:n] {
 			c := &wc[k]
 			i.slots.free(uint32(c.ID))

@@ -101,43 +101,24 @@ func (s *slots) close() {
 	_ = s.slab.Close()
 }
 
-// pool is a stack of free slot indices. get blocks while it is empty: the
-// TUN reader then waits for send completions, which is the backpressure
-// that keeps the kernel's queue, not ours, holding packets.
+// pool is a stack of free slot indices.
 type pool struct {
-	mu     sync.Mutex
-	cond   sync.Cond
-	free   []uint32
-	closed bool
+	mu   sync.Mutex
+	free []uint32
 }
 
 func (p *pool) init(first, n uint32) {
-	p.cond.L = &p.mu
 	p.free = make([]uint32, 0, n)
 	for i := first + n; i > first; i-- {
 		p.free = append(p.free, i-1)
 	}
 }
 
-func (p *pool) get() (uint32, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.free) == 0 && !p.closed {
-		p.cond.Wait()
-	}
-	if p.closed {
-		return 0, false
-	}
-	i := p.free[len(p.free)-1]
-	p.free = p.free[:len(p.free)-1]
-	return i, true
-}
-
-// tryGet returns a slot only if one is free now.
+// tryGet returns a slot if one is free.
 func (p *pool) tryGet() (uint32, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.free) == 0 || p.closed {
+	if len(p.free) == 0 {
 		return 0, false
 	}
 	i := p.free[len(p.free)-1]
@@ -149,12 +130,4 @@ func (p *pool) put(i uint32) {
 	p.mu.Lock()
 	p.free = append(p.free, i)
 	p.mu.Unlock()
-	p.cond.Signal()
-}
-
-func (p *pool) close() {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.cond.Broadcast()
 }

@@ -13,11 +13,22 @@ import (
 // 4-octet IPoIB header) and posts them: over the neighbor's connection,
 // over UD, or to the control goroutine when the neighbor is not ready.
 func (i *Interface) txLoop() {
-	var wr [1]ib.SendWR
+	var (
+		wr [1]ib.SendWR
+		wc [rxBatch]ib.Completion
+	)
 	for {
-		slot, ok := i.slots.tx.get()
+		i.reapSends(&wc)
+		slot, ok := i.slots.tx.tryGet()
 		if !ok {
-			return
+			// Every slot is in flight: wait for completions. This is the
+			// backpressure that leaves packets queued in the kernel.
+			select {
+			case <-i.sendCQ.Ready():
+				continue
+			case <-i.done:
+				return
+			}
 		}
 		buf := i.slots.bytes(slot)
 		n, err := i.tun.Read(buf[ud.HeaderLen : ud.HeaderLen+ConnectedMTU])
