@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestCMOnTheWireDecodesInTshark captures a whole connection's life on the
@@ -91,13 +92,20 @@ func udQPN(linkAddr string) string { return strings.ReplaceAll(linkAddr[3:11], "
 // host k, and returns the pcap. softib sends GSO trains, which veth would
 // carry (and dumpcap record) as one frame each: with one segment per frame
 // the capture shows the IB packets as a switch would see them.
+//
+// dumpcap hands packets to the file in blocks, so the last of the traffic
+// may still be in the kernel when traffic() returns. A marker datagram to
+// the discard port, sent after the traffic, is the event to wait for: once
+// it is in the file, everything before it is too.
 func capture(t *testing.T, c *cluster, k int, traffic func()) string {
 	t.Helper()
 	for h := 1; h <= 2; h++ {
 		c.on(h, "ip", "link", "set", "eth0", "gso_max_segs", "1")
 	}
+	peer := c.underlay(1 + k%2)
 	file := filepath.Join(t.TempDir(), "fabric.pcap")
-	dump := c.cmd("exec", c.name, fmt.Sprint(k), "dumpcap", "-q", "-i", "eth0", "-f", "udp port 4791", "-P", "-w", file)
+	dump := c.cmd("exec", c.name, fmt.Sprint(k), "dumpcap", "-q", "-i", "eth0",
+		"-f", "udp port 4791 or (udp dst port 9 and dst host "+peer+")", "-P", "-w", file)
 	stderr, err := dump.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -115,16 +123,32 @@ func capture(t *testing.T, c *cluster, k int, traffic func()) string {
 	if ready.Err() != nil || len(said) > 0 && !strings.Contains(ready.Text(), "Capturing on") {
 		t.Fatalf("dumpcap did not start capturing:\n%s", strings.Join(said, "\n"))
 	}
-	traffic()
-	if err := dump.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
 	go func() {
 		for ready.Scan() {
 		}
 	}()
+	traffic()
+	c.on(k, "bash", "-c", "echo "+captureMarker+" >/dev/udp/"+peer+"/9")
+	deadline := time.Now().Add(10 * time.Second)
+	for !captured(file, "udp.dstport == 9") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the end-of-capture marker did not reach %s within 10 s", file)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the file dumpcap writes; it signals nothing
+	}
+	if err := dump.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
 	_ = dump.Wait()
 	return file
+}
+
+const captureMarker = "ipoibd-capture-end"
+
+// captured reports whether tshark finds a frame matching filter in file.
+func captured(file, filter string) bool {
+	out, err := exec.Command("tshark", "-r", file, "-Y", filter).Output()
+	return err == nil && strings.TrimSpace(string(out)) != ""
 }
 
 // wantOpcodes checks that tshark finds every BTH opcode named (decimal, as
@@ -154,7 +178,7 @@ func wantOpcodes(t *testing.T, file string, want map[string]string) {
 func noMalformed(t *testing.T, file string) {
 	t.Helper()
 	bad, err := exec.Command("tshark", "-r", file, "-Y",
-		"(_ws.malformed || _ws.expert.severity >= warning) && !(infiniband.bth.opcode == 0 || infiniband.bth.opcode == 32)").Output()
+		"(_ws.malformed || _ws.expert.severity >= warning) && !(infiniband.bth.opcode == 0 || infiniband.bth.opcode == 32) && !(udp.dstport == 9)").Output()
 	if err != nil || strings.TrimSpace(string(bad)) != "" {
 		t.Errorf("tshark found malformed packets or warnings (%v):\n%s", err, bad)
 	}
