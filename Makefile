@@ -24,8 +24,11 @@ test: lint
 fuzz:
 	scripts/fuzz.sh
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+# Throughput, latency, connection setup and memory against socat, wireguard-go
+# and the bare veth (root; not part of test); writes BENCHMARKS.md.
+bench: build
+	scripts/deps.sh runtime
+	scripts/bench.sh
 
 # The main job: a three-host cluster over softib (needs root).
 demo: build

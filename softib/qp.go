@@ -52,7 +52,7 @@ func (d *Device) newQP(num ib.QPN, attr ib.QPAttr) *qp {
 	} else {
 		q.rq = newRecvQueue(max(attr.MaxRecv, 1))
 	}
-	q.req.sq = make([]sendEntry, max(attr.MaxSend, 1))
+	q.req.depth = max(attr.MaxSend, 1)
 	return q
 }
 
@@ -110,7 +110,7 @@ func (q *qp) Modify(m ib.QPModify) error {
 	case ib.StateReset:
 		q.fail(ib.WCFlushError)
 		q.state = ib.StateReset
-		q.req = requester{sq: q.req.sq}
+		q.req = requester{sq: q.req.sq, depth: q.req.depth}
 		q.resp = responder{}
 		return nil
 	default:

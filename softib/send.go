@@ -22,7 +22,8 @@ type sendEntry struct {
 // requester is the sending half of a QP: a ring of posted sends, the next
 // PSN to assign, how far they were transmitted and how far acknowledged.
 type requester struct {
-	sq      []sendEntry
+	sq      []sendEntry // ring; grows on demand up to depth
+	depth   int         // MaxSend
 	head, n int
 	next    PSN // PSN for the next posted message
 	sent    PSN // next PSN to transmit
@@ -40,7 +41,7 @@ func (r *requester) start(psn PSN) {
 }
 
 func (r *requester) push(e sendEntry) bool {
-	if r.n == len(r.sq) {
+	if r.n == len(r.sq) && !r.grow() {
 		return false
 	}
 	r.sq[(r.head+r.n)%len(r.sq)] = e
@@ -54,6 +55,25 @@ func (r *requester) pop() sendEntry {
 	r.head = (r.head + 1) % len(r.sq)
 	r.n--
 	return e
+}
+
+// initialSendRing is the send ring a QP starts with. Most connections of
+// a large cluster idle with a message or two in flight; the ring doubles up
+// to MaxSend only on the ones that are busy, so idle connections stay small.
+const initialSendRing = 8
+
+// grow doubles a full ring, up to depth, keeping the entries in order.
+func (r *requester) grow() bool {
+	size := min(max(2*len(r.sq), initialSendRing), r.depth)
+	if size <= len(r.sq) {
+		return false
+	}
+	sq := make([]sendEntry, size)
+	for i := range r.n {
+		sq[i] = *r.at(i)
+	}
+	r.sq, r.head = sq, 0
+	return true
 }
 
 func (r *requester) at(i int) *sendEntry { return &r.sq[(r.head+i)%len(r.sq)] }
