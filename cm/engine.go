@@ -202,7 +202,10 @@ func NewEngine(cfg EngineConfig) *Engine {
 }
 
 // Listen makes REQs for serviceID reach the consumer.
-func (e *Engine) Listen(serviceID uint64) { e.listening[serviceID] = true }
+func (e *Engine) Listen(serviceID uint64) error {
+	e.listening[serviceID] = true
+	return nil
+}
 
 // Conns returns the number of connections in any state.
 func (e *Engine) Conns() int { return len(e.byLocal) }
@@ -260,7 +263,7 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Conn, error) {
 // AcceptParams describe the REP answering a REQ.
 type AcceptParams struct {
 	LocalQPN    ib.QPN
-	RecvPSN     uint32 // our receive queue's start: the peer sends with it
+	RecvPSN     uint32 // our receive queue's start, the peer sends with it (0: keep Conn.RecvPSN)
 	RNRRetry    uint8  // the RNR retry count the requester's QP should use
 	PrivateData []byte
 }
@@ -271,7 +274,10 @@ func (e *Engine) Accept(now time.Time, c *Conn, p AcceptParams) error {
 	if c.State != StateREQRcvd {
 		return ErrBadState
 	}
-	c.LocalQPN, c.RecvPSN = p.LocalQPN, p.RecvPSN&0xffffff
+	c.LocalQPN = p.LocalQPN
+	if p.RecvPSN != 0 {
+		c.RecvPSN = p.RecvPSN & 0xffffff
+	}
 	rep := REP{
 		LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID, LocalQPN: p.LocalQPN,
 		StartingPSN: c.RecvPSN, RNRRetryCount: p.RNRRetry, SRQ: true, LocalCAGUID: e.cfg.GUID,
@@ -444,7 +450,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 	c := &Conn{
 		State: StateREQRcvd, RemoteCommID: req.LocalCommID, RemoteQPN: req.LocalQPN,
 		RemoteGID: from.GID, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
-		Transport: req.TransportType, SendPSN: req.StartingPSN, PathMTU: req.PathMTU,
+		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: randomPSN(), PathMTU: req.PathMTU,
 		RetryCount: req.RetryCount, RNRRetry: req.RNRRetryCount, ACKTimeout: req.Primary.LocalACKTimeout,
 		tid: tid,
 	}

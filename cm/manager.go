@@ -79,7 +79,10 @@ func (c *Connection) Sendable() bool { return c.sendable }
 
 // ManagerConfig configures the IPoIB connection manager.
 type ManagerConfig struct {
-	Engine     EngineConfig // Send is required; Event is set by the manager
+	// Service makes the connection service, given the function its events
+	// go to. Nil: the Engine of this package, configured by Engine.
+	Service    func(events func(Event)) (Service, error)
+	Engine     EngineConfig // without Service: Send is required; Event is set by the manager
 	Local      ib.LinkAddr  // our link address: flags, UD QPN, GID
 	Policy     Policy
 	UC         bool   // prefer UC over RC
@@ -109,26 +112,42 @@ type ManagerStats struct {
 // Manager is the IPoIB connection manager of one interface.
 type Manager struct {
 	cfg    ManagerConfig
-	engine *Engine
+	svc    Service
 	conns  map[ib.LinkAddr][]*Connection // by peer, flags zeroed
 	now    time.Time
 	Stats  ManagerStats
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
-func NewManager(cfg ManagerConfig) *Manager {
+func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.ReceiveMTU == 0 {
 		cfg.ReceiveMTU = LinuxReceiveMTU
 	}
 	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}}
-	cfg.Engine.Event = m.event
-	m.engine = NewEngine(cfg.Engine)
-	m.engine.Listen(IPoIBServiceID(cfg.Local.QPN))
-	return m
+	if cfg.Service != nil {
+		svc, err := cfg.Service(m.event)
+		if err != nil {
+			return nil, err
+		}
+		m.svc = svc
+	} else {
+		cfg.Engine.Event = m.event
+		m.svc = NewEngine(cfg.Engine)
+	}
+	if err := m.svc.Listen(IPoIBServiceID(cfg.Local.QPN)); err != nil {
+		return nil, fmt.Errorf("cm: listening on the service ID of UD QPN %v: %w", cfg.Local.QPN, err)
+	}
+	return m, nil
 }
 
-// Engine returns the CM engine, for its statistics.
-func (m *Manager) Engine() *Engine { return m.engine }
+// Service returns the connection service, for its counters.
+func (m *Manager) Service() Service { return m.svc }
+
+// Engine returns the CM engine, or nil when another service is in use.
+func (m *Manager) Engine() *Engine {
+	e, _ := m.svc.(*Engine)
+	return e
+}
 
 func peerKey(a ib.LinkAddr) ib.LinkAddr { a.Flags = 0; return a }
 
@@ -202,7 +221,7 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 	c.Peer.Flags = flagFor(tr)
 	var priv [IPoIBPrivateDataLen]byte
 	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
-	cc, err := m.engine.Connect(now, ConnectParams{
+	cc, err := m.svc.Connect(now, ConnectParams{
 		RemoteGID: peer.GID, ServiceID: IPoIBServiceID(peer.QPN), LocalQPN: qp.Num(),
 		Transport: tr, RecvPSN: randomPSN(), PathMTU: m.cfg.PathMTU,
 		RetryCount: 7, RNRRetry: 7, ACKTimeout: ackTimeout,
@@ -258,12 +277,14 @@ func (m *Manager) SendFailed(now time.Time, qpn ib.QPN) {
 // HandleMAD passes a MAD received on QP1 to the engine.
 func (m *Manager) HandleMAD(now time.Time, mad *ib.MAD) {
 	m.now = now
-	m.engine.HandleMAD(now, mad)
+	if e := m.Engine(); e != nil {
+		e.HandleMAD(now, mad)
+	}
 }
 
 // Next returns when Expire must next run (zero: nothing pending).
 func (m *Manager) Next() time.Time {
-	next := m.engine.Next()
+	next := m.svc.Next()
 	if m.cfg.IdleTimeout > 0 && len(m.conns) > 0 {
 		idle := m.now.Add(m.cfg.IdleTimeout / 2)
 		if next.IsZero() || idle.Before(next) {
@@ -276,7 +297,7 @@ func (m *Manager) Next() time.Time {
 // Expire runs the engine's timers and reaps idle connections.
 func (m *Manager) Expire(now time.Time) {
 	m.now = now
-	m.engine.Expire(now)
+	m.svc.Expire(now)
 	if m.cfg.IdleTimeout <= 0 {
 		return
 	}
@@ -406,8 +427,7 @@ func (m *Manager) request(cc *Conn, req *REQ) {
 		m.reject(cc, RejNoQP)
 		return
 	}
-	recvPSN := randomPSN()
-	if err := m.bringUp(qp, cc, recvPSN); err != nil {
+	if err := m.bringUp(qp, cc, cc.RecvPSN); err != nil {
 		_ = qp.Close()
 		m.Stats.QPErrors++
 		m.reject(cc, RejConsumerReject)
@@ -420,7 +440,7 @@ func (m *Manager) request(cc *Conn, req *REQ) {
 	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
 	// RNR retry 7: an RNR NAK only delays the requester, never kills it
 	// (a Linux requester would otherwise drop the connection).
-	if err := m.engine.Accept(m.now, cc, AcceptParams{LocalQPN: qp.Num(), RecvPSN: recvPSN, RNRRetry: 7, PrivateData: priv[:]}); err != nil {
+	if err := m.svc.Accept(m.now, cc, AcceptParams{LocalQPN: qp.Num(), RNRRetry: 7, PrivateData: priv[:]}); err != nil {
 		_ = qp.Close()
 		return
 	}
@@ -441,14 +461,14 @@ func (m *Manager) reply(c *Connection, rep *REP) {
 		m.Stats.QPErrors++
 		var priv [IPoIBPrivateDataLen]byte
 		_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
-		_ = m.engine.RejectReply(c.cm, RejConsumerReject, priv[:])
+		_ = m.svc.RejectReply(c.cm, RejConsumerReject, priv[:])
 		m.remove(c)
 		_ = c.QP.Close()
 		m.refused(c.Peer, "bad REP")
 		return
 	}
 	c.MTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU)
-	if err := m.engine.Ready(c.cm); err != nil {
+	if err := m.svc.Ready(c.cm); err != nil {
 		return
 	}
 	m.Stats.Established++
@@ -473,7 +493,7 @@ func (m *Manager) bringUp(qp ib.QP, cc *Conn, recvPSN uint32) error {
 func (m *Manager) reject(cc *Conn, reason RejectReason) {
 	var priv [IPoIBPrivateDataLen]byte
 	binary.BigEndian.PutUint32(priv[0:4], uint32(m.cfg.Local.QPN))
-	_ = m.engine.Reject(cc, reason, priv[:])
+	_ = m.svc.Reject(cc, reason, priv[:])
 }
 
 func (m *Manager) teardown(c *Connection, reason string) {
@@ -486,7 +506,7 @@ func (m *Manager) teardown(c *Connection, reason string) {
 		_ = c.QP.Close()
 		return
 	}
-	m.engine.Disconnect(m.now, c.cm)
+	m.svc.Disconnect(m.now, c.cm)
 	if c.cm.State == StateIdle { // rejected while being set up
 		m.remove(c)
 		_ = c.QP.Close()

@@ -122,7 +122,11 @@ func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 	if mod != nil {
 		mod(&cfg)
 	}
-	n.m = NewManager(cfg)
+	m, err := NewManager(cfg)
+	if err != nil {
+		panic(err) // the engine cannot fail to listen
+	}
+	n.m = m
 	f.add(n.local.GID, n.m)
 	return n
 }

@@ -86,6 +86,14 @@ func (i *Interface) controlLoop() {
 	if i.mads != nil {
 		mads = i.mads.Recv()
 	}
+	// A connection service with its own event source (verbs: librdmacm).
+	var polled cm.PolledService
+	var cmEvents <-chan struct{}
+	if i.mgr != nil {
+		if p, ok := i.mgr.Service().(cm.PolledService); ok {
+			polled, cmEvents = p, p.Wake()
+		}
+	}
 	for {
 		select {
 		case <-i.done:
@@ -114,6 +122,9 @@ func (i *Interface) controlLoop() {
 			}
 			c.now = time.Now()
 			i.mgr.HandleMAD(c.now, &m)
+		case <-cmEvents:
+			c.now = time.Now()
+			polled.Poll(c.now)
 		case u, ok := <-addrUpdates:
 			if !ok {
 				// netlink gave up on the subscription: read the

@@ -71,7 +71,11 @@ type Config struct {
 	// MaxConns bounds connections (default 4096); beyond it REQs are
 	// rejected with "no resources".
 	MaxConns int
-	Log      *slog.Logger
+	// ConnService makes the connection service of a provider whose CM is
+	// not ours (verbs: the kernel's, through librdmacm). Nil: the cm
+	// Engine over the device's QP1 MADs.
+	ConnService func(events func(cm.Event)) (cm.Service, error)
+	Log         *slog.Logger
 }
 
 // Interface is a running IPoIB interface.
@@ -213,11 +217,14 @@ func New(cfg Config) (_ *Interface, err error) {
 		i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
 	}
 	if cfg.Mode == Connected {
-		if i.mads, err = i.dev.MADs(); err != nil {
-			return nil, err
+		if cfg.ConnService == nil {
+			if i.mads, err = i.dev.MADs(); err != nil {
+				return nil, err
+			}
 		}
-		i.mgr = cm.NewManager(cm.ManagerConfig{
-			Engine:      cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, Send: i.mads.Send, MaxConns: cfg.MaxConns},
+		if i.mgr, err = cm.NewManager(cm.ManagerConfig{
+			Service:     cfg.ConnService,
+			Engine:      cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, Send: i.sendMAD, MaxConns: cfg.MaxConns},
 			Local:       i.local,
 			Policy:      cfg.Policy,
 			UC:          cfg.UC && !cfg.RC,
@@ -227,10 +234,15 @@ func New(cfg Config) (_ *Interface, err error) {
 			Up:          i.connUp,
 			Down:        i.connDown,
 			Refused:     i.connRefused,
-		})
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return i, nil
 }
+
+// sendMAD is the engine's way out: QP1.
+func (i *Interface) sendMAD(to ib.MADAddr, mad []byte) error { return i.mads.Send(to, mad) }
 
 func hasIPv6(ps []netip.Prefix) bool {
 	for _, p := range ps {
@@ -325,6 +337,11 @@ func (i *Interface) release() {
 	}
 	if i.mads != nil {
 		_ = i.mads.Close()
+	}
+	if i.mgr != nil {
+		if p, ok := i.mgr.Service().(cm.PolledService); ok {
+			_ = p.Close()
+		}
 	}
 	if i.udQP != nil {
 		_ = i.udQP.Close()

@@ -135,7 +135,7 @@ func (i *Interface) Stats() []ib.Counter {
 		if i.mgr == nil {
 			return
 		}
-		s, e := i.mgr.Stats, i.mgr.Engine().Stats
+		s := i.mgr.Stats
 		out = append(out, []ib.Counter{
 			{Name: "cm_connects", Value: s.Connects}, {Name: "cm_accepted", Value: s.Accepted},
 			{Name: "cm_established", Value: s.Established}, {Name: "cm_rejected", Value: s.Rejected},
@@ -143,10 +143,11 @@ func (i *Interface) Stats() []ib.Counter {
 			{Name: "cm_crossing_accepted", Value: s.CrossingAccepted}, {Name: "cm_crossing_rejected", Value: s.CrossingRejected},
 			{Name: "cm_peer_restarts", Value: s.PeerRestarts}, {Name: "cm_idle_reaped", Value: s.IdleReaped},
 			{Name: "cm_send_failures", Value: s.SendFails},
-			{Name: "cm_mads_in", Value: e.Received}, {Name: "cm_mads_out", Value: e.Sent},
-			{Name: "cm_retransmits", Value: e.Retransmitted}, {Name: "cm_malformed", Value: e.Malformed},
-			{Name: "cm_duplicates", Value: e.Duplicate}, {Name: "cm_stale", Value: e.Stale},
 		}...)
+		for _, c := range i.mgr.Service().Counters() {
+			c.Name = "cm_" + c.Name
+			out = append(out, c)
+		}
 	})
 	i.do(func() {
 		if i.mgr == nil {

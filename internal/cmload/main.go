@@ -244,7 +244,7 @@ func (l *load) open(a netip.Addr, flags ib.LinkFlags) (*peer, error) {
 	}
 	port := dev.Port()
 	local := ib.LinkAddr{Flags: flags, QPN: p.ud.Num(), GID: port.GID}
-	p.mgr = cm.NewManager(cm.ManagerConfig{
+	if p.mgr, err = cm.NewManager(cm.ManagerConfig{
 		Engine:  cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: port.PKeys[0], Send: p.mads.Send},
 		Local:   local,
 		UC:      flags == ib.FlagUC,
@@ -252,7 +252,9 @@ func (l *load) open(a netip.Addr, flags ib.LinkFlags) (*peer, error) {
 		QPs:     qpFactory{p},
 		Up:      func(*cm.Connection) { l.upped(p) },
 		Refused: func(_ ib.LinkAddr, reason string) { l.fail(p, reason) },
-	})
+	}); err != nil {
+		return fail(err)
+	}
 	go func() {
 		for mad := range p.mads.Recv() {
 			p.mu.Lock()
