@@ -111,11 +111,11 @@ type ManagerStats struct {
 
 // Manager is the IPoIB connection manager of one interface.
 type Manager struct {
-	cfg    ManagerConfig
-	svc    Service
-	conns  map[ib.LinkAddr][]*Connection // by peer, flags zeroed
-	now    time.Time
-	Stats  ManagerStats
+	cfg   ManagerConfig
+	svc   Service
+	conns map[ib.LinkAddr][]*Connection // by peer, flags zeroed
+	now   time.Time
+	Stats ManagerStats
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
