@@ -208,7 +208,7 @@ func (c *control) syncGroups() {
 			add(neigh.SolicitedNode(p.Addr()))
 		}
 	}
-	kernel, err := ud.KernelGroups(i.tun.Name())
+	kernel, err := i.kernelGroups()
 	if err != nil {
 		i.log.Warn("reading the kernel's multicast groups", "err", err)
 	}

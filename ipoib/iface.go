@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,7 +77,10 @@ type Config struct {
 	// not ours (verbs: the kernel's, through librdmacm). Nil: the cm
 	// Engine over the device's QP1 MADs.
 	ConnService func(events func(cm.Event)) (cm.Service, error)
-	Log         *slog.Logger
+	// Netns puts the interface in a network namespace: a name as `ip netns`
+	// knows it, or a path (default: the daemon's own).
+	Netns string
+	Log   *slog.Logger
 }
 
 // Interface is a running IPoIB interface.
@@ -192,8 +197,19 @@ func New(cfg Config) (_ *Interface, err error) {
 	}()
 	// The control goroutine may run on any thread; it follows the
 	// interface's namespace through this handle.
-	if i.netns, err = netns.Get(); err != nil {
-		return nil, fmt.Errorf("ipoib: network namespace: %w", err)
+	var tunNetns *netns.NsHandle
+	switch {
+	case cfg.Netns == "":
+		i.netns, err = netns.Get()
+	case strings.Contains(cfg.Netns, "/"):
+		i.netns, err = netns.GetFromPath(cfg.Netns)
+		tunNetns = &i.netns
+	default:
+		i.netns, err = netns.GetFromName(cfg.Netns)
+		tunNetns = &i.netns
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ipoib: network namespace %q: %w", cfg.Netns, err)
 	}
 	if i.slots, err = newSlots(i.dev); err != nil {
 		return nil, err
@@ -210,7 +226,7 @@ func New(cfg Config) (_ *Interface, err error) {
 		}
 	}
 	i.local.QPN, i.local.GID = i.udQP.Num(), port.GID
-	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs}); err != nil {
+	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, Netns: tunNetns}); err != nil {
 		return nil, err
 	}
 	if i.mtu > i.udMTU {
@@ -239,6 +255,40 @@ func New(cfg Config) (_ *Interface, err error) {
 		}
 	}
 	return i, nil
+}
+
+// InNetns runs f on a thread in the interface's network namespace, for
+// what is bound to a namespace when made (sockets, /proc/thread-self/net).
+// Without --netns that is the daemon's own and f runs as is. The thread
+// that entered another namespace stays locked, so the runtime discards it
+// afterwards instead of reusing it.
+func (i *Interface) InNetns(f func() error) error {
+	if i.cfg.Netns == "" {
+		return f()
+	}
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(i.netns); err != nil {
+			done <- fmt.Errorf("entering the interface's network namespace: %w", err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// kernelGroups reads the multicast groups the kernel joined on the TUN.
+func (i *Interface) kernelGroups() (groups []netip.Addr, err error) {
+	procNet := "/proc/net"
+	if i.cfg.Netns != "" {
+		procNet = "/proc/thread-self/net"
+	}
+	err = i.InNetns(func() error {
+		groups, err = ud.KernelGroups(procNet, i.tun.Name())
+		return err
+	})
+	return groups, err
 }
 
 // sendMAD is the engine's way out: QP1.

@@ -34,7 +34,13 @@ type controlServer struct {
 }
 
 func listenControl(ifname string, iface *ipoib.Interface) (*controlServer, error) {
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
+	// The socket lives in the interface's namespace, where `ipoibd show`
+	// finds it (abstract names are per namespace).
+	var ln *net.UnixListener
+	err := iface.InNetns(func() (err error) {
+		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, unix.EADDRINUSE) {
 			return nil, fmt.Errorf("another ipoibd already serves %s in this network namespace", ifname)

@@ -34,6 +34,9 @@ type options struct {
 	idleTimeout time.Duration
 	maxConns    int
 	logLevel    string
+	netns       string
+	device      string
+	port        int
 }
 
 func run(args []string) error {
@@ -52,6 +55,9 @@ func run(args []string) error {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
 	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections at once; further REQs are rejected (no resources)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name from `ip netns` or a path; default: the daemon's)")
+	fs.StringVar(&o.device, "device", "", "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices)")
+	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -152,7 +158,7 @@ func (o *options) config() (ipoib.Config, ib.Device, error) {
 	if o.mtu < 0 {
 		return cfg, nil, fmt.Errorf("--mtu %d: must be positive", o.mtu)
 	}
-	cfg.Name, cfg.MTU, cfg.IdleTimeout = o.ifname, o.mtu, o.idleTimeout
+	cfg.Name, cfg.MTU, cfg.IdleTimeout, cfg.Netns = o.ifname, o.mtu, o.idleTimeout, o.netns
 	switch o.provider {
 	case "softib":
 		if o.underlay == "" {

@@ -52,10 +52,12 @@ start() {
 	shift 2
 	[ -x "$IPOIBD" ] || die "no ipoibd binary at $IPOIBD (run make build)"
 	net=$(cat "$rundir/$name/net")
-	local h addrs=() ifname=ib0 prev=
+	local h addrs=() ifname=ib0 prev= ifns
 	h=$(host "$name" "$k")
+	ifns=$h # where the interface (and its control socket) lives
 	for a in "$@"; do
 		[ "$prev" = --ifname ] && ifname=$a
+		[ "$prev" = --netns ] && ifns=$a
 		prev=$a
 	done
 	if [[ " $* " != *" --addr "* ]]; then
@@ -67,7 +69,7 @@ start() {
 	# Ready when the control socket answers; give up if the daemon exits.
 	local tries
 	for ((tries = 0; tries < 200; tries++)); do
-		if ip netns exec "$h" "$IPOIBD" show --ifname "$ifname" >/dev/null 2>&1; then
+		if ip netns exec "$ifns" "$IPOIBD" show --ifname "$ifname" >/dev/null 2>&1; then
 			return 0
 		fi
 		kill -0 "$(cat "$rundir/$name/h$k.pid")" 2>/dev/null || break

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
@@ -28,6 +29,9 @@ type Config struct {
 	MTU        int
 	TxQueueLen int // default DefaultTxQueueLen
 	Addrs      []netip.Prefix
+	// Netns is the network namespace to make the interface in (nil: the
+	// caller's). The daemon's other sockets stay where the daemon runs.
+	Netns *netns.NsHandle
 }
 
 // Device is an open TUN interface. Read and Write move one IP packet each;
@@ -47,6 +51,30 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.TxQueueLen == 0 {
 		cfg.TxQueueLen = DefaultTxQueueLen
+	}
+	if cfg.Netns != nil {
+		// A TUN device belongs to the namespace of the thread that makes
+		// it; its file descriptor works from anywhere afterwards. The
+		// thread that enters the namespace is locked and never unlocked,
+		// so the runtime discards it instead of reusing it elsewhere.
+		type result struct {
+			d   *Device
+			err error
+		}
+		done := make(chan result)
+		go func() {
+			runtime.LockOSThread()
+			if err := netns.Set(*cfg.Netns); err != nil {
+				done <- result{err: fmt.Errorf("tun: entering the network namespace: %w", err)}
+				return
+			}
+			in := cfg
+			in.Netns = nil
+			d, err := Open(in)
+			done <- result{d, err}
+		}()
+		r := <-done
+		return r.d, r.err
 	}
 	if _, err := netlink.LinkByName(cfg.Name); err == nil {
 		return nil, fmt.Errorf("tun: interface %s already exists", cfg.Name)

@@ -11,17 +11,18 @@ import (
 )
 
 // KernelGroups returns the IP multicast groups the kernel has joined on
-// interface ifname (for its own use or for sockets), from /proc/net/igmp
-// and /proc/net/igmp6 of the caller's network namespace. The UD endpoint
-// joins their MGIDs so that the groups' traffic reaches the interface.
-func KernelGroups(ifname string) ([]netip.Addr, error) {
+// interface ifname (for its own use or for sockets), from igmp and igmp6
+// in procNet: /proc/net for the process's network namespace,
+// /proc/thread-self/net for the calling thread's. The UD endpoint joins
+// their MGIDs so that the groups' traffic reaches the interface.
+func KernelGroups(procNet, ifname string) ([]netip.Addr, error) {
 	var groups []netip.Addr
 	for _, f := range []struct {
 		path  string
 		parse func(io.Reader, string) ([]netip.Addr, error)
 	}{
-		{"/proc/net/igmp", ParseIGMP},
-		{"/proc/net/igmp6", ParseIGMP6},
+		{procNet + "/igmp", ParseIGMP},
+		{procNet + "/igmp6", ParseIGMP6},
 	} {
 		file, err := os.Open(f.path)
 		if err != nil {
