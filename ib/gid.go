@@ -2,6 +2,7 @@ package ib
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 )
 
@@ -35,3 +36,16 @@ func (g GID) IsIPv4Mapped() bool { return netip.AddrFrom16(g).Is4In6() }
 
 // String formats g in IPv6 notation, IPv4-mapped GIDs as ::ffff:a.b.c.d.
 func (g GID) String() string { return netip.AddrFrom16(g).String() }
+
+// IPv4Group maps a multicast GID to the IPv4-mapped GID of an IPv4 group in
+// 239.0.0.0/8 (administratively scoped), for fabrics that carry IB over
+// IPv4: RoCEv2 with an IPv4 GID, and softib on an IPv4 underlay. Those
+// cannot send to an ff12:... MGID, so every member maps it the same way: an
+// FNV-1a hash of the MGID. A collision only delivers a datagram to a group
+// member that filters it out above.
+func IPv4Group(mgid GID) GID {
+	h := fnv.New32a()
+	h.Write(mgid[:])
+	v := h.Sum32()
+	return GIDFromAddr(netip.AddrFrom4([4]byte{239, byte(v >> 16), byte(v >> 8), byte(v)}))
+}

@@ -118,3 +118,22 @@ func TestParsePKey(t *testing.T) {
 		}
 	}
 }
+
+// TestIPv4Group: IPoIB's MGIDs map into 239/8 as IPv4-mapped GIDs, the
+// same on every node, and different groups (almost always) differ.
+func TestIPv4Group(t *testing.T) {
+	bcast, _ := ParseGID("ff12:401b:ffff::ffff:ffff")
+	allNodes, _ := ParseGID("ff12:601b:ffff::1")
+	a, b := IPv4Group(bcast), IPv4Group(allNodes)
+	for _, g := range []GID{a, b} {
+		if !g.IsIPv4Mapped() || g.Addr().As4()[0] != 239 || !g.Addr().IsMulticast() {
+			t.Errorf("%v: want an IPv4-mapped group in 239/8", g)
+		}
+	}
+	if a == b {
+		t.Errorf("broadcast and all-nodes map to the same group %v", a)
+	}
+	if IPv4Group(bcast) != a {
+		t.Errorf("the mapping is not stable")
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -292,17 +291,12 @@ func (a *ah) Close() error    { return nil }
 
 // underlayGroup maps a multicast GID to the underlay group that carries it.
 // On an IPv6 underlay the MGID is itself an IPv6 multicast address (as on
-// RoCEv2). An IPv4 underlay cannot carry it, so the MGID is hashed into
-// 239.0.0.0/8 (administratively scoped); a collision only delivers a
-// datagram to a group member that filters it out above.
+// RoCEv2). An IPv4 underlay cannot carry it: see ib.IPv4Group.
 func (d *Device) underlayGroup(mgid ib.GID) netip.Addr {
 	if !d.fab.v4 {
 		return netip.AddrFrom16(mgid)
 	}
-	h := fnv.New32a()
-	h.Write(mgid[:])
-	v := h.Sum32()
-	return netip.AddrFrom4([4]byte{239, byte(v >> 16), byte(v >> 8), byte(v)})
+	return ib.IPv4Group(mgid).Addr()
 }
 
 // AttachMulticast makes a UD QP a member of the group.

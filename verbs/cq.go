@@ -1,0 +1,293 @@
+//go:build rdma
+
+package verbs
+
+/*
+#include <errno.h>
+#include <stdlib.h>
+#include <infiniband/verbs.h>
+
+#define IPOIBD_POLL_BATCH 64
+
+struct ipoibd_cq_events {
+	int events;     // completion events taken and acknowledged
+	int err;        // errno of ibv_get_cq_event other than EAGAIN
+	int notify_err; // errno of ibv_req_notify_cq
+};
+
+// Takes every event pending on the CQ's own channel, acknowledges them in
+// one call and re-arms the CQ, so that completions added from now on raise
+// a new event.
+static struct ipoibd_cq_events ipoibd_cq_events(struct ibv_comp_channel *ch, struct ibv_cq *cq) {
+	struct ipoibd_cq_events r = {0, 0, 0};
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	while (ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0)
+		r.events++;
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		r.err = errno ? errno : EIO;
+	if (r.events > 0) {
+		ibv_ack_cq_events(cq, r.events);
+		r.notify_err = ibv_req_notify_cq(cq, 0);
+	}
+	return r;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+const pollBatch = C.IPOIBD_POLL_BATCH
+
+// cq is a completion queue with its own completion channel. It implements
+// ib.CQ.
+type cq struct {
+	dev   *Device
+	cq    *C.struct_ibv_cq
+	ch    *C.struct_ibv_comp_channel
+	wcs   *[pollBatch]C.struct_ibv_wc // C memory ibv_poll_cq fills
+	ready chan struct{}
+	watch *fdWatcher
+	users atomic.Int32 // QPs created on it
+
+	mu      sync.Mutex // one poller at a time: wcs, pending
+	closed  bool
+	pending []ib.Completion // taken off the adapter or synthesised when a QP closed
+}
+
+// CreateCQ makes a completion queue and the goroutine that turns its
+// completion events into Ready signals.
+func (d *Device) CreateCQ(size int) (ib.CQ, error) {
+	if d.closed.Load() {
+		return nil, ib.ErrClosed
+	}
+	size = min(max(size, 1), max(d.limits.maxCQE, 1))
+	c := &cq{dev: d, ready: make(chan struct{}, 1)}
+	ch, err := C.ibv_create_comp_channel(d.ctx)
+	if ch == nil {
+		return nil, verbError("ibv_create_comp_channel", cgoErrno(err))
+	}
+	c.ch = ch
+	h, err := C.ibv_create_cq(d.ctx, C.int(size), nil, ch, 0)
+	if h == nil {
+		c.destroy()
+		return nil, verbError(fmt.Sprintf("ibv_create_cq %d entries", size), cgoErrno(err))
+	}
+	c.cq = h
+	if rc := C.ibv_req_notify_cq(h, 0); rc != 0 {
+		c.destroy()
+		return nil, verbError("ibv_req_notify_cq", errnoValue(rc))
+	}
+	c.wcs = (*[pollBatch]C.struct_ibv_wc)(C.malloc(C.size_t(pollBatch) * C.sizeof_struct_ibv_wc))
+	if c.watch, err = watchFD(int(ch.fd), d.cfg.Device+" CQ events", c.drainEvents); err != nil {
+		c.destroy()
+		return nil, err
+	}
+	if !d.track(func() { d.cqs[c] = struct{}{} }) {
+		c.destroy()
+		return nil, ib.ErrClosed
+	}
+	return c, nil
+}
+
+// drainEvents runs on the watcher's goroutine when the channel is readable.
+func (c *cq) drainEvents() (stop bool) {
+	r := C.ipoibd_cq_events(c.ch, c.cq)
+	if r.notify_err != 0 || r.err != 0 {
+		c.dev.ctr.notifyErrors.Add(1)
+	}
+	if r.events > 0 || r.err != 0 {
+		c.signal()
+	}
+	if r.err != 0 {
+		slog.Error("verbs: reading CQ events failed; its consumer is no longer woken", "device", c.dev.cfg.Device, "err", errnoValue(r.err))
+		return true
+	}
+	return false
+}
+
+func (c *cq) signal() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Ready is signalled after completions were added.
+func (c *cq) Ready() <-chan struct{} { return c.ready }
+
+// Poll moves up to len(wc) completions into wc: first those set aside when
+// a QP closed, then the adapter's, in batches through the C array.
+func (c *cq) Poll(wc []ib.Completion) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0
+	}
+	k := 0
+	if len(c.pending) > 0 {
+		k = copy(wc, c.pending)
+		c.pending = c.pending[:copy(c.pending, c.pending[k:])]
+	}
+	for k < len(wc) {
+		want := min(len(wc)-k, pollBatch)
+		n := int(C.ibv_poll_cq(c.cq, C.int(want), &c.wcs[0]))
+		if n < 0 {
+			c.dev.ctr.pollErrors.Add(1)
+			break
+		}
+		for i := range n {
+			if c.convert(&c.wcs[i], &wc[k]) {
+				k++
+			}
+		}
+		if n < want {
+			break
+		}
+	}
+	return k
+}
+
+// convert fills out from one verbs completion; false for a stale one (of
+// a QP that closed or reset), which is dropped.
+func (c *cq) convert(w *C.struct_ibv_wc, out *ib.Completion) bool {
+	raw := rawWC{
+		wrID:      uint64(w.wr_id),
+		status:    uint32(w.status),
+		byteLen:   uint32(w.byte_len),
+		qpNum:     uint32(w.qp_num),
+		srcQP:     uint32(w.src_qp),
+		pkeyIndex: uint16(w.pkey_index),
+		grh:       w.wc_flags&C.IBV_WC_GRH != 0,
+	}
+	if !c.dev.reg.complete(&raw, c.dev.port.PKeys, out) {
+		c.dev.ctr.stale.Add(1)
+		return false
+	}
+	switch out.Status {
+	case ib.WCSuccess:
+	case ib.WCFlushError:
+		c.dev.ctr.flushed.Add(1)
+	default:
+		c.dev.ctr.bad.Add(1)
+	}
+	return true
+}
+
+// drainLocked moves everything the adapter completed into pending, so that
+// destroying a QP (which lets some providers discard its completions)
+// loses nothing. c.mu is held.
+func (c *cq) drainLocked() {
+	for {
+		n := int(C.ibv_poll_cq(c.cq, pollBatch, &c.wcs[0]))
+		if n <= 0 {
+			return
+		}
+		for i := range n {
+			var wc ib.Completion
+			if c.convert(&c.wcs[i], &wc) {
+				c.pending = append(c.pending, wc)
+			}
+		}
+	}
+}
+
+// drain sets aside what the adapter completed so far (before a QP is
+// destroyed).
+func (c *cq) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.drainLocked()
+	}
+}
+
+// retire ends a work queue's table after its QP was destroyed or reset:
+// what the adapter completed is collected first, every request still
+// outstanding completes as flushed, and later completions naming the table
+// are stale.
+func (c *cq) retire(t *wrTable) {
+	c.mu.Lock()
+	if !c.closed {
+		c.drainLocked()
+	}
+	t.mu.Lock()
+	t.retireLocked(func(e wrEntry) {
+		wc := t.flushCompletion(e)
+		c.dev.ctr.flushed.Add(1)
+		if !c.closed {
+			c.pending = append(c.pending, wc)
+		}
+	})
+	t.mu.Unlock()
+	c.dev.reg.remove(t)
+	n := len(c.pending)
+	c.mu.Unlock()
+	if n > 0 {
+		c.signal()
+	}
+}
+
+// use counts a QP created on the CQ; false once it is closed.
+func (c *cq) use() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.users.Add(1)
+	return true
+}
+
+// Close destroys the CQ; its QPs must be closed first.
+func (c *cq) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	if n := c.users.Load(); n > 0 {
+		c.mu.Unlock()
+		return fmt.Errorf("verbs: CQ still used by %d QP(s); close them first", n)
+	}
+	c.closed = true
+	c.pending = nil
+	c.mu.Unlock()
+	c.dev.untrack(func() { delete(c.dev.cqs, c) })
+	return c.destroy()
+}
+
+// destroy stops the event goroutine, then frees the CQ before its channel
+// (a channel cannot go while a CQ uses it).
+func (c *cq) destroy() error {
+	var err error
+	if c.watch != nil {
+		c.watch.stop()
+		c.watch = nil
+	}
+	if c.cq != nil {
+		if rc := C.ibv_destroy_cq(c.cq); rc != 0 {
+			err = verbError("ibv_destroy_cq", errnoValue(rc))
+		}
+		c.cq = nil
+	}
+	if c.ch != nil {
+		if rc := C.ibv_destroy_comp_channel(c.ch); rc != 0 && err == nil {
+			err = verbError("ibv_destroy_comp_channel", errnoValue(rc))
+		}
+		c.ch = nil
+	}
+	if c.wcs != nil {
+		C.free(unsafe.Pointer(c.wcs))
+		c.wcs = nil
+	}
+	return err
+}

@@ -1,0 +1,245 @@
+//go:build rdma
+
+package verbs
+
+/*
+#cgo LDFLAGS: -libverbs -lrdmacm
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// Device is one port of an rdma-core adapter. It implements ib.Device.
+type Device struct {
+	cfg      Config
+	port     ib.PortAttr
+	portNum  uint8
+	gidIndex uint8
+	ifindex  int // RoCE: the GID's network interface (multicast membership)
+	ethernet bool
+	limits   limits
+
+	list **C.struct_ibv_context // from rdma_get_devices; owns ctx
+	ctx  *C.struct_ibv_context
+	pd   *C.struct_ibv_pd
+
+	reg    registry
+	ctr    devCounters
+	async  *fdWatcher
+	groups ipGroups
+
+	mu      sync.Mutex
+	closed  atomic.Bool
+	qps     map[*qp]struct{}
+	qpByNum map[uint32]*qp // async QP events name the QP by number
+	srqs    map[*C.struct_ibv_srq]*srq
+	cqs     map[*cq]struct{}
+	mrs     map[*mr]struct{}
+	ahs     map[*ah]struct{}
+}
+
+var _ ib.Device = (*Device)(nil)
+
+// limits are the device's capacities; requests are clamped to them.
+type limits struct {
+	maxQPWR, maxCQE, maxSRQWR, ports int
+}
+
+// Open opens port cfg.Port of the rdma-core device cfg.Device.
+func Open(cfg Config) (ib.Device, error) {
+	d, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func open(cfg Config) (*Device, error) {
+	if cfg.Port == 0 {
+		cfg.Port = 1
+	}
+	if cfg.Port < 1 || cfg.Port > 255 {
+		return nil, fmt.Errorf("verbs: port %d: must be 1-255", cfg.Port)
+	}
+	if cfg.GIDIndex < -1 || cfg.GIDIndex > 255 {
+		return nil, fmt.Errorf("verbs: GID index %d: must be 0-255, or -1 to choose", cfg.GIDIndex)
+	}
+	d := &Device{
+		cfg:     cfg,
+		portNum: uint8(cfg.Port),
+		groups:  ipGroups{refs: map[ib.GID]*ipGroup{}},
+		qps:     map[*qp]struct{}{},
+		qpByNum: map[uint32]*qp{},
+		srqs:    map[*C.struct_ibv_srq]*srq{},
+		cqs:     map[*cq]struct{}{},
+		mrs:     map[*mr]struct{}{},
+		ahs:     map[*ah]struct{}{},
+	}
+	if err := d.init(); err != nil {
+		d.release()
+		return nil, err
+	}
+	return d, nil
+}
+
+// init queries the port, allocates the protection domain and starts the
+// async event goroutine.
+func (d *Device) init() error {
+	if err := d.findContext(); err != nil {
+		return err
+	}
+	if err := d.queryDevice(); err != nil {
+		return err
+	}
+	if err := d.queryPort(); err != nil {
+		return err
+	}
+	d.groups.ifindex = d.ifindex
+	pd, err := C.ibv_alloc_pd(d.ctx)
+	if pd == nil {
+		return verbError("ibv_alloc_pd", cgoErrno(err))
+	}
+	d.pd = pd
+	d.async, err = watchFD(int(d.ctx.async_fd), d.cfg.Device+" async events", d.drainAsync)
+	return err
+}
+
+// findContext takes the device's context from librdmacm, so that an rdma_cm
+// connection service (which only works on librdmacm's contexts) shares it.
+func (d *Device) findContext() error {
+	var n C.int
+	list, err := C.rdma_get_devices(&n)
+	if list == nil {
+		return fmt.Errorf("%w (is the rdma_ucm module loaded, and /dev/infiniband/rdma_cm readable?)", verbError("rdma_get_devices", cgoErrno(err)))
+	}
+	d.list = list
+	var names []string
+	for _, ctx := range unsafe.Slice(list, int(n)) {
+		name := C.GoString(C.ibv_get_device_name(ctx.device))
+		if name == d.cfg.Device {
+			d.ctx = ctx
+			return nil
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("verbs: no RDMA device %q: this host has none", d.cfg.Device)
+	}
+	return fmt.Errorf("verbs: no RDMA device %q (have %s)", d.cfg.Device, strings.Join(names, ", "))
+}
+
+// Name returns the rdma-core device name.
+func (d *Device) Name() string { return d.cfg.Device }
+
+// Port returns the port attributes.
+func (d *Device) Port() ib.PortAttr {
+	p := d.port
+	p.PKeys = append([]ib.PKey(nil), d.port.PKeys...)
+	return p
+}
+
+// MADs is not available on hardware: the kernel's CM owns QP1.
+func (d *Device) MADs() (ib.MADService, error) {
+	return nil, errors.New("verbs: no MAD service on rdma-core adapters: the kernel's CM owns QP1; connections go through librdmacm (the verbs connection service), not the cm engine")
+}
+
+// track records an object so that Close can release it; false after Close.
+func (d *Device) track(add func()) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return false
+	}
+	add()
+	return true
+}
+
+func (d *Device) untrack(remove func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	remove()
+}
+
+// Close stops the async event goroutine and releases every object still
+// open, dependants first: QPs (their outstanding work completes as
+// flushed), SRQs, address handles, CQs, memory regions, then the protection
+// domain and librdmacm's device list.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed.Swap(true) {
+		d.mu.Unlock()
+		return nil
+	}
+	qps, srqs, ahs, cqs, mrs := keys(d.qps), values(d.srqs), keys(d.ahs), keys(d.cqs), keys(d.mrs)
+	d.mu.Unlock()
+	if d.async != nil {
+		d.async.stop() // before the objects go: it looks them up
+		d.async = nil
+	}
+	var errs []error
+	for _, q := range qps {
+		errs = append(errs, q.Close())
+	}
+	for _, s := range srqs {
+		errs = append(errs, s.Close())
+	}
+	for _, a := range ahs {
+		errs = append(errs, a.Close())
+	}
+	for _, c := range cqs {
+		errs = append(errs, c.Close())
+	}
+	for _, m := range mrs {
+		errs = append(errs, m.Close())
+	}
+	errs = append(errs, d.release())
+	return errors.Join(errs...)
+}
+
+// release frees what Open acquired.
+func (d *Device) release() error {
+	var errs []error
+	if d.async != nil {
+		d.async.stop()
+		d.async = nil
+	}
+	d.groups.close()
+	if d.pd != nil {
+		if rc := C.ibv_dealloc_pd(d.pd); rc != 0 {
+			errs = append(errs, verbError("ibv_dealloc_pd", errnoValue(rc)))
+		}
+		d.pd = nil
+	}
+	if d.list != nil {
+		C.rdma_free_devices(d.list)
+		d.list, d.ctx = nil, nil
+	}
+	return errors.Join(errs...)
+}
+
+func keys[K comparable, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func values[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}

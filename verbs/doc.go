@@ -1,0 +1,13 @@
+// Package verbs is the hardware provider of the ib interfaces: InfiniBand and
+// RoCE adapters driven through rdma-core (libibverbs, with librdmacm handing
+// out the device contexts so that its connection service shares them).
+//
+// The provider is cgo and builds only with the tag rdma (and libibverbs-dev,
+// librdmacm-dev installed). Without the tag Open reports how to rebuild, so
+// the default build stays pure Go.
+//
+// Per packet the provider neither allocates nor takes a channel operation:
+// work requests are staged in C memory owned by each queue, the adapter's
+// wr_id names an entry of a preallocated table (see wrid.go), and completion
+// queues are drained in batches into a C array owned by the queue.
+package verbs

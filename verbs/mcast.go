@@ -1,0 +1,171 @@
+//go:build rdma
+
+package verbs
+
+/*
+#include <infiniband/verbs.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// isMulticastGID reports whether g names a group: an IB/IPv6 multicast GID
+// (ff00::/8) or, on RoCEv2 over IPv4, an IPv4-mapped multicast address.
+func isMulticastGID(g ib.GID) bool {
+	return g.IsMulticast() || g.IsIPv4Mapped() && g.Addr().IsMulticast()
+}
+
+// AttachMulticast makes a UD QP receive datagrams sent to mgid. On RoCE
+// the port's network interface also joins the IP group: an adapter that
+// receives through the host's IP stack (soft-RoCE) gets no group traffic
+// the stack is not a member of. rdma_cm makes the same join (IGMP) for
+// its multicast on RoCE.
+func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
+	q, err := d.udQP(iq, mgid)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ib.ErrClosed
+	}
+	mgid = wireGID(d.port.GID, mgid)
+	g := mgid
+	if rc := C.ibv_attach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), 0); rc != 0 {
+		return verbError(fmt.Sprintf("ibv_attach_mcast QP %v to %v", q.num, mgid), errnoValue(rc))
+	}
+	if d.ethernet {
+		// Best effort: the attach is what the adapter needs; an interface
+		// without IPv6 cannot join an IPv6 group and must not fail IPv4.
+		if err := d.groups.join(mgid); err != nil {
+			d.ctr.ipJoinErrors.Add(1)
+			slog.Warn("verbs: joining the IP multicast group failed; soft-RoCE will not deliver the group's traffic", "device", d.cfg.Device, "mgid", mgid, "err", err)
+		}
+	}
+	return nil
+}
+
+// DetachMulticast undoes AttachMulticast.
+func (d *Device) DetachMulticast(iq ib.QP, mgid ib.GID) error {
+	q, err := d.udQP(iq, mgid)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ib.ErrClosed
+	}
+	mgid = wireGID(d.port.GID, mgid)
+	g := mgid
+	if rc := C.ibv_detach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), 0); rc != 0 {
+		return verbError(fmt.Sprintf("ibv_detach_mcast QP %v from %v", q.num, mgid), errnoValue(rc))
+	}
+	if d.ethernet {
+		d.groups.leave(mgid)
+	}
+	return nil
+}
+
+func (d *Device) udQP(iq ib.QP, mgid ib.GID) (*qp, error) {
+	q, ok := iq.(*qp)
+	if !ok || q.dev != d {
+		return nil, errForeignQP
+	}
+	if q.typ != ib.UD {
+		return nil, fmt.Errorf("verbs: multicast needs a UD QP, not %v", q.typ)
+	}
+	if !isMulticastGID(mgid) {
+		return nil, fmt.Errorf("verbs: %v is not a multicast GID", mgid)
+	}
+	return q, nil
+}
+
+// ipGroups holds the port interface's IP multicast memberships, one socket
+// per group (a socket holds at most igmp_max_memberships, 20 by default),
+// counted per attach.
+type ipGroups struct {
+	ifindex int // 0: unknown, no memberships are made
+
+	mu   sync.Mutex
+	refs map[ib.GID]*ipGroup
+}
+
+type ipGroup struct {
+	fd   int
+	refs int
+}
+
+func (g *ipGroups) join(mgid ib.GID) error {
+	if g.ifindex == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m := g.refs[mgid]; m != nil {
+		m.refs++
+		return nil
+	}
+	fd, err := joinIPGroup(mgid, g.ifindex)
+	if err != nil {
+		return fmt.Errorf("verbs: joining IP group %v on interface %d: %w", mgid.Addr(), g.ifindex, err)
+	}
+	g.refs[mgid] = &ipGroup{fd: fd, refs: 1}
+	return nil
+}
+
+func (g *ipGroups) leave(mgid ib.GID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := g.refs[mgid]
+	if m == nil {
+		return
+	}
+	if m.refs--; m.refs == 0 {
+		unix.Close(m.fd) // the membership ends with the socket
+		delete(g.refs, mgid)
+	}
+}
+
+func (g *ipGroups) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, m := range g.refs {
+		unix.Close(m.fd)
+		delete(g.refs, k)
+	}
+}
+
+// joinIPGroup opens a datagram socket that is a member of the group on the
+// interface and returns it.
+func joinIPGroup(mgid ib.GID, ifindex int) (int, error) {
+	a := mgid.Addr()
+	family := unix.AF_INET6
+	if a.Is4() {
+		family = unix.AF_INET
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if a.Is4() {
+		err = unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, &unix.IPMreqn{Multiaddr: a.As4(), Ifindex: int32(ifindex)})
+	} else {
+		err = unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, &unix.IPv6Mreq{Multiaddr: a.As16(), Interface: uint32(ifindex)})
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
