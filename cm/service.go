@@ -53,6 +53,9 @@ type PolledService interface {
 
 var _ Service = (*Engine)(nil)
 
+// String says what the daemon shows as its connection service.
+func (e *Engine) String() string { return "ipoibd's CM engine, MADs on QP1" }
+
 // Counters returns the engine's counters under the names the daemon shows
 // (with a "cm_" prefix).
 func (e *Engine) Counters() []ib.Counter {

@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -21,6 +22,7 @@ type Info struct {
 	Mode      string   `json:"mode"`
 	CMModes   string   `json:"cm_modes,omitempty"`
 	Policy    string   `json:"cm_policy,omitempty"`
+	CM        string   `json:"cm,omitempty"` // the connection service in use
 	MTU       int      `json:"mtu"`
 	UDMTU     int      `json:"ud_mtu"`
 	IBMTU     int      `json:"ib_mtu"`
@@ -81,6 +83,7 @@ func (i *Interface) Show() Info {
 			}
 			info.CMModes, info.Policy = strings.Join(modes, ","), i.cfg.Policy.String()
 			info.Conns = len(i.mgr.Connections())
+			info.CM = fmt.Sprint(i.mgr.Service())
 		}
 	})
 	return info

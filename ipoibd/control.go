@@ -156,6 +156,7 @@ func printTable(cmd string, raw json.RawMessage) error {
 		fmt.Fprintf(w, "    gid %s pkey %s\n", i.GID, i.PKey)
 		if i.CMModes != "" {
 			fmt.Fprintf(w, "    cm modes %s policy %s, %d connections\n", i.CMModes, i.Policy, i.Conns)
+			fmt.Fprintf(w, "    cm %s\n", i.CM)
 		}
 		for _, a := range i.Addrs {
 			fmt.Fprintf(w, "    inet %s\n", a)
