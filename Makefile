@@ -4,7 +4,7 @@ GO ?= go
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: build test lint fuzz bench demo deps install uninstall
+.PHONY: build test testbed lint fuzz bench demo deps install uninstall
 
 build:
 	$(GO) build ./...
@@ -17,9 +17,15 @@ lint: deps
 	scripts/lint.sh
 
 # Unit tests with the fuzz seed corpora, the tshark wire check and the
-# end-to-end tests (root: they make TUN devices and network namespaces).
+# end-to-end tests (root: they make TUN devices and network namespaces),
+# then the real-kernel RDMA test bed.
 test: lint
 	$(GO) test -count=1 ./...
+	GO=$(GO) scripts/rxe-testbed.sh
+
+# Debian's kernel under QEMU with two soft-RoCE devices (root; TESTBED_SKIP=1 skips).
+testbed:
+	GO=$(GO) scripts/rxe-testbed.sh
 
 fuzz:
 	scripts/fuzz.sh

@@ -13,6 +13,15 @@ command -v ping >/dev/null || need_apt+=(iputils-ping)
 command -v tracepath >/dev/null || need_apt+=(iputils-tracepath)
 command -v iperf3 >/dev/null || need_apt+=(iperf3)
 command -v socat >/dev/null || need_apt+=(socat)
+# The rxe test bed (scripts/rxe-testbed.sh) and cgo in verbs/ (go vet -tags rdma);
+# not for `deps.sh runtime`, the demo needs none of it.
+if [ "${1:-}" != runtime ]; then
+	command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
+	command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+	command -v cpio >/dev/null || need_apt+=(cpio)
+	[ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+	[ -e /usr/include/rdma/rdma_cma.h ] || need_apt+=(librdmacm-dev)
+fi
 if ((${#need_apt[@]})); then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: need ${need_apt[*]}; run as root (sudo make test) so they can be installed" >&2
