@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +64,9 @@ type Config struct {
 	Name   string
 	Device ib.Device
 	Addrs  []netip.Prefix
+	// PKey is the partition (default: the port's first P_Key); it must be
+	// in the port's P_Key table.
+	PKey   ib.PKey
 	Mode   Mode
 	RC, UC bool // connected modes offered in our link address (default RC)
 	Policy cm.Policy
@@ -164,8 +168,19 @@ func New(cfg Config) (_ *Interface, err error) {
 		cfg.Log = slog.Default()
 	}
 	port := cfg.Device.Port()
+	if len(port.PKeys) == 0 {
+		return nil, errors.New("ipoib: the port has an empty P_Key table")
+	}
+	pkey := port.PKeys[0]
+	if cfg.PKey != 0 {
+		// Membership type aside, the partition must be in the port's table.
+		if !slices.ContainsFunc(port.PKeys, func(p ib.PKey) bool { return p|0x8000 == cfg.PKey|0x8000 }) {
+			return nil, fmt.Errorf("ipoib: P_Key %v is not in the port's P_Key table %v", cfg.PKey, port.PKeys)
+		}
+		pkey = cfg.PKey
+	}
 	i := &Interface{
-		cfg: cfg, dev: cfg.Device, port: port, pkey: port.PKeys[0],
+		cfg: cfg, dev: cfg.Device, port: port, pkey: pkey,
 		udMTU:    ud.MTUForIB(port.ActiveMTU),
 		pending:  make(chan pendingPacket, 1024),
 		wantConn: make(chan *neigh.Entry, 256),

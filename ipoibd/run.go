@@ -16,6 +16,7 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/verbs"
 	"github.com/spf13/pflag"
 )
 
@@ -175,7 +176,26 @@ func (o *options) config() (ipoib.Config, ib.Device, error) {
 		cfg.Device = dev
 		return cfg, dev, nil
 	case "verbs":
-		return cfg, nil, errors.New("--provider verbs: this binary was built without rdma-core support (build with -tags rdma)")
+		if o.underlay != "" {
+			return cfg, nil, errors.New("--underlay is for --provider softib; verbs uses the adapter's own port (--device, --port)")
+		}
+		if o.device == "" {
+			return cfg, nil, errors.New("--device is required with --provider verbs: the RDMA device, e.g. mlx5_0 (ibv_devices lists them)")
+		}
+		if o.port < 1 || o.port > 255 {
+			return cfg, nil, fmt.Errorf("--port %d: want 1-255", o.port)
+		}
+		dev, err := verbs.Open(verbs.Config{Device: o.device, Port: o.port, GIDIndex: -1})
+		if err != nil {
+			return cfg, nil, err
+		}
+		cfg.Device, cfg.PKey = dev, pkey
+		// On hardware the kernel's CM owns QP1: connections go through
+		// librdmacm.
+		cfg.ConnService = func(events func(cm.Event)) (cm.Service, error) {
+			return verbs.NewConnService(dev, events)
+		}
+		return cfg, dev, nil
 	}
 	return cfg, nil, fmt.Errorf("--provider %q: want softib or verbs", o.provider)
 }

@@ -53,7 +53,7 @@ GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers iproute2 kmod
 KEY_PKGS=("${GUEST_PKGS[@]}" libc6 libibverbs1 librdmacm1)
 # Module subset (relative to /lib/modules/KVER/kernel): RDMA plus what rxe and
 # rdma_cm pull in (udp tunnels, crc32 crypto, configfs).
-MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/configfs drivers/net/veth.ko)
+MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/configfs drivers/net/veth.ko drivers/net/tun.ko)
 
 cd "$(dirname "$0")/.."
 
@@ -178,7 +178,7 @@ build_image() {
 	cp -a "$kmod"/modules.order "$kmod"/modules.builtin* "$root/lib/modules/$KVER/"
 	# No -F System.map: the package's is a stub.
 	depmod -b "$root" "$KVER"
-	modprobe -d "$root" -S "$KVER" -n -a veth rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic configfs ||
+	modprobe -d "$root" -S "$KVER" -n -a veth tun rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic configfs ||
 		die "module subset is incomplete"
 	# Prune what a test VM never reads.
 	rm -rf "${root:?}"/usr/share/{doc,man,info,locale,lintian,linda,bug} \
@@ -310,9 +310,11 @@ run() {
 
 setup() {
 	local s
-	run modprobe -a veth rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic || return
+	run modprobe -a veth tun rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic || return
 	run ip link set lo up || return
-	run ip link add va type veth peer name vb || return
+	# MTU 9000: rxe's active MTU is the largest IB MTU that fits the netdev
+	# (1024 at 1500), and 4096 gives IPoIB a UD MTU above IPv6's 1280.
+	run ip link add va mtu 9000 type veth peer name vb mtu 9000 || return
 	run ip addr add $A/24 dev va || return
 	run ip addr add $B/24 dev vb || return
 	run ip link set va up || return

@@ -91,7 +91,9 @@ func Open(cfg Config) (*Device, error) {
 	// network namespace: netlink goes through a handle bound to this one.
 	ns, err := netns.Get()
 	if err == nil {
-		d.nl, err = netlink.NewHandleAt(ns)
+		// Routing only: a handle for every family would fail on kernels
+		// without XFRM (minimal guests, some containers).
+		d.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 		ns.Close()
 	}
 	if err != nil {

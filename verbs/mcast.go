@@ -40,6 +40,11 @@ func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
 		return ib.ErrClosed
 	}
 	mgid = wireGID(d.port.GID, mgid)
+	if q.groups[mgid] > 0 {
+		// Two IPoIB groups may hash to one IPv4 group: attach once.
+		q.groups[mgid]++
+		return nil
+	}
 	g := mgid
 	if rc := C.ibv_attach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), 0); rc != 0 {
 		return verbError(fmt.Sprintf("ibv_attach_mcast QP %v to %v", q.num, mgid), errnoValue(rc))
@@ -52,6 +57,10 @@ func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
 			slog.Warn("verbs: joining the IP multicast group failed; soft-RoCE will not deliver the group's traffic", "device", d.cfg.Device, "mgid", mgid, "err", err)
 		}
 	}
+	if q.groups == nil {
+		q.groups = map[ib.GID]int{}
+	}
+	q.groups[mgid] = 1
 	return nil
 }
 
@@ -67,14 +76,34 @@ func (d *Device) DetachMulticast(iq ib.QP, mgid ib.GID) error {
 		return ib.ErrClosed
 	}
 	mgid = wireGID(d.port.GID, mgid)
+	switch q.groups[mgid] {
+	case 0:
+		return fmt.Errorf("verbs: QP %v is not attached to %v", q.num, mgid)
+	case 1:
+		return q.detachLocked(mgid)
+	}
+	q.groups[mgid]--
+	return nil
+}
+
+// detachLocked leaves one group for good; q.mu is held.
+func (q *qp) detachLocked(mgid ib.GID) error {
 	g := mgid
 	if rc := C.ibv_detach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), 0); rc != 0 {
 		return verbError(fmt.Sprintf("ibv_detach_mcast QP %v from %v", q.num, mgid), errnoValue(rc))
 	}
-	if d.ethernet {
-		d.groups.leave(mgid)
+	delete(q.groups, mgid)
+	if q.dev.ethernet {
+		q.dev.groups.leave(mgid)
 	}
 	return nil
+}
+
+// detachAllLocked leaves every group before the QP is destroyed; q.mu is held.
+func (q *qp) detachAllLocked() {
+	for mgid := range q.groups {
+		_ = q.detachLocked(mgid)
+	}
 }
 
 func (d *Device) udQP(iq ib.QP, mgid ib.GID) (*qp, error) {

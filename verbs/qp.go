@@ -45,9 +45,10 @@ type qp struct {
 	sendStats, recvStats queueStats
 	asyncErrors          atomic.Uint64
 
-	mu     sync.Mutex // Modify, State, Close
+	mu     sync.Mutex // Modify, State, Close, multicast
 	state  ib.QPState // last state set (the adapter may have moved to ERROR since)
 	closed bool
+	groups map[ib.GID]int // attached multicast GIDs (as sent on the wire), by attach count
 }
 
 var qpTypes = map[ib.QPType]C.enum_ibv_qp_type{ib.RC: C.IBV_QPT_RC, ib.UC: C.IBV_QPT_UC, ib.UD: C.IBV_QPT_UD}
@@ -233,6 +234,8 @@ func (q *qp) Close() error {
 		_ = q.moveTo(C.IBV_QPS_ERR)
 	}
 	q.state = ib.StateError
+	// The kernel refuses to destroy a QP that is still attached to a group.
+	q.detachAllLocked()
 	q.sendCQ.drain()
 	q.recvCQ.drain()
 	rc := C.ibv_destroy_qp(q.qp)

@@ -313,7 +313,7 @@ func TestUDMulticast(t *testing.T) {
 		}
 	}
 	// Each member receives the other's datagram; its own may come back too
-	// (IP multicast loopback), which the receiver ignores by source QPN.
+	// (IP multicast loopback), which the receiver ignores by source QPN and GID.
 	for i, s := range ends {
 		peer := ends[1-i]
 		got := false
@@ -322,7 +322,9 @@ func TestUDMulticast(t *testing.T) {
 			if c.Status != ib.WCSuccess {
 				t.Fatalf("%s: multicast receive %v", s.e.dev.Name(), c.Status)
 			}
-			if c.SrcQPN == s.q.Num() {
+			// Both devices number their QPs alike: our own copy is the one
+			// from our QPN and our GID.
+			if c.SrcQPN == s.q.Num() && c.SrcGID == s.e.port().GID {
 				continue
 			}
 			got = true

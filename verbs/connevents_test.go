@@ -1,0 +1,74 @@
+package verbs
+
+import (
+	"testing"
+
+	"github.com/ipoibd/ipoibd/cm"
+)
+
+func TestCMEventNames(t *testing.T) {
+	seen := map[string]bool{}
+	for ty, name := range cmEventNames {
+		if name == "" || seen[name] {
+			t.Errorf("event type %d: name %q empty or repeated", ty, name)
+		}
+		seen[name] = true
+	}
+	if cmEventNames[evTimewaitExit] != "timewait_exit" || cmEventNames[evConnectRequest] != "connect_request" {
+		t.Error("names out of order")
+	}
+}
+
+// The masks the kernel CM returns: RC carries the responder and retry
+// attributes, UC only the PSNs (and path), XRC targets a mix.
+func TestTransportOf(t *testing.T) {
+	const (
+		rtrBase = 1 | 1<<7 | 1<<8 | 1<<12 | 1<<20 // STATE AV PATH_MTU RQ_PSN DEST_QPN
+		rtsBase = 1 | 1<<16                       // STATE SQ_PSN
+	)
+	for _, tt := range []struct {
+		name     string
+		rtr, rts int
+		tr       cm.TransportType
+		ok       bool
+	}{
+		{"RC", rtrBase | qpMaxDestRDAtomic | qpMinRNRTimer, rtsBase | qpRetryCnt | qpRNRRetry | 1<<13 | qpTimeout, cm.TransportRC, true},
+		{"UC", rtrBase, rtsBase, cm.TransportUC, true},
+		{"XRC target", rtrBase | qpMaxDestRDAtomic | qpMinRNRTimer, rtsBase | qpTimeout, 0, false},
+		{"half RC", rtrBase | qpMinRNRTimer, rtsBase | qpRetryCnt | qpRNRRetry, 0, false},
+	} {
+		tr, ok := transportOf(tt.rtr, tt.rts)
+		if ok != tt.ok || (ok && tr != tt.tr) {
+			t.Errorf("%s: transportOf = %v, %v; want %v, %v", tt.name, tr, ok, tt.tr, tt.ok)
+		}
+	}
+}
+
+func TestConnCounters(t *testing.T) {
+	var c connCounters
+	c.event(evConnectRequest)
+	c.event(evConnectRequest)
+	c.event(99)
+	c.fail("rdma_reject")
+	c.fail("rdma_connect")
+	c.fail("rdma_reject")
+	c.add(&c.refused)
+	c.gauges(3, 1)
+	got := map[string]uint64{}
+	var order []string
+	for _, x := range c.snapshot() {
+		got[x.Name] = x.Value
+		order = append(order, x.Name)
+	}
+	for name, want := range map[string]uint64{
+		"ev_connect_request": 2, "ev_timewait_exit": 0, "ev_unknown": 1,
+		"err_rdma_reject": 2, "err_rdma_connect": 1, "requests_refused": 1, "conns": 3, "conns_half_open": 1,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %d (present %v), want %d", name, v, ok, want)
+		}
+	}
+	if order[numCMEvents] != "err_rdma_connect" || order[numCMEvents+1] != "err_rdma_reject" {
+		t.Errorf("failed calls not sorted after the events: %v", order)
+	}
+}

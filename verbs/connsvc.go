@@ -1,0 +1,325 @@
+//go:build rdma
+
+package verbs
+
+/*
+#include <rdma/rdma_cma.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// ConnService is the kernel's IB CM reached through librdmacm: the
+// connection service the cm.Manager runs on with rdma-core adapters (the
+// kernel owns QP1, so the cm.Engine cannot). It works on its Device's
+// context, which librdmacm handed out, so its ids and the Manager's QPs
+// share it. The QPs stay the Manager's: librdmacm only carries their
+// numbers, and the Manager moves them to RTS itself with the attributes
+// the kernel CM reports (rdma_init_qp_attr), which is what makes both
+// sides agree on PSNs and path MTU.
+//
+// Like the Engine it is driven by one goroutine: its owner waits on Wake
+// and calls Poll, which reports events; every other method is called on
+// that goroutine too (String and Counters excepted). Addressing is in
+// connaddr.go.
+type ConnService struct {
+	dev    *Device
+	events func(cm.Event)
+	mode   addrMode
+	scope  int     // IPv6 link-local: the GID's interface
+	pkey   ib.PKey // AF_IB addresses: the port's default partition
+
+	ch    *C.struct_rdma_event_channel
+	watch *fdWatcher
+	wake  chan struct{}
+
+	info      sync.Mutex // listener, serviceID, port: String reads them from other goroutines
+	listener  cmID
+	serviceID uint64
+	port      uint16
+
+	byID     map[cmID]*conn
+	byConn   map[*cm.Conn]*conn
+	halfOpen int
+	later    []cm.Event  // reports for the next Poll, from calls that must not report themselves
+	ev       *cmEventBuf // its own allocation: cgo checks the whole object a pointer points into
+	ctr      connCounters
+	closed   bool
+}
+
+var _ cm.PolledService = (*ConnService)(nil)
+
+// conn is one rdma_cm id and the connection it carries.
+type conn struct {
+	id   cmID
+	c    *cm.Conn
+	step connStep
+	priv []byte // the REQ's private data, kept until rdma_connect
+}
+
+// connStep is where an outgoing connection is before its REQ is sent.
+type connStep uint8
+
+const (
+	stepSent  connStep = iota // REQ sent, or a passive connection
+	stepAddr                  // rdma_resolve_addr under way
+	stepRoute                 // rdma_resolve_route under way
+)
+
+// Limits, as the Engine's defaults: beyond them a REQ is refused and
+// Connect fails with cm.ErrTooMany.
+const (
+	maxConns    = 4096
+	maxHalfOpen = 256
+)
+
+const (
+	resolveMs   = 5000 // address and route resolution (generous: test beds run under emulation)
+	cmPollBatch = 64   // events per Poll before the owner gets a turn
+	qpTypeAny   = 0    // a listener for any QP type (cma_ib_check_req_qp_type)
+)
+
+// NewConnService makes the kernel CM connection service on dev, a device of
+// this package; events gets the connection events, from Poll only.
+func NewConnService(dev ib.Device, events func(cm.Event)) (cm.Service, error) {
+	s, err := newConnService(dev, events)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newConnService(dev ib.Device, events func(cm.Event)) (*ConnService, error) {
+	d, ok := dev.(*Device)
+	if !ok {
+		return nil, fmt.Errorf("verbs: the kernel CM service runs on a device of this provider, not %T", dev)
+	}
+	if events == nil {
+		return nil, errors.New("verbs: the kernel CM service needs an events function")
+	}
+	if d.closed.Load() {
+		return nil, ib.ErrClosed
+	}
+	port := d.Port()
+	s := &ConnService{
+		dev: d, events: events, mode: modeFor(d.ethernet, port.GID), pkey: port.PKeys[0],
+		wake: make(chan struct{}, 1), byID: map[cmID]*conn{}, byConn: map[*cm.Conn]*conn{}, ev: new(cmEventBuf),
+	}
+	if s.mode == modeIPv6 && port.GID.Addr().IsLinkLocalUnicast() {
+		s.scope = d.ifindex
+	}
+	ch, err := C.rdma_create_event_channel()
+	if ch == nil {
+		return nil, fmt.Errorf("%w (is the rdma_ucm module loaded, and /dev/infiniband/rdma_cm readable?)", verbError("rdma_create_event_channel", cgoErrno(err)))
+	}
+	s.ch = ch
+	if s.watch, err = watchFD(int(ch.fd), d.cfg.Device+" rdma_cm events", s.signal); err != nil {
+		C.rdma_destroy_event_channel(ch)
+		return nil, err
+	}
+	return s, nil
+}
+
+// signal is the watcher's drain function: it only wakes the owner, whose
+// Poll takes the events. That is enough for the runtime poller, which
+// waits edge-triggered: the kernel wakes the channel's pollers for every
+// event it queues (ucma_event_handler), so an event that arrives after
+// Poll's last read wakes the watcher again.
+func (s *ConnService) signal() bool {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return false
+}
+
+// Wake is signalled when events are pending.
+func (s *ConnService) Wake() <-chan struct{} { return s.wake }
+
+// addr is our address (port 0: any) or a peer's.
+func (s *ConnService) addr(gid ib.GID, port uint16) *sockaddr {
+	return addrFor(s.mode, gid, port, s.scope, s.pkey)
+}
+
+// checkDevice makes sure rdma_cm put an id on our device and port: with IP
+// addresses it picks the device by the address and route, and a wrong
+// route (two RoCE devices on one host) silently uses the other one.
+func (s *ConnService) checkDevice(id cmID) error {
+	if id.verbs == s.dev.ctx && uint8(id.port_num) == s.dev.portNum {
+		return nil
+	}
+	other := "no device"
+	if id.verbs != nil {
+		other = fmt.Sprintf("%s port %d", C.GoString(C.ibv_get_device_name(id.verbs.device)), id.port_num)
+	}
+	return fmt.Errorf("verbs: rdma_cm put the connection on %s, not %s port %d: check the routing of %v (on one host with two RoCE devices, policy routing must send each device's traffic out of its own interface)",
+		other, s.dev.cfg.Device, s.dev.portNum, s.dev.port.GID)
+}
+
+// Listen makes connection requests for an IPoIB-CM service ID reach the
+// events function, on the port the service ID maps to (connaddr.go).
+func (s *ConnService) Listen(serviceID uint64) error {
+	if s.closed {
+		return ib.ErrClosed
+	}
+	if s.listener != nil {
+		if serviceID == s.serviceID {
+			return nil
+		}
+		return fmt.Errorf("verbs: already listening for service ID %#x; one service listens once", s.serviceID)
+	}
+	port, err := servicePort(serviceID)
+	if err != nil {
+		return err
+	}
+	id, err := createID(s.ch, s.addr(s.dev.port.GID, port), qpTypeAny)
+	if err != nil {
+		s.ctr.fail("rdma_create_ep")
+		return fmt.Errorf("%w (binding %s %v port %d%s)", err, s.mode, s.dev.port.GID, port, s.listenHint(err))
+	}
+	if err := s.checkDevice(id); err != nil {
+		s.destroy(id)
+		return err
+	}
+	if err := listenOn(id, maxHalfOpen); err != nil {
+		s.ctr.fail("rdma_listen")
+		s.destroy(id)
+		return err
+	}
+	s.info.Lock()
+	s.listener, s.serviceID, s.port = id, serviceID, port
+	s.info.Unlock()
+	return nil
+}
+
+func (s *ConnService) listenHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return ": another interface on this address listens on the same port (UD QPNs 64512 apart share one)"
+	case s.mode == modeIB && errors.Is(err, syscall.EINVAL):
+		return ": AF_IB needs librdmacm and a kernel with AF_IB support"
+	}
+	return ""
+}
+
+// Next is zero: the kernel runs the CM's timers.
+func (s *ConnService) Next() time.Time { return time.Time{} }
+
+// Expire does nothing: the kernel runs the CM's timers.
+func (s *ConnService) Expire(now time.Time) {}
+
+// Counters returns events by type, failed librdmacm calls by name and the
+// connection gauges.
+func (s *ConnService) Counters() []ib.Counter { return s.ctr.snapshot() }
+
+// String names what is in use, e.g. "kernel CM via librdmacm on rxe0
+// port 1, AF_INET (RoCE) 192.0.2.1, RDMA_PS_IB port 1041 for IPoIB
+// service ID 0x1000000000000011".
+func (s *ConnService) String() string {
+	gid := s.dev.port.GID
+	addr := gid.String()
+	if s.mode == modeIPv4 {
+		addr = gid.Addr().String()
+	}
+	out := fmt.Sprintf("kernel CM via librdmacm on %s port %d, %s %s", s.dev.cfg.Device, s.dev.portNum, s.mode, addr)
+	s.info.Lock()
+	defer s.info.Unlock()
+	switch {
+	case s.listener == nil:
+		return out + ", not listening"
+	case s.mode == modeIB:
+		return out + fmt.Sprintf(", service ID %#016x (RDMA_PS_IB port %d) for IPoIB service ID %#x", sidOf(s.port), s.port, s.serviceID)
+	}
+	return out + fmt.Sprintf(", RDMA_PS_IB port %d for IPoIB service ID %#x", s.port, s.serviceID)
+}
+
+// Close destroys every id, the listener and the event channel; the Manager
+// is closed first. It is idempotent.
+func (s *ConnService) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.watch.stop()
+	var errs []error
+	for _, cn := range s.byID {
+		errs = append(errs, s.destroy(cn.id))
+		cn.c.State = cm.StateIdle
+	}
+	clear(s.byID)
+	clear(s.byConn)
+	s.halfOpen, s.later = 0, nil
+	s.ctr.gauges(0, 0)
+	s.info.Lock()
+	if s.listener != nil {
+		errs = append(errs, s.destroy(s.listener))
+		s.listener = nil
+	}
+	s.info.Unlock()
+	C.rdma_destroy_event_channel(s.ch)
+	return errors.Join(errs...)
+}
+
+// add records a new connection in state st.
+func (s *ConnService) add(cn *conn, st cm.State) {
+	s.byID[cn.id] = cn
+	s.byConn[cn.c] = cn
+	s.setState(cn, st)
+}
+
+// setState moves a connection to st, keeping the half-open count.
+func (s *ConnService) setState(cn *conn, st cm.State) {
+	if halfOpen(cn.c.State) {
+		s.halfOpen--
+	}
+	cn.c.State = st
+	if halfOpen(st) {
+		s.halfOpen++
+	}
+	s.ctr.gauges(len(s.byID), s.halfOpen)
+}
+
+func halfOpen(st cm.State) bool {
+	switch st {
+	case cm.StateREQSent, cm.StateREQRcvd, cm.StateREPSent, cm.StateREPRcvd:
+		return true
+	}
+	return false
+}
+
+// forget destroys a connection's id and leaves it in StateIdle. Every event
+// read was acknowledged when read, so rdma_destroy_id never waits.
+func (s *ConnService) forget(cn *conn) {
+	if s.byID[cn.id] != cn {
+		return
+	}
+	delete(s.byID, cn.id)
+	delete(s.byConn, cn.c)
+	s.setState(cn, cm.StateIdle)
+	_ = s.destroy(cn.id)
+}
+
+func (s *ConnService) destroy(id cmID) error {
+	if err := destroyID(id); err != nil {
+		s.ctr.fail("rdma_destroy_id")
+		return err
+	}
+	return nil
+}
+
+func (s *ConnService) reject(cn *conn, private []byte) error {
+	if err := rejectID(cn.id, private); err != nil {
+		s.ctr.fail("rdma_reject")
+		return err
+	}
+	return nil
+}

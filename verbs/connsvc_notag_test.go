@@ -1,0 +1,17 @@
+//go:build !rdma
+
+package verbs
+
+import (
+	"strings"
+	"testing"
+)
+
+// A connected-mode daemon built without the tag must say how to get one
+// that has the kernel CM service.
+func TestNewConnServiceWithoutRDMA(t *testing.T) {
+	s, err := NewConnService(nil, nil)
+	if s != nil || err == nil || !strings.Contains(err.Error(), "-tags rdma") {
+		t.Fatalf("NewConnService = %v, %v; want no service and an error naming -tags rdma", s, err)
+	}
+}

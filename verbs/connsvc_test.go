@@ -1,0 +1,304 @@
+//go:build rdma
+
+package verbs
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// These tests run real cm.Managers on the kernel CM service, one per
+// device of the test bed (openPair), each driven as the daemon drives it: a
+// goroutine waits on Wake and polls under the Manager's lock.
+
+// node is one side: device, SRQ, UD QP (for the UD QPN), Manager, service.
+type node struct {
+	t     *testing.T
+	e     *end
+	srq   ib.SRQ
+	local ib.LinkAddr
+	svc   *ConnService
+
+	mu  sync.Mutex // the Manager's: the poll loop and the test take it
+	mgr *cm.Manager
+
+	up, down chan *cm.Connection
+	refused  chan string
+	polled   chan struct{} // a Poll ran (capacity one)
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func newNode(t *testing.T, e *end, uc bool) *node {
+	t.Helper()
+	n := &node{
+		t: t, e: e, up: make(chan *cm.Connection, 16), down: make(chan *cm.Connection, 16),
+		refused: make(chan string, 16), polled: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	var err error
+	// The device's Close releases the SRQ and every QP, after the Manager
+	// and the service are closed.
+	if n.srq, err = e.dev.CreateSRQ(ib.SRQAttr{MaxWR: 32}); err != nil {
+		t.Fatal(err)
+	}
+	ud := e.udQP(t)
+	n.local = ib.LinkAddr{Flags: ib.FlagRC | ib.FlagUC, QPN: ud.Num(), GID: e.port().GID}
+	n.mgr, err = cm.NewManager(cm.ManagerConfig{
+		Service: func(events func(cm.Event)) (cm.Service, error) {
+			s, err := NewConnService(e.dev, events)
+			if err == nil {
+				n.svc = s.(*ConnService)
+			}
+			return s, err
+		},
+		Engine:  cm.EngineConfig{PKey: e.port().PKeys[0]},
+		Local:   n.local,
+		Policy:  cm.PolicyRFC,
+		UC:      uc,
+		PathMTU: e.port().ActiveMTU,
+		QPs:     n,
+		Up:      func(c *cm.Connection) { n.up <- c },
+		Down:    func(c *cm.Connection, reason string) { n.down <- c },
+		Refused: func(peer ib.LinkAddr, reason string) { n.refused <- reason },
+	})
+	if err != nil {
+		t.Fatalf("%s: NewManager: %v", e.dev.Name(), err)
+	}
+	t.Logf("%s: %v", e.dev.Name(), n.svc)
+	go n.loop()
+	t.Cleanup(func() {
+		close(n.stop)
+		<-n.done
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.mgr.Close(time.Now())
+		if err := n.svc.Close(); err != nil {
+			t.Errorf("%s: service Close: %v", e.dev.Name(), err)
+		}
+		if err := n.svc.Close(); err != nil {
+			t.Errorf("%s: second service Close: %v", e.dev.Name(), err)
+		}
+	})
+	return n
+}
+
+// CreateQP is the Manager's QP factory: connected QPs on the node's SRQ.
+func (n *node) CreateQP(t ib.QPType) (ib.QP, error) {
+	return n.e.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: n.e.scq, RecvCQ: n.e.rcq, SRQ: n.srq, MaxSend: 64})
+}
+
+func (n *node) loop() {
+	defer close(n.done)
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.svc.Wake():
+			n.mu.Lock()
+			n.svc.Poll(time.Now())
+			n.mu.Unlock()
+			select {
+			case n.polled <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// connect asks the Manager for a connection to peer.
+func (n *node) connect(peer ib.LinkAddr) {
+	n.t.Helper()
+	n.mu.Lock()
+	ok, err := n.mgr.Connect(time.Now(), peer)
+	n.mu.Unlock()
+	if !ok || err != nil {
+		n.t.Fatalf("%s: Connect(%v) = %v, %v", n.e.dev.Name(), peer, ok, err)
+	}
+}
+
+// until waits, polls included, for cond (run under the Manager's lock).
+func (n *node) until(what string, cond func() bool) {
+	n.t.Helper()
+	deadline := time.After(waitFor)
+	for {
+		n.mu.Lock()
+		ok := cond()
+		n.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-n.polled:
+		case <-deadline:
+			n.t.Fatalf("%s: not %s within %v; counters %v", n.e.dev.Name(), what, waitFor, n.svc.Counters())
+		}
+	}
+}
+
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitFor):
+		t.Fatalf("no %s within %v", what, waitFor)
+		panic("unreachable")
+	}
+}
+
+// established returns the node's only connection if it is established.
+func (n *node) established() *cm.Connection {
+	cs := n.mgr.Connections()
+	if len(cs) != 1 || cs[0].State() != cm.StateEstablished {
+		return nil
+	}
+	return cs[0]
+}
+
+// send carries a 64 KiB message on from's connection to to's, through
+// to's SRQ.
+func send(t *testing.T, from, to *node, cf, ct *cm.Connection, seed int) {
+	t.Helper()
+	const size = 64 << 10
+	const slot = 20
+	if _, err := to.srq.PostRecv([]ib.RecvWR{{ID: slot, SGE: to.e.sge(slot, slotSize)}}); err != nil {
+		t.Fatal(err)
+	}
+	fill(from.e.buf(1)[:size], seed)
+	if _, err := cf.QP.PostSend([]ib.SendWR{{ID: 1, SGE: from.e.sge(1, size)}}); err != nil {
+		t.Fatal(err)
+	}
+	w := newWaiter(t)
+	if c := w.one(from.e.scq, "send"); c.Status != ib.WCSuccess || c.QPN != cf.QP.Num() {
+		t.Fatalf("%s: send completion %+v", from.e.dev.Name(), c)
+	}
+	c := w.one(to.e.rcq, "receive")
+	if c.Status != ib.WCSuccess || c.ID != slot || c.QPN != ct.QP.Num() || c.ByteLen != size {
+		t.Fatalf("%s: receive completion %+v, want %d octets on QP %v", to.e.dev.Name(), c, size, ct.QP.Num())
+	}
+	if !bytes.Equal(to.e.buf(slot)[:size], from.e.buf(1)[:size]) {
+		t.Fatalf("%s → %s: the message arrived changed", from.e.dev.Name(), to.e.dev.Name())
+	}
+}
+
+// checkPair checks that ca (on a) and cb (on b) are the two ends of one
+// connection, named by link addresses as IPoIB names them, and carry data
+// both ways.
+func checkPair(t *testing.T, a, b *node, ca, cb *cm.Connection, typ ib.QPType) {
+	t.Helper()
+	if ca.Peer.QPN != b.local.QPN || ca.Peer.GID != b.local.GID || cb.Peer.QPN != a.local.QPN || cb.Peer.GID != a.local.GID {
+		t.Errorf("peers %v and %v, want %v and %v (the GID must be the link address's)", ca.Peer, cb.Peer, b.local, a.local)
+	}
+	if ca.QP.Type() != typ || cb.QP.Type() != typ {
+		t.Errorf("QPs %v and %v, want %v", ca.QP.Type(), cb.QP.Type(), typ)
+	}
+	if ca.QP.State() != ib.StateRTS || cb.QP.State() != ib.StateRTS {
+		t.Errorf("QPs in %v and %v, want RTS", ca.QP.State(), cb.QP.State())
+	}
+	send(t, a, b, ca, cb, 1)
+	send(t, b, a, cb, ca, 2)
+}
+
+func TestConnServiceRC(t *testing.T) {
+	a, b := openPair(t)
+	na, nb := newNode(t, a, false), newNode(t, b, false)
+	na.connect(nb.local)
+	ca, cb := wait(t, na.up, "Up on "+a.dev.Name()), wait(t, nb.up, "Up on "+b.dev.Name())
+	if !ca.Outgoing || cb.Outgoing {
+		t.Errorf("outgoing: %v on the requester, %v on the listener", ca.Outgoing, cb.Outgoing)
+	}
+	checkPair(t, na, nb, ca, cb, ib.RC)
+	for _, n := range []*node{na, nb} {
+		cs := n.svc.Counters()
+		t.Logf("%s: %v", n.e.dev.Name(), cs)
+		if counter(cs, "conns") != 1 || counter(cs, "conns_half_open") != 0 {
+			t.Errorf("%s: gauges conns=%d half-open=%d, want 1 and 0", n.e.dev.Name(), counter(cs, "conns"), counter(cs, "conns_half_open"))
+		}
+	}
+}
+
+func TestConnServiceUC(t *testing.T) {
+	a, b := openPair(t)
+	na, nb := newNode(t, a, true), newNode(t, b, true)
+	if q, err := na.CreateQP(ib.UC); err != nil {
+		t.Skipf("%s: no UC QP on an SRQ: %v", a.dev.Name(), err)
+	} else {
+		q.Close()
+	}
+	na.connect(nb.local)
+	ca, cb := wait(t, na.up, "Up on "+a.dev.Name()), wait(t, nb.up, "Up on "+b.dev.Name())
+	checkPair(t, na, nb, ca, cb, ib.UC)
+}
+
+// Both sides connect at once: the kernel CM carries both REQs, and the
+// Managers' crossing rule leaves one connection.
+func TestConnServiceCrossing(t *testing.T) {
+	a, b := openPair(t)
+	na, nb := newNode(t, a, false), newNode(t, b, false)
+	na.connect(nb.local)
+	nb.connect(na.local)
+	var ca, cb *cm.Connection
+	na.until("left with one established connection", func() bool { ca = na.established(); return ca != nil })
+	nb.until("left with one established connection", func() bool { cb = nb.established(); return cb != nil })
+	if ca.Outgoing == cb.Outgoing {
+		t.Errorf("both ends say outgoing=%v", ca.Outgoing)
+	}
+	checkPair(t, na, nb, ca, cb, ib.RC)
+	for _, n := range []*node{na, nb} {
+		n.mu.Lock()
+		st, left := n.mgr.Stats, len(n.mgr.Connections())
+		n.mu.Unlock()
+		t.Logf("%s: %+v", n.e.dev.Name(), st)
+		if left != 1 || len(n.up) != 1 || len(n.down) != 0 {
+			t.Errorf("%s: %d connections, %d Up and %d Down callbacks; want 1, 1, 0", n.e.dev.Name(), left, len(n.up), len(n.down))
+		}
+	}
+}
+
+// A disconnects: B's connection goes down, and both sides forget theirs
+// when the kernel reports the end of timewait.
+func TestConnServiceDisconnect(t *testing.T) {
+	a, b := openPair(t)
+	na, nb := newNode(t, a, false), newNode(t, b, false)
+	na.connect(nb.local)
+	wait(t, na.up, "Up on "+a.dev.Name())
+	cb := wait(t, nb.up, "Up on "+b.dev.Name())
+	na.mu.Lock()
+	na.mgr.Disconnect(time.Now(), nb.local, "test")
+	na.mu.Unlock()
+	if got := wait(t, nb.down, "Down on "+b.dev.Name()); got != cb {
+		t.Errorf("Down for %v, want %v", got.Peer, cb.Peer)
+	}
+	for _, n := range []*node{na, nb} {
+		n.until("rid of the connection after timewait", func() bool { return len(n.mgr.Connections()) == 0 })
+		cs := n.svc.Counters()
+		if counter(cs, "ev_timewait_exit") != 1 || counter(cs, "conns") != 0 {
+			t.Errorf("%s: %d timewait exits, %d ids left; counters %v", n.e.dev.Name(), counter(cs, "ev_timewait_exit"), counter(cs, "conns"), cs)
+		}
+	}
+}
+
+// A REQ for a port nobody listens on is rejected (Invalid Service ID),
+// which the Manager reports as refused.
+func TestConnServiceRefused(t *testing.T) {
+	a, b := openPair(t)
+	na, nb := newNode(t, a, false), newNode(t, b, false)
+	nobody := nb.local
+	nobody.QPN++
+	na.connect(nobody)
+	reason := wait(t, na.refused, "Refused on "+a.dev.Name())
+	t.Logf("refused: %s", reason)
+	if !strings.Contains(reason, "rejected") && !strings.Contains(reason, "timeout") {
+		t.Errorf("refused for %q", reason)
+	}
+	na.until("rid of the attempt", func() bool { return len(na.mgr.Connections()) == 0 })
+	if len(nb.up) != 0 {
+		t.Errorf("%s accepted a connection for another service", b.dev.Name())
+	}
+}
