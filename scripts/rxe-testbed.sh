@@ -524,7 +524,7 @@ bad=""
 [ "$qrc" = 124 ] && bad+="QEMU timed out after ${TIMEOUT}s; "
 [ "$qrc" != 0 ] && [ "$qrc" != 124 ] && bad+="QEMU exit status $qrc; "
 ((npass + nfail > 0)) || bad+="no RESULT lines from the guest; "
-grep -qx 'TESTBED DONE' "$LOG" || bad+="the guest did not finish; "
+grep -q 'TESTBED DONE' "$LOG" || bad+="the guest did not finish; "
 if [ -n "$bad" ] || ((nfail + HOSTFAIL > 0)); then
 	echo "testbed: ---- last console lines ----"
 	grep -av '^RESULT ' "$LOG" | tail -n 40 | sed 's/^/testbed: | /'

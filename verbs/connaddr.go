@@ -29,8 +29,8 @@ import (
 // The peer derives the same port from the QPN in our link address, so the
 // RFC's rule "connect to the service ID of the destination's UD QPN" holds
 // in this mapped form. It does not interoperate with the Linux ipoib
-// driver, which listens on 0x1000000000000000 | QPN itself (but it can
-// share a port with it: the two service IDs differ).
+// driver, which listens on 0x1000000000000000 | QPN itself (though both
+// can run on one adapter port: their service IDs differ).
 
 // Port space values of librdmacm's rdma_cma.h (connabi.go checks them).
 const (
