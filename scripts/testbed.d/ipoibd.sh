@@ -46,11 +46,23 @@ stop_all() {
 	return $st
 }
 trap stop_all EXIT
-stopped() { # stopped MODE: the daemons' exit, as a check
+# stopped MODE: the daemons' exit, and nothing left behind in the kernel:
+# the rdma resource counts (PDs, CQs, QPs, MRs, cm_ids, contexts) are back
+# where they were before any daemon ran.
+stopped() {
 	if stop_all; then pass "$1-clean-exit"; else fail "$1-clean-exit" "a daemon exited with an error"; fi
+	local now
+	now=$(rdma resource show 2>&1)
+	if [ "$now" = "$baseline" ]; then
+		pass "$1-no-leaks"
+	else
+		fail "$1-no-leaks" "rdma resource show: before: $(echo $baseline) after: $(echo $now)"
+	fi
 }
 
 for ns in ipa ipb; do ip netns del "$ns" 2>/dev/null; ip netns add "$ns"; done
+baseline=$(rdma resource show 2>&1)
+echo "rdma resource show before the daemons: $baseline"
 
 # --- datagram mode: UD only (ARP/ND over the broadcast and solicited-node groups)
 mode=datagram
