@@ -256,6 +256,16 @@ type CQ interface {
 	Close() error
 }
 
+// CQHandler is a capability of CQs whose provider can run the consumer on
+// its own receive goroutine right after adding completions, instead of
+// waking the consumer's goroutine through Ready: one thread wake-up less
+// per packet, which costs 100-250 µs on a virtual machine. f drains the CQ
+// and must not block for long; Ready still fires for completions added
+// elsewhere (flushes), so a consumer keeps waiting on it too.
+type CQHandler interface {
+	SetHandler(f func())
+}
+
 // WCOpcode says what a completion completes.
 type WCOpcode uint8
 

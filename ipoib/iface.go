@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipoibd/ipoibd/cm"
@@ -127,6 +128,10 @@ type Interface struct {
 	wg     sync.WaitGroup
 	ctl    control // owned by the control goroutine
 	closed sync.Once
+
+	rxMu     sync.Mutex // drainRecv: the rx goroutine or the provider's
+	rxBuf    rxBuffers
+	stopping atomic.Bool // Close has begun: drainRecv no longer touches the TUN
 }
 
 type mcastDest struct {
@@ -379,6 +384,11 @@ func (i *Interface) Start() {
 	i.ctl.init(i)
 	i.wg.Add(3)
 	go func() { defer i.wg.Done(); i.txLoop() }()
+	if h, ok := i.recvCQ.(ib.CQHandler); ok {
+		// Run to completion on the provider's receive goroutine: no
+		// thread wake-up between the fabric and the TUN.
+		h.SetHandler(i.drainRecv)
+	}
 	go func() { defer i.wg.Done(); i.rxLoop() }()
 	go func() { defer i.wg.Done(); i.controlLoop() }()
 }
@@ -388,6 +398,9 @@ func (i *Interface) Start() {
 func (i *Interface) Close() {
 	i.closed.Do(func() {
 		i.do(func() { i.ctl.shutdown() })
+		i.rxMu.Lock() // a drain in progress finishes first
+		i.stopping.Store(true)
+		i.rxMu.Unlock()
 		close(i.done)
 		_ = i.tun.Close() // unblocks the TUN reader
 		i.wg.Wait()

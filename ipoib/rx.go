@@ -8,24 +8,35 @@ import (
 // rxBatch is how many completions one poll takes.
 const rxBatch = 64
 
-// rxLoop drains receive completions: IP packets go to the TUN straight from
-// their slot, ARP and ND are copied to the control goroutine, and every
-// slot is posted again, once per batch.
+// rxLoop drains receive completions whenever the CQ signals: IP packets go
+// to the TUN straight from their slot, ARP and ND are copied to the control
+// goroutine, and every slot is posted again, once per batch. A provider
+// that runs drainRecv itself (ib.CQHandler) signals only for completions
+// added outside its receive goroutine.
 func (i *Interface) rxLoop() {
-	var (
-		wc     [rxBatch]ib.Completion
-		udWRs  [rxBatch]ib.RecvWR
-		srqWRs [rxBatch]ib.RecvWR
-	)
+	for {
+		select {
+		case <-i.recvCQ.Ready():
+			i.drainRecv()
+		case <-i.done:
+			return
+		}
+	}
+}
+
+// drainRecv handles receive completions until the CQ is empty. It runs on
+// the rx goroutine or the provider's; rxMu keeps them apart.
+func (i *Interface) drainRecv() {
+	i.rxMu.Lock()
+	defer i.rxMu.Unlock()
+	if i.stopping.Load() {
+		return
+	}
+	wc, udWRs, srqWRs := &i.rxBuf.wc, &i.rxBuf.udWRs, &i.rxBuf.srqWRs
 	for {
 		n := i.recvCQ.Poll(wc[:])
 		if n == 0 {
-			select {
-			case <-i.recvCQ.Ready():
-				continue
-			case <-i.done:
-				return
-			}
+			return
 		}
 		nud, nsrq := 0, 0
 		for k := range wc[:n] {
@@ -56,6 +67,14 @@ func (i *Interface) rxLoop() {
 			_, _ = i.srq.PostRecv(srqWRs[:nsrq])
 		}
 	}
+}
+
+// rxBuffers is drainRecv's scratch, kept in the Interface so that neither
+// goroutine allocates it per call.
+type rxBuffers struct {
+	wc     [rxBatch]ib.Completion
+	udWRs  [rxBatch]ib.RecvWR
+	srqWRs [rxBatch]ib.RecvWR
 }
 
 // receive handles one received IPoIB message.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -90,6 +91,18 @@ func run(args []string) error {
 			return err
 		}
 		defer stop()
+	}
+	if path := os.Getenv("IPOIBD_TRACE"); path != "" {
+		// A developer aid: the runtime's execution trace (scheduling
+		// latency on the datapath) until the daemon exits.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer func() { trace.Stop(); f.Close() }()
 	}
 	iface.Start()
 	info := iface.Show()

@@ -2,6 +2,7 @@ package softib
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
@@ -9,13 +10,14 @@ import (
 // cq is a completion queue: a fixed ring filled by the device (receive
 // goroutine, posting goroutines, timers) and drained by its consumer.
 type cq struct {
-	mu     sync.Mutex
-	ring   []ib.Completion
-	head   int // next to poll
-	n      int // entries in the ring
-	ready  chan struct{}
-	closed bool
-	dev    *Device
+	mu      sync.Mutex
+	ring    []ib.Completion
+	head    int // next to poll
+	n       int // entries in the ring
+	ready   chan struct{}
+	closed  bool
+	dev     *Device
+	handler atomic.Pointer[func()] // ib.CQHandler: run by the receive goroutine
 }
 
 func newCQ(dev *Device, size int) *cq {
@@ -45,6 +47,20 @@ func (c *cq) signal() {
 	case c.ready <- struct{}{}:
 	default:
 	}
+}
+
+// SetHandler implements ib.CQHandler.
+func (c *cq) SetHandler(f func()) { c.handler.Store(&f) }
+
+// deliver runs the handler, or wakes the consumer when there is none. Only
+// the receive goroutine calls it, with no lock held: the handler posts
+// receives and sends.
+func (c *cq) deliver() {
+	if h := c.handler.Load(); h != nil {
+		(*h)()
+		return
+	}
+	c.signal()
 }
 
 func (c *cq) Poll(wc []ib.Completion) int {

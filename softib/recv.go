@@ -314,6 +314,14 @@ func (d *Device) endBatch() {
 	if im := d.impair.Load(); im != nil {
 		im.flush(d)
 	}
+	// Completions first, then the ACKs: the data reaches its consumer
+	// without waiting for the ACK sends (a send through veth runs the
+	// peer's receive path inline, ~100 µs on these VMs).
+	for i, c := range d.touched {
+		c.deliver()
+		d.touched[i] = nil
+	}
+	d.touched = d.touched[:0]
 	for i, q := range d.acks {
 		q.mu.Lock()
 		if q.resp.ackOwed && q.state != ib.StateError {
@@ -324,11 +332,6 @@ func (d *Device) endBatch() {
 		d.acks[i] = nil
 	}
 	d.acks = d.acks[:0]
-	for i, c := range d.touched {
-		c.signal()
-		d.touched[i] = nil
-	}
-	d.touched = d.touched[:0]
 }
 
 // sendAck sends an ACK or NAK on a connected QP (receive goroutine; q.mu
