@@ -282,6 +282,15 @@ func (m *Manager) HandleMAD(now time.Time, mad *ib.MAD) {
 	}
 }
 
+// Poll handles the events a PolledService has pending (the kernel CM's);
+// the caller waits on its Wake.
+func (m *Manager) Poll(now time.Time) {
+	m.now = now
+	if p, ok := m.svc.(PolledService); ok {
+		p.Poll(now)
+	}
+}
+
 // Next returns when Expire must next run (zero: nothing pending).
 func (m *Manager) Next() time.Time {
 	next := m.svc.Next()

@@ -87,11 +87,10 @@ func (i *Interface) controlLoop() {
 		mads = i.mads.Recv()
 	}
 	// A connection service with its own event source (verbs: librdmacm).
-	var polled cm.PolledService
 	var cmEvents <-chan struct{}
 	if i.mgr != nil {
 		if p, ok := i.mgr.Service().(cm.PolledService); ok {
-			polled, cmEvents = p, p.Wake()
+			cmEvents = p.Wake()
 		}
 	}
 	for {
@@ -124,7 +123,7 @@ func (i *Interface) controlLoop() {
 			i.mgr.HandleMAD(c.now, &m)
 		case <-cmEvents:
 			c.now = time.Now()
-			polled.Poll(c.now)
+			i.mgr.Poll(c.now)
 		case u, ok := <-addrUpdates:
 			if !ok {
 				// netlink gave up on the subscription: read the

@@ -52,15 +52,20 @@ func (c *cq) signal() {
 // SetHandler implements ib.CQHandler.
 func (c *cq) SetHandler(f func()) { c.handler.Store(&f) }
 
-// deliver runs the handler, or wakes the consumer when there is none. Only
-// the receive goroutine calls it, with no lock held: the handler posts
-// receives and sends.
-func (c *cq) deliver() {
+// runHandler runs the consumer's handler, if it set one. Only the receive
+// goroutine calls it, with no lock held: the handler posts receives and
+// sends.
+func (c *cq) runHandler() {
 	if h := c.handler.Load(); h != nil {
 		(*h)()
-		return
 	}
-	c.signal()
+}
+
+// signalUnlessHandled wakes a consumer that did not set a handler.
+func (c *cq) signalUnlessHandled() {
+	if c.handler.Load() == nil {
+		c.signal()
+	}
 }
 
 func (c *cq) Poll(wc []ib.Completion) int {

@@ -314,14 +314,12 @@ func (d *Device) endBatch() {
 	if im := d.impair.Load(); im != nil {
 		im.flush(d)
 	}
-	// Completions first, then the ACKs: the data reaches its consumer
-	// without waiting for the ACK sends (a send through veth runs the
+	// A consumer that runs here (ib.CQHandler) goes first: the data reaches
+	// it without waiting for the ACK sends (a send through veth runs the
 	// peer's receive path inline, ~100 µs on these VMs).
-	for i, c := range d.touched {
-		c.deliver()
-		d.touched[i] = nil
+	for _, c := range d.touched {
+		c.runHandler()
 	}
-	d.touched = d.touched[:0]
 	for i, q := range d.acks {
 		q.mu.Lock()
 		if q.resp.ackOwed && q.state != ib.StateError {
@@ -332,6 +330,15 @@ func (d *Device) endBatch() {
 		d.acks[i] = nil
 	}
 	d.acks = d.acks[:0]
+	// Consumers on their own goroutines are woken after the ACKs: a woken
+	// goroutine waits in this P's run queue while the ACK send runs, and
+	// the ACKs are what keeps the sender's window open (waking first cut
+	// BenchmarkRC64KNetns from ~13 to ~2.6 Gbit/s).
+	for i, c := range d.touched {
+		c.signalUnlessHandled()
+		d.touched[i] = nil
+	}
+	d.touched = d.touched[:0]
 }
 
 // sendAck sends an ACK or NAK on a connected QP (receive goroutine; q.mu

@@ -55,8 +55,10 @@ type cq struct {
 	ch    *C.struct_ibv_comp_channel
 	wcs   *[pollBatch]C.struct_ibv_wc // C memory ibv_poll_cq fills
 	ready chan struct{}
-	watch *fdWatcher
-	users atomic.Int32 // QPs created on it
+	// handler, if set, is run instead of signalling ready (ib.CQHandler).
+	handler atomic.Pointer[func()]
+	watch   *fdWatcher
+	users   atomic.Int32 // QPs created on it
 
 	mu      sync.Mutex // one poller at a time: wcs, pending
 	closed  bool
@@ -105,7 +107,11 @@ func (c *cq) drainEvents() (stop bool) {
 		c.dev.ctr.notifyErrors.Add(1)
 	}
 	if r.events > 0 || r.err != 0 {
-		c.signal()
+		if h := c.handler.Load(); h != nil {
+			(*h)() // ib.CQHandler: the consumer drains here, no wake-up
+		} else {
+			c.signal()
+		}
 	}
 	if r.err != 0 {
 		slog.Error("verbs: reading CQ events failed; its consumer is no longer woken", "device", c.dev.cfg.Device, "err", errnoValue(r.err))
@@ -120,6 +126,10 @@ func (c *cq) signal() {
 	default:
 	}
 }
+
+// SetHandler implements ib.CQHandler: f runs on the CQ's event goroutine
+// after each completion event, instead of a signal on Ready.
+func (c *cq) SetHandler(f func()) { c.handler.Store(&f) }
 
 // Ready is signalled after completions were added.
 func (c *cq) Ready() <-chan struct{} { return c.ready }
