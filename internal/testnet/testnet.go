@@ -51,9 +51,12 @@ func New(t testing.TB, cfg Config) *Net {
 	if cfg.MTU == 0 {
 		cfg.MTU = 9000
 	}
+	removeOrphans()
 	var id [3]byte
 	_, _ = rand.Read(id[:])
-	n := &Net{t: t, prefix: "ipoibt" + hex.EncodeToString(id[:])}
+	// The owner's pid is in the name, so that a later run can remove the
+	// namespaces of a test process that was killed before its cleanup ran.
+	n := &Net{t: t, prefix: fmt.Sprintf("%s%d-%s-", namePrefix, os.Getpid(), hex.EncodeToString(id[:]))}
 	t.Cleanup(n.destroy)
 	sw := n.prefix + "sw"
 	n.ip("netns", "add", sw)
@@ -149,9 +152,34 @@ func (n *Net) In(i int, f func()) {
 	f()
 }
 
+// namePrefix starts the name of every namespace this package makes:
+// ipoibt<pid>-<random>-<sw|hN>.
+const namePrefix = "ipoibt"
+
+// destroy removes every namespace of this network, also those of a New
+// that failed half-way.
 func (n *Net) destroy() {
-	for _, h := range n.Hosts {
-		_ = exec.Command("ip", "netns", "del", h.NS).Run()
+	deleteNetns(func(name string) bool { return strings.HasPrefix(name, n.prefix) })
+}
+
+// removeOrphans removes the namespaces of test processes that are gone.
+func removeOrphans() {
+	deleteNetns(func(name string) bool {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(name, namePrefix), "-")
+		if !strings.HasPrefix(name, namePrefix) || !ok {
+			return false
+		}
+		_, err := os.Stat("/proc/" + pid)
+		return os.IsNotExist(err)
+	})
+}
+
+// deleteNetns deletes the named network namespaces that match.
+func deleteNetns(match func(name string) bool) {
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if match(e.Name()) {
+			_ = exec.Command("ip", "netns", "del", e.Name()).Run()
+		}
 	}
-	_ = exec.Command("ip", "netns", "del", n.prefix+"sw").Run()
 }
