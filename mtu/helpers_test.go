@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/internal/inetsum"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -291,13 +292,13 @@ func verify(p []byte) string {
 		if len(p) > MaxLen4 {
 			return "longer than 576"
 		}
-		if checksum(0, p[:20]) != 0 {
+		if inetsum.Checksum(0, p[:20]) != 0 {
 			return "ipv4 header checksum"
 		}
 		if p[9] != protoICMP || p[8] == 0 {
 			return "ipv4 protocol/ttl"
 		}
-		if checksum(0, p[20:]) != 0 {
+		if inetsum.Checksum(0, p[20:]) != 0 {
 			return "icmp checksum"
 		}
 		if p[20] != 3 || p[21] != 4 || binary.BigEndian.Uint16(p[24:]) != 0 {
@@ -322,7 +323,7 @@ func verify(p []byte) string {
 		if p[6] != protoICMPv6 || p[7] == 0 {
 			return "ipv6 next header/hop limit"
 		}
-		if checksum(checksumAdd(0, p[8:40])+uint64(len(p)-40)+protoICMPv6, p[40:]) != 0 {
+		if inetsum.Checksum(inetsum.Add(0, p[8:40])+uint64(len(p)-40)+protoICMPv6, p[40:]) != 0 {
 			return "icmpv6 checksum"
 		}
 		if p[40] != 2 || p[41] != 0 || binary.BigEndian.Uint32(p[44:]) < 1280 {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+
+	"github.com/ipoibd/ipoibd/internal/inetsum"
 )
 
 // Largest ICMP errors TooBig writes: RFC 1812 §4.3.2.3 lets an IPv4 error
@@ -121,7 +123,7 @@ func tooBig4(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 	if total < ihl || total > len(pkt) {
 		return 0, errTotLen
 	}
-	if checksum(0, pkt[:ihl]) != 0 {
+	if inetsum.Checksum(0, pkt[:ihl]) != 0 {
 		return 0, errHdrCsum
 	}
 	frag := binary.BigEndian.Uint16(pkt[6:])
@@ -180,14 +182,14 @@ func tooBig4(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 	s, d := src.As4(), origSrc.As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], d[:])
-	binary.BigEndian.PutUint16(ip[10:], checksum(0, ip))
+	binary.BigEndian.PutUint16(ip[10:], inetsum.Checksum(0, ip))
 
 	icmp := dst[20:n]
 	icmp[0] = 3 // Destination Unreachable
 	icmp[1] = 4 // Fragmentation Needed and DF set
 	icmp[2], icmp[3] = 0, 0
 	binary.BigEndian.PutUint32(icmp[4:], uint32(mtu)) // unused (16 bits), next-hop MTU (RFC 1191)
-	binary.BigEndian.PutUint16(icmp[2:], checksum(0, icmp))
+	binary.BigEndian.PutUint16(icmp[2:], inetsum.Checksum(0, icmp))
 	return n, nil
 }
 
@@ -250,8 +252,8 @@ func tooBig6(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 	icmp[2], icmp[3] = 0, 0
 	binary.BigEndian.PutUint32(icmp[4:], uint32(mtu))
 	// Pseudo-header (RFC 8200 §8.1): addresses, upper-layer length, next header.
-	sum := checksumAdd(0, ip[8:40]) + uint64(len(icmp)) + protoICMPv6
-	binary.BigEndian.PutUint16(icmp[2:], checksum(sum, icmp))
+	sum := inetsum.Add(0, ip[8:40]) + uint64(len(icmp)) + protoICMPv6
+	binary.BigEndian.PutUint16(icmp[2:], inetsum.Checksum(sum, icmp))
 	return n, nil
 }
 
@@ -311,37 +313,4 @@ func icmpQuery(t byte) bool {
 func singleHost4(a netip.Addr) bool {
 	b := a.As4()
 	return b[0] != 0 && b[0] != 127 && b[0] < 224
-}
-
-// checksum returns the Internet checksum (RFC 1071) of b, with sum as a
-// running sum of anything before it.
-func checksum(sum uint64, b []byte) uint16 {
-	sum = checksumAdd(sum, b)
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
-}
-
-// checksumAdd adds b to a one's complement sum as big-endian 16-bit words,
-// an odd last octet padded with zero. b must start on an even offset of
-// the checksummed data.
-func checksumAdd(sum uint64, b []byte) uint64 {
-	for len(b) >= 8 {
-		v := binary.BigEndian.Uint64(b)
-		sum += v>>32 + v&0xffffffff
-		b = b[8:]
-	}
-	if len(b) >= 4 {
-		sum += uint64(binary.BigEndian.Uint32(b))
-		b = b[4:]
-	}
-	if len(b) >= 2 {
-		sum += uint64(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint64(b[0]) << 8
-	}
-	return sum
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/inetsum"
 )
 
 var (
@@ -29,7 +31,7 @@ func pkt4(total int, flags uint16, proto byte, src, dst netip.Addr, l4 ...byte) 
 	s, d := src.As4(), dst.As4()
 	copy(p[12:], s[:])
 	copy(p[16:], d[:])
-	binary.BigEndian.PutUint16(p[10:], checksum(0, p[:20]))
+	binary.BigEndian.PutUint16(p[10:], inetsum.Checksum(0, p[:20]))
 	copy(p[20:], l4)
 	for i := 20 + len(l4); i < total; i++ {
 		p[i] = byte(i)

@@ -1,0 +1,33 @@
+package inetsum
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestChecksum(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		data []byte
+		want uint16
+	}{
+		// RFC 1071 §3: the words 0001 f203 f4f5 f6f7 sum to ddf2.
+		{"RFC 1071 example", []byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7}, ^uint16(0xddf2)},
+		{"odd length pads with zero", []byte{0x00, 0x01, 0xf2}, ^uint16(0xf201)},
+		{"empty", nil, 0xffff},
+		// An IPv4 header with its checksum filled in sums to zero.
+		{"IPv4 header", []byte{0x45, 0, 0, 0x73, 0, 0, 0x40, 0, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0, 1, 0xc0, 0xa8, 0, 0xc7}, 0},
+	} {
+		if got := Checksum(0, tt.data); got != tt.want {
+			t.Errorf("%s: %#04x, want %#04x", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestPseudoIPv6(t *testing.T) {
+	src, dst := netip.MustParseAddr("fe80::1"), netip.MustParseAddr("ff02::1")
+	// The non-zero words fe80, 0001, ff02, 0001, then length 8 and next header 58.
+	if got, want := Fold(PseudoIPv6(src, dst, 8, 58)), Fold(0xfe80+1+0xff02+1+8+58); got != want {
+		t.Errorf("pseudo-header sum %#04x, want %#04x", got, want)
+	}
+}
