@@ -19,6 +19,7 @@ if [ "${1:-}" != runtime ]; then
 	command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
 	command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 	command -v cpio >/dev/null || need_apt+=(cpio)
+	command -v depmod >/dev/null || need_apt+=(kmod) # the guest's module index
 	[ -e /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
 	[ -e /usr/include/rdma/rdma_cma.h ] || need_apt+=(librdmacm-dev)
 fi
