@@ -30,7 +30,8 @@
 #    /opt/ipoibd and a 300 s limit. It must print its own RESULT lines (one per
 #    check, names without spaces); no RESULT line or a non-zero exit without a
 #    FAIL line counts as a FAIL. When hooks exist, bin/ipoibd is built with
-#    -tags rdma into /opt/ipoibd/ipoibd. The hooks' environment: TESTBED_DEV_A/B
+#    -tags rdma into /opt/ipoibd/ipoibd, and every command under internal/testbed/
+#    into /opt/ipoibd/NAME (NAME: its directory). The hooks' environment: TESTBED_DEV_A/B
 #    (rxe0/rxe1), TESTBED_NETDEV_A/B (va/vb), TESTBED_IP_A/B (192.0.2.1/.2, /24),
 #    TESTBED_GID_INDEX_A/B (the RoCEv2 IPv4-mapped GID), IPOIBD_VERBS_DEVICES,
 #    PATH with /opt/ipoibd. The guest has iproute2, iperf3, ping, rdma-core tools.
@@ -262,6 +263,18 @@ if ((${#hooks[@]})); then
 		cat "$SCRATCH/ipoibd-build.log" >&2
 		hostfail ipoibd-build "go build -tags rdma ./ipoibd failed"
 	fi
+	# The hooks' own programs: every command under internal/testbed/ lands
+	# in /opt/ipoibd under its directory's name.
+	for d in internal/testbed/*/; do
+		[ -d "$d" ] || continue
+		n=$(basename "$d")
+		if "$GO" build -tags rdma -o "$OV/opt/ipoibd/$n" "./$d" 2>"$SCRATCH/$n-build.log"; then
+			say "built $n"
+		else
+			cat "$SCRATCH/$n-build.log" >&2
+			hostfail "$n-build" "go build -tags rdma ./$d failed"
+		fi
+	done
 fi
 
 # The guest's /init. Quoted heredoc: nothing here is expanded on the host.
