@@ -38,7 +38,8 @@
 #
 # Environment: TESTBED_CACHE (default /var/cache/ipoibd-testbed), TESTBED_TIMEOUT
 # (QEMU bound in seconds, default 600), TESTBED_KEEP=1 (keep the scratch dir with
-# the console log), TESTBED_SKIP=1 (skip, loudly), GO (go binary).
+# the console log), TESTBED_SKIP=1 (skip, loudly), TESTBED_HOOKS (a glob: run only
+# the hooks scripts/testbed.d/GLOB.sh, for working on one), GO (go binary).
 set -Eeuo pipefail
 
 CACHE=${TESTBED_CACHE:-/var/cache/ipoibd-testbed}
@@ -250,7 +251,7 @@ else
 fi
 
 hooks=()
-for h in scripts/testbed.d/*.sh; do
+for h in scripts/testbed.d/${TESTBED_HOOKS:-*}.sh; do
 	[ -f "$h" ] && [ -x "$h" ] && hooks+=("$h")
 done
 if ((${#hooks[@]})); then
