@@ -207,7 +207,7 @@ func TestBadInputDuringTransfer(t *testing.T) {
 	packet := func(bth BTH, icrcOK bool) []byte {
 		b := make([]byte, BTHLen+8+ICRCLen)
 		bth.Encode(b)
-		crc := checkICRCValue(b, netip.MustParseAddr("127.0.0.9"), netip.MustParseAddr("127.0.0.2"), 14798)
+		crc := checkICRCValue(b, netip.MustParseAddrPort("127.0.0.9:14798"), netip.MustParseAddr("127.0.0.2"), 14798)
 		if !icrcOK {
 			crc++
 		}
@@ -220,10 +220,11 @@ func TestBadInputDuringTransfer(t *testing.T) {
 	otherPartition.PKey = 0x7fff & 0x7005
 	unknownQP.DestQP = qb.Num() ^ 0x800000
 	bad := map[string][][]byte{
-		"rx_drop_malformed":  {{1, 2, 3}, packet(ok, true)[:11], {0x77, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-		"rx_drop_bad_icrc":   {packet(ok, false)},
-		"rx_drop_pkey":       {packet(wrongPKey, true), packet(otherPartition, true)},
-		"rx_drop_unknown_qp": {packet(unknownQP, true), packet(ok, true)}, // the second: right QP, wrong peer
+		"rx_drop_malformed":    {{1, 2, 3}, packet(ok, true)[:11], {0x77, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		"rx_drop_bad_icrc":     {packet(ok, false)},
+		"rx_drop_pkey":         {packet(wrongPKey, true), packet(otherPartition, true)},
+		"rx_drop_unknown_qp":   {packet(unknownQP, true)},
+		"rx_drop_wrong_source": {packet(ok, true)}, // right QP, wrong peer
 	}
 	const n = 200
 	for i := range n {
@@ -267,9 +268,10 @@ func TestRNRWaitSurvivesAnACK(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := qa.(*qp)
-	first := PSN(0xfffff0)              // connect's send PSN for a
-	q.onAck(first.Add(1), RNRNAK(1, 0)) // the second message found no receive
-	q.onAck(first, ACK(1))              // ...and the first one is acknowledged
+	first := PSN(0xfffff0) // connect's send PSN for a
+	peer, local := q.destAddr, a.dev.fab.local
+	q.onAck(first.Add(1), RNRNAK(1, 0), peer, local) // the second message found no receive
+	q.onAck(first, ACK(1), peer, local)              // ...and the first one is acknowledged
 	// The second message must be sent again after the RNR wait; the peer
 	// is gone, so it ends in a retry-exceeded error, not in silence.
 	wcs := poll(t, a.scq, 2, 3*time.Second)

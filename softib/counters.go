@@ -23,6 +23,8 @@ const (
 	dropNotMember                     // multicast for a group nobody here joined
 	dropCQOverrun                     // completion queue full
 	dropTxError                       // the underlay refused a send
+	dropWrongSource                   // RC/UC: not from the QP's peer address to ours
+	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding
 	numDropCauses
 )
 
@@ -40,6 +42,8 @@ var dropNames = [numDropCauses]string{
 	dropNotMember:    "rx_drop_not_member",
 	dropCQOverrun:    "cq_overrun",
 	dropTxError:      "tx_error",
+	dropWrongSource:  "rx_drop_wrong_source",
+	dropStaleAck:     "rx_drop_stale_ack",
 }
 
 // deviceCounters are updated from the receive goroutine and posting

@@ -1,7 +1,6 @@
 package softib
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -34,18 +33,19 @@ type Device struct {
 	port ib.PortAttr
 	fab  *fabric
 
-	mu      sync.Mutex
-	qps     atomic.Pointer[map[ib.QPN]*qp]       // read lock-free per packet
-	groups  atomic.Pointer[map[netip.Addr][]*qp] // underlay group -> attached QPs
-	mgids   map[netip.Addr]ib.GID
-	nextQPN uint32
-	gsi     *qp
-	mads    *madService
+	mu     sync.Mutex
+	qps    atomic.Pointer[map[ib.QPN]*qp]       // read lock-free per packet
+	groups atomic.Pointer[map[netip.Addr][]*qp] // underlay group -> attached QPs
+	mgids  map[netip.Addr]ib.GID
+	qpns   qpnAllocator
+	gsi    *qp
+	mads   *madService
 
 	// Owned by the receive goroutine.
 	rxPkt   Packet
-	acks    []*qp // responders owing an ACK at the end of this batch
-	touched []*cq // CQs to signal at the end of this batch
+	rxID    uint16 // IPv4 ID of the last packet received (checkICRC)
+	acks    []*qp  // responders owing an ACK at the end of this batch
+	touched []*cq  // CQs to signal at the end of this batch
 	ackTx   txMsg
 
 	ctr    deviceCounters
@@ -106,9 +106,8 @@ func Open(cfg Config) (*Device, error) {
 			LinkLayer: "Ethernet",
 			GUID:      binary.BigEndian.Uint64(gid[8:]),
 		},
-		mgids:   map[netip.Addr]ib.GID{},
-		nextQPN: randomQPNStart(),
-		rxDone:  make(chan struct{}),
+		mgids:  map[netip.Addr]ib.GID{},
+		rxDone: make(chan struct{}),
 	}
 	d.qps.Store(&map[ib.QPN]*qp{})
 	d.groups.Store(&map[netip.Addr][]*qp{})
@@ -123,14 +122,6 @@ func Open(cfg Config) (*Device, error) {
 		fab.run(d)
 	}()
 	return d, nil
-}
-
-// randomQPNStart picks where QPN allocation starts, so that a restarted
-// device hands out new QPNs and peers can tell stale connections apart.
-func randomQPNStart() uint32 {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return 0x100 + binary.BigEndian.Uint32(b[:])%0xf00000
 }
 
 // Name returns the device name.
@@ -156,6 +147,10 @@ func (d *Device) Close() error {
 func (d *Device) addQP(q *qp) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.addQPLocked(q)
+}
+
+func (d *Device) addQPLocked(q *qp) {
 	old := *d.qps.Load()
 	m := make(map[ib.QPN]*qp, len(old)+1)
 	for k, v := range old {
@@ -169,6 +164,9 @@ func (d *Device) removeQP(q *qp) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := *d.qps.Load()
+	if old[q.num] != q {
+		return // removed already
+	}
 	m := make(map[ib.QPN]*qp, len(old))
 	for k, v := range old {
 		if v != q {
@@ -176,21 +174,7 @@ func (d *Device) removeQP(q *qp) {
 		}
 	}
 	d.qps.Store(&m)
-}
-
-// allocQPN returns an unused QPN; d.mu is held.
-func (d *Device) allocQPN() ib.QPN {
-	m := *d.qps.Load()
-	for {
-		n := ib.QPN(d.nextQPN) & ib.QPNMask
-		d.nextQPN++
-		if n < 2 || n == ib.MulticastQPN {
-			continue
-		}
-		if _, used := m[n]; !used {
-			return n
-		}
-	}
+	d.qpns.release(q.num)
 }
 
 // RegisterMemory registers a slab. softib reads and writes slabs directly,
@@ -252,11 +236,12 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 	if d.closed.Load() {
 		return nil, ib.ErrClosed
 	}
+	// Drawn and entered under one lock, so that two callers cannot draw
+	// the same number.
 	d.mu.Lock()
-	n := d.allocQPN()
+	q := d.newQP(d.qpns.alloc(*d.qps.Load()), attr)
+	d.addQPLocked(q)
 	d.mu.Unlock()
-	q := d.newQP(n, attr)
-	d.addQP(q)
 	return q, nil
 }
 

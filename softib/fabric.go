@@ -378,9 +378,11 @@ type mmsghdr struct {
 }
 
 // rxHandler gets every received datagram (GRO trains already cut into
-// their segments) and a call after each batch.
+// their segments; seg is the index in the train) with the sender's
+// address and UDP port, which may be any (rxe sends from 0xC000 + a hash
+// of the QPN), and a call after each batch.
 type rxHandler interface {
-	datagram(b []byte, src, dst netip.Addr)
+	datagram(b []byte, src netip.AddrPort, dst netip.Addr, seg int)
 	endBatch()
 }
 
@@ -445,9 +447,9 @@ func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
 			if seg <= 0 {
 				seg = len(data)
 			}
-			for len(data) > 0 {
+			for j := 0; len(data) > 0; j++ {
 				k := min(seg, len(data))
-				h.datagram(data[:k], src, dst)
+				h.datagram(data[:k], src, dst, j)
 				data = data[k:]
 			}
 		}
@@ -458,12 +460,19 @@ func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
 	}
 }
 
-func sourceAddr(sa *unix.RawSockaddrInet6) netip.Addr {
+// sourceAddr reads a datagram's source address and port.
+func sourceAddr(sa *unix.RawSockaddrInet6) netip.AddrPort {
 	if sa.Family == unix.AF_INET {
 		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
-		return netip.AddrFrom4(sa4.Addr)
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), getPort(sa4.Port))
 	}
-	return netip.AddrFrom16(sa.Addr).Unmap()
+	return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), getPort(sa.Port))
+}
+
+// getPort reads a port in network order from a raw sockaddr.
+func getPort(p uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(&p))
+	return uint16(b[0])<<8 | uint16(b[1])
 }
 
 // parseRxControl reads the GRO segment size and the packet's destination

@@ -19,7 +19,7 @@ func TestDatapathICRCMatchesRealHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := checkICRCValue(pkt, src, dst, UDPPort); got != want {
+	if got := checkICRCValue(pkt, netip.AddrPortFrom(src, UDPPort), dst, UDPPort); got != want {
 		t.Fatalf("datapath ICRC %08x, real-header ICRC %08x", got, want)
 	}
 }

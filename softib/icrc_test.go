@@ -239,13 +239,14 @@ func TestICRCReceivePathAllocs(t *testing.T) {
 	if !check() {
 		t.Fatal("ICRC of the hand-built UD packet does not verify")
 	}
-	if !checkICRC(wire, src, dst, UDPPort) {
+	srcAP := netip.AddrPortFrom(src, UDPPort)
+	if _, ok := checkICRC(wire, srcAP, dst, UDPPort, 0); !ok {
 		t.Fatal("datapath ICRC check fails")
 	}
 	if n := testing.AllocsPerRun(100, func() { check() }); n != 0 {
 		t.Errorf("receive check: %v allocs", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { checkICRC(wire, src, dst, UDPPort) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { checkICRC(wire, srcAP, dst, UDPPort, 0) }); n != 0 {
 		t.Errorf("datapath check: %v allocs", n)
 	}
 }

@@ -28,8 +28,9 @@ type impairer struct {
 	cfg     Impairment
 	rng     uint64
 	held    []byte
-	heldSrc netip.Addr
+	heldSrc netip.AddrPort
 	heldDst netip.Addr
+	heldSeg int
 	holding bool
 	far     []byte
 	stats   *Impaired
@@ -52,23 +53,23 @@ func (im *impairer) roll(percent int) bool {
 }
 
 // pass delivers b (with the impairments) to the device's real receive.
-func (im *impairer) pass(d *Device, b []byte, src, dst netip.Addr) {
+func (im *impairer) pass(d *Device, b []byte, src netip.AddrPort, dst netip.Addr, seg int) {
 	if im.holding {
 		im.holding = false
-		d.receive(b, src, dst)
-		d.receive(im.held, im.heldSrc, im.heldDst) // overtaken by b
+		d.receive(b, src, dst, seg)
+		d.receive(im.held, im.heldSrc, im.heldDst, im.heldSeg) // overtaken by b
 		return
 	}
 	if im.roll(im.cfg.ReorderPercent) {
 		im.held = append(im.held[:0], b...)
-		im.heldSrc, im.heldDst, im.holding = src, dst, true
+		im.heldSrc, im.heldDst, im.heldSeg, im.holding = src, dst, seg, true
 		im.stats.Reordered.Add(1)
 		return
 	}
-	d.receive(b, src, dst)
+	d.receive(b, src, dst, seg)
 	if im.roll(im.cfg.DuplicatePercent) {
 		im.stats.Duplicated.Add(1)
-		d.receive(b, src, dst)
+		d.receive(b, src, dst, seg)
 	}
 	if len(b) >= BTHLen+ICRCLen && im.roll(im.cfg.FarPSNPercent) {
 		im.far = append(im.far[:0], b...)
@@ -76,7 +77,7 @@ func (im *impairer) pass(d *Device, b []byte, src, dst netip.Addr) {
 		ib.Put24(im.far[9:12], (psn+1<<23)&uint32(psnMask))
 		PutICRC(im.far[len(im.far)-ICRCLen:], checkICRCValue(im.far, src, dst, d.fab.port))
 		im.stats.FarPSN.Add(1)
-		d.receive(im.far, src, dst)
+		d.receive(im.far, src, dst, 0)
 	}
 }
 
@@ -84,6 +85,6 @@ func (im *impairer) pass(d *Device, b []byte, src, dst netip.Addr) {
 func (im *impairer) flush(d *Device) {
 	if im.holding {
 		im.holding = false
-		d.receive(im.held, im.heldSrc, im.heldDst)
+		d.receive(im.held, im.heldSrc, im.heldDst, im.heldSeg)
 	}
 }

@@ -19,16 +19,16 @@ type responder struct {
 }
 
 // datagram handles one IB packet from the fabric (receive goroutine).
-func (d *Device) datagram(b []byte, src, dst netip.Addr) {
+func (d *Device) datagram(b []byte, src netip.AddrPort, dst netip.Addr, seg int) {
 	if im := d.impair.Load(); im != nil {
-		im.pass(d, b, src, dst)
+		im.pass(d, b, src, dst, seg)
 		return
 	}
-	d.receive(b, src, dst)
+	d.receive(b, src, dst, seg)
 }
 
-// receive checks and delivers one IB packet.
-func (d *Device) receive(b []byte, src, dst netip.Addr) {
+// receive checks and delivers one IB packet, packet seg of a GRO train.
+func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int) {
 	d.ctr.rxPackets.Add(1)
 	d.ctr.rxBytes.Add(uint64(len(b)))
 	p := &d.rxPkt
@@ -36,10 +36,19 @@ func (d *Device) receive(b []byte, src, dst netip.Addr) {
 		d.count(dropMalformed)
 		return
 	}
-	if !checkICRC(b, src, dst, d.fab.port) {
+	// The IPv4 ID guessed first: 0 for a lone datagram (softib's and
+	// Linux's unconnected DF sends), the previous one + 1 inside a train.
+	hint := uint16(0)
+	if seg > 0 {
+		hint = d.rxID + 1
+	}
+	id, ok := checkICRC(b, srcAP, dst, d.fab.port, hint)
+	if !ok {
 		d.count(dropBadICRC)
 		return
 	}
+	d.rxID = id
+	src := srcAP.Addr()
 	if !d.cfg.PKey.Accepts(p.BTH.PKey) {
 		d.count(dropPKey)
 		return
@@ -59,9 +68,9 @@ func (d *Device) receive(b []byte, src, dst netip.Addr) {
 	case q.typ == ib.UD && p.BTH.Opcode.Transport() == ib.UD:
 		q.recvUD(p, src)
 	case p.BTH.Opcode == OpRCAck && q.typ == ib.RC:
-		q.onAck(p.BTH.PSN, p.AETH)
+		q.onAck(p.BTH.PSN, p.AETH, src, dst)
 	case p.BTH.Opcode.Transport() == q.typ:
-		q.recvConnected(p, src)
+		q.recvConnected(p, src, dst)
 	default:
 		d.count(dropMalformed) // transport does not match the QP
 	}
@@ -145,8 +154,18 @@ func writeGRH(b []byte, payloadLen int, sgid, dgid ib.GID) {
 	copy(b[24:40], dgid[:])
 }
 
+// fromPeer is rxe's check_addr: a connected QP takes packets only from its
+// peer's underlay address to ours. q.mu is held.
+func (q *qp) fromPeer(src, dst netip.Addr) bool {
+	if src == q.destAddr && dst == q.dev.fab.local {
+		return true
+	}
+	q.dev.count(dropWrongSource)
+	return false
+}
+
 // recvConnected handles RC and UC data packets.
-func (q *qp) recvConnected(p *Packet, src netip.Addr) {
+func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	d := q.dev
@@ -154,8 +173,7 @@ func (q *qp) recvConnected(p *Packet, src netip.Addr) {
 		d.count(dropQPState)
 		return
 	}
-	if src != q.destAddr {
-		d.count(dropUnknownQP) // only the connected peer may use this QP
+	if !q.fromPeer(src, dst) {
 		return
 	}
 	q.ctr.rxPackets.Add(1)

@@ -1,6 +1,7 @@
 package softib
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 
@@ -27,7 +28,8 @@ type requester struct {
 	head, n int
 	next    PSN // PSN for the next posted message
 	sent    PSN // next PSN to transmit
-	acked   PSN // oldest unacknowledged PSN
+	hi      PSN // one past the highest PSN ever transmitted (sent goes back on retries)
+	acked   PSN // oldest unacknowledged PSN: [acked, hi) is outstanding
 	retries uint8
 	rnrs    uint8
 	rnrWait bool // waiting out an RNR NAK timer
@@ -36,7 +38,7 @@ type requester struct {
 
 func (r *requester) start(psn PSN) {
 	if r.n == 0 {
-		r.next, r.sent, r.acked = psn, psn, psn
+		r.next, r.sent, r.hi, r.acked = psn, psn, psn, psn
 	}
 }
 
@@ -146,6 +148,9 @@ func (q *qp) pump() {
 			}
 			r.sent = r.sent.Add(k)
 		}
+	}
+	if Compare(r.sent, r.hi) > 0 {
+		r.hi = r.sent
 	}
 	if q.typ == ib.UC {
 		// UC has no acknowledgements: a message is done once it left.
@@ -317,32 +322,39 @@ func (q *qp) retransmitFrom(psn PSN) {
 	q.pump()
 }
 
-// onAck handles an ACK or NAK for this requester (receive goroutine).
-func (q *qp) onAck(psn PSN, aeth AETH) {
+// onAck handles an ACK or NAK for this requester (receive goroutine), as
+// the IBA requester does: only a response from the peer for a PSN it has
+// outstanding, [acked, hi), means anything; others are stale (or forged)
+// and ignored. An RNR NAK or a sequence NAK only delays the QP; a fatal
+// NAK fails it.
+func (q *qp) onAck(psn PSN, aeth AETH, src, dst netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r := &q.req
 	if q.state != ib.StateRTS || q.typ != ib.RC {
+		q.dev.count(dropQPState)
 		return
 	}
-	// Only PSNs in [acked-1, sent) mean anything; anything else is stale.
-	if Compare(psn, r.acked.Prev()) < 0 || Compare(psn, r.sent) >= 0 {
-		q.dev.count(dropPSN)
+	if !q.fromPeer(src, dst) {
+		return
+	}
+	if !r.outstanding(psn) {
+		q.dev.count(dropStaleAck)
 		return
 	}
 	switch aeth.Kind() {
 	case AckKindACK:
 		q.ackThrough(psn)
-		r.retries = 0
-		r.rnrs = 0
 		if r.rnrWait {
 			// The RNR timer runs the QP until it fires; an ACK for what
 			// came before the NAKed packet must not stop it.
 			return
 		}
 	case AckKindRNRNAK:
-		if Compare(psn, r.acked) < 0 {
-			q.dev.count(dropPSN) // a NAK for a packet already acknowledged: stale
+		// A responder sends an RNR NAK only for the first packet of a
+		// message (it had no receive buffer for it).
+		if !r.startsMessage(psn) {
+			q.dev.count(dropStaleAck)
 			return
 		}
 		q.ctr.rnrNAKsRcvd.Add(1)
@@ -359,10 +371,6 @@ func (q *qp) onAck(psn PSN, aeth AETH) {
 	case AckKindNAK:
 		switch aeth.NAKCode() {
 		case NAKPSNSequenceError:
-			if Compare(psn, r.acked) < 0 {
-				q.dev.count(dropPSN) // stale: it asks for what was acknowledged since
-				return
-			}
 			q.ctr.seqNAKsRcvd.Add(1)
 			q.ackThrough(psn.Prev())
 			q.retransmitFrom(psn)
@@ -371,9 +379,14 @@ func (q *qp) onAck(psn PSN, aeth AETH) {
 			q.fail(ib.WCRemoteInvalidRequest)
 		case NAKRemoteAccessError:
 			q.fail(ib.WCRemoteAccessError)
-		default:
+		case NAKRemoteOperational:
 			q.fail(ib.WCRemoteOperationalError)
+		default:
+			q.dev.count(dropMalformed) // a reserved code (or RD's): means nothing here
 		}
+		return
+	default:
+		q.dev.count(dropMalformed) // the parser refuses the reserved kind
 		return
 	}
 	if Compare(r.acked, r.sent) == 0 {
@@ -382,6 +395,25 @@ func (q *qp) onAck(psn PSN, aeth AETH) {
 		q.armTimer(q.timeout)
 	}
 	q.pump()
+}
+
+// outstanding reports whether psn was transmitted and not yet
+// acknowledged.
+func (r *requester) outstanding(psn PSN) bool {
+	return Compare(psn, r.acked) >= 0 && Compare(psn, r.hi) < 0
+}
+
+// startsMessage reports whether psn is the first PSN of a posted message.
+func (r *requester) startsMessage(psn PSN) bool {
+	for i := 0; i < r.n; i++ {
+		switch c := Compare(r.at(i).first, psn); {
+		case c == 0:
+			return true
+		case c > 0:
+			return false
+		}
+	}
+	return false
 }
 
 // ackThrough completes every message whose last packet is at or before
@@ -393,6 +425,12 @@ func (q *qp) ackThrough(psn PSN) {
 		return
 	}
 	r.acked = next
+	r.retries, r.rnrs = 0, 0 // progress
+	if Compare(r.sent, next) < 0 {
+		// An ACK for packets sent before a go-back: no need to send
+		// them again.
+		r.sent = next
+	}
 	completed := false
 	for r.n > 0 {
 		if e := r.at(0); Compare(e.first.Add(e.npkts), next) > 0 {

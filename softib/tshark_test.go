@@ -383,10 +383,10 @@ func tsharkEthernet(t *testing.T, p *Packet) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crc := icrcStart(tsharkSrc, tsharkDst, UDPPort, len(pkt))
+	crc, _ := icrcStart(tsharkSrc, tsharkDst, UDPPort, UDPPort, 0, len(pkt))
 	crc.Update(pkt[:len(pkt)-ICRCLen])
 	PutICRC(pkt[len(pkt)-ICRCLen:], crc.Sum32())
-	if !checkICRC(pkt, tsharkSrc, tsharkDst, UDPPort) {
+	if _, ok := checkICRC(pkt, netip.AddrPortFrom(tsharkSrc, UDPPort), tsharkDst, UDPPort, 0); !ok {
 		t.Fatal("checkICRC refuses our own packet")
 	}
 	var back Packet
