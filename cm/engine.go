@@ -105,7 +105,34 @@ type Conn struct {
 	maxRetries int
 	timeout    time.Duration
 	deadline   time.Time // zero: no timer
+	// repTimeout and repRetries time our REP on the passive side: the
+	// REQ's Local CM Response Timeout and Max CM Retries, never more than
+	// our own (a REQ must not make us hold a half-open slot for hours).
+	repTimeout uint8
+	repRetries uint8
 }
+
+// Defaults of EngineConfig.
+const (
+	// DefaultResponseTimeout and DefaultMaxRetries are what the kernel's
+	// ipoib puts in its REQs (ipoib_cm_send_req: 20, about 4.3 s, and 15).
+	// The kernel never sends an MRA for ipoib, so a shorter timer of ours
+	// would declare a busy kernel peer dead.
+	DefaultResponseTimeout = 20
+	DefaultMaxRetries      = 15
+	// DefaultTimewait is how long a finished connection's QP stays out of
+	// use: about 537 ms, twice a packet lifetime of 16 as rdma_cm's RoCE
+	// paths have it (the kernel's timewait follows the path, not the CM
+	// response timeout).
+	DefaultTimewait = 2 * (timerUnit << 16)
+	// DefaultHopLimit is the hop limit of our REQs' primary path: a RoCEv2
+	// or softib path is routed over IP, as rdma_cm's RoCE routes have it.
+	DefaultHopLimit = 64
+	// DefaultMaxHalfOpenPerSource bounds the connections one source GID
+	// may have in setup at once: a peer needs one or two, a flood from one
+	// place must not take every half-open slot.
+	DefaultMaxHalfOpenPerSource = 16
+)
 
 // EngineConfig sets the engine's identity and limits.
 type EngineConfig struct {
@@ -113,30 +140,61 @@ type EngineConfig struct {
 	GUID uint64
 	PKey ib.PKey
 	// ResponseTimeout is the CM response timeout code we ask peers to honour
-	// and wait for ourselves (default 16: about 268 ms).
+	// and wait for ourselves (default DefaultResponseTimeout).
 	ResponseTimeout uint8
-	// MaxRetries is how often a REQ, REP or DREQ is sent again (default 8).
+	// MaxRetries is how often a REQ, REP or DREQ is sent again (default
+	// DefaultMaxRetries).
 	MaxRetries uint8
-	// Timewait keeps a finished connection's QP out of use (default: two
-	// response timeouts).
+	// Timewait keeps a finished connection's QP out of use (default
+	// DefaultTimewait).
 	Timewait time.Duration
-	// MaxConns bounds connections in any state, MaxHalfOpen those still
-	// being set up (defaults 4096 and 256). Beyond them a REQ draws REJ
-	// "no resources".
-	MaxConns, MaxHalfOpen int
+	// HopLimit of our REQs' primary path (default DefaultHopLimit). As in
+	// the kernel's cm_format_req, Subnet Local is set when it is at most 1.
+	HopLimit uint8
+	// MaxConns bounds connections past setup (established, disconnecting,
+	// in timewait), MaxHalfOpen those in setup, MaxHalfOpenPerSource those
+	// in setup with one peer GID (defaults 4096, 256 and
+	// DefaultMaxHalfOpenPerSource). Beyond them a REQ draws REJ "no
+	// resources". Connections in setup never count against MaxConns, so
+	// REQs that are never completed cannot lock real peers out; at most
+	// MaxConns + MaxHalfOpen connections exist.
+	MaxConns, MaxHalfOpen, MaxHalfOpenPerSource int
 	// Send transmits one MAD on QP1.
 	Send func(to ib.MADAddr, mad []byte) error
 	// Event reports to the consumer; it may call back into the engine.
 	Event func(Event)
 }
 
-// EngineStats counts what the engine did with what it received.
+// EngineStats counts what the engine did with what it received. Each
+// tagged field is a counter under its tag's name; Counters derives the
+// list from the struct.
 type EngineStats struct {
-	Received, Sent, Retransmitted uint64
-	Malformed, Unknown, Duplicate uint64
-	Rejected                      uint64 // REQs we refused without asking the consumer
-	Stale                         uint64 // stale connections found by the IBA rule
-	SendErrors                    uint64
+	Received      uint64 `counter:"mads_in"`
+	Sent          uint64 `counter:"mads_out"`
+	Retransmitted uint64 `counter:"retransmits"`
+	Malformed     uint64 `counter:"malformed"`
+	Duplicate     uint64 `counter:"duplicates"`
+	// Rejected counts REQs refused without asking the consumer.
+	Rejected uint64 `counter:"reqs_refused"`
+	// Stale counts connections ended by the IBA stale-connection rule.
+	Stale uint64 `counter:"stale"`
+	// StaleForeign counts REQs and REPs naming the remote QP of a
+	// connection whose peer is at another address: the rule is not applied.
+	StaleForeign uint64 `counter:"stale_foreign"`
+	// SourceMismatch counts REQs whose claimed port GID or CA GUID is not
+	// the MAD's source; they are rejected.
+	SourceMismatch uint64 `counter:"req_source_mismatch"`
+	// BusySource counts REQs refused because their source already has
+	// MaxHalfOpenPerSource connections in setup.
+	BusySource uint64 `counter:"req_busy_source"`
+	SendErrors uint64 `counter:"send_errors"`
+	// Unknown counts MADs naming no connection we know (or one whose peer
+	// is at another address), by kind; Unsupported the kinds IPoIB does
+	// not use (SIDR, LAP, APR).
+	Unknown     KindCounts `counter:"unknown_"`
+	Unsupported KindCounts `counter:"unsupported_"`
+	// RejSent counts the REJs we sent, by reason.
+	RejSent ReasonCounts `counter:"rej_sent_"`
 }
 
 // Engine runs the CM for one port.
@@ -149,8 +207,11 @@ type Engine struct {
 	nextID    uint32
 	nextTID   uint64
 	halfOpen  int
-	buf       [MADLen]byte
-	Stats     EngineStats
+	// halfOpenFrom counts the half-open connections of each peer GID; it
+	// never holds a zero count, so it is no larger than halfOpen.
+	halfOpenFrom map[ib.GID]int
+	buf          [MADLen]byte
+	Stats        EngineStats
 }
 
 type remoteID struct {
@@ -172,13 +233,16 @@ var (
 // NewEngine makes an engine; nothing is sent until the owner calls it.
 func NewEngine(cfg EngineConfig) *Engine {
 	if cfg.ResponseTimeout == 0 {
-		cfg.ResponseTimeout = 16
+		cfg.ResponseTimeout = DefaultResponseTimeout
 	}
 	if cfg.MaxRetries == 0 {
-		cfg.MaxRetries = 8
+		cfg.MaxRetries = DefaultMaxRetries
 	}
 	if cfg.Timewait == 0 {
-		cfg.Timewait = 2 * TimeoutDuration(cfg.ResponseTimeout)
+		cfg.Timewait = DefaultTimewait
+	}
+	if cfg.HopLimit == 0 {
+		cfg.HopLimit = DefaultHopLimit
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 4096
@@ -186,14 +250,18 @@ func NewEngine(cfg EngineConfig) *Engine {
 	if cfg.MaxHalfOpen == 0 {
 		cfg.MaxHalfOpen = 256
 	}
+	if cfg.MaxHalfOpenPerSource == 0 {
+		cfg.MaxHalfOpenPerSource = DefaultMaxHalfOpenPerSource
+	}
 	var seed [12]byte
 	_, _ = rand.Read(seed[:])
 	return &Engine{
-		cfg:       cfg,
-		listening: map[uint64]bool{},
-		byLocal:   map[uint32]*Conn{},
-		byRemote:  map[remoteID]*Conn{},
-		byQP:      map[remoteQP]*Conn{},
+		cfg:          cfg,
+		listening:    map[uint64]bool{},
+		byLocal:      map[uint32]*Conn{},
+		byRemote:     map[remoteID]*Conn{},
+		byQP:         map[remoteQP]*Conn{},
+		halfOpenFrom: map[ib.GID]int{},
 		// Random starts, so a restarted node does not reuse the IDs its
 		// peers may still remember.
 		nextID:  binary.BigEndian.Uint32(seed[0:4]),
@@ -227,11 +295,11 @@ type ConnectParams struct {
 
 // Connect sends a REQ and returns the new connection in REQ-sent.
 func (e *Engine) Connect(now time.Time, p ConnectParams) (*Conn, error) {
-	if len(e.byLocal) >= e.cfg.MaxConns || e.halfOpen >= e.cfg.MaxHalfOpen {
+	if e.full() {
 		return nil, ErrTooMany
 	}
 	c := &Conn{
-		State: StateREQSent, Active: true, LocalQPN: p.LocalQPN, RemoteGID: p.RemoteGID,
+		Active: true, LocalQPN: p.LocalQPN, RemoteGID: p.RemoteGID,
 		ServiceID: p.ServiceID, Transport: p.Transport, RecvPSN: p.RecvPSN & 0xffffff,
 		PathMTU: p.PathMTU, RetryCount: p.RetryCount, RNRRetry: p.RNRRetry, ACKTimeout: p.ACKTimeout,
 		Context: p.Context,
@@ -242,8 +310,7 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Conn, error) {
 		TransportType: p.Transport, StartingPSN: c.RecvPSN, RetryCount: p.RetryCount,
 		PKey: e.cfg.PKey, PathMTU: p.PathMTU, RNRRetryCount: p.RNRRetry,
 		MaxCMRetries: e.cfg.MaxRetries & 0xf, SRQ: true,
-		Primary: Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: e.cfg.GID, RemoteGID: p.RemoteGID,
-			HopLimit: 1, LocalACKTimeout: p.ACKTimeout},
+		Primary: e.primaryPath(p.RemoteGID, p.ACKTimeout),
 	}
 	copy(req.PrivateData[:], p.PrivateData)
 	c.LocalCommID = e.newCommID()
@@ -254,7 +321,7 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Conn, error) {
 	}
 	c.lastValid = true
 	e.byLocal[c.LocalCommID] = c
-	e.halfOpen++
+	e.setState(c, StateREQSent)
 	e.arm(now, c, TimeoutDuration(e.cfg.ResponseTimeout), int(e.cfg.MaxRetries))
 	e.sendLast(c)
 	return c, nil
@@ -287,8 +354,8 @@ func (e *Engine) Accept(now time.Time, c *Conn, p AcceptParams) error {
 		return fmt.Errorf("cm: REP: %w", err)
 	}
 	c.lastValid = true
-	c.State = StateREPSent
-	e.arm(now, c, TimeoutDuration(e.cfg.ResponseTimeout), int(e.cfg.MaxRetries))
+	e.setState(c, StateREPSent)
+	e.arm(now, c, TimeoutDuration(c.repTimeout), int(c.repRetries))
 	e.sendLast(c)
 	return nil
 }
@@ -298,7 +365,7 @@ func (e *Engine) Reject(c *Conn, reason RejectReason, private []byte) error {
 	if c.State != StateREQRcvd {
 		return ErrBadState
 	}
-	e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgREQ, reason, private)
+	e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgREQ, reason, nil, private)
 	e.forget(c)
 	return nil
 }
@@ -325,7 +392,7 @@ func (e *Engine) RejectReply(c *Conn, reason RejectReason, private []byte) error
 	if c.State != StateREPRcvd {
 		return ErrBadState
 	}
-	e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgREP, reason, private)
+	e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgREP, reason, nil, private)
 	e.forget(c)
 	return nil
 }
@@ -338,7 +405,7 @@ func (e *Engine) Disconnect(now time.Time, c *Conn) {
 	case StateEstablished, StateREPSent:
 		e.sendDREQ(now, c)
 	case StateREQSent, StateREPRcvd:
-		e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil)
+		e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil, nil)
 		e.forget(c)
 	case StateREQRcvd:
 		_ = e.Reject(c, RejConsumerReject, nil)
@@ -377,7 +444,7 @@ func (e *Engine) Expire(now time.Time) {
 			e.emit(Event{Type: EvDisconnected, Conn: c})
 		default: // REQ or REP unanswered
 			if c.State == StateREPSent || c.State == StateREQSent {
-				e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil)
+				e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil, nil)
 			}
 			e.forget(c)
 			e.emit(Event{Type: EvTimeout, Conn: c})
@@ -399,73 +466,135 @@ func (e *Engine) HandleMAD(now time.Time, m *ib.MAD) {
 	case *REP:
 		e.handleREP(now, m.From, msg)
 	case *RTU:
-		e.handleRTU(msg)
+		e.handleRTU(m.From, msg)
 	case *REJ:
-		e.handleREJ(now, msg)
+		e.handleREJ(now, m.From, msg)
 	case *MRA:
-		e.handleMRA(now, msg)
+		e.handleMRA(now, m.From, msg)
 	case *DREQ:
 		e.handleDREQ(now, m.From, h.TransactionID, msg)
 	case *DREP:
-		e.handleDREP(now, msg)
+		e.handleDREP(now, m.From, msg)
 	default:
-		e.Stats.Unknown++ // SIDR, LAP, APR: not used by IPoIB
+		e.Stats.Unsupported.Add(h.AttributeID) // SIDR, LAP, APR: not used by IPoIB
 	}
 }
 
 func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ) {
+	if !reqFromItsSource(from, req) {
+		// The REQ claims a port or adapter that did not send it. Tell the
+		// sender (REJ 12, our GID in the ARI as the kernel sends it) and
+		// believe nothing of it.
+		e.Stats.SourceMismatch++
+		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
+		return
+	}
 	if c := e.byRemote[remoteID{req.LocalCAGUID, req.LocalCommID}]; c != nil {
+		if !fromPeer(from, c) {
+			// Another peer's (CA GUID, comm ID): comm IDs are unique per
+			// adapter, so the sender claims an adapter it is not.
+			e.Stats.SourceMismatch++
+			e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
+			return
+		}
 		// A retransmission: answer as before, or tell a slow consumer's
-		// peer to wait.
+		// peer to wait; in timewait the connection is over (REJ 10, as
+		// the kernel's cm_dup_req_handler answers).
 		e.Stats.Duplicate++
 		switch c.State {
 		case StateREQRcvd:
 			e.sendMRA(c, MsgREQ)
 		case StateREPSent, StateEstablished:
 			e.sendLast(c)
+		case StateTimewait:
+			e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil, nil)
 		}
 		return
 	}
 	if old := e.byQP[remoteQP{req.LocalCAGUID, req.LocalQPN}]; old != nil {
 		e.Stats.Rejected++
-		e.stale(now, old)
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil)
+		if fromPeer(from, old) {
+			e.stale(now, old)
+		} else {
+			// Someone else names the remote QP of a live connection: the
+			// connection stays, only its own peer can declare it stale.
+			e.Stats.StaleForeign++
+		}
+		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil, nil)
 		return
 	}
 	if !e.listening[req.ServiceID] {
 		e.Stats.Rejected++
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidServiceID, nil)
+		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidServiceID, nil, nil)
 		return
 	}
 	if req.TransportType != TransportRC && req.TransportType != TransportUC {
 		e.Stats.Rejected++
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidTransportType, nil)
+		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidTransportType, nil, nil)
 		return
 	}
-	if len(e.byLocal) >= e.cfg.MaxConns || e.halfOpen >= e.cfg.MaxHalfOpen {
+	if e.full() || e.halfOpenFrom[from.GID] >= e.cfg.MaxHalfOpenPerSource {
+		if !e.full() {
+			e.Stats.BusySource++
+		}
 		e.Stats.Rejected++
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejNoResources, nil)
+		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejNoResources, nil, nil)
 		return
 	}
 	c := &Conn{
-		State: StateREQRcvd, RemoteCommID: req.LocalCommID, RemoteQPN: req.LocalQPN,
+		RemoteCommID: req.LocalCommID, RemoteQPN: req.LocalQPN,
 		RemoteGID: from.GID, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
 		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: randomPSN(), PathMTU: req.PathMTU,
 		RetryCount: req.RetryCount, RNRRetry: req.RNRRetryCount, ACKTimeout: req.Primary.LocalACKTimeout,
-		tid: tid,
+		tid:        tid,
+		repTimeout: min(max(req.LocalCMResponseTimeout, minREPTimeout), e.cfg.ResponseTimeout),
+		repRetries: min(req.MaxCMRetries, e.cfg.MaxRetries),
+	}
+	if c.RemoteGID == (ib.GID{}) {
+		c.RemoteGID = req.Primary.LocalGID // no GRH: the REQ's word is all there is
 	}
 	c.LocalCommID = e.newCommID()
 	e.byLocal[c.LocalCommID] = c
 	e.byRemote[remoteID{c.RemoteGUID, c.RemoteCommID}] = c
-	e.halfOpen++
+	e.setState(c, StateREQRcvd)
 	e.emit(Event{Type: EvRequest, Conn: c, REQ: req})
+}
+
+// minREPTimeout is the shortest REP timeout code a REQ can ask for (about
+// 16 ms): shorter ones would have us give up on a REP in microseconds.
+const minREPTimeout = 12
+
+// reqFromItsSource checks a REQ's claims against the MAD's source: its
+// primary local port GID must be the source GID, and a CA GUID in
+// softib's IPv4 form (0x0000ffff then the IPv4 address, the low half of an
+// IPv4-mapped GID) must be the source's own. Other GUIDs cannot be
+// derived from an address (softib on IPv6 uses the interface ID, adapters
+// their node GUID) and are taken as they come. A MAD without a source GID
+// (InfiniBand without a GRH) has nothing to compare.
+func reqFromItsSource(from ib.MADAddr, req *REQ) bool {
+	if from.GID == (ib.GID{}) {
+		return true
+	}
+	if req.Primary.LocalGID != from.GID {
+		return false
+	}
+	if req.LocalCAGUID>>32 == 0x0000ffff {
+		return from.GID.IsIPv4Mapped() && req.LocalCAGUID == binary.BigEndian.Uint64(from.GID[8:])
+	}
+	return true
+}
+
+// fromPeer reports whether a MAD comes from c's peer (or from nowhere we
+// can tell).
+func fromPeer(from ib.MADAddr, c *Conn) bool {
+	return from.GID == (ib.GID{}) || from.GID == c.RemoteGID
 }
 
 func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 	c := e.byLocal[rep.RemoteCommID]
-	if c == nil || !c.Active {
-		e.Stats.Unknown++
-		e.sendREJ(from.GID, e.newTID(), 0, rep.LocalCommID, MsgREP, RejInvalidCommID, nil)
+	if c == nil || !c.Active || !fromPeer(from, c) {
+		e.Stats.Unknown.Add(AttrREP)
+		e.sendREJ(from.GID, e.newTID(), 0, rep.LocalCommID, MsgREP, RejInvalidCommID, nil, nil)
 		return
 	}
 	if c.State != StateREQSent {
@@ -476,13 +605,17 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 		return
 	}
 	if old := e.byQP[remoteQP{rep.LocalCAGUID, rep.LocalQPN}]; old != nil {
-		e.stale(now, old)
-		e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, rep.LocalCommID, MsgREP, RejStaleConnection, nil)
+		if fromPeer(from, old) {
+			e.stale(now, old)
+		} else {
+			e.Stats.StaleForeign++
+		}
+		e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, rep.LocalCommID, MsgREP, RejStaleConnection, nil, nil)
 		e.forget(c)
 		e.emit(Event{Type: EvTimeout, Conn: c})
 		return
 	}
-	c.State = StateREPRcvd
+	e.setState(c, StateREPRcvd)
 	c.RemoteCommID, c.RemoteQPN, c.RemoteGUID = rep.LocalCommID, rep.LocalQPN, rep.LocalCAGUID
 	c.SendPSN = rep.StartingPSN
 	c.RNRRetry = rep.RNRRetryCount
@@ -491,10 +624,14 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 	e.emit(Event{Type: EvReply, Conn: c, REP: rep})
 }
 
-func (e *Engine) handleRTU(rtu *RTU) {
+func (e *Engine) handleRTU(from ib.MADAddr, rtu *RTU) {
 	c := e.byLocal[rtu.RemoteCommID]
-	if c == nil || c.State != StateREPSent || c.RemoteCommID != rtu.LocalCommID {
-		e.Stats.Duplicate++ // a repeated RTU, or one for a connection gone
+	if c == nil || !fromPeer(from, c) || c.RemoteCommID != rtu.LocalCommID {
+		e.Stats.Unknown.Add(AttrRTU)
+		return
+	}
+	if c.State != StateREPSent {
+		e.Stats.Duplicate++ // a repeated RTU
 		return
 	}
 	e.establish(c)
@@ -502,24 +639,45 @@ func (e *Engine) handleRTU(rtu *RTU) {
 	e.emit(Event{Type: EvEstablished, Conn: c})
 }
 
-func (e *Engine) handleREJ(now time.Time, rej *REJ) {
+// rejected finds the connection a REJ names, as the kernel's
+// cm_acquire_rejected_id does: a REJ 4 (Timeout) by the sender's CA GUID
+// in its ARI and its Local Comm ID (the sender may not know ours); a REJ
+// of our REQ by our comm ID alone; any other by both comm IDs.
+func (e *Engine) rejected(rej *REJ) *Conn {
+	if rej.Reason == RejTimeout && rej.RejectInfoLength >= 8 {
+		guid := binary.BigEndian.Uint64(rej.ARI[:8])
+		if c := e.byRemote[remoteID{guid, rej.LocalCommID}]; c != nil {
+			return c
+		}
+	}
 	c := e.byLocal[rej.RemoteCommID]
-	if c == nil {
-		e.Stats.Unknown++
+	switch {
+	case c == nil:
+		return nil
+	case rej.MessageRejected == MsgREQ:
+		if !c.Active || c.State != StateREQSent {
+			return nil
+		}
+	case c.RemoteCommID != rej.LocalCommID:
+		return nil
+	}
+	return c
+}
+
+func (e *Engine) handleREJ(now time.Time, from ib.MADAddr, rej *REJ) {
+	c := e.rejected(rej)
+	if c == nil || !fromPeer(from, c) {
+		e.Stats.Unknown.Add(AttrREJ)
 		return
 	}
 	switch c.State {
-	case StateREQSent, StateREPSent, StateREPRcvd:
+	case StateREQSent, StateREQRcvd, StateREPSent, StateREPRcvd:
 		e.forget(c)
 		e.emit(Event{Type: EvRejected, Conn: c, REJ: rej})
 	case StateEstablished, StateDREQSent:
 		// IBA 12.9.7: a REJ naming an established connection (the peer gave
 		// up waiting for our RTU, or found the connection stale) ends it:
 		// timewait, and the consumer stops the QP.
-		if rej.LocalCommID != c.RemoteCommID {
-			e.Stats.Unknown++
-			return
-		}
 		e.timewait(now, c)
 		e.emit(Event{Type: EvDisconnected, Conn: c, REJ: rej})
 	default:
@@ -527,10 +685,14 @@ func (e *Engine) handleREJ(now time.Time, rej *REJ) {
 	}
 }
 
-func (e *Engine) handleMRA(now time.Time, mra *MRA) {
+func (e *Engine) handleMRA(now time.Time, from ib.MADAddr, mra *MRA) {
 	c := e.byLocal[mra.RemoteCommID]
-	if c == nil || (c.State != StateREQSent && c.State != StateREPSent) {
-		e.Stats.Unknown++
+	if c == nil || !fromPeer(from, c) {
+		e.Stats.Unknown.Add(AttrMRA)
+		return
+	}
+	if c.State != StateREQSent && c.State != StateREPSent {
+		e.Stats.Duplicate++
 		return
 	}
 	// The peer is alive but slow: wait the time it asks for, plus our own
@@ -540,9 +702,9 @@ func (e *Engine) handleMRA(now time.Time, mra *MRA) {
 
 func (e *Engine) handleDREQ(now time.Time, from ib.MADAddr, tid uint64, dreq *DREQ) {
 	c := e.byLocal[dreq.RemoteCommID]
-	if c == nil || c.LocalQPN != dreq.RemoteQPN || c.RemoteCommID != dreq.LocalCommID {
+	if c == nil || !fromPeer(from, c) || c.LocalQPN != dreq.RemoteQPN || c.RemoteCommID != dreq.LocalCommID {
 		// Unknown or already forgotten: answer anyway so the peer stops.
-		e.Stats.Unknown++
+		e.Stats.Unknown.Add(AttrDREQ)
 		e.sendDREP(from.GID, tid, dreq.RemoteCommID, dreq.LocalCommID)
 		return
 	}
@@ -557,9 +719,13 @@ func (e *Engine) handleDREQ(now time.Time, from ib.MADAddr, tid uint64, dreq *DR
 	}
 }
 
-func (e *Engine) handleDREP(now time.Time, drep *DREP) {
+func (e *Engine) handleDREP(now time.Time, from ib.MADAddr, drep *DREP) {
 	c := e.byLocal[drep.RemoteCommID]
-	if c == nil || c.State != StateDREQSent {
+	if c == nil || !fromPeer(from, c) || c.RemoteCommID != drep.LocalCommID {
+		e.Stats.Unknown.Add(AttrDREP)
+		return
+	}
+	if c.State != StateDREQSent {
 		e.Stats.Duplicate++
 		return
 	}
@@ -577,32 +743,25 @@ func (e *Engine) stale(now time.Time, old *Conn) {
 }
 
 func (e *Engine) establish(c *Conn) {
-	c.State = StateEstablished
-	e.halfOpen--
+	e.setState(c, StateEstablished)
 	e.byQP[remoteQP{c.RemoteGUID, c.RemoteQPN}] = c
 }
 
 func (e *Engine) sendDREQ(now time.Time, c *Conn) {
-	if c.State == StateREPSent {
-		e.halfOpen--
-	}
 	delete(e.byQP, remoteQP{c.RemoteGUID, c.RemoteQPN})
 	dreq := DREQ{LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID, RemoteQPN: c.RemoteQPN}
 	c.tid = e.newTID()
 	if err := dreq.MarshalMAD(c.last[:], c.tid); err != nil {
 		c.lastValid = false
 	}
-	c.State = StateDREQSent
+	e.setState(c, StateDREQSent)
 	e.arm(now, c, TimeoutDuration(e.cfg.ResponseTimeout), int(e.cfg.MaxRetries))
 	e.sendLast(c)
 }
 
 func (e *Engine) timewait(now time.Time, c *Conn) {
-	if c.State == StateREPSent {
-		e.halfOpen--
-	}
 	delete(e.byQP, remoteQP{c.RemoteGUID, c.RemoteQPN})
-	c.State = StateTimewait
+	e.setState(c, StateTimewait)
 	c.lastValid = false
 	c.deadline = now.Add(e.cfg.Timewait)
 }
@@ -610,10 +769,6 @@ func (e *Engine) timewait(now time.Time, c *Conn) {
 // forget drops a connection that never got to timewait (rejected, timed
 // out while being set up).
 func (e *Engine) forget(c *Conn) {
-	switch c.State {
-	case StateREQSent, StateREQRcvd, StateREPSent, StateREPRcvd:
-		e.halfOpen--
-	}
 	delete(e.byLocal, c.LocalCommID)
 	if r := (remoteID{c.RemoteGUID, c.RemoteCommID}); e.byRemote[r] == c {
 		delete(e.byRemote, r)
@@ -621,8 +776,53 @@ func (e *Engine) forget(c *Conn) {
 	if q := (remoteQP{c.RemoteGUID, c.RemoteQPN}); e.byQP[q] == c {
 		delete(e.byQP, q)
 	}
-	c.State = StateIdle
+	e.setState(c, StateIdle)
 	c.deadline = time.Time{}
+}
+
+// halfOpen reports whether s is a state of connection setup.
+func halfOpen(s State) bool {
+	switch s {
+	case StateREQSent, StateREQRcvd, StateREPSent, StateREPRcvd:
+		return true
+	}
+	return false
+}
+
+// setState moves c to s, keeping the half-open counts.
+func (e *Engine) setState(c *Conn, s State) {
+	was, is := halfOpen(c.State), halfOpen(s)
+	c.State = s
+	switch {
+	case is && !was:
+		e.halfOpen++
+		e.halfOpenFrom[c.RemoteGID]++
+	case was && !is:
+		e.halfOpen--
+		if n := e.halfOpenFrom[c.RemoteGID] - 1; n > 0 {
+			e.halfOpenFrom[c.RemoteGID] = n
+		} else {
+			delete(e.halfOpenFrom, c.RemoteGID)
+		}
+	}
+}
+
+// full reports whether a new connection would exceed MaxConns (those past
+// setup) or MaxHalfOpen.
+func (e *Engine) full() bool {
+	return len(e.byLocal)-e.halfOpen >= e.cfg.MaxConns || e.halfOpen >= e.cfg.MaxHalfOpen
+}
+
+// primaryPath is the primary path of our REQs, as the kernel's
+// cm_format_req fills it for a path with our hop limit.
+func (e *Engine) primaryPath(remote ib.GID, ackTimeout uint8) Path {
+	p := Path{LocalGID: e.cfg.GID, RemoteGID: remote, HopLimit: e.cfg.HopLimit,
+		SubnetLocal: e.cfg.HopLimit <= 1, LocalACKTimeout: ackTimeout}
+	// A routed path names no LIDs: the permissive LID, and the receiver
+	// takes the route from the packet. (A subnet-local path would carry
+	// the ports' LIDs, which a RoCE or softib port does not have either.)
+	p.LocalLID, p.RemoteLID = 0xffff, 0xffff
+	return p
 }
 
 func (e *Engine) arm(now time.Time, c *Conn, timeout time.Duration, retries int) {
@@ -636,10 +836,20 @@ func (e *Engine) sendLast(c *Conn) {
 	}
 }
 
-func (e *Engine) sendREJ(to ib.GID, tid uint64, local, remote uint32, rejected MsgType, reason RejectReason, private []byte) {
+// sendREJ sends a REJ with the given ARI; a REJ 4 (Timeout) always carries
+// our CA GUID there, which is how the kernel finds the connection it ends
+// (cm_acquire_rejected_id ignores a REJ 4 without it).
+func (e *Engine) sendREJ(to ib.GID, tid uint64, local, remote uint32, rejected MsgType, reason RejectReason, ari, private []byte) {
 	rej := REJ{LocalCommID: local, RemoteCommID: remote, MessageRejected: rejected, Reason: reason}
+	if reason == RejTimeout {
+		var guid [8]byte
+		binary.BigEndian.PutUint64(guid[:], e.cfg.GUID)
+		ari = guid[:]
+	}
+	rej.RejectInfoLength = uint8(copy(rej.ARI[:], ari))
 	copy(rej.PrivateData[:], private)
 	if rej.MarshalMAD(e.buf[:], tid) == nil {
+		e.Stats.RejSent.Add(reason)
 		e.send(to, e.buf[:])
 	}
 }

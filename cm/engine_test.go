@@ -479,7 +479,7 @@ func TestEngineSetupAndTeardown(t *testing.T) {
 		if n.e.Conns() != 0 || len(n.e.byRemote) != 0 || len(n.e.byQP) != 0 || !n.e.Next().IsZero() {
 			t.Errorf("%v: %d conns, %d by remote, %d by QP, next %v after timewait", n.gid, n.e.Conns(), len(n.e.byRemote), len(n.e.byQP), n.e.Next())
 		}
-		if n.e.Stats.Malformed+n.e.Stats.Unknown+n.e.Stats.Duplicate+n.e.Stats.Retransmitted+n.e.Stats.Rejected != 0 {
+		if n.e.Stats.Malformed+n.e.Stats.Unknown.Total()+n.e.Stats.Duplicate+n.e.Stats.Retransmitted+n.e.Stats.Rejected != 0 {
 			t.Errorf("%v: stats %+v on a clean exchange", n.gid, n.e.Stats)
 		}
 	}
@@ -935,8 +935,8 @@ func TestEngineStale(t *testing.T) {
 	}
 	// The REJ sent to the forgotten REQ found no connection on the active
 	// side.
-	if a.e.Stats.Unknown != 1 {
-		t.Errorf("active unknown %d", a.e.Stats.Unknown)
+	if a.e.Stats.Unknown.Of(AttrREJ) != 1 {
+		t.Errorf("active unknown %d", a.e.Stats.Unknown.Of(AttrREJ))
 	}
 }
 
@@ -985,7 +985,7 @@ func TestEngineLimits(t *testing.T) {
 			t.Errorf("active events %v", a.types())
 		}
 	})
-	t.Run("flood of 10000 REQs", func(t *testing.T) {
+	t.Run("flood of 10000 REQs from as many sources", func(t *testing.T) {
 		for _, accept := range []bool{false, true} {
 			f := newFabric(t)
 			f.noLog = true
@@ -993,8 +993,9 @@ func TestEngineLimits(t *testing.T) {
 			b.noAccept = !accept
 			req := REQ{ServiceID: testService, LocalCAGUID: 0x77, PathMTU: ib.MTU2048}
 			var m ib.MAD
-			m.From = ib.MADAddr{GID: gidN(99), QPN: ib.QP1}
 			for i := range 10_000 {
+				m.From = ib.MADAddr{GID: gidN(100_000 + i), QPN: ib.QP1}
+				req.Primary.LocalGID = m.From.GID
 				req.LocalCommID, req.LocalQPN = uint32(i+1), ib.QPN(i+100)
 				if err := req.MarshalMAD(m.Data[:], uint64(i)); err != nil {
 					t.Fatal(err)
@@ -1067,8 +1068,8 @@ func TestEngineMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.e.HandleMAD(f.now, &m)
-	if a.e.Stats.Unknown != 1 {
-		t.Errorf("SIDR_REQ: unknown %d", a.e.Stats.Unknown)
+	if a.e.Stats.Unsupported.Of(AttrSIDRREQ) != 1 {
+		t.Errorf("SIDR_REQ: unsupported %d", a.e.Stats.Unsupported.Of(AttrSIDRREQ))
 	}
 }
 

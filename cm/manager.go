@@ -20,13 +20,17 @@ type Policy uint8
 
 // Sending policies.
 const (
-	// PolicyRFC keeps one bidirectional connection per peer pair; crossing
-	// REQs are resolved by the RFC 4755 rule.
-	PolicyRFC Policy = iota
-	// PolicyLinux sends only on connections we opened and receives on all,
-	// as the kernel ipoib driver expects; REQs are never refused for
-	// crossing.
-	PolicyLinux
+	// PolicyLinux, the default, sends only on connections we opened and
+	// receives on all, as the kernel ipoib driver expects; REQs are never
+	// refused for crossing.
+	PolicyLinux Policy = iota
+	// PolicyRFC sends on connections either side opened; crossing REQs
+	// (both sides' REQs outstanding at once) are resolved by the RFC 4755
+	// rule. A REQ arriving once ours was answered is accepted as a second
+	// connection: refusing it would lock out a peer that never applies
+	// the rule (the kernel), and replacing ours would undo what the peer
+	// just accepted.
+	PolicyRFC
 )
 
 // ParsePolicy reads "rfc" or "linux".
@@ -100,13 +104,24 @@ type ManagerConfig struct {
 	Refused func(peer ib.LinkAddr, reason string)
 }
 
-// ManagerStats counts the manager's decisions.
+// ManagerStats counts the manager's decisions. Each tagged field is a
+// counter under its tag's name (see Counters).
 type ManagerStats struct {
-	Connects, Accepted, Established     uint64
-	CrossingAccepted, CrossingRejected  uint64
-	Rejected, TimedOut, Disconnected    uint64
-	PeerRestarts, IdleReaped, SendFails uint64
-	QPErrors                            uint64
+	Connects         uint64 `counter:"connects"`
+	Accepted         uint64 `counter:"accepted"`
+	Established      uint64 `counter:"established"`
+	CrossingAccepted uint64 `counter:"crossing_accepted"`
+	CrossingRejected uint64 `counter:"crossing_rejected"`
+	// Rejected counts REJs received for our REQs and REPs.
+	Rejected     uint64 `counter:"rejected"`
+	TimedOut     uint64 `counter:"timed_out"`
+	Disconnected uint64 `counter:"disconnected"`
+	// PeerRestarts counts peers found restarted (a new UD QPN at a known
+	// GID); only a completed handshake with the new one proves it.
+	PeerRestarts uint64 `counter:"peer_restarts"`
+	IdleReaped   uint64 `counter:"idle_reaped"`
+	SendFails    uint64 `counter:"send_failures"`
+	QPErrors     uint64 `counter:"qp_errors"`
 }
 
 // Manager is the IPoIB connection manager of one interface.
@@ -140,8 +155,14 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	return m, nil
 }
 
-// Service returns the connection service, for its counters.
+// Service returns the connection service.
 func (m *Manager) Service() Service { return m.svc }
+
+// Counters returns the manager's counters followed by its service's, under
+// the names the daemon shows with a "cm_" prefix.
+func (m *Manager) Counters() []ib.Counter {
+	return append(statCounters(&m.Stats), m.svc.Counters()...)
+}
 
 // Engine returns the CM engine, or nil when another service is in use.
 func (m *Manager) Engine() *Engine {
@@ -346,7 +367,8 @@ func (m *Manager) event(ev Event) {
 		m.reply(c, ev.REP)
 	case EvEstablished:
 		m.Stats.Established++
-		if c != nil && m.cfg.Policy == PolicyRFC {
+		if c != nil {
+			m.peerRestarted(c)
 			m.setUp(c)
 		}
 	case EvRejected:
@@ -387,7 +409,10 @@ func (m *Manager) event(ev Event) {
 	}
 }
 
-// request decides on a REQ: crossing rule, peer restart, then accept.
+// request decides on a REQ: the crossing rule (rfc), then accept. A REQ
+// never tears a connection down by itself: anyone can send one, naming
+// any UD QPN; a peer restart is acted on once the new connection is
+// established (peerRestarted).
 func (m *Manager) request(cc *Conn, req *REQ) {
 	pd, err := DecodePrivateData(req.PrivateData[:])
 	if err != nil {
@@ -399,36 +424,20 @@ func (m *Manager) request(cc *Conn, req *REQ) {
 		m.reject(cc, RejInvalidTransportType)
 		return
 	}
-	// A known GID with another UD QPN is the same node restarted: its old
-	// connections are stale.
-	for key, cs := range m.conns {
-		if key.GID == peer.GID && key.QPN != peer.QPN {
-			m.Stats.PeerRestarts++
-			for _, c := range append([]*Connection(nil), cs...) {
-				m.teardown(c, "peer restarted")
-			}
-		}
-	}
 	if m.cfg.Policy == PolicyRFC {
 		larger := ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0
-		for _, c := range append([]*Connection(nil), m.conns[peerKey(peer)]...) {
-			ours := c.Outgoing && (c.cm.State == StateREQSent || c.cm.State == StateREPRcvd || c.cm.State == StateEstablished)
-			switch {
-			case ours && larger:
-				// Crossing REQs: the smaller link address accepts, we
-				// reject. This holds after our REQ was accepted too: the
-				// peer's REQ then crossed ours and arrived late, or it is a
-				// retransmission because our REJ was lost. Accepting it
-				// would replace the connection the peer just accepted.
+		for _, c := range m.conns[peerKey(peer)] {
+			// RFC 4755: only a REQ of ours still unanswered crosses.
+			if !c.Outgoing || c.cm.State != StateREQSent {
+				continue
+			}
+			if larger {
+				// The smaller link address accepts, we reject.
 				m.Stats.CrossingRejected++
 				m.reject(cc, RejConsumerReject)
 				return
-			case c.Outgoing && c.cm.State == StateREQSent:
-				m.Stats.CrossingAccepted++
-			case c.cm.State == StateEstablished || c.cm.State == StateREPSent || c.cm.State == StateREPRcvd:
-				// The peer asks again: it lost what we have, so ours is stale.
-				m.teardown(c, "replaced by a new REQ")
 			}
+			m.Stats.CrossingAccepted++
 		}
 	}
 	qp, err := m.newQP(req.TransportType)
@@ -443,7 +452,6 @@ func (m *Manager) request(cc *Conn, req *REQ) {
 		return
 	}
 	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, cm: cc}
-	c.sendable = m.cfg.Policy == PolicyRFC
 	cc.Context = c
 	var priv [IPoIBPrivateDataLen]byte
 	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
@@ -455,6 +463,27 @@ func (m *Manager) request(cc *Conn, req *REQ) {
 	}
 	m.add(c)
 	m.Stats.Accepted++
+}
+
+// peerRestarted applies the restart rule once c is established: the
+// connections to c's GID under another UD QPN belong to the node before it
+// restarted, and are stale. Only a completed handshake proves the new UD
+// QPN: the REP went to the GID, and the RTU or REP that came back named
+// our random comm ID.
+func (m *Manager) peerRestarted(c *Connection) {
+	restarted := false
+	for key, cs := range m.conns {
+		if key.GID != c.Peer.GID || key.QPN == c.Peer.QPN {
+			continue
+		}
+		restarted = true
+		for _, o := range append([]*Connection(nil), cs...) {
+			m.teardown(o, "peer restarted")
+		}
+	}
+	if restarted {
+		m.Stats.PeerRestarts++
+	}
 }
 
 // reply finishes our side after a REP.
@@ -481,6 +510,7 @@ func (m *Manager) reply(c *Connection, rep *REP) {
 		return
 	}
 	m.Stats.Established++
+	m.peerRestarted(c)
 	m.setUp(c)
 }
 

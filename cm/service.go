@@ -57,12 +57,5 @@ var _ Service = (*Engine)(nil)
 func (e *Engine) String() string { return "ipoibd's CM engine, MADs on QP1" }
 
 // Counters returns the engine's counters under the names the daemon shows
-// (with a "cm_" prefix).
-func (e *Engine) Counters() []ib.Counter {
-	s := e.Stats
-	return []ib.Counter{
-		{Name: "mads_in", Value: s.Received}, {Name: "mads_out", Value: s.Sent},
-		{Name: "retransmits", Value: s.Retransmitted}, {Name: "malformed", Value: s.Malformed},
-		{Name: "duplicates", Value: s.Duplicate}, {Name: "stale", Value: s.Stale},
-	}
-}
+// (with a "cm_" prefix), derived from EngineStats.
+func (e *Engine) Counters() []ib.Counter { return statCounters(&e.Stats) }

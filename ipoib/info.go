@@ -29,15 +29,18 @@ type Info struct {
 	Addrs     []string `json:"addrs"`
 	Groups    []string `json:"groups"` // IP multicast groups joined on the fabric (besides broadcast)
 	Neighbors int      `json:"neighbors"`
-	Conns     int      `json:"connections"`
+	// Candidates were learned from solicitations and not used yet: they
+	// have no path and no route (neigh/learn.go).
+	Candidates int `json:"candidates"`
+	Conns      int `json:"connections"`
 }
 
 // NeighInfo is one neighbor.
 type NeighInfo struct {
 	IP       string `json:"ip"`
 	LinkAddr string `json:"link_addr,omitempty"`
-	State    string `json:"state"`
-	Via      string `json:"via"` // RC, UC, UD or "-" when unresolved
+	State    string `json:"state"` // neigh's state, or CANDIDATE (learned, unused: no path, no route)
+	Via      string `json:"via"`   // RC, UC, UD or "-" when unresolved
 	QPN      uint32 `json:"qpn,omitempty"`
 	MTU      int    `json:"mtu,omitempty"`
 	Pending  int    `json:"pending"`
@@ -49,7 +52,8 @@ type ConnInfo struct {
 	Type      string `json:"type"`
 	Direction string `json:"direction"` // out: we connected; in: the peer did
 	State     string `json:"state"`
-	Sends     bool   `json:"sends"` // carries our sends (policy)
+	QPState   string `json:"qp_state"` // the local QP's (an established connection's is RTS)
+	Sends     bool   `json:"sends"`    // carries our sends (policy)
 	LocalQPN  uint32 `json:"local_qpn"`
 	MTU       int    `json:"mtu"`
 	Packets   uint64 `json:"packets"`
@@ -64,7 +68,7 @@ func (i *Interface) Show() Info {
 			Name: i.Name(), Device: i.dev.Name(), LinkLayer: i.port.LinkLayer,
 			LinkAddr: i.local.String(), GID: i.local.GID.String(), PKey: i.pkey.String(),
 			Mode: i.cfg.Mode.String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
-			Neighbors: len(i.neigh.All()),
+			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
 		}
 		for _, a := range i.ctl.addrs {
 			info.Addrs = append(info.Addrs, a.String())
@@ -103,6 +107,9 @@ func (i *Interface) Neighbors() []NeighInfo {
 			}
 			out = append(out, n)
 		}
+		for _, c := range i.neigh.Candidates() {
+			out = append(out, NeighInfo{IP: c.IP.String(), LinkAddr: c.Link.String(), State: "CANDIDATE", Via: "-"})
+		}
 	})
 	slices.SortFunc(out, func(a, b NeighInfo) int { return strings.Compare(a.IP, b.IP) })
 	return out
@@ -115,13 +122,15 @@ func (i *Interface) Connections() []ConnInfo {
 		if i.mgr == nil {
 			return
 		}
+		// What cannot send is not shown as established: look first.
+		i.ctl.checkConns(-1)
 		for _, c := range i.mgr.Connections() {
 			dir := "in"
 			if c.Outgoing {
 				dir = "out"
 			}
 			out = append(out, ConnInfo{
-				Peer: c.Peer.String(), Type: c.QP.Type().String(), Direction: dir, State: c.State().String(),
+				Peer: c.Peer.String(), Type: c.QP.Type().String(), Direction: dir, State: c.State().String(), QPState: c.QP.State().String(),
 				Sends: c.Sendable(), LocalQPN: uint32(c.QP.Num()), MTU: c.MTU, Packets: c.Packets.Load(),
 				Age: i.ctl.now.Sub(c.Since).Round(1e9).String(),
 			})
@@ -138,16 +147,7 @@ func (i *Interface) Stats() []ib.Counter {
 		if i.mgr == nil {
 			return
 		}
-		s := i.mgr.Stats
-		out = append(out, []ib.Counter{
-			{Name: "cm_connects", Value: s.Connects}, {Name: "cm_accepted", Value: s.Accepted},
-			{Name: "cm_established", Value: s.Established}, {Name: "cm_rejected", Value: s.Rejected},
-			{Name: "cm_timed_out", Value: s.TimedOut}, {Name: "cm_disconnected", Value: s.Disconnected},
-			{Name: "cm_crossing_accepted", Value: s.CrossingAccepted}, {Name: "cm_crossing_rejected", Value: s.CrossingRejected},
-			{Name: "cm_peer_restarts", Value: s.PeerRestarts}, {Name: "cm_idle_reaped", Value: s.IdleReaped},
-			{Name: "cm_send_failures", Value: s.SendFails},
-		}...)
-		for _, c := range i.mgr.Service().Counters() {
+		for _, c := range i.mgr.Counters() {
 			c.Name = "cm_" + c.Name
 			out = append(out, c)
 		}

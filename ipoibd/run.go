@@ -51,7 +51,7 @@ func run(args []string) error {
 	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface")
 	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
 	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
-	fs.StringVar(&o.policy, "cm-policy", "rfc", "sending policy: rfc (one bidirectional connection per peer) or linux (send on our own connections only)")
+	fs.StringVar(&o.policy, "cm-policy", "linux", "sending policy: linux (send on our own connections only, as the kernel's ipoib expects) or rfc (send on connections either side opened; RFC 4755 crossing rule)")
 	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
 	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
