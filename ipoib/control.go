@@ -14,15 +14,9 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// Resolution timing. A request is repeated every probeInterval; after
-// maxProbes without an answer the neighbor fails (or, when probing an old
-// link address against a new claim, the claim wins).
+// Timers of the control goroutine (resolution's own are neigh's).
 const (
-	probeInterval = 300 * time.Millisecond
-	maxProbes     = 3
-	reachableTime = 30 * time.Second
-	gcTime        = 5 * time.Minute
-	tickInterval  = 100 * time.Millisecond
+	tickInterval = 100 * time.Millisecond
 	// groupSyncInterval is how often the kernel's multicast memberships are
 	// read: TUN devices get no notice when a socket joins a group.
 	groupSyncInterval = time.Second
@@ -31,6 +25,14 @@ const (
 	dropReportInterval = 10 * time.Second
 	connectBackoff     = time.Second
 	maxBackoff         = 30 * time.Second
+	// connCheckInterval is how often live connections' QPs are checked
+	// for the error state (an idle connection posts nothing that could
+	// fail), at most connCheckBatch of them each time.
+	connCheckInterval = time.Second
+	connCheckBatch    = 256
+	// maxUrgent bounds the urgent events served before one solicitation,
+	// so that our own traffic cannot starve the answers others wait for.
+	maxUrgent = 64
 )
 
 // control is the state the control goroutine owns.
@@ -41,6 +43,7 @@ type control struct {
 	groups     map[ib.GID]netip.Addr        // IP multicast groups the UD QP joined, by MGID
 	groupsAt   time.Time                    // when the kernel's groups were last read
 	ahs        map[ib.GID]ib.AH             // unicast address handles
+	connsAt    time.Time                    // when connections' QPs were last checked
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
 	wr         [1]ib.SendWR
 	wc         [rxBatch]ib.Completion
@@ -107,13 +110,17 @@ func (i *Interface) controlLoop() {
 			c.now = time.Now()
 			e.WantConn.Store(false)
 			c.connect(e)
-		case m := <-i.rxCtl:
+		case m := <-i.rxReply:
+			c.now = time.Now()
+			c.handleControlPacket(&m)
+		case m := <-i.rxSolicit:
+			// Learning waits for what resolution of traffic needs.
+			c.urgent()
 			c.now = time.Now()
 			c.handleControlPacket(&m)
 		case f := <-i.sendFail:
 			c.now = time.Now()
-			i.log.Warn("send failed on a connection", "qpn", f.qpn, "status", f.status)
-			i.mgr.SendFailed(c.now, f.qpn)
+			c.sendFailed(f)
 		case m, ok := <-mads:
 			if !ok {
 				mads = nil
@@ -149,6 +156,35 @@ func (i *Interface) controlLoop() {
 		case now := <-tick.C:
 			c.now = now
 			c.tick()
+		}
+	}
+}
+
+// urgent serves, without waiting, what goes before a solicitation: the
+// control socket's requests, packets waiting for resolution, replies to our
+// requests, failed sends and wanted connections.
+func (c *control) urgent() {
+	i := c.i
+	for range maxUrgent {
+		select {
+		case f := <-i.requests:
+			c.now = time.Now()
+			f()
+		case p := <-i.pending:
+			c.now = time.Now()
+			c.handlePending(p)
+		case m := <-i.rxReply:
+			c.now = time.Now()
+			c.handleControlPacket(&m)
+		case f := <-i.sendFail:
+			c.now = time.Now()
+			c.sendFailed(f)
+		case e := <-i.wantConn:
+			c.now = time.Now()
+			e.WantConn.Store(false)
+			c.connect(e)
+		default:
+			return
 		}
 	}
 }
@@ -264,10 +300,15 @@ func (c *control) handlePending(p pendingPacket) {
 		i.drop(p.slot, txDropNoRoute)
 		return
 	}
-	e := i.neigh.Create(hop, c.now)
+	e, act := i.neigh.Create(hop, c.now)
 	if e == nil {
 		i.drop(p.slot, txDropNoNeigh)
 		return
+	}
+	if act != 0 {
+		// Made from what a solicitation taught: now it costs a route.
+		i.ctr.inc(learnUsed)
+		c.apply(e, act, ib.LinkAddr{})
 	}
 	if hop != p.dst && !c.noViaCache && !i.neigh.SetVia(p.dst, e) {
 		i.drop(p.slot, txDropNoNeigh)
@@ -279,22 +320,38 @@ func (c *control) handlePending(p pendingPacket) {
 			return
 		}
 	}
-	if e.State == neigh.Failed {
-		// Asked again after a failure: start over.
-		e.State, e.Probes, e.Updated = neigh.Incomplete, 0, c.now
-	}
 	if !i.neigh.Queue(e, neigh.Pending{Slot: p.slot, Len: p.n}) {
 		i.drop(p.slot, txDropQueueFull)
 		return
 	}
 	i.ctr.inc(txQueued)
-	switch e.State {
-	case neigh.Incomplete:
-		if e.Probes == 0 {
-			c.solicit(e, false)
+	c.apply(e, e.Wanted(c.now), e.Link)
+}
+
+// apply carries out what the neighbor state machine asked for e; old is
+// e's link address before the event.
+func (c *control) apply(e *neigh.Entry, a neigh.Action, old ib.LinkAddr) {
+	i := c.i
+	if a.Has(neigh.ActRefuted) {
+		i.ctr.inc(impostors)
+	}
+	if a.Has(neigh.ActResolved) {
+		c.resolved(e, old)
+	}
+	if a.Has(neigh.ActProbe) {
+		c.solicit(e)
+	}
+	if a.Has(neigh.ActFailPending) {
+		for _, p := range e.Pending {
+			i.drop(p.Slot, txDropNoNeigh)
 		}
-	default:
+		e.Pending = nil
+	}
+	if a.Has(neigh.ActConnect) {
 		c.connect(e)
+	}
+	if a.Has(neigh.ActForget) {
+		c.forget(e)
 	}
 }
 
@@ -332,6 +389,7 @@ func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
 		c.wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)}
 		if _, err := path.QP.PostSend(c.wr[:]); err != nil {
 			i.drop(slot, txDropPost)
+			i.connSendFailed(path.QP.Num(), ib.WCSuccess, false)
 		}
 		return true
 	case ipLen <= i.udMTU:
@@ -423,10 +481,7 @@ func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 	b.until = c.now.Add(b.wait)
 	c.backoff[key] = b
 	for _, e := range i.neigh.ByLink(peer) {
-		if e.State == neigh.Reachable {
-			e.State, e.Probes, e.Updated = neigh.Stale, 0, c.now
-			c.solicit(e, true)
-		}
+		c.apply(e, e.Suspect(c.now), e.Link)
 		c.flush(e)
 	}
 	i.log.Info("connection refused", "peer", peer, "reason", reason, "retry_in", b.wait)
@@ -434,55 +489,62 @@ func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 
 // udPath makes the UD path to a link address.
 func (c *control) udPath(link ib.LinkAddr) *neigh.Path {
-	ah := c.ahs[link.GID]
+	ah := c.ah(link.GID)
 	if ah == nil {
-		var err error
-		if ah, err = c.i.dev.CreateAH(ib.AHAttr{DestGID: link.GID}); err != nil {
-			c.i.log.Warn("address handle", "gid", link.GID, "err", err)
-			return nil
-		}
-		c.ahs[link.GID] = ah
+		return nil
 	}
 	return &neigh.Path{Link: link, AH: ah, MTU: c.i.udMTU}
 }
 
-// learn records that ip is at link. An entry that is live at another
-// link address is not redirected on the word of one packet: the old
-// address is probed first, and only silence lets the new one win.
-func (c *control) learn(ip netip.Addr, link ib.LinkAddr, create bool) {
-	i := c.i
-	e := i.neigh.Get(ip)
-	if e == nil {
-		if !create {
-			return
+// ah returns the address handle for gid, making it on first use.
+func (c *control) ah(gid ib.GID) ib.AH {
+	ah := c.ahs[gid]
+	if ah == nil {
+		var err error
+		if ah, err = c.i.dev.CreateAH(ib.AHAttr{DestGID: gid}); err != nil {
+			c.i.log.Warn("address handle", "gid", gid, "err", err)
+			return nil
 		}
-		if e = i.neigh.Create(ip, c.now); e == nil {
-			return
-		}
+		c.ahs[gid] = ah
 	}
-	switch {
-	case e.State == neigh.Incomplete || e.State == neigh.Failed:
-		c.resolved(e, link)
-	case e.Link.SameNode(link):
-		if e.State == neigh.Probing {
-			i.ctr.inc(impostors) // the old address answered: the claim was false
-		}
-		e.State, e.Probes, e.Updated = neigh.Reachable, 0, c.now
-		if e.Link.Flags != link.Flags {
-			c.resolved(e, link)
-		}
-	case e.State == neigh.Probing && e.Candidate.SameNode(link):
-		// The same claim again; the probe decides.
-	default:
-		e.State, e.Candidate, e.Probes, e.Updated = neigh.Probing, link, 0, c.now
-		c.solicit(e, true)
+	return ah
+}
+
+// heard applies a reply or an announcement for ip to its entry, if it has
+// one (neigh.Entry.Heard: a live entry is not redirected by one packet).
+func (c *control) heard(ip netip.Addr, link ib.LinkAddr) {
+	if e := c.i.neigh.Get(ip); e != nil {
+		old := e.Link
+		c.apply(e, e.Heard(link, c.now), old)
 	}
 }
 
-// resolved makes e reachable at link and sends what waited for it.
-func (c *control) resolved(e *neigh.Entry, link ib.LinkAddr) {
-	old := e.Link
-	e.Link, e.State, e.Probes, e.Updated = link, neigh.Reachable, 0, c.now
+// learnFrom takes what a solicitation for one of our addresses tells: its
+// sender ip is at link. An entry in use hears it; otherwise it becomes a
+// candidate, bounded and rate-limited per node (neigh/learn.go), which costs
+// no route and no log line until our traffic uses it.
+func (c *control) learnFrom(ip netip.Addr, link, from ib.LinkAddr) {
+	i := c.i
+	if e := i.neigh.Get(ip); e != nil {
+		old := e.Link
+		c.apply(e, e.Heard(link, c.now), old)
+		return
+	}
+	switch i.neigh.Learn(ip, link, from.GID, c.now) {
+	case neigh.LearnedNew:
+		i.ctr.inc(learnCandidates)
+	case neigh.LearnedEvicted:
+		i.ctr.inc(learnCandidates)
+		i.ctr.inc(learnEvicted)
+	case neigh.LearnedLimited:
+		i.ctr.inc(learnLimited)
+	}
+}
+
+// resolved publishes the path to e's new link address (old: the one
+// before) and sends what waited for it.
+func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
+	link := e.Link
 	if old.GID != (ib.GID{}) && !old.SameNode(link) && c.i.mgr != nil {
 		c.i.mgr.Disconnect(c.now, old, "neighbor moved")
 	}
@@ -535,59 +597,32 @@ func (c *control) tick() {
 		}
 		c.syncGroups()
 	}
+	if c.now.Sub(c.connsAt) >= connCheckInterval {
+		c.checkConns(connCheckBatch)
+	}
 	for _, e := range i.neigh.All() {
-		age := c.now.Sub(e.Updated)
-		switch e.State {
-		case neigh.Incomplete, neigh.Probing:
-			if age < probeInterval*time.Duration(e.Probes) {
-				continue
-			}
-			if e.Probes < maxProbes {
-				c.solicit(e, e.State == neigh.Probing)
-				continue
-			}
-			if e.State == neigh.Probing {
-				// The old address is silent: the new claim was right.
-				c.resolved(e, e.Candidate)
-				continue
-			}
-			e.State, e.Updated = neigh.Failed, c.now
-			for _, p := range e.Pending {
-				i.drop(p.Slot, txDropNoNeigh)
-			}
-			e.Pending = nil
-		case neigh.Reachable:
-			if age > reachableTime {
-				// Confirm by unicast; silence means the peer is gone.
-				e.State, e.Probes, e.Updated = neigh.Stale, 0, c.now
-				c.solicit(e, true)
-			}
-		case neigh.Stale:
-			// Stale entries are confirmed again by unicast requests while
-			// they carry traffic; the probes time out like Incomplete.
-			if e.Probes > 0 && e.Probes < maxProbes && age >= probeInterval*time.Duration(e.Probes) {
-				c.solicit(e, true)
-			} else if e.Probes >= maxProbes && age >= probeInterval*maxProbes {
-				c.forget(e)
-			}
-		case neigh.Failed:
-			if age > gcTime {
-				c.forget(e)
-			}
+		old := e.Link
+		if a := e.Tick(c.now); a != 0 {
+			c.apply(e, a, old)
 		}
 	}
+	i.logs.flush(c.now)
 }
 
 // reportDrops logs, once per interval, every drop and error counter that
 // grew, so bad input shows in the log without flooding it.
 func (c *control) reportDrops() {
 	c.dropsAt = c.now
+	var grew []any
 	for k := range numCounters {
 		v := c.i.ctr[k].Load()
 		if d := v - c.dropsSeen[k]; d > 0 && isDropCounter(k) {
-			c.i.log.Warn("packets dropped", "cause", counterNames[k], "count", d, "in", dropReportInterval)
+			grew = append(grew, counterNames[k], d)
 		}
 		c.dropsSeen[k] = v
+	}
+	if len(grew) > 0 {
+		c.i.log.Warn("packets dropped", append([]any{"in", dropReportInterval}, grew...)...)
 	}
 }
 

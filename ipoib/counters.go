@@ -36,8 +36,17 @@ const (
 	arpOut
 	ndIn
 	ndOut
-	ctlDropBusy // the control goroutine's inbox was full
-	impostors   // replies that tried to redirect a live neighbor and were refuted
+	ctlDropBusy        // the control goroutine's inbox was full
+	ctlDropSolicitBusy // an ARP request or NS found the control goroutine's solicitation inbox full
+	impostors          // replies that tried to redirect a live neighbor and were refuted
+	solicitNotOurs     // ARP requests and NSs for an address not ours: not answered
+	solicitNoSource    // NSs from the unspecified address (DAD) or without a source: not answered
+	learnCandidates    // neighbors learned from solicitations, as candidates (neigh/learn.go)
+	learnEvicted       // candidates evicted for newer ones (the bound was reached)
+	learnLimited       // solicitations answered but not learned: their node taught too fast
+	learnLinkMismatch  // solicitations whose link address is not their sender's: not learned
+	learnUsed          // candidates our traffic used (they became entries)
+	txConnErrors       // connections whose QP could not send: torn down and connected again
 	numCounters
 )
 
@@ -51,7 +60,10 @@ var counterNames = [numCounters]string{
 	rxPackets: "rx_packets", rxBytes: "rx_bytes", rxDropMalformed: "rx_drop_malformed",
 	rxDropLoop: "rx_drop_loop", rxDropEtherType: "rx_drop_ethertype", rxDropTUN: "rx_drop_tun",
 	rxErrors: "rx_errors", arpIn: "arp_in", arpOut: "arp_out", ndIn: "nd_in", ndOut: "nd_out",
-	ctlDropBusy: "ctl_drop_busy", impostors: "impostors_refuted",
+	ctlDropBusy: "ctl_drop_busy", ctlDropSolicitBusy: "ctl_drop_solicit_busy", impostors: "impostors_refuted",
+	solicitNotOurs: "solicit_not_ours", solicitNoSource: "solicit_no_source",
+	learnCandidates: "learn_candidates", learnEvicted: "learn_evicted", learnLimited: "learn_rate_limited",
+	learnLinkMismatch: "learn_link_mismatch", learnUsed: "learn_used", txConnErrors: "tx_conn_errors",
 }
 
 type counters [numCounters]atomic.Uint64
@@ -71,7 +83,8 @@ func (c *counters) list() []ib.Counter {
 func isDropCounter(k counter) bool {
 	switch k {
 	case txDropMalformed, txDropNoNeigh, txDropQueueFull, txDropTooBig, txDropNoRoute, txDropPost,
-		txErrors, rxDropMalformed, rxDropEtherType, rxDropTUN, rxErrors, ctlDropBusy:
+		txErrors, rxDropMalformed, rxDropEtherType, rxDropTUN, rxErrors, ctlDropBusy, ctlDropSolicitBusy,
+		learnLimited, learnLinkMismatch, txConnErrors:
 		return true
 	}
 	return false

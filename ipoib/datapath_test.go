@@ -53,7 +53,10 @@ func newPair(tb testing.TB) *pair {
 	p := &pair{a: ifs[0], b: ifs[1], sink: netip.MustParseAddr("192.168.9.77")}
 	// The sink is "at" b's link address; connect and wait for the RC path.
 	up := make(chan struct{})
-	p.a.do(func() { p.a.ctl.learn(p.sink, p.b.LinkAddr(), true) })
+	p.a.do(func() {
+		e, _ := p.a.neigh.Create(p.sink, p.a.ctl.now)
+		p.a.ctl.apply(e, e.Heard(p.b.LinkAddr(), p.a.ctl.now), ib.LinkAddr{})
+	})
 	go func() {
 		defer close(up)
 		for {

@@ -113,17 +113,19 @@ type Interface struct {
 	routes *mtu.Routes // per-destination MTUs; nil when every path has the interface MTU
 
 	// Datapath → control.
-	pending  chan pendingPacket
-	wantConn chan *neigh.Entry
-	rxCtl    chan ctlPacket
-	sendFail chan sendFailure
-	requests chan func()
+	pending   chan pendingPacket
+	wantConn  chan *neigh.Entry
+	rxReply   chan ctlPacket // ARP replies, NAs: answers our traffic waits for
+	rxSolicit chan ctlPacket // ARP requests, NSs and the rest: learning
+	sendFail  chan sendFailure
+	requests  chan func()
 
 	mcastMu  sync.Mutex
 	mcastAHs map[netip.Addr]mcastDest
 
 	ctr    counters
 	log    *slog.Logger
+	logs   *logLimiter // rate-limits log's lines
 	done   chan struct{}
 	wg     sync.WaitGroup
 	ctl    control // owned by the control goroutine
@@ -144,12 +146,6 @@ type pendingPacket struct {
 	slot uint32
 	n    int // IPoIB message length (header included)
 	dst  netip.Addr
-}
-
-// sendFailure is an error completion on a connection's QP.
-type sendFailure struct {
-	qpn    ib.QPN
-	status ib.WCStatus
 }
 
 // ctlPacket is an ARP or ND packet copied off the receive path.
@@ -186,17 +182,19 @@ func New(cfg Config) (_ *Interface, err error) {
 	}
 	i := &Interface{
 		cfg: cfg, dev: cfg.Device, port: port, pkey: pkey,
-		udMTU:    ud.MTUForIB(port.ActiveMTU),
-		pending:  make(chan pendingPacket, 1024),
-		wantConn: make(chan *neigh.Entry, 256),
-		rxCtl:    make(chan ctlPacket, 256),
-		sendFail: make(chan sendFailure, 64),
-		requests: make(chan func()),
-		mcastAHs: map[netip.Addr]mcastDest{},
-		neigh:    neigh.NewTable(8, 65536),
-		log:      cfg.Log.With("if", cfg.Name),
-		done:     make(chan struct{}),
+		udMTU:     ud.MTUForIB(port.ActiveMTU),
+		pending:   make(chan pendingPacket, 1024),
+		wantConn:  make(chan *neigh.Entry, 256),
+		rxReply:   make(chan ctlPacket, 256),
+		rxSolicit: make(chan ctlPacket, 256),
+		sendFail:  make(chan sendFailure, 64),
+		requests:  make(chan func()),
+		mcastAHs:  map[netip.Addr]mcastDest{},
+		neigh:     neigh.NewTable(8, 65536),
+		logs:      newLogLimiter(cfg.Log.Handler(), logBurst, logWindow),
+		done:      make(chan struct{}),
 	}
+	i.log = slog.New(i.logs.handler()).With("if", cfg.Name)
 	i.mtu = cfg.MTU
 	if i.mtu == 0 {
 		i.mtu = i.udMTU

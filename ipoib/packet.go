@@ -12,7 +12,10 @@ const (
 	ipv6HeaderLen  = 40
 	protoICMPv6    = 58
 	icmpv6RS       = 133 // router solicitation: first of the ND types
+	icmpv6NA       = 136
 	icmpv6Redirect = 137 // last of the ND types
+	arpOpOffset    = 6   // the ARP operation, after hardware and protocol types and lengths
+	arpOpReply     = 2
 )
 
 // ipDest returns the EtherType and destination of the IP packet in p, or
@@ -41,4 +44,14 @@ func ipDest(p []byte) (etherType uint16, dst netip.Addr, ok bool) {
 func isND(p []byte) bool {
 	return len(p) > ipv6HeaderLen && p[0]>>4 == 6 && p[6] == protoICMPv6 &&
 		p[ipv6HeaderLen] >= icmpv6RS && p[ipv6HeaderLen] <= icmpv6Redirect
+}
+
+// isReply reports whether the ARP or ND packet p answers a request (an
+// ARP reply, a neighbor advertisement): what resolution of our own traffic
+// waits for, handled before solicitations.
+func isReply(etherType uint16, p []byte) bool {
+	if etherType == ud.EtherTypeARP {
+		return len(p) > arpOpOffset+1 && p[arpOpOffset] == 0 && p[arpOpOffset+1] == arpOpReply
+	}
+	return len(p) > ipv6HeaderLen && p[ipv6HeaderLen] == icmpv6NA
 }

@@ -16,12 +16,12 @@ var allNodes = netip.MustParseAddr("ff02::1")
 
 // solicit asks for e's link address: broadcast (or the solicited-node
 // group) while unresolved, unicast to the known address when confirming.
-func (c *control) solicit(e *neigh.Entry, unicast bool) {
+func (c *control) solicit(e *neigh.Entry) {
 	src, ok := c.onLink(e.IP)
 	if !ok {
 		return
 	}
-	e.Probes++
+	unicast := e.ProbeUnicast()
 	if e.IP.Is4() {
 		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.local, SenderIP: src, TargetIP: e.IP}
 		c.sendARP(&a, e.Link, unicast)
@@ -71,14 +71,45 @@ func (c *control) handleARP(pkt []byte, from ib.LinkAddr) {
 	if c.isLocal(a.SenderIP) || a.SenderHW.SameNode(i.local) {
 		return
 	}
+	request := a.Op == neigh.ARPRequest
 	forUs := c.isLocal(a.TargetIP)
-	if _, ok := c.onLink(a.SenderIP); ok {
-		c.learn(a.SenderIP, a.SenderHW, forUs && a.Op == neigh.ARPRequest)
+	if request && !forUs {
+		i.ctr.inc(solicitNotOurs)
 	}
-	if forUs && a.Op == neigh.ARPRequest && a.SenderIP != a.TargetIP {
+	_, onLink := c.onLink(a.SenderIP)
+	switch {
+	case !onLink:
+	case forUs && request:
+		c.solicitedBy(a.SenderIP, a.SenderHW, from)
+	default:
+		c.heard(a.SenderIP, a.SenderHW)
+	}
+	if forUs && request && a.SenderIP != a.TargetIP {
 		r := neigh.ARP{Op: neigh.ARPReply, SenderHW: i.local, SenderIP: a.TargetIP, TargetHW: a.SenderHW, TargetIP: a.SenderIP}
-		c.sendARP(&r, a.SenderHW, true)
+		c.sendARP(&r, replyTo(a.SenderHW, from), true)
 	}
+}
+
+// solicitedBy learns from a solicitation for one of our addresses whose
+// sender ip claims link: only when link is the node the packet came from
+// (the UD source), so that no one teaches us an address that is not their
+// own. An unknown source (a provider that cannot tell) is believed.
+func (c *control) solicitedBy(ip netip.Addr, link, from ib.LinkAddr) {
+	if from.GID != (ib.GID{}) && !link.SameNode(from) {
+		c.i.ctr.inc(learnLinkMismatch)
+		return
+	}
+	c.learnFrom(ip, link, from)
+}
+
+// replyTo is where the answer to a solicitation goes: the link address it
+// claims, unless that is on another node than the packet came from. Then
+// the sender gets it, and we never address a node only a claim named.
+func replyTo(claimed, from ib.LinkAddr) ib.LinkAddr {
+	if from.GID == (ib.GID{}) || claimed.GID == from.GID {
+		return claimed
+	}
+	return from
 }
 
 func (c *control) handleND(pkt []byte, from ib.LinkAddr) {
@@ -91,20 +122,25 @@ func (c *control) handleND(pkt []byte, from ib.LinkAddr) {
 	i.ctr.inc(ndIn)
 	switch m.Type {
 	case neigh.TypeNeighborSolicitation:
-		if !c.isLocal(m.Target) || !src.IsValid() || src.IsUnspecified() {
+		if !c.isLocal(m.Target) {
+			i.ctr.inc(solicitNotOurs)
+			return
+		}
+		if !src.IsValid() || src.IsUnspecified() {
+			i.ctr.inc(solicitNoSource)
 			return
 		}
 		reply := from
 		if m.HasLinkAddr {
-			reply = m.LinkAddr
-			c.learn(src, m.LinkAddr, true)
+			reply = replyTo(m.LinkAddr, from)
+			c.solicitedBy(src, m.LinkAddr, from)
 		}
 		na := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Solicited: true, Override: true,
 			Target: m.Target, LinkAddr: i.local, HasLinkAddr: true}
 		c.sendND(&na, m.Target, src, reply, true)
 	case neigh.TypeNeighborAdvertisement:
 		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.local) {
-			c.learn(m.Target, m.LinkAddr, false)
+			c.heard(m.Target, m.LinkAddr)
 		}
 	}
 }
@@ -144,12 +180,12 @@ func (c *control) sendControl(slot uint32, n int, to ib.LinkAddr, unicast bool, 
 	i := c.i
 	switch {
 	case unicast:
-		p := c.udPath(to)
-		if p == nil {
+		ah := c.ah(to.GID)
+		if ah == nil {
 			i.slots.free(slot)
 			return
 		}
-		i.postUD(slot, n, p.AH, to.QPN, &c.wr)
+		i.postUD(slot, n, ah, to.QPN, &c.wr)
 	case group.IsValid() && group.IsMulticast():
 		m, ok := i.multicastDest(group)
 		if !ok {

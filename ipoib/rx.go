@@ -139,10 +139,18 @@ func (i *Interface) controlPacket(etherType uint16, pkt []byte, c *ib.Completion
 	}
 	m.etherType, m.n = etherType, copy(m.data[:], pkt)
 	m.src = ib.LinkAddr{QPN: c.SrcQPN, GID: c.SrcGID}
+	if isReply(etherType, pkt) {
+		select {
+		case i.rxReply <- m:
+		default:
+			i.ctr.inc(ctlDropBusy)
+		}
+		return
+	}
 	select {
-	case i.rxCtl <- m:
+	case i.rxSolicit <- m:
 	default:
-		i.ctr.inc(ctlDropBusy)
+		i.ctr.inc(ctlDropSolicitBusy)
 	}
 }
 
@@ -166,11 +174,10 @@ func (i *Interface) reapSends(wc *[rxBatch]ib.Completion) bool {
 				continue
 			}
 			i.ctr.inc(txErrors)
+			// Flushes follow an error already reported, or our own
+			// teardown.
 			if c.Status != ib.WCFlushError && c.QPN != i.local.QPN {
-				select {
-				case i.sendFail <- sendFailure{c.QPN, c.Status}:
-				default:
-				}
+				i.connSendFailed(c.QPN, c.Status, true)
 			}
 		}
 	}

@@ -96,6 +96,7 @@ func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
 		wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, msgLen)}
 		if _, err := p.QP.PostSend(wr[:]); err != nil {
 			i.drop(slot, txDropPost)
+			i.connSendFailed(p.QP.Num(), ib.WCSuccess, false)
 		}
 	case n <= i.udMTU:
 		i.ctr.inc(txUD)

@@ -1,5 +1,8 @@
-// Package neigh is neighbor resolution for an IPoIB interface: ARP over
-// IPoIB and IPv6 ND codecs now; the table comes later.
+// Package neigh is neighbor resolution for an IPoIB interface: the ARP
+// over IPoIB and IPv6 ND codecs, the neighbor table the datapath reads
+// without locks, the resolution state machine of each entry (state.go:
+// events in, actions out, on the caller's clock), and bounded learning
+// from solicitations (learn.go).
 //
 // The codecs follow shared/spec/ipoib-wire.md §3 (ARP with hardware type 32
 // and 20-octet link addresses) and §4 (the IPoIB link-layer address option

@@ -70,12 +70,12 @@ type Entry struct {
 	WantConn atomic.Bool
 
 	// Control goroutine only:
-	State     State
-	Link      ib.LinkAddr // valid unless Incomplete/Failed
-	Candidate ib.LinkAddr // Probing: the address a reply claimed
-	Updated   time.Time   // last state change or confirmation
-	Probes    int         // requests sent in this state
-	Pending   []Pending
+	State   State
+	Link    ib.LinkAddr // valid unless Incomplete/Failed
+	Claim   ib.LinkAddr // Probing: the address a reply claimed
+	Updated time.Time   // last state change or confirmation
+	Probes  int         // requests sent in this state
+	Pending []Pending
 }
 
 // Path returns the published path, or nil while unresolved.
@@ -89,18 +89,28 @@ type Table struct {
 	// MaxPending bounds each entry's queue; beyond it packets are dropped
 	// (and the caller counts them).
 	MaxPending int
-	// MaxEntries bounds the table; new destinations beyond it are refused.
+	// MaxEntries bounds the entries our traffic made; new destinations
+	// beyond it are refused.
 	MaxEntries int
-	entries    map[netip.Addr]*Entry
+	// MaxCandidates bounds what solicitations taught (learn.go).
+	MaxCandidates int
+	entries       map[netip.Addr]*Entry
 	// via maps off-link destinations to the entry of their next hop (a
 	// cache of route lookups, cleared when routes change).
 	via      map[netip.Addr]*Entry
 	snapshot atomic.Pointer[map[netip.Addr]*Entry]
+
+	cands     []candidate // ring, oldest at candNext once full
+	candNext  int
+	candIndex map[netip.Addr]int32
+	budgets   map[ib.GID]budget // learning budget per node
 }
 
-// NewTable makes an empty table.
+// NewTable makes an empty table with DefaultMaxCandidates.
 func NewTable(maxPending, maxEntries int) *Table {
-	t := &Table{MaxPending: maxPending, MaxEntries: maxEntries, entries: map[netip.Addr]*Entry{}, via: map[netip.Addr]*Entry{}}
+	t := &Table{MaxPending: maxPending, MaxEntries: maxEntries, MaxCandidates: DefaultMaxCandidates,
+		entries: map[netip.Addr]*Entry{}, via: map[netip.Addr]*Entry{},
+		candIndex: map[netip.Addr]int32{}, budgets: map[ib.GID]budget{}}
 	t.publish()
 	return t
 }
@@ -111,19 +121,26 @@ func (t *Table) Lookup(ip netip.Addr) *Entry { return (*t.snapshot.Load())[ip] }
 // Get returns ip's entry (control goroutine).
 func (t *Table) Get(ip netip.Addr) *Entry { return t.entries[ip] }
 
-// Create returns ip's entry, making an Incomplete one if there is none; nil
-// when the table is full.
-func (t *Table) Create(ip netip.Addr, now time.Time) *Entry {
+// Create returns ip's entry for our traffic, making one if there is none:
+// from ip's candidate, Stale at the link address it claimed (ActResolved:
+// publish it; ActProbe: confirm it by unicast), else Incomplete. It
+// returns nil when the table is full.
+func (t *Table) Create(ip netip.Addr, now time.Time) (*Entry, Action) {
 	if e := t.entries[ip]; e != nil {
-		return e
+		return e, 0
 	}
 	if len(t.entries) >= t.MaxEntries {
-		return nil
+		return nil, 0
 	}
 	e := &Entry{IP: ip, State: Incomplete, Updated: now}
+	var a Action
+	if link, ok := t.takeCandidate(ip, now); ok {
+		e.Link, e.State = link, Stale
+		a = ActResolved | e.probe()
+	}
 	t.entries[ip] = e
 	t.publish()
-	return e
+	return e, a
 }
 
 // Delete removes an entry and returns its pending packets to the caller.

@@ -15,9 +15,9 @@ func TestTable(t *testing.T) {
 	if tab.Lookup(a) != nil {
 		t.Fatal("empty table found an entry")
 	}
-	ea := tab.Create(a, now)
-	if ea == nil || ea.State != Incomplete || tab.Lookup(a) != ea || tab.Create(a, now) != ea {
-		t.Fatalf("Create: %+v", ea)
+	ea, act := tab.Create(a, now)
+	if again, _ := tab.Create(a, now); ea == nil || act != 0 || ea.State != Incomplete || tab.Lookup(a) != ea || again != ea {
+		t.Fatalf("Create: %+v, %v", ea, act)
 	}
 	// The datapath sees a published path; nil until then.
 	if ea.Path() != nil {
@@ -36,7 +36,7 @@ func TestTable(t *testing.T) {
 		}
 	}
 	// ByLink ignores the flags and skips unresolved entries.
-	eb := tab.Create(b, now)
+	eb, _ := tab.Create(b, now)
 	other := link
 	other.Flags = 0
 	if got := tab.ByLink(other); len(got) != 1 || got[0] != ea {
@@ -53,10 +53,10 @@ func TestTable(t *testing.T) {
 	}
 	tab.SetVia(far, ea)
 	// The table is bounded.
-	if tab.Create(netip.MustParseAddr("10.0.0.3"), now) == nil {
+	if e, _ := tab.Create(netip.MustParseAddr("10.0.0.3"), now); e == nil {
 		t.Fatal("third entry refused")
 	}
-	if tab.Create(netip.MustParseAddr("10.0.0.4"), now) != nil {
+	if e, _ := tab.Create(netip.MustParseAddr("10.0.0.4"), now); e != nil {
 		t.Error("fourth entry accepted beyond MaxEntries 3")
 	}
 	// Delete hands back the queue, unpublishes, and drops next hops through it.

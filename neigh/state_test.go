@@ -1,0 +1,122 @@
+package neigh
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+func link(qpn ib.QPN, last byte, flags ib.LinkFlags) ib.LinkAddr {
+	return ib.LinkAddr{Flags: flags, QPN: qpn, GID: ib.GIDFromAddr(netip.AddrFrom4([4]byte{10, 1, 0, last}))}
+}
+
+var (
+	linkA   = link(0x100, 1, ib.FlagRC)
+	linkARC = link(0x100, 1, 0) // the same node without connected mode
+	linkB   = link(0x200, 2, ib.FlagRC)
+)
+
+// TestTransitions drives one entry through each event from each state on a
+// fake clock: the state it ends in, what it asks for, its link address and
+// probe count.
+func TestTransitions(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type start struct {
+		state  State
+		link   ib.LinkAddr
+		claim  ib.LinkAddr
+		probes int
+		age    time.Duration // since Updated
+	}
+	for _, tc := range []struct {
+		name      string
+		from      start
+		event     func(e *Entry, now time.Time) Action
+		want      Action
+		state     State
+		link      ib.LinkAddr
+		probes    int
+		unicast   bool // the next probe's kind
+		updatedAt bool // Updated moved to now
+	}{
+		// Heard: replies, announcements, solicitation sources.
+		{"incomplete hears", start{state: Incomplete, probes: 1}, heard(linkA), ActResolved, Reachable, linkA, 0, true, true},
+		{"failed hears", start{state: Failed, probes: 3}, heard(linkA), ActResolved, Reachable, linkA, 0, true, true},
+		{"reachable confirmed", start{state: Reachable, link: linkA, age: time.Second}, heard(linkA), 0, Reachable, linkA, 0, true, true},
+		{"stale confirmed", start{state: Stale, link: linkA, probes: 1}, heard(linkA), 0, Reachable, linkA, 0, true, true},
+		{"flags changed", start{state: Reachable, link: linkA}, heard(linkARC), ActResolved, Reachable, linkARC, 0, true, true},
+		{"claim probes the old address", start{state: Reachable, link: linkA}, heard(linkB), ActProbe, Probing, linkA, 1, true, true},
+		{"old address refutes", start{state: Probing, link: linkA, claim: linkB, probes: 1}, heard(linkA), ActRefuted, Reachable, linkA, 0, true, true},
+		{"same claim again", start{state: Probing, link: linkA, claim: linkB, probes: 2}, heard(linkB), 0, Probing, linkA, 2, true, false},
+		// Wanted: a packet queued.
+		{"first packet asks", start{state: Incomplete}, wanted, ActProbe, Incomplete, ib.LinkAddr{}, 1, false, false},
+		{"later packets wait", start{state: Incomplete, probes: 1}, wanted, 0, Incomplete, ib.LinkAddr{}, 1, false, false},
+		{"failed asks again", start{state: Failed, probes: 3}, wanted, ActProbe, Incomplete, ib.LinkAddr{}, 1, false, true},
+		{"resolved connects", start{state: Reachable, link: linkA}, wanted, ActConnect, Reachable, linkA, 0, true, false},
+		{"stale connects", start{state: Stale, link: linkA, probes: 1}, wanted, ActConnect, Stale, linkA, 1, true, false},
+		// Suspect: the peer refused or lost a connection.
+		{"reachable suspected", start{state: Reachable, link: linkA}, suspect, ActProbe, Stale, linkA, 1, true, true},
+		{"stale not again", start{state: Stale, link: linkA, probes: 2}, suspect, 0, Stale, linkA, 2, true, false},
+		// Tick: timers.
+		{"incomplete waits", start{state: Incomplete, probes: 1, age: ProbeInterval - 1}, tick, 0, Incomplete, ib.LinkAddr{}, 1, false, false},
+		{"incomplete asks again", start{state: Incomplete, probes: 1, age: ProbeInterval}, tick, ActProbe, Incomplete, ib.LinkAddr{}, 2, false, false},
+		{"incomplete fails", start{state: Incomplete, probes: MaxProbes, age: ProbeInterval * MaxProbes}, tick, ActFailPending, Failed, ib.LinkAddr{}, MaxProbes, false, true},
+		{"probing asks again", start{state: Probing, link: linkA, claim: linkB, probes: 1, age: ProbeInterval}, tick, ActProbe, Probing, linkA, 2, true, false},
+		{"silence lets the claim win", start{state: Probing, link: linkA, claim: linkB, probes: MaxProbes, age: ProbeInterval * MaxProbes}, tick, ActResolved, Reachable, linkB, 0, true, true},
+		{"reachable holds", start{state: Reachable, link: linkA, age: ReachableTime}, tick, 0, Reachable, linkA, 0, true, false},
+		{"reachable goes stale", start{state: Reachable, link: linkA, age: ReachableTime + 1}, tick, ActProbe, Stale, linkA, 1, true, true},
+		{"stale probes again", start{state: Stale, link: linkA, probes: 1, age: ProbeInterval}, tick, ActProbe, Stale, linkA, 2, true, false},
+		{"stale unused stays", start{state: Stale, link: linkA, age: time.Hour}, tick, 0, Stale, linkA, 0, true, false},
+		{"stale silent is forgotten", start{state: Stale, link: linkA, probes: MaxProbes, age: ProbeInterval * MaxProbes}, tick, ActForget, Stale, linkA, MaxProbes, true, false},
+		{"failed kept", start{state: Failed, probes: MaxProbes, age: FailedTime}, tick, 0, Failed, ib.LinkAddr{}, MaxProbes, false, false},
+		{"failed forgotten", start{state: Failed, probes: MaxProbes, age: FailedTime + 1}, tick, ActForget, Failed, ib.LinkAddr{}, MaxProbes, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := t0.Add(tc.from.age)
+			e := &Entry{State: tc.from.state, Link: tc.from.link, Claim: tc.from.claim, Probes: tc.from.probes, Updated: t0}
+			got := tc.event(e, now)
+			if got != tc.want || e.State != tc.state || e.Link != tc.link || e.Probes != tc.probes {
+				t.Errorf("action %b state %v link %v probes %d, want %b %v %v %d", got, e.State, e.Link, e.Probes, tc.want, tc.state, tc.link, tc.probes)
+			}
+			if e.ProbeUnicast() != tc.unicast {
+				t.Errorf("ProbeUnicast = %v, want %v", e.ProbeUnicast(), tc.unicast)
+			}
+			if moved := e.Updated.Equal(now) && !now.Equal(t0); moved != tc.updatedAt && tc.from.age != 0 {
+				t.Errorf("Updated = %v (now %v), moved %v, want %v", e.Updated, now, moved, tc.updatedAt)
+			}
+		})
+	}
+}
+
+func heard(l ib.LinkAddr) func(*Entry, time.Time) Action {
+	return func(e *Entry, now time.Time) Action { return e.Heard(l, now) }
+}
+
+func wanted(e *Entry, now time.Time) Action  { return e.Wanted(now) }
+func suspect(e *Entry, now time.Time) Action { return e.Suspect(now) }
+func tick(e *Entry, now time.Time) Action    { return e.Tick(now) }
+
+// TestResolutionFailsOnTime runs an unanswered resolution on a fake clock:
+// MaxProbes requests ProbeInterval apart, then Failed, then forgotten.
+func TestResolutionFailsOnTime(t *testing.T) {
+	now := time.Unix(0, 0)
+	e := &Entry{State: Incomplete, Updated: now}
+	var probes []time.Duration
+	start := now
+	a := e.Wanted(now)
+	for step := 0; a&(ActFailPending|ActForget) == 0 && step < 1000; step++ {
+		if a.Has(ActProbe) {
+			probes = append(probes, now.Sub(start))
+		}
+		now = now.Add(10 * time.Millisecond)
+		a = e.Tick(now)
+	}
+	if len(probes) != MaxProbes || probes[0] != 0 || probes[1] != ProbeInterval || probes[2] != 2*ProbeInterval {
+		t.Fatalf("probes at %v", probes)
+	}
+	if !a.Has(ActFailPending) || e.State != Failed || now.Sub(start) != MaxProbes*ProbeInterval {
+		t.Fatalf("after %v: action %b state %v", now.Sub(start), a, e.State)
+	}
+}
