@@ -109,6 +109,9 @@ func newConnService(dev ib.Device, events func(cm.Event)) (*ConnService, error) 
 	if d.closed.Load() {
 		return nil, ib.ErrClosed
 	}
+	if d.own {
+		return nil, errors.New("verbs: the kernel CM service needs rdma_cm, and librdmacm found no devices when the adapter was opened (is the rdma_ucm module loaded?)")
+	}
 	port := d.Port()
 	s := &ConnService{
 		dev: d, events: events, mode: modeFor(d.ethernet, port.GID), pkey: port.PKeys[0],

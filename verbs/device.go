@@ -12,6 +12,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ type Device struct {
 	limits   limits
 
 	list **C.struct_ibv_context // from rdma_get_devices; owns ctx
+	own  bool                   // ctx came from ibv_open_device (no rdma_cm): close it ourselves
 	ctx  *C.struct_ibv_context
 	pd   *C.struct_ibv_pd
 
@@ -117,26 +119,65 @@ func (d *Device) init() error {
 
 // findContext takes the device's context from librdmacm, so that an rdma_cm
 // connection service (which only works on librdmacm's contexts) shares it.
+// Without rdma_cm (a host that runs our own CM: ib_cm, and so rdma_ucm,
+// unloaded) librdmacm has no devices, and the context is opened directly.
 func (d *Device) findContext() error {
 	var n C.int
-	list, err := C.rdma_get_devices(&n)
-	if list == nil {
-		return fmt.Errorf("%w (is the rdma_ucm module loaded, and /dev/infiniband/rdma_cm readable?)", verbError("rdma_get_devices", cgoErrno(err)))
-	}
-	d.list = list
+	list, cmErr := C.rdma_get_devices(&n)
 	var names []string
-	for _, ctx := range unsafe.Slice(list, int(n)) {
-		name := C.GoString(C.ibv_get_device_name(ctx.device))
-		if name == d.cfg.Device {
-			d.ctx = ctx
-			return nil
+	if list != nil {
+		for _, ctx := range unsafe.Slice(list, int(n)) {
+			name := C.GoString(C.ibv_get_device_name(ctx.device))
+			if name == d.cfg.Device {
+				d.list, d.ctx = list, ctx
+				return nil
+			}
+			names = append(names, name)
 		}
-		names = append(names, name)
+		C.rdma_free_devices(list)
 	}
+	ctx, more, err := openDirect(d.cfg.Device)
+	if err != nil {
+		return err
+	}
+	if ctx != nil {
+		d.ctx, d.own = ctx, true
+		return nil
+	}
+	names = append(names, more...)
 	if len(names) == 0 {
+		if list == nil {
+			return fmt.Errorf("verbs: no RDMA device %q: this host has none (%v)", d.cfg.Device, verbError("rdma_get_devices", cgoErrno(cmErr)))
+		}
 		return fmt.Errorf("verbs: no RDMA device %q: this host has none", d.cfg.Device)
 	}
-	return fmt.Errorf("verbs: no RDMA device %q (have %s)", d.cfg.Device, strings.Join(names, ", "))
+	slices.Sort(names)
+	return fmt.Errorf("verbs: no RDMA device %q (have %s)", d.cfg.Device, strings.Join(slices.Compact(names), ", "))
+}
+
+// openDirect opens a device through libibverbs alone; a nil context and the
+// names it saw when there is no such device.
+func openDirect(name string) (*C.struct_ibv_context, []string, error) {
+	var n C.int
+	list, err := C.ibv_get_device_list(&n)
+	if list == nil {
+		return nil, nil, verbError("ibv_get_device_list", cgoErrno(err))
+	}
+	defer C.ibv_free_device_list(list)
+	var names []string
+	for _, dev := range unsafe.Slice(list, int(n)) {
+		got := C.GoString(C.ibv_get_device_name(dev))
+		if got != name {
+			names = append(names, got)
+			continue
+		}
+		ctx, err := C.ibv_open_device(dev)
+		if ctx == nil {
+			return nil, nil, verbError("ibv_open_device "+name, cgoErrno(err))
+		}
+		return ctx, nil, nil
+	}
+	return nil, names, nil
 }
 
 // Name returns the rdma-core device name.
@@ -149,9 +190,20 @@ func (d *Device) Port() ib.PortAttr {
 	return p
 }
 
-// MADs is not available on hardware: the kernel's CM owns QP1.
+// MADs opens QP1's CM class through the kernel's user MAD interface
+// (ib_umad), for the cm engine: ipoibd's own CM on an rdma-core port. It
+// fails with CMLoadedError while the kernel's CM (ib_cm) holds the class.
 func (d *Device) MADs() (ib.MADService, error) {
-	return nil, errors.New("verbs: no MAD service on rdma-core adapters: the kernel's CM owns QP1; connections go through librdmacm (the verbs connection service), not the cm engine")
+	if d.closed.Load() {
+		return nil, ib.ErrClosed
+	}
+	if loaded, holders := CMModuleHolders(); loaded {
+		return nil, CMLoadedError(holders)
+	}
+	return openUMAD("/sys", "/dev/infiniband", umadConfig{
+		device: d.cfg.Device, port: int(d.portNum),
+		gidIndex: d.gidIndex, pkeys: d.Port().PKeys, ethernet: d.ethernet,
+	})
 }
 
 // track records an object so that Close can release it; false after Close.
@@ -224,6 +276,12 @@ func (d *Device) release() error {
 	if d.list != nil {
 		C.rdma_free_devices(d.list)
 		d.list, d.ctx = nil, nil
+	}
+	if d.own && d.ctx != nil {
+		if rc := C.ibv_close_device(d.ctx); rc != 0 {
+			errs = append(errs, verbError("ibv_close_device", errnoValue(rc)))
+		}
+		d.ctx, d.own = nil, false
 	}
 	return errors.Join(errs...)
 }
