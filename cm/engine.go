@@ -204,7 +204,6 @@ type Engine struct {
 	byLocal   map[uint32]*Conn   // every connection we know, by our comm ID
 	byRemote  map[remoteID]*Conn // by the peer's comm ID, to spot duplicate REQs
 	byQP      map[remoteQP]*Conn // established ones, by the peer's QP: the stale rule
-	nextID    uint32
 	nextTID   uint64
 	halfOpen  int
 	// halfOpenFrom counts the half-open connections of each peer GID; it
@@ -253,7 +252,7 @@ func NewEngine(cfg EngineConfig) *Engine {
 	if cfg.MaxHalfOpenPerSource == 0 {
 		cfg.MaxHalfOpenPerSource = DefaultMaxHalfOpenPerSource
 	}
-	var seed [12]byte
+	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	return &Engine{
 		cfg:          cfg,
@@ -262,10 +261,9 @@ func NewEngine(cfg EngineConfig) *Engine {
 		byRemote:     map[remoteID]*Conn{},
 		byQP:         map[remoteQP]*Conn{},
 		halfOpenFrom: map[ib.GID]int{},
-		// Random starts, so a restarted node does not reuse the IDs its
+		// A random start, so a restarted node does not reuse the TIDs its
 		// peers may still remember.
-		nextID:  binary.BigEndian.Uint32(seed[0:4]),
-		nextTID: binary.BigEndian.Uint64(seed[4:12]),
+		nextTID: binary.BigEndian.Uint64(seed[:]),
 	}
 }
 
@@ -594,7 +592,7 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 	c := e.byLocal[rep.RemoteCommID]
 	if c == nil || !c.Active || !fromPeer(from, c) {
 		e.Stats.Unknown.Add(AttrREP)
-		e.sendREJ(from.GID, e.newTID(), 0, rep.LocalCommID, MsgREP, RejInvalidCommID, nil, nil)
+		e.sendREJ(from.GID, e.newTID(), rep.RemoteCommID, rep.LocalCommID, MsgREP, RejInvalidCommID, nil, nil) // IDs swapped, as cm_issue_rej does
 		return
 	}
 	if c.State != StateREQSent {
@@ -881,12 +879,15 @@ func (e *Engine) emit(ev Event) {
 	}
 }
 
-// newCommID returns a communication ID that is not 0 and not in use.
+// newCommID returns a random communication ID that is not 0 and not in
+// use: a peer (or a host that connected once) must not be able to predict
+// the IDs of other connections, which REJs and DREQs name.
 func (e *Engine) newCommID() uint32 {
+	var b [4]byte
 	for {
-		e.nextID++
-		if e.nextID != 0 && e.byLocal[e.nextID] == nil {
-			return e.nextID
+		_, _ = rand.Read(b[:])
+		if id := binary.BigEndian.Uint32(b[:]); id != 0 && e.byLocal[id] == nil {
+			return id
 		}
 	}
 }
