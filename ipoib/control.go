@@ -44,6 +44,7 @@ type control struct {
 	groupsAt   time.Time                    // when the kernel's groups were last read
 	ahs        map[ib.GID]ib.AH             // unicast address handles
 	connsAt    time.Time                    // when connections' QPs were last checked
+	connsEvery time.Duration                // connCheckInterval (tests change it)
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
 	wr         [1]ib.SendWR
 	wc         [rxBatch]ib.Completion
@@ -64,6 +65,7 @@ func (c *control) init(i *Interface) {
 	c.groups = map[ib.GID]netip.Addr{}
 	c.ahs = map[ib.GID]ib.AH{}
 	c.backoff = map[ib.LinkAddr]backoff{}
+	c.connsEvery = connCheckInterval
 	empty := []netip.Addr{}
 	c.broadcasts.Store(&empty)
 	c.now = time.Now()
@@ -85,18 +87,20 @@ func (i *Interface) controlLoop() {
 	if err := netlink.RouteSubscribeWithOptions(routeUpdates, stop, netlink.RouteSubscribeOptions{Namespace: &i.netns}); err != nil {
 		i.log.Warn("route changes will not be followed", "err", err)
 	}
-	var mads <-chan ib.MAD
-	if i.mads != nil {
-		mads = i.mads.Recv()
-	}
-	// A connection service with its own event source (verbs: librdmacm).
-	var cmEvents <-chan struct{}
+	// The connection service: its input (MADs, the kernel CM's events)
+	// wakes the loop, and its timers run when its Next says.
+	var cmWake <-chan struct{}
+	cmTimer := time.NewTimer(time.Hour)
+	cmTimer.Stop()
+	defer cmTimer.Stop()
+	var cmAt time.Time // when cmTimer fires; zero: stopped
 	if i.mgr != nil {
-		if p, ok := i.mgr.Service().(cm.PolledService); ok {
-			cmEvents = p.Wake()
-		}
+		cmWake = i.mgr.Wake()
 	}
 	for {
+		if i.mgr != nil {
+			c.armCM(cmTimer, &cmAt)
+		}
 		select {
 		case <-i.done:
 			return
@@ -121,16 +125,12 @@ func (i *Interface) controlLoop() {
 		case f := <-i.sendFail:
 			c.now = time.Now()
 			c.sendFailed(f)
-		case m, ok := <-mads:
-			if !ok {
-				mads = nil
-				continue
-			}
-			c.now = time.Now()
-			i.mgr.HandleMAD(c.now, &m)
-		case <-cmEvents:
+		case <-cmWake:
 			c.now = time.Now()
 			i.mgr.Poll(c.now)
+		case now := <-cmTimer.C:
+			c.now, cmAt = now, time.Time{}
+			i.mgr.Expire(c.now)
 		case u, ok := <-addrUpdates:
 			if !ok {
 				// netlink gave up on the subscription: read the
@@ -187,6 +187,21 @@ func (c *control) urgent() {
 			return
 		}
 	}
+}
+
+// armCM sets the timer to the connection service's next deadline (the
+// manager's idle reaping included) when it changed.
+func (c *control) armCM(t *time.Timer, at *time.Time) {
+	next := c.i.mgr.Next()
+	if next.Equal(*at) {
+		return
+	}
+	*at = next
+	if next.IsZero() {
+		t.Stop()
+		return
+	}
+	t.Reset(time.Until(next))
 }
 
 // refreshAddrs reads our addresses from the kernel (the operator may add
@@ -585,9 +600,6 @@ func (c *control) tick() {
 	// Completions of an idle interface (its TUN reader sleeps in read):
 	// failures must not wait for the next packet.
 	i.reapSends(&c.wc)
-	if i.mgr != nil {
-		i.mgr.Expire(c.now)
-	}
 	if c.now.Sub(c.dropsAt) >= dropReportInterval {
 		c.reportDrops()
 	}
@@ -597,7 +609,7 @@ func (c *control) tick() {
 		}
 		c.syncGroups()
 	}
-	if c.now.Sub(c.connsAt) >= connCheckInterval {
+	if c.now.Sub(c.connsAt) >= c.connsEvery {
 		c.checkConns(connCheckBatch)
 	}
 	for _, e := range i.neigh.All() {

@@ -1,12 +1,14 @@
 package ipoib
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,19 +31,44 @@ type pair struct {
 	a, b *Interface
 	sink netip.Addr
 	wc   [rxBatch]ib.Completion
+	net  *testnet.Net
+	logA *syncBuffer // a's log
+}
+
+// syncBuffer is a log destination tests read while the daemon writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func newPair(tb testing.TB) *pair {
 	tb.Helper()
 	n := testnet.New(tb, testnet.Config{Hosts: 2})
 	var ifs [2]*Interface
+	logA := &syncBuffer{}
 	for k := range 2 {
+		var w io.Writer = io.Discard
+		if k == 0 {
+			w = logA
+		}
 		n.In(k, func() {
 			dev, err := softib.Open(softib.Config{Addr: n.Hosts[k].Addr})
 			if err != nil {
 				tb.Fatal(err)
 			}
-			i, err := New(Config{Name: "ib0", Device: dev, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Addrs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("192.168.9.%d/24", k+1))}})
+			i, err := New(Config{Name: "ib0", Device: dev, Log: slog.New(slog.NewTextHandler(w, nil)), Addrs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("192.168.9.%d/24", k+1))}})
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -50,7 +77,7 @@ func newPair(tb testing.TB) *pair {
 			ifs[k] = i
 		})
 	}
-	p := &pair{a: ifs[0], b: ifs[1], sink: netip.MustParseAddr("192.168.9.77")}
+	p := &pair{a: ifs[0], b: ifs[1], sink: netip.MustParseAddr("192.168.9.77"), net: n, logA: logA}
 	// The sink is "at" b's link address; connect and wait for the RC path.
 	up := make(chan struct{})
 	p.a.do(func() {
