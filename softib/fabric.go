@@ -157,6 +157,13 @@ func (f *fabric) socket(bindAddr netip.Addr, multicast bool) (int, error) {
 	if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
 		return fail("UDP_GRO", err)
 	}
+	// RoCEv2 senders (rxe) leave the UDP checksum 0 over IPv6 too; the ICRC
+	// protects the packet. Without this the kernel drops all of them.
+	if !f.v4 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1); err != nil {
+			return fail("UDP_NO_CHECK6_RX", err)
+		}
+	}
 	// IB packets must not be fragmented: the port MTU is chosen to fit.
 	if f.v4 {
 		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE)
