@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# softib <-> rxe on the wire, judged by rdma-core's own programs on the real
+# kernel: ibv_{rc,uc,ud,srq}_pingpong on an rxe device against sibpingpong
+# (softib) in both roles, over an IPv4 and an IPv6 underlay (both RoCEv2
+# GID types), message sizes from 1 octet to 64 KiB (multi-packet RC/UC
+# messages at MTU 1024 and 4096). rxe works only in the initial network
+# namespace and softib does not care, so the hook makes its own veth pair:
+# rxe on the end in the initial namespace, softib on the end in a namespace.
+# va/vb/rxe0/rxe1 are left alone. After the runs, rxe's counters and
+# softib's must show no ICRC error, no sequence error and no drop: every
+# packet one side sent the other received (rxe counts a packet only after
+# its ICRC check), and dmesg has no rxe warning.
+#
+# PINGPONG_QUICK=1 runs one small case per pingpong, role and IP version.
+set -uo pipefail
+
+NS=sibpp RXE=rxepp IFA=ppa IFB=ppb
+A4=198.51.100.1 B4=198.51.100.2 A6=fd00:5151::1 B6=fd00:5151::2
+log=/tmp/pingpong-hook
+rm -rf "$log"
+mkdir -p "$log"
+T0=$EPOCHREALTIME
+
+pass() { echo "RESULT PASS pingpong/$1"; }
+fail() { echo "RESULT FAIL pingpong/$1: $(printf '%s' "$2" | tr -s '\n\t' '  ' | cut -c1-220)"; }
+# Show a log on the console, indented so it can never look like a RESULT.
+show() { sed 's/^/  | /' "$@"; }
+
+cleanup() {
+	local p
+	for p in $(jobs -p); do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rdma link del "$RXE" 2>/dev/null
+	ip link del "$IFA" 2>/dev/null
+	ip netns del "$NS" 2>/dev/null
+}
+trap cleanup EXIT
+
+setup() {
+	cleanup
+	ip netns add "$NS" &&
+		ip link add "$IFA" mtu 9000 type veth peer name "$IFB" mtu 9000 &&
+		ip link set "$IFB" netns "$NS" &&
+		ip addr add "$A4/24" dev "$IFA" &&
+		ip addr add "$A6/64" dev "$IFA" nodad &&
+		ip link set "$IFA" up &&
+		ip -n "$NS" link set lo up &&
+		ip -n "$NS" addr add "$B4/24" dev "$IFB" &&
+		ip -n "$NS" addr add "$B6/64" dev "$IFB" nodad &&
+		ip -n "$NS" link set "$IFB" up &&
+		rdma link add "$RXE" type rxe netdev "$IFA"
+}
+
+# gid_index FULL-GID: the index of that RoCE v2 GID on $RXE (sysfs writes
+# GIDs as eight groups of four digits).
+gid_index() {
+	local g v t
+	for g in /sys/class/infiniband/$RXE/ports/1/gids/*; do
+		read -r v <"$g" 2>/dev/null || continue
+		[ "$v" = "$1" ] || continue
+		read -r t <"/sys/class/infiniband/$RXE/ports/1/gid_attrs/types/${g##*/}" 2>/dev/null || continue
+		[ "$t" = "RoCE v2" ] && {
+			echo "${g##*/}"
+			return 0
+		}
+	done
+	return 1
+}
+
+if ! out=$(setup 2>&1); then
+	fail setup "$out"
+	exit 0
+fi
+G4="" G6=""
+for _ in $(seq 50); do
+	G4=$(gid_index 0000:0000:0000:0000:0000:ffff:c633:6401) &&
+		G6=$(gid_index fd00:5151:0000:0000:0000:0000:0000:0001) && break
+	sleep 0.2
+done
+if [ -z "$G4" ] || [ -z "$G6" ]; then
+	fail setup "no RoCE v2 GID for $A4 or $A6 on $RXE (got '$G4' '$G6')"
+	exit 0
+fi
+pass setup
+echo "NOTE pingpong: $RXE on $IFA, GID index IPv4 $G4, IPv6 $G6; softib on $IFB in netns $NS"
+
+declare -A SIB     # softib counters summed over the runs
+declare -A RXE0    # rxe's hw counters before the runs
+HW=/sys/class/infiniband/$RXE/ports/1/hw_counters
+for f in "$HW"/*; do read -r "RXE0[${f##*/}]" <"$f"; done
+dmesg -c >/dev/null 2>&1
+port=18515
+NRUN=0 NPASS=0
+
+# listening FILE PID: wait until sibpingpong says it listens (or died).
+listening() {
+	local i
+	for i in $(seq 200); do
+		[[ $(<"$1") == *"listening on"* ]] && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+# run V KIND ROLE SIZE ITERS MTU: one pingpong; ROLE is which side softib
+# plays (sib-server: rdma-core is the client).
+run() {
+	local v=$1 k=$2 role=$3 size=$4 iters=$5 mtu=$6
+	local a=$A4 b=$B4 g=$G4 name args sargs spid rc src why="" lim
+	[ "$v" = v6 ] && a=$A6 b=$B6 g=$G6
+	name=$v/$k/$role/s$size-n$iters
+	args=(-d "$RXE" -g "$g" -p "$port" -s "$size" -n "$iters")
+	sargs=(-t "$k" -a "$b" -p "$port" -s "$size" -n "$iters")
+	if [ "$k" != ud ]; then
+		name+=-m$mtu
+		args+=(-m "$mtu")
+		sargs+=(-m "$mtu")
+	fi
+	lim=40
+	local f=$log/${name//\//_} t=$EPOCHREALTIME
+	NRUN=$((NRUN + 1))
+	# -e: rdma-core sleeps on CQ events instead of spinning on a vCPU that
+	# rxe and softib need (the wire is the same).
+	args+=(-e)
+	if [ "$role" = sib-server ]; then
+		timeout $lim ip netns exec "$NS" sibpingpong "${sargs[@]}" --timeout $((lim - 5))s >"$f.sib" 2>&1 &
+		spid=$!
+		if listening "$f.sib" $spid; then
+			timeout $lim "ibv_${k}_pingpong" "${args[@]}" "$b" >"$f.rdma" 2>&1
+			rc=$?
+		else
+			rc=99
+			echo "sibpingpong never listened" >"$f.rdma"
+		fi
+		[ "$rc" = 0 ] || kill $spid 2>/dev/null
+		wait $spid
+		src=$?
+	else
+		# sibpingpong retries until the server listens.
+		timeout $lim "ibv_${k}_pingpong" "${args[@]}" >"$f.rdma" 2>&1 &
+		spid=$!
+		timeout $lim ip netns exec "$NS" sibpingpong "${sargs[@]}" --timeout $((lim - 5))s "$a" >"$f.sib" 2>&1
+		src=$?
+		[ "$src" = 0 ] || kill $spid 2>/dev/null
+		wait $spid
+		rc=$?
+	fi
+	port=$((port + 1))
+	local c n val
+	while read -r c n val; do
+		[ "$c" = counter ] && SIB[$n]=$((${SIB[$n]:-0} + val))
+	done <"$f.sib"
+	[ "$src" = 0 ] || why+="sibpingpong exit $src: $(grep -v '^counter ' "$f.sib" | tail -n 1); "
+	[ "$rc" = 0 ] || why+="ibv_${k}_pingpong exit $rc: $(tail -n 1 "$f.rdma"); "
+	local took
+	took=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }')
+	if [ -z "$why" ]; then
+		NPASS=$((NPASS + 1))
+		pass "$name"
+		echo "NOTE $name: $(grep -h 'iters in' "$f.rdma"), run $took"
+	else
+		fail "$name" "$why"
+		echo "  rdma-core:"
+		show "$f.rdma"
+		echo "  sibpingpong (counters that are not 0):"
+		grep -v '^counter .* 0$' "$f.sib" | show
+		echo "  dmesg:"
+		dmesg | tail -n 5 | show
+	fi
+}
+
+for v in v4 v6; do
+	for role in sib-server sib-client; do
+		if [ "${PINGPONG_QUICK:-0}" = 1 ]; then
+			for k in rc uc srq; do run $v $k $role 4096 50 1024; done
+			run $v ud $role 1024 50 0
+			continue
+		fi
+		for k in rc uc; do
+			run $v $k $role 1 2000 1024    # one packet, three octets of pad
+			run $v $k $role 1025 1000 1024 # a last packet of one octet
+			run $v $k $role 65536 100 1024 # 64 packets a message
+			run $v $k $role 8191 300 4096  # two packets, the last with pad
+			run $v $k $role 65536 100 4096 # 16 packets a message
+		done
+		run $v srq $role 1 2000 1024
+		run $v srq $role 4096 500 1024
+		run $v srq $role 65536 100 4096
+		run $v ud $role 1 2000 0
+		run $v ud $role 4093 500 0 # the largest the port MTU allows, less pad
+		run $v ud $role 4096 300 0
+	done
+done
+
+# --- counters: every packet arrived, nothing was dropped or repeated --------
+declare -A RXE1
+for f in "$HW"/*; do read -r "RXE1[${f##*/}]" <"$f"; done
+d() { echo $((${RXE1[$1]:-0} - ${RXE0[$1]:-0})); }
+rxe_line="" bad=""
+for n in $(printf '%s\n' "${!RXE1[@]}" | sort); do
+	rxe_line+="$n+$(d "$n") "
+	case $n in
+	sent_pkts | rcvd_pkts | rdma_sends | rdma_recvs | ack_deferred) ;;
+	*) (($(d "$n") == 0)) || bad+="rxe $n +$(d "$n"); " ;;
+	esac
+done
+sib_line=""
+for n in $(printf '%s\n' "${!SIB[@]}" | sort); do
+	sib_line+="$n=${SIB[$n]} "
+	case $n in
+	rx_drop_* | cq_overrun | tx_error | qp.retransmits | qp.ack_timeouts | qp.rnr_naks_* | qp.seq_naks_* | qp.duplicates)
+		((SIB[$n] == 0)) || bad+="softib $n ${SIB[$n]}; "
+		;;
+	esac
+done
+echo "NOTE pingpong rxe counter deltas: $rxe_line"
+echo "NOTE pingpong softib counters (sum of $NRUN runs): $sib_line"
+# rxe counts rcvd_pkts only for packets that passed its header and ICRC
+# checks; softib counts every datagram it got.
+(($(d rcvd_pkts) == ${SIB[tx_packets]:-0})) ||
+	bad+="rxe received $(d rcvd_pkts) packets, softib sent ${SIB[tx_packets]:-0}; "
+(($(d sent_pkts) == ${SIB[rx_packets]:-0})) ||
+	bad+="rxe sent $(d sent_pkts) packets, softib received ${SIB[rx_packets]:-0}; "
+(($(d sent_pkts) > 0)) || bad+="rxe sent nothing; "
+warn=$(dmesg 2>/dev/null | grep -iE 'rxe|rdma|icrc' | grep -v -iE 'loaded|registered|added|link' | head -n 5)
+[ -z "$warn" ] || bad+="dmesg: $warn; "
+if [ -z "$bad" ]; then pass counters; else fail counters "$bad"; fi
+echo "NOTE pingpong: $NPASS of $NRUN runs passed in $(awk -v a="$T0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }')"
