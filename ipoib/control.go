@@ -446,7 +446,7 @@ func (c *control) connecting(e *neigh.Entry) bool {
 // refused one.
 func (c *control) connect(e *neigh.Entry) {
 	i := c.i
-	if i.mgr == nil || e.State == neigh.Incomplete || e.State == neigh.Failed {
+	if i.mgr == nil || !e.Resolved() {
 		return
 	}
 	if b, ok := c.backoff[ib.LinkAddr{QPN: e.Link.QPN, GID: e.Link.GID}]; ok && c.now.Before(b.until) {
@@ -594,7 +594,7 @@ func (c *control) publish(e *neigh.Entry, p *neigh.Path) {
 	}
 }
 
-// tick runs the neighbor timers and the connection manager's.
+// tick runs the neighbor timers (the connection service has its own timer).
 func (c *control) tick() {
 	i := c.i
 	// Completions of an idle interface (its TUN reader sleeps in read):

@@ -54,10 +54,13 @@ const (
 // Has reports whether a includes b.
 func (a Action) Has(b Action) bool { return a&b != 0 }
 
+// Resolved reports whether e has a link address to send to.
+func (e *Entry) Resolved() bool { return e.State != Incomplete && e.State != Failed }
+
 // ProbeUnicast reports whether e's next request goes unicast to e.Link
 // (confirming a known address) rather than to the broadcast or
-// solicited-node group.
-func (e *Entry) ProbeUnicast() bool { return e.State != Incomplete && e.State != Failed }
+// solicited-node group: whether it is resolved.
+func (e *Entry) ProbeUnicast() bool { return e.Resolved() }
 
 // probe counts one more request in the current state.
 func (e *Entry) probe() Action {
