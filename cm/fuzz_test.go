@@ -2,8 +2,13 @@ package cm
 
 import (
 	"bytes"
+	"encoding/binary"
+	"maps"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
 )
 
 // FuzzDecodeMAD: DecodeMAD never panics, and whatever it accepts marshals
@@ -122,4 +127,51 @@ func FuzzParseIPoIBServiceID(f *testing.F) {
 			t.Fatalf("%#016x parsed to %v, rebuilds %#016x", id, q, IPoIBServiceID(q))
 		}
 	})
+}
+
+// FuzzEngineMAD feeds one arbitrary MAD to the passive end of a live
+// connection, from a third host or from the peer, optionally naming the
+// connection's comm IDs. Nothing panics, the half-open accounting stays
+// exact, and from a third host the connection is never disturbed.
+func FuzzEngineMAD(f *testing.F) {
+	for _, name := range goldenNames() {
+		f.Add(goldens[name].wire, false, true)
+		f.Add(goldens[name].wire, true, true)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, fromPeer, nameConn bool) {
+		fab, a, e, ac, bc := establishedEngines(t)
+		var m ib.MAD
+		copy(m.Data[:], b)
+		if nameConn {
+			binary.BigEndian.PutUint32(m.Data[MADHeaderLen:], ac.LocalCommID)
+			binary.BigEndian.PutUint32(m.Data[MADHeaderLen+4:], bc.LocalCommID)
+		}
+		m.From = ib.MADAddr{GID: gidN(3), QPN: ib.QP1}
+		if fromPeer {
+			m.From.GID = a.gid
+		}
+		e.e.HandleMAD(fab.now, &m)
+		checkAccounting(t, e.e)
+		fab.run(time.Hour)
+		checkAccounting(t, e.e)
+		checkAccounting(t, a.e)
+		if !fromPeer && (bc.State != StateEstablished || ac.State != StateEstablished) {
+			t.Fatalf("a MAD from a third host moved the connection to %v / %v", ac.State, bc.State)
+		}
+	})
+}
+
+// checkAccounting: the half-open counts agree with the connections' states.
+func checkAccounting(tb testing.TB, e *Engine) {
+	tb.Helper()
+	n, from := 0, map[ib.GID]int{}
+	for _, c := range e.byLocal {
+		if halfOpen(c.State) {
+			n++
+			from[c.RemoteGID]++
+		}
+	}
+	if n != e.halfOpen || !maps.Equal(from, e.halfOpenFrom) {
+		tb.Fatalf("half-open %d counted %d; by source %v counted %v", n, e.halfOpen, from, e.halfOpenFrom)
+	}
 }
