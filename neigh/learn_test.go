@@ -144,3 +144,49 @@ func BenchmarkLearn(b *testing.B) {
 		tab.Learn(addr(k%60000), n, n.GID, now)
 	}
 }
+
+// FuzzLearn runs random learning, use and time against a small table and
+// checks its bookkeeping: candidates within the bound, the index and the
+// ring agreeing, a candidate never beside an entry for the same address.
+func FuzzLearn(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 200, 201})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		now := time.Unix(0, 0)
+		tab := NewTable(2, 8)
+		tab.MaxCandidates = 5
+		for _, op := range ops {
+			ip, n := addr(int(op%16)), node(int(op/16%4))
+			switch op % 4 {
+			case 0, 1:
+				if tab.Get(ip) == nil {
+					tab.Learn(ip, n, n.GID, now)
+				}
+			case 2:
+				if e, _ := tab.Create(ip, now); e != nil && op&0x80 != 0 {
+					tab.Delete(e)
+				}
+			case 3:
+				now = now.Add(time.Duration(op) * 100 * time.Millisecond)
+			}
+			live := 0
+			for k, c := range tab.cands {
+				if !c.ip.IsValid() {
+					continue
+				}
+				live++
+				if i, ok := tab.candIndex[c.ip]; !ok || int(i) != k {
+					t.Fatalf("candidate %v in slot %d indexed at %d (%v)", c.ip, k, i, ok)
+				}
+				if tab.Get(c.ip) != nil {
+					t.Fatalf("%v is both an entry and a candidate", c.ip)
+				}
+			}
+			if live != len(tab.candIndex) || live > tab.MaxCandidates || len(tab.cands) > tab.MaxCandidates {
+				t.Fatalf("%d live candidates, %d indexed, ring %d, bound %d", live, len(tab.candIndex), len(tab.cands), tab.MaxCandidates)
+			}
+			if len(tab.budgets) > maxSources {
+				t.Fatalf("%d budgets", len(tab.budgets))
+			}
+		}
+	})
+}

@@ -120,3 +120,51 @@ func TestResolutionFailsOnTime(t *testing.T) {
 		t.Fatalf("after %v: action %b state %v", now.Sub(start), a, e.State)
 	}
 }
+
+// FuzzStateMachine feeds one entry random events on a random clock and
+// checks what must always hold: probes never run past MaxProbes, a
+// resolved entry has a link address, a probing entry's claim is another
+// node, and every action fits the state it leaves.
+func FuzzStateMachine(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7})
+	f.Add([]byte{1, 4, 4, 4, 4, 4, 0, 2, 5, 5, 5, 5})
+	f.Fuzz(func(t *testing.T, events []byte) {
+		now := time.Unix(0, 0)
+		e := &Entry{State: Incomplete, Updated: now}
+		links := []ib.LinkAddr{linkA, linkARC, linkB}
+		for _, ev := range events {
+			var a Action
+			switch ev % 6 {
+			case 0, 1:
+				l := links[int(ev/6)%len(links)]
+				a = e.Heard(l, now)
+				if e.Link != l && e.State != Probing {
+					t.Fatalf("heard %v, entry %v at %v", l, e.State, e.Link)
+				}
+			case 2:
+				a = e.Wanted(now)
+			case 3:
+				a = e.Suspect(now)
+			default:
+				now = now.Add(time.Duration(ev) * 10 * time.Millisecond)
+				a = e.Tick(now)
+			}
+			switch {
+			case e.Probes > MaxProbes:
+				t.Fatalf("%d probes in %v", e.Probes, e.State)
+			case e.Resolved() && e.Link == (ib.LinkAddr{}):
+				t.Fatalf("%v without a link address", e.State)
+			case e.State == Probing && e.Claim.SameNode(e.Link):
+				t.Fatalf("probing for a claim of the same node %v", e.Claim)
+			case a.Has(ActProbe) && e.Probes == 0:
+				t.Fatalf("probe asked with no probe counted (%v)", e.State)
+			case a.Has(ActResolved) && e.State != Reachable:
+				t.Fatalf("resolved into %v", e.State)
+			case a.Has(ActFailPending) && e.State != Failed:
+				t.Fatalf("pending failed in %v", e.State)
+			case a.Has(ActConnect) && !e.Resolved():
+				t.Fatalf("connect asked while %v", e.State)
+			}
+		}
+	})
+}
