@@ -150,6 +150,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		m.svc = NewEngine(cfg.Engine)
 	}
 	if err := m.svc.Listen(IPoIBServiceID(cfg.Local.QPN)); err != nil {
+		_ = m.svc.Close()
 		return nil, fmt.Errorf("cm: listening on the service ID of UD QPN %v: %w", cfg.Local.QPN, err)
 	}
 	return m, nil
@@ -303,13 +304,14 @@ func (m *Manager) HandleMAD(now time.Time, mad *ib.MAD) {
 	}
 }
 
-// Poll handles the events a PolledService has pending (the kernel CM's);
-// the caller waits on its Wake.
+// Wake is the service's: signalled when Poll has input to handle.
+func (m *Manager) Wake() <-chan struct{} { return m.svc.Wake() }
+
+// Poll handles the service's pending input (MADs, the kernel CM's events);
+// the caller waits on Wake.
 func (m *Manager) Poll(now time.Time) {
 	m.now = now
-	if p, ok := m.svc.(PolledService); ok {
-		p.Poll(now)
-	}
+	m.svc.Poll(now)
 }
 
 // Next returns when Expire must next run (zero: nothing pending).

@@ -1,18 +1,21 @@
 package cm
 
 import (
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
 
-// Service is how the Manager establishes connections. It has two
-// implementations: the Engine of this package, speaking CM MADs on QP1
-// (softib), and the kernel's CM reached through librdmacm (the verbs
-// provider). Both keep each connection as a *Conn whose exported fields
-// they fill (State, remote QPN and GID, path MTU, starting PSNs) and report
-// through the events function they were made with; the Manager runs above
-// either without knowing which.
+// Service is how the Manager establishes connections: the Engine of this
+// package speaking CM MADs on a MAD transport (MADEngine: softib's QP1, or
+// ib_umad on rdma-core ports), or the kernel's CM reached through
+// librdmacm. Each keeps a connection as a *Conn whose exported fields it
+// fills (State, remote QPN and GID, path MTU, starting PSNs) and reports
+// through the events function it was made with; the Manager runs above
+// any of them without knowing which, and its owner drives every one the
+// same way: wait on Wake and call Poll, call Expire at Next.
 type Service interface {
 	// Listen makes REQs for serviceID reach the Manager as EvRequest.
 	Listen(serviceID uint64) error
@@ -32,21 +35,14 @@ type Service interface {
 	Next() time.Time
 	// Expire runs the timers that are due.
 	Expire(now time.Time)
+	// Wake is signalled (capacity one) when input is pending (MADs, the
+	// kernel CM's events); nil if the service has no input of its own.
+	Wake() <-chan struct{}
+	// Poll handles every pending input, reporting events on the caller's
+	// goroutine.
+	Poll(now time.Time)
 	// Counters are the service's own counters (MADs, retransmissions).
 	Counters() []ib.Counter
-}
-
-// A PolledService learns of events outside the Manager's goroutine (the
-// kernel's CM tells librdmacm through a file descriptor): whoever runs the
-// Manager waits on Wake and then calls Poll, which reports the pending
-// events on that goroutine. The Engine needs none of this: its owner feeds
-// it MADs.
-type PolledService interface {
-	Service
-	// Wake is signalled (capacity one) when events are pending.
-	Wake() <-chan struct{}
-	// Poll handles every pending event.
-	Poll(now time.Time)
 	// Close stops the service; the Manager is closed first.
 	Close() error
 }
@@ -55,6 +51,114 @@ var _ Service = (*Engine)(nil)
 
 // String says what the daemon shows as its connection service.
 func (e *Engine) String() string { return "ipoibd's CM engine, MADs on QP1" }
+
+// An Engine alone has no input of its own: its owner feeds it HandleMAD
+// (tests; MADEngine for a real transport).
+func (e *Engine) Wake() <-chan struct{} { return nil }
+
+// Poll does nothing: see Wake.
+func (e *Engine) Poll(now time.Time) {}
+
+// Close does nothing: the Engine holds no resources.
+func (e *Engine) Close() error { return nil }
+
+// MADEngine is the Engine on a MAD transport (ib.MADService): received
+// MADs wait in a bounded queue until the owner's Poll, so that the Engine
+// still runs on one goroutine.
+type MADEngine struct {
+	*Engine
+	mads ib.MADService
+	wake chan struct{}
+	done chan struct{}
+
+	mu      sync.Mutex
+	queue   []ib.MAD
+	spare   []ib.MAD
+	dropped uint64 // queue full (the sender retransmits)
+	closed  bool
+}
+
+// maxQueuedMADs bounds the MADs waiting for Poll.
+const maxQueuedMADs = 1024
+
+// NewMADEngine makes the Engine of cfg sending and receiving on mads; cfg.Send
+// is set to mads.Send. Close closes mads.
+func NewMADEngine(cfg EngineConfig, mads ib.MADService) *MADEngine {
+	cfg.Send = mads.Send
+	m := &MADEngine{Engine: NewEngine(cfg), mads: mads, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go m.receive()
+	return m
+}
+
+func (m *MADEngine) receive() {
+	defer close(m.done)
+	for mad := range m.mads.Recv() {
+		m.mu.Lock()
+		if len(m.queue) < maxQueuedMADs {
+			m.queue = append(m.queue, mad)
+		} else {
+			m.dropped++
+		}
+		m.mu.Unlock()
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Wake is signalled when MADs are queued.
+func (m *MADEngine) Wake() <-chan struct{} { return m.wake }
+
+// Poll hands every queued MAD to the Engine.
+func (m *MADEngine) Poll(now time.Time) {
+	m.mu.Lock()
+	q := m.queue
+	m.queue, m.spare = m.spare[:0], nil
+	m.mu.Unlock()
+	for i := range q {
+		m.HandleMAD(now, &q[i])
+	}
+	clear(q)
+	m.mu.Lock()
+	m.spare = q[:0]
+	m.mu.Unlock()
+}
+
+// Close closes the MAD transport and waits for the receiver to end.
+func (m *MADEngine) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	err := m.mads.Close()
+	<-m.done
+	return err
+}
+
+// String names the engine and its transport.
+func (m *MADEngine) String() string {
+	if s, ok := m.mads.(fmt.Stringer); ok {
+		return "ipoibd's CM engine, MADs on QP1 through " + s.String()
+	}
+	return m.Engine.String()
+}
+
+// Counters are the Engine's, the queue's drops and the transport's own
+// (if it counts).
+func (m *MADEngine) Counters() []ib.Counter {
+	m.mu.Lock()
+	dropped := m.dropped
+	m.mu.Unlock()
+	out := append(m.Engine.Counters(), ib.Counter{Name: "mad_drop_queue_full", Value: dropped})
+	if c, ok := m.mads.(interface{ Counters() []ib.Counter }); ok {
+		out = append(out, c.Counters()...)
+	}
+	return out
+}
 
 // Counters returns the engine's counters under the names the daemon shows
 // (with a "cm_" prefix), derived from EngineStats.

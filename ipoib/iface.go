@@ -78,9 +78,10 @@ type Config struct {
 	// MaxConns bounds connections (default 4096); beyond it REQs are
 	// rejected with "no resources".
 	MaxConns int
-	// ConnService makes the connection service of a provider whose CM is
-	// not ours (verbs: the kernel's, through librdmacm). Nil: the cm
-	// Engine over the device's QP1 MADs.
+	// ConnService makes the connection service, given the function its
+	// events go to (verbs --cm kernel: the kernel's CM through librdmacm).
+	// Nil: the cm Engine over the device's QP1 MADs (softib's QP1, or
+	// ib_umad on rdma-core ports).
 	ConnService func(events func(cm.Event)) (cm.Service, error)
 	// Netns puts the interface in a network namespace: a name as `ip netns`
 	// knows it, or a path (default: the daemon's own).
@@ -105,7 +106,6 @@ type Interface struct {
 	recvCQ ib.CQ
 	udQP   ib.QP
 	srq    ib.SRQ
-	mads   ib.MADService
 	bcast  ib.AH
 
 	neigh  *neigh.Table
@@ -251,14 +251,21 @@ func New(cfg Config) (_ *Interface, err error) {
 		i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
 	}
 	if cfg.Mode == Connected {
-		if cfg.ConnService == nil {
-			if i.mads, err = i.dev.MADs(); err != nil {
-				return nil, err
+		engine := cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, MaxConns: cfg.MaxConns}
+		svc := cfg.ConnService
+		if svc == nil {
+			svc = func(events func(cm.Event)) (cm.Service, error) {
+				mads, err := i.dev.MADs()
+				if err != nil {
+					return nil, err
+				}
+				engine.Event = events
+				return cm.NewMADEngine(engine, mads), nil
 			}
 		}
 		if i.mgr, err = cm.NewManager(cm.ManagerConfig{
-			Service:     cfg.ConnService,
-			Engine:      cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, Send: i.sendMAD, MaxConns: cfg.MaxConns},
+			Service:     svc,
+			Engine:      engine, // the partition connected QPs join
 			Local:       i.local,
 			Policy:      cfg.Policy,
 			UC:          cfg.UC && !cfg.RC,
@@ -308,9 +315,6 @@ func (i *Interface) kernelGroups() (groups []netip.Addr, err error) {
 	})
 	return groups, err
 }
-
-// sendMAD is the engine's way out: QP1.
-func (i *Interface) sendMAD(to ib.MADAddr, mad []byte) error { return i.mads.Send(to, mad) }
 
 func hasIPv6(ps []netip.Prefix) bool {
 	for _, p := range ps {
@@ -411,13 +415,8 @@ func (i *Interface) release() {
 	if i.tun != nil {
 		_ = i.tun.Close()
 	}
-	if i.mads != nil {
-		_ = i.mads.Close()
-	}
 	if i.mgr != nil {
-		if p, ok := i.mgr.Service().(cm.PolledService); ok {
-			_ = p.Close()
-		}
+		_ = i.mgr.Service().Close()
 	}
 	if i.udQP != nil {
 		_ = i.udQP.Close()

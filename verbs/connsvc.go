@@ -56,7 +56,7 @@ type ConnService struct {
 	closed   bool
 }
 
-var _ cm.PolledService = (*ConnService)(nil)
+var _ cm.Service = (*ConnService)(nil)
 
 // conn is one rdma_cm id and the connection it carries.
 type conn struct {
