@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -132,4 +133,32 @@ func awaitCounter(t *testing.T, i *Interface, k counter, want uint64) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestAddressHandlesOfAnsweredNodesAreReaped: answering solicitations from
+// many nodes (whose underlay addresses a sender may forge) leaves address
+// handles behind; beyond ahKeep, the idle ones no neighbor holds are
+// closed, and those of neighbors stay.
+func TestAddressHandlesOfAnsweredNodesAreReaped(t *testing.T) {
+	p := newPair(t)
+	p.a.do(func() {
+		c := &p.a.ctl
+		for k := range ahKeep + 100 {
+			gid := ib.GIDFromAddr(netip.AddrFrom4([4]byte{10, 99, byte(k >> 8), byte(k)}))
+			if c.ah(gid) == nil {
+				t.Errorf("no address handle for %v", gid) // not Fatal: this is the control goroutine
+				return
+			}
+		}
+		c.reapAHs()
+		if n := len(c.ahs); n < ahKeep+100 {
+			t.Errorf("%d address handles left right after use, want all %d kept", n, ahKeep+100)
+		}
+		c.now = c.now.Add(ahIdle)
+		c.reapAHs()
+		sink := p.a.neigh.Get(p.sink)
+		if _, ok := c.ahs[sink.Link.GID]; !ok || len(c.ahs) > 2 {
+			t.Errorf("after reaping: %d address handles, the neighbor's kept: %v", len(c.ahs), ok)
+		}
+	})
 }

@@ -42,7 +42,7 @@ type control struct {
 	broadcasts atomic.Pointer[[]netip.Addr] // read by the datapath
 	groups     map[ib.GID]netip.Addr        // IP multicast groups the UD QP joined, by MGID
 	groupsAt   time.Time                    // when the kernel's groups were last read
-	ahs        map[ib.GID]ib.AH             // unicast address handles
+	ahs        map[ib.GID]*unicastAH        // unicast address handles
 	connsAt    time.Time                    // when connections' QPs were last checked
 	connsEvery time.Duration                // connCheckInterval (tests change it)
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
@@ -63,7 +63,7 @@ type backoff struct {
 func (c *control) init(i *Interface) {
 	c.i = i
 	c.groups = map[ib.GID]netip.Addr{}
-	c.ahs = map[ib.GID]ib.AH{}
+	c.ahs = map[ib.GID]*unicastAH{}
 	c.backoff = map[ib.LinkAddr]backoff{}
 	c.connsEvery = connCheckInterval
 	empty := []netip.Addr{}
@@ -511,18 +511,59 @@ func (c *control) udPath(link ib.LinkAddr) *neigh.Path {
 	return &neigh.Path{Link: link, AH: ah, MTU: c.i.udMTU}
 }
 
+// unicastAH is an address handle and when the control goroutine last
+// sent with it.
+type unicastAH struct {
+	ah   ib.AH
+	used time.Time
+}
+
+// Address handles of nodes no neighbor is at (those we only answered)
+// are closed when unused for ahIdle, once there are more than ahKeep.
+const (
+	ahKeep = 256
+	ahIdle = 5 * time.Second // far beyond any send's completion
+)
+
 // ah returns the address handle for gid, making it on first use.
 func (c *control) ah(gid ib.GID) ib.AH {
-	ah := c.ahs[gid]
-	if ah == nil {
-		var err error
-		if ah, err = c.i.dev.CreateAH(ib.AHAttr{DestGID: gid}); err != nil {
+	u := c.ahs[gid]
+	if u == nil {
+		ah, err := c.i.dev.CreateAH(ib.AHAttr{DestGID: gid})
+		if err != nil {
 			c.i.log.Warn("address handle", "gid", gid, "err", err)
 			return nil
 		}
-		c.ahs[gid] = ah
+		u = &unicastAH{ah: ah}
+		c.ahs[gid] = u
 	}
-	return ah
+	u.used = c.now
+	return u.ah
+}
+
+// reapAHs closes the idle address handles no neighbor's path holds: the
+// nodes we only answered (whose underlay address a sender may forge).
+func (c *control) reapAHs() {
+	if len(c.ahs) <= ahKeep {
+		return
+	}
+	held := map[ib.GID]bool{}
+	for _, e := range c.i.neigh.All() {
+		if p := e.Path(); p != nil {
+			held[p.Link.GID] = true
+		}
+		held[e.Link.GID] = true
+	}
+	for gid, u := range c.ahs {
+		if held[gid] {
+			u.used = c.now // idle counts from when no path holds it
+			continue
+		}
+		if c.now.Sub(u.used) >= ahIdle {
+			_ = u.ah.Close()
+			delete(c.ahs, gid)
+		}
+	}
 }
 
 // heard applies a reply or an announcement for ip to its entry, if it has
@@ -608,6 +649,7 @@ func (c *control) tick() {
 			c.refreshAddrs()
 		}
 		c.syncGroups()
+		c.reapAHs()
 	}
 	if c.now.Sub(c.connsAt) >= c.connsEvery {
 		c.checkConns(connCheckBatch)
