@@ -68,7 +68,7 @@ func newPair(tb testing.TB) *pair {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			i, err := New(Config{Name: "ib0", Device: dev, Log: slog.New(slog.NewTextHandler(w, nil)), Addrs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("192.168.9.%d/24", k+1))}})
+			i, err := New(Config{Name: "ib0", Device: dev, Log: slog.New(slog.NewTextHandler(w, nil)), Addrs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("192.168.9.%d/24", k+1)), netip.MustParsePrefix(fmt.Sprintf("fd00:9::%d/64", k+1))}})
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -1,0 +1,96 @@
+package ipoib
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// TestSolicitationsTeachCandidates hands a's control goroutine ARP
+// requests and NSs as they would arrive from the fabric: what each teaches
+// (a candidate, without a path or route, or nothing) and how it is counted.
+func TestSolicitationsTeachCandidates(t *testing.T) {
+	p := newPair(t)
+	ours4, ours6 := netip.MustParseAddr("192.168.9.1"), netip.MustParseAddr("fd00:9::1")
+	node := ib.LinkAddr{Flags: ib.FlagRC, QPN: 0x4242, GID: ib.GIDFromAddr(netip.MustParseAddr("10.77.0.50"))}
+	other := node
+	other.GID[15]++ // another node: a claim the sender cannot make
+	arp := func(sender netip.Addr, hw ib.LinkAddr, target netip.Addr) ctlPacket {
+		m := ctlPacket{etherType: ud.EtherTypeARP, n: neigh.ARPLen, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: hw, SenderIP: sender, TargetIP: target}
+		if err := a.Encode(m.data[:]); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ns := func(src netip.Addr, hw ib.LinkAddr, target netip.Addr) ctlPacket {
+		m := ctlPacket{etherType: ud.EtherTypeIPv6, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
+		// DAD (from ::) carries no link address.
+		nm := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: target, LinkAddr: hw, HasLinkAddr: !src.IsUnspecified()}
+		n, err := nm.EncodeIPv6(m.data[:], src, neigh.SolicitedNode(target))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.n = n
+		return m
+	}
+	for _, tc := range []struct {
+		name      string
+		pkt       ctlPacket
+		counter   counter
+		candidate netip.Addr // learned, or the zero Addr
+	}{
+		{"ARP request for us", arp(netip.MustParseAddr("192.168.9.50"), node, ours4), learnCandidates, netip.MustParseAddr("192.168.9.50")},
+		{"ARP request claiming another node", arp(netip.MustParseAddr("192.168.9.51"), other, ours4), learnLinkMismatch, netip.Addr{}},
+		{"ARP request for someone else", arp(netip.MustParseAddr("192.168.9.52"), node, netip.MustParseAddr("192.168.9.99")), solicitNotOurs, netip.Addr{}},
+		{"NS for us", ns(netip.MustParseAddr("fd00:9::50"), node, ours6), learnCandidates, netip.MustParseAddr("fd00:9::50")},
+		{"NS claiming another node", ns(netip.MustParseAddr("fd00:9::51"), other, ours6), learnLinkMismatch, netip.Addr{}},
+		{"NS for someone else", ns(netip.MustParseAddr("fd00:9::52"), node, netip.MustParseAddr("fd00:9::99")), solicitNotOurs, netip.Addr{}},
+		{"NS from the unspecified address", ns(netip.IPv6Unspecified(), node, ours6), solicitNoSource, netip.Addr{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := p.a.ctr[tc.counter].Load()
+			entries, routes := 0, 0
+			var cand *neigh.CandidateInfo
+			p.a.do(func() {
+				p.a.ctl.handleControlPacket(&tc.pkt)
+				entries = len(p.a.neigh.All())
+				for _, c := range p.a.neigh.Candidates() {
+					if c.IP == tc.candidate {
+						cand = &c
+					}
+				}
+				if tc.candidate.IsValid() && p.a.neigh.Lookup(tc.candidate) != nil {
+					routes++ // the datapath would see it: it would have a route
+				}
+			})
+			if got := p.a.ctr[tc.counter].Load() - before; got != 1 {
+				t.Errorf("%s grew by %d, want 1", counterNames[tc.counter], got)
+			}
+			if tc.candidate.IsValid() && (cand == nil || cand.Link != node) {
+				t.Errorf("candidate %v = %+v, want at %v", tc.candidate, cand, node)
+			}
+			if routes != 0 || entries != 1 { // the sink, made by newPair
+				t.Errorf("%d entries (want only the sink's), %d visible to the datapath", entries, routes)
+			}
+		})
+	}
+	// One node teaches LearnBurst at once; the rest are answered, not learned.
+	limited := p.a.ctr[learnLimited].Load()
+	var burst []ctlPacket
+	for k := range 2 * neigh.LearnBurst {
+		burst = append(burst, arp(netip.AddrFrom4([4]byte{192, 168, 9, byte(100 + k)}), node, ours4))
+	}
+	p.a.do(func() {
+		for k := range burst {
+			p.a.ctl.handleControlPacket(&burst[k])
+		}
+	})
+	// Two were taught above, by the same node.
+	if got := p.a.ctr[learnLimited].Load() - limited; got < neigh.LearnBurst || got > neigh.LearnBurst+2 {
+		t.Errorf("learn_rate_limited grew by %d for %d solicitations from one node, want about %d", got, 2*neigh.LearnBurst, neigh.LearnBurst)
+	}
+}
