@@ -383,7 +383,12 @@ func (m *Manager) event(ev Event) {
 		if ev.REJ.Reason == RejConsumerReject && m.hasOther(c) {
 			return // the crossing rule: the peer's own REQ wins
 		}
-		m.refused(c.Peer, "rejected: "+ev.REJ.Reason.String())
+		// Only our own attempts send the neighbor back to resolution: a
+		// REJ of our REP says nothing of the path (and answers a spoofed
+		// REQ, whose UD QPN is nobody's).
+		if c.Outgoing {
+			m.refused(c.Peer, "rejected: "+ev.REJ.Reason.String())
+		}
 	case EvTimeout:
 		m.Stats.TimedOut++
 		if c == nil {
@@ -396,7 +401,9 @@ func (m *Manager) event(ev Event) {
 		} else { // stale: disconnecting until timewait ends
 			_ = c.QP.Modify(ib.QPModify{State: ib.StateError})
 		}
-		m.refused(c.Peer, "timeout")
+		if c.Outgoing || ev.Conn.State != StateIdle { // as for REJs; a stale connection was in use
+			m.refused(c.Peer, "timeout")
+		}
 	case EvDisconnected:
 		m.Stats.Disconnected++
 		if c != nil {

@@ -722,6 +722,9 @@ func TestManagerRestartAndReplace(t *testing.T) {
 			if n := len(b.established()); n != wantEst {
 				t.Errorf("%d established at b, want %d", n, wantEst)
 			}
+			if len(b.refused) != 0 {
+				t.Errorf("b sent a neighbor back to resolution: %v", b.refused)
+			}
 			if !tc.completes && (b.m.Engine().Conns() != 1 || a.m.Engine().Stats.Unknown.Of(AttrREP) != 1) {
 				t.Errorf("spoofed attempt left %d connections at b; a counted %d unknown REPs", b.m.Engine().Conns(), a.m.Engine().Stats.Unknown.Of(AttrREP))
 			}
