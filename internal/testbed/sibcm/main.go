@@ -11,7 +11,8 @@
 //
 // connect --expect-reject N succeeds only when the REQ draws REJ reason N;
 // connect --abandon reply|timeout refuses the REP (REJ 28) or gives up on it
-// (REJ 4, as after a timeout); listen --reject N,M,... refuses successive
+// (REJ 4, as after a timeout) or forgets the REQ as a restarted daemon
+// would (restart: the REP draws REJ 6); listen --reject N,M,... refuses successive
 // REQs with those reasons. It prints what it saw of the peer's CM messages,
 // the engine's and softib's counters, then "sibcm: PASS ..." and exits 0,
 // or "sibcm: FAIL: why" and exits 1.
@@ -44,7 +45,7 @@ func main() {
 	flag.IntVarP(&c.size, "size", "S", 100, "message size, as ucmatose -S (the peer's must be the same)")
 	flag.BoolVar(&c.dreq, "dreq", false, "send the DREQ once the data is done (default: wait for the peer's)")
 	flag.StringVar(&expectReject, "expect-reject", "", "connect: pass only if the REQ draws a REJ with this reason")
-	flag.StringVar(&abandon, "abandon", "", "connect: answer the REP with REJ 28 (reply) or REJ 4 (timeout) instead of an RTU")
+	flag.StringVar(&abandon, "abandon", "", "connect: answer the REP with REJ 28 (reply) or REJ 4 (timeout) instead of an RTU, or restart the engine after the REQ (restart: the REP draws REJ 6)")
 	flag.StringVar(&rejects, "reject", "", "listen: refuse successive REQs with these reasons (comma-separated), then exit")
 	flag.Uint16Var(&c.srcPort, "src-port", 0, "connect: our port in the rdma_cm header (default: random)")
 	flag.StringVar(&c.private, "private", "sibcm", "connect: consumer private data after the rdma_cm header")
@@ -77,10 +78,10 @@ func main() {
 		usage("--reject: %v", err)
 	}
 	switch abandon {
-	case "", "reply", "timeout":
+	case "", "reply", "timeout", "restart":
 		c.abandon = abandon
 	default:
-		usage("--abandon %q: reply or timeout", abandon)
+		usage("--abandon %q: reply, timeout or restart", abandon)
 	}
 	switch {
 	case flag.NArg() == 2 && flag.Arg(0) == "connect":

@@ -46,14 +46,19 @@ func open(c config, out io.Writer) (*session, error) {
 	}
 	s := &session{cfg: c, out: out, dev: dev, mads: mads}
 	port := dev.Port()
-	s.eng = cm.NewEngine(cm.EngineConfig{
-		GID: port.GID, GUID: port.GUID, PKey: ib.DefaultPKey,
-		ResponseTimeout: c.cmTimeout, MaxRetries: c.cmRetries,
-		Send:  mads.Send,
-		Event: s.event,
-	})
+	s.eng = s.newEngine()
 	s.logf("softib %v GID %v GUID %#016x active MTU %v", c.local, port.GID, port.GUID, port.ActiveMTU)
 	return s, nil
+}
+
+func (s *session) newEngine() *cm.Engine {
+	port := s.dev.Port()
+	return cm.NewEngine(cm.EngineConfig{
+		GID: port.GID, GUID: port.GUID, PKey: ib.DefaultPKey,
+		ResponseTimeout: s.cfg.cmTimeout, MaxRetries: s.cfg.cmRetries,
+		Send:  s.mads.Send,
+		Event: s.event,
+	})
 }
 
 func (s *session) logf(format string, a ...any) {
@@ -172,6 +177,13 @@ func (s *session) connect(now time.Time) error {
 	s.conn = c
 	s.logf("REQ sent: service ID %#016x, comm ID %#08x, QPN %v, rdma_cm header %v:%d -> %v",
 		sid, c.LocalCommID, ep.qp.Num(), s.cfg.local, src, s.cfg.remote)
+	if s.cfg.abandon == "restart" {
+		// As a daemon restarted right after its REQ: a new engine that
+		// knows nothing of it gets the REP.
+		s.eng = s.newEngine()
+		s.conn = nil
+		s.logf("engine restarted: the REP will name a comm ID it does not know")
+	}
 	return nil
 }
 
@@ -337,6 +349,13 @@ func nonZero(b []byte) int {
 // ucmatose's pattern is count messages each way, then a DREQ from the
 // server side (our --dreq when we are that side).
 func (s *session) progress(now time.Time) {
+	if s.cfg.abandon == "restart" && !s.done {
+		if n := s.eng.Stats.RejSent.Of(cm.RejInvalidCommID); n > 0 && s.eng.Stats.Unknown.Of(cm.AttrREP) > 0 {
+			s.logf("REJ sent: reason %d (%v) of the unknown REP", cm.RejInvalidCommID, cm.RejInvalidCommID)
+			s.pass("the REP to a forgotten REQ drew our REJ %d", cm.RejInvalidCommID)
+		}
+		return
+	}
 	if s.done || s.ep == nil || s.conn == nil {
 		return
 	}
@@ -383,6 +402,16 @@ func (s *session) report() {
 	}
 	if s.eng.Stats.Malformed != 0 && s.err == nil {
 		s.err = errors.New("the peer sent CM MADs our codecs refused")
+	}
+	// Drops that mean softib refused a well-behaved peer's packets (a
+	// retransmission dropped as out of window is not one).
+	for _, c := range s.dev.Counters() {
+		switch c.Name {
+		case "rx_drop_malformed", "rx_drop_bad_icrc", "rx_drop_pkey", "rx_drop_qkey", "rx_drop_wrong_source", "rx_drop_too_long":
+			if c.Value != 0 && s.err == nil {
+				s.err = fmt.Errorf("softib dropped the peer's packets: %s %d", c.Name, c.Value)
+			}
+		}
 	}
 }
 

@@ -133,6 +133,13 @@ func TestSelf(t *testing.T) {
 			listenErr:  "rejected by the peer: reason 4",
 			connectErr: []string{""},
 		},
+		{
+			name:       "a restarted engine answers the REP with a REJ 6 the listener can match",
+			listen:     listener(7109, nil),
+			connects:   []config{connector(7109, func(c *config) { c.abandon = "restart" })},
+			listenErr:  "rejected by the peer: reason 6",
+			connectErr: []string{""},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
