@@ -531,7 +531,11 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidTransportType, nil, nil)
 		return
 	}
-	if e.full() || e.halfOpenFrom[from.GID] >= e.cfg.MaxHalfOpenPerSource {
+	src := from.GID
+	if src == (ib.GID{}) {
+		src = req.Primary.LocalGID // no GRH: the REQ's word is all there is
+	}
+	if e.full() || e.halfOpenFrom[src] >= e.cfg.MaxHalfOpenPerSource {
 		if !e.full() {
 			e.Stats.BusySource++
 		}
@@ -541,15 +545,12 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 	}
 	c := &Conn{
 		RemoteCommID: req.LocalCommID, RemoteQPN: req.LocalQPN,
-		RemoteGID: from.GID, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
+		RemoteGID: src, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
 		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: randomPSN(), PathMTU: req.PathMTU,
 		RetryCount: req.RetryCount, RNRRetry: req.RNRRetryCount, ACKTimeout: req.Primary.LocalACKTimeout,
 		tid:        tid,
 		repTimeout: min(max(req.LocalCMResponseTimeout, minREPTimeout), e.cfg.ResponseTimeout),
 		repRetries: min(req.MaxCMRetries, e.cfg.MaxRetries),
-	}
-	if c.RemoteGID == (ib.GID{}) {
-		c.RemoteGID = req.Primary.LocalGID // no GRH: the REQ's word is all there is
 	}
 	c.LocalCommID = e.newCommID()
 	e.byLocal[c.LocalCommID] = c

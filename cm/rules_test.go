@@ -358,9 +358,11 @@ func TestEngineHalfOpenLimits(t *testing.T) {
 		wantBusy             uint64
 		wantPeerEstablished  int // of 3 attempts by the real peer
 		wantPeerRejectedLast bool
+		noGRH                bool // MADs without a source GID: peers told apart by their claims
 	}{
-		{"1000 REQs from one source", 0, 1, 1000, 1000 - DefaultMaxHalfOpenPerSource, 3, false},
-		{"MaxConns 2 with 20 half-open fakes", 2, 20, 1, 0, 2, true},
+		{"1000 REQs from one source", 0, 1, 1000, 1000 - DefaultMaxHalfOpenPerSource, 3, false, false},
+		{"MaxConns 2 with 20 half-open fakes", 2, 20, 1, 0, 2, true, false},
+		{"no GRH: 17 REQs from each of 12 claimed GIDs", 0, 12, DefaultMaxHalfOpenPerSource + 1, 12, 3, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFabric(t)
@@ -369,8 +371,12 @@ func TestEngineHalfOpenLimits(t *testing.T) {
 			b := newEngNode(f, 2, cfg) // accepts every REQ; the fakes never send an RTU
 			for s := range tc.sources {
 				src := gidN(1000 + s)
+				from := src
+				if tc.noGRH {
+					from = ib.GID{}
+				}
 				for i := range tc.reqsPerSource {
-					inject(t, f, b.e, src, testREQ(src, uint64(1000+s), uint32(i+1), ib.QPN(0x100+i)), 1)
+					inject(t, f, b.e, from, testREQ(src, uint64(1000+s), uint32(i+1), ib.QPN(0x100+i)), 1)
 				}
 			}
 			f.pending = nil // the REPs to the fakes go nowhere
