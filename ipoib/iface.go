@@ -75,8 +75,10 @@ type Config struct {
 	MTU int
 	// IdleTimeout tears down unused connections (0: never).
 	IdleTimeout time.Duration
-	// MaxConns bounds connections (default 4096); beyond it REQs are
-	// rejected with "no resources".
+	// MaxConns bounds connections past setup (default 4096); beyond it
+	// REQs are rejected with "no resources". Those in setup count against
+	// the CM engine's half-open limits instead (256, 16 per peer), so REQs
+	// never completed cannot use it up.
 	MaxConns int
 	// ConnService makes the connection service, given the function its
 	// events go to (verbs --cm kernel: the kernel's CM through librdmacm).
