@@ -34,7 +34,7 @@ type Device struct {
 	fab  *fabric
 
 	mu     sync.Mutex
-	qps    atomic.Pointer[map[ib.QPN]*qp]       // read lock-free per packet
+	qps    qpTable                              // read lock-free per packet
 	groups atomic.Pointer[map[netip.Addr][]*qp] // underlay group -> attached QPs
 	mgids  map[netip.Addr]ib.GID
 	qpns   qpnAllocator
@@ -109,7 +109,6 @@ func Open(cfg Config) (*Device, error) {
 		mgids:  map[netip.Addr]ib.GID{},
 		rxDone: make(chan struct{}),
 	}
-	d.qps.Store(&map[ib.QPN]*qp{})
 	d.groups.Store(&map[netip.Addr][]*qp{})
 	// QP1's datagrams go to the MAD service, never to a CQ; its CQs only
 	// exist so that it is a QP like any other.
@@ -137,7 +136,7 @@ func (d *Device) Close() error {
 	}
 	d.fab.wake()
 	<-d.rxDone
-	for _, q := range *d.qps.Load() {
+	for _, q := range d.qps.all() {
 		q.destroy()
 	}
 	d.fab.close()
@@ -150,31 +149,14 @@ func (d *Device) addQP(q *qp) {
 	d.addQPLocked(q)
 }
 
-func (d *Device) addQPLocked(q *qp) {
-	old := *d.qps.Load()
-	m := make(map[ib.QPN]*qp, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[q.num] = q
-	d.qps.Store(&m)
-}
+func (d *Device) addQPLocked(q *qp) { d.qps.put(q) }
 
 func (d *Device) removeQP(q *qp) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	old := *d.qps.Load()
-	if old[q.num] != q {
-		return // removed already
+	if d.qps.remove(q) {
+		d.qpns.release(q.num)
 	}
-	m := make(map[ib.QPN]*qp, len(old))
-	for k, v := range old {
-		if v != q {
-			m[k] = v
-		}
-	}
-	d.qps.Store(&m)
-	d.qpns.release(q.num)
 }
 
 // RegisterMemory registers a slab. softib reads and writes slabs directly,
@@ -239,7 +221,7 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 	// Drawn and entered under one lock, so that two callers cannot draw
 	// the same number.
 	d.mu.Lock()
-	q := d.newQP(d.qpns.alloc(*d.qps.Load()), attr)
+	q := d.newQP(d.qpns.alloc(d.qps.has), attr)
 	d.addQPLocked(q)
 	d.mu.Unlock()
 	return q, nil

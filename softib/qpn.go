@@ -40,14 +40,14 @@ func (a *qpnAllocator) draw() ib.QPN {
 	return ib.QPN(v) & ib.QPNMask
 }
 
-// alloc returns a number that live does not hold.
-func (a *qpnAllocator) alloc(live map[ib.QPN]*qp) ib.QPN {
+// alloc returns a number no live QP holds.
+func (a *qpnAllocator) alloc(live func(ib.QPN) bool) ib.QPN {
 	for {
 		n := a.draw()
 		if n < 2 || n == ib.MulticastQPN {
 			continue
 		}
-		if _, ok := live[n]; ok {
+		if live(n) {
 			continue
 		}
 		if _, ok := a.isFree[n]; ok {

@@ -57,7 +57,7 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 		d.multicast(p, src, dst)
 		return
 	}
-	q, ok := (*d.qps.Load())[p.BTH.DestQP]
+	q, ok := d.qps.get(p.BTH.DestQP)
 	if !ok {
 		d.count(dropUnknownQP)
 		return
