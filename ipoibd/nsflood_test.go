@@ -20,7 +20,9 @@ import (
 // TestSolicitationFloodDoesNotStarveResolution: a third host on the
 // fabric sends h2 neighbor solicitations for h2's address from random IPv6
 // sources, 2,000 a second for 30 s (one in ten also claims a link address
-// that is not the sender's). Meanwhile h1 resolves addresses of h2 it has
+// that is not the sender's): half from its own underlay address, half
+// spread over 31 more, so that per-node limits alone cannot keep the
+// candidates under their bound. Meanwhile h1 resolves addresses of h2 it has
 // never used, IPv4 and IPv6, and h2's control socket is asked every second.
 // h2 must answer h1 every time and its socket must answer; its neighbors
 // stay under the candidate bound with no host route for any of them, its
@@ -30,7 +32,8 @@ func TestSolicitationFloodDoesNotStarveResolution(t *testing.T) {
 	const (
 		rate     = 2000
 		duration = 30 * time.Second
-		fresh    = 3 // new addresses of h2 per family, resolved during the flood
+		fresh    = 3  // new addresses of h2 per family, resolved during the flood
+		nodes    = 32 // sending devices on h3
 	)
 	c := newCluster(t, "nsflood", 3) // h3 runs no daemon: it is the sender
 	c.start(1)
@@ -51,16 +54,26 @@ func TestSolicitationFloodDoesNotStarveResolution(t *testing.T) {
 	}
 	pid := c.pid(2)
 
-	// The sender: a softib device and UD QP of its own in h3's namespace.
-	var dev *softib.Device
-	inNetns(t, c.name+"-h3", func() {
-		dev, err = softib.Open(softib.Config{Addr: netip.MustParseAddr(c.underlay(3))})
-	})
-	if err != nil {
-		t.Fatal(err)
+	// The senders: softib devices with a UD QP each in h3's namespace, on
+	// its address and 31 more.
+	var floods []*flooder
+	for k := range nodes {
+		addr := c.underlay(3)
+		if k > 0 {
+			addr = fmt.Sprintf("10.%d.0.%d", c.net, 200+k)
+			c.on(3, "ip", "addr", "add", addr+"/24", "dev", "eth0")
+		}
+		var dev *softib.Device
+		inNetns(t, c.name+"-h3", func() {
+			dev, err = softib.Open(softib.Config{Addr: netip.MustParseAddr(addr)})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		floods = append(floods, newFlooder(t, dev, h2Link, netip.MustParseAddr(c.ip6(2)), netip.MustParsePrefix(fmt.Sprintf("fd00:%d::/64", c.net))))
 	}
-	defer dev.Close()
-	f := newFlooder(t, dev, h2Link, netip.MustParseAddr(c.ip6(2)), netip.MustParsePrefix(fmt.Sprintf("fd00:%d::/64", c.net)))
+	f := floods[0]
 	// Idle means after h2's fixed buffers were touched once: datagrams of
 	// an EtherType IPoIB does not carry, dropped and counted at once,
 	// cycle its 2,048-slot UD receive ring, whose pages any burst of
@@ -80,8 +93,24 @@ func TestSolicitationFloodDoesNotStarveResolution(t *testing.T) {
 	logBefore := c.logLines(2)
 	before := c.stats(2)
 	sent.Store(0)
+	errs := make(chan error, nodes)
+	for k, f := range floods {
+		r := rate / 2 // the first node
+		if k > 0 {
+			r = rate / 2 / (nodes - 1)
+		}
+		go func() { errs <- f.run(r, r*int(duration/time.Second), &sent, f.solicitation) }()
+	}
 	done := make(chan error, 1)
-	go func() { done <- f.run(rate, rate*int(duration/time.Second), &sent, f.solicitation) }()
+	go func() {
+		var first error
+		for range nodes {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		done <- first
+	}()
 
 	// While it runs: the socket answers, resolutions succeed.
 	peakRSS, peakNeigh, queries := idleRSS, 0, 0
@@ -121,8 +150,8 @@ after:
 	routes := strings.Count(c.on(2, "ip", "-4", "route", "show", "proto", "105", "dev", "ib0"), "\n") +
 		strings.Count(c.on(2, "ip", "-6", "route", "show", "proto", "105", "dev", "ib0"), "\n")
 	logGrew := c.logLines(2) - logBefore
-	t.Logf("sent %d NS in %v; h2: nd_in +%d, learned %d, rate-limited %d, link mismatch %d, solicit queue full %d",
-		sent.Load(), duration, delta("nd_in"), delta("learn_candidates"), delta("learn_rate_limited"),
+	t.Logf("sent %d NS in %v; h2: nd_in +%d, learned %d, evicted %d, rate-limited %d, link mismatch %d, solicit queue full %d",
+		sent.Load(), duration, delta("nd_in"), delta("learn_candidates"), delta("learn_evicted"), delta("learn_rate_limited"),
 		delta("learn_link_mismatch"), delta("ctl_drop_solicit_busy"))
 	t.Logf("h2: peak %d neighbors, %d host routes, RSS %d -> peak %d KiB, log +%d lines, %d socket queries (slowest %v), %d of %d fresh resolutions",
 		peakNeigh, routes, idleRSS, peakRSS, logGrew, queries, slowest, resolved, 2*fresh)
@@ -158,8 +187,11 @@ after:
 	if delta("learn_link_mismatch") == 0 {
 		t.Error("no false link-address claim was counted")
 	}
-	if n := delta("learn_candidates"); n > neigh.LearnBurst+neigh.LearnRate*uint64(duration/time.Second+5)+20 {
-		t.Errorf("%d candidates learned from one node in %v: the per-node rate limit did not hold", n, duration)
+	if n := delta("learn_candidates"); n > nodes*(neigh.LearnBurst+neigh.LearnRate*uint64(duration/time.Second+5))+20 {
+		t.Errorf("%d candidates learned from %d nodes in %v: the per-node rate limit did not hold", n, nodes, duration)
+	}
+	if delta("learn_evicted") == 0 {
+		t.Errorf("no candidate was evicted: the flood did not reach the bound of %d", neigh.DefaultMaxCandidates)
 	}
 }
 
