@@ -496,8 +496,9 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 			return
 		}
 		// A retransmission: answer as before, or tell a slow consumer's
-		// peer to wait; in timewait the connection is over (REJ 10, as
-		// the kernel's cm_dup_req_handler answers).
+		// peer to wait; in timewait the connection is over: REJ 10 naming
+		// both comm IDs, "other" message, as the kernel's
+		// cm_dup_req_handler formats it.
 		e.Stats.Duplicate++
 		switch c.State {
 		case StateREQRcvd:
@@ -505,7 +506,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		case StateREPSent, StateEstablished:
 			e.sendLast(c)
 		case StateTimewait:
-			e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil, nil)
+			e.sendREJ(c.RemoteGID, tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejStaleConnection, nil, nil)
 		}
 		return
 	}

@@ -490,7 +490,7 @@ func TestEngineDuplicateREQ(t *testing.T) {
 			}
 			if tc.answer == AttrREJ {
 				r := decode[REJ](t, w)
-				if r.Reason != RejStaleConnection || r.MessageRejected != MsgREQ || r.RemoteCommID != ac.LocalCommID || w.tid() != reqWire.tid() {
+				if r.Reason != RejStaleConnection || r.MessageRejected != MsgOther || r.RemoteCommID != ac.LocalCommID || r.LocalCommID != bc.LocalCommID || w.tid() != reqWire.tid() {
 					t.Errorf("REJ %+v", r)
 				}
 				wantCounter(t, b.e.Counters(), "rej_sent_stale_conn", 1)
