@@ -31,9 +31,10 @@ type request struct {
 type controlServer struct {
 	ln    *net.UnixListener
 	iface *ipoib.Interface
+	cm    cmChoice
 }
 
-func listenControl(ifname string, iface *ipoib.Interface) (*controlServer, error) {
+func listenControl(ifname string, iface *ipoib.Interface, choice cmChoice) (*controlServer, error) {
 	// The socket lives in the interface's namespace, where `ipoibd show`
 	// finds it (abstract names are per namespace).
 	var ln *net.UnixListener
@@ -47,7 +48,7 @@ func listenControl(ifname string, iface *ipoib.Interface) (*controlServer, error
 		}
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	s := &controlServer{ln: ln, iface: iface}
+	s := &controlServer{ln: ln, iface: iface, cm: choice}
 	go s.serve()
 	return s, nil
 }
@@ -80,7 +81,7 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 	var reply any
 	switch req.Cmd {
 	case "show":
-		reply = s.iface.Show()
+		reply = showReply{Info: s.iface.Show(), CM: s.cm}
 	case "neigh":
 		reply = s.iface.Neighbors()
 	case "conn":
@@ -147,7 +148,7 @@ func printTable(cmd string, raw json.RawMessage) error {
 	defer w.Flush()
 	switch cmd {
 	case "show":
-		var i ipoib.Info
+		var i showReply
 		if err := json.Unmarshal(raw, &i); err != nil {
 			return err
 		}
@@ -156,8 +157,9 @@ func printTable(cmd string, raw json.RawMessage) error {
 		fmt.Fprintf(w, "    gid %s pkey %s\n", i.GID, i.PKey)
 		if i.CMModes != "" {
 			fmt.Fprintf(w, "    cm modes %s policy %s, %d connections\n", i.CMModes, i.Policy, i.Conns)
-			fmt.Fprintf(w, "    cm %s\n", i.CM)
+			fmt.Fprintf(w, "    cm %s\n", i.Info.CM)
 		}
+		fmt.Fprintf(w, "    connected mode %s: %s\n", advertised(i.CM.Advertise), i.CM.Why)
 		for _, a := range i.Addrs {
 			fmt.Fprintf(w, "    inet %s\n", a)
 		}
@@ -223,4 +225,18 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// showReply is `show`: the interface, and the daemon's choice of
+// connection service.
+type showReply struct {
+	ipoib.Info
+	CM cmChoice `json:"cm_choice"`
+}
+
+func advertised(b bool) string {
+	if b {
+		return "advertised"
+	}
+	return "not advertised"
 }

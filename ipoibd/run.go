@@ -39,6 +39,8 @@ type options struct {
 	netns       string
 	device      string
 	port        int
+	cm          string
+	peers       string
 }
 
 func run(args []string) error {
@@ -60,6 +62,8 @@ func run(args []string) error {
 	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name from `ip netns` or a path; default: the daemon's)")
 	fs.StringVar(&o.device, "device", "", "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices)")
 	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
+	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
+	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return nil
@@ -69,7 +73,7 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg, dev, err := o.config()
+	cfg, dev, choice, err := o.config()
 	if err != nil {
 		return err
 	}
@@ -78,7 +82,7 @@ func run(args []string) error {
 		_ = dev.Close()
 		return err
 	}
-	ctl, err := listenControl(o.ifname, iface)
+	ctl, err := listenControl(o.ifname, iface, choice)
 	if err != nil {
 		iface.Close()
 		_ = dev.Close()
@@ -129,20 +133,31 @@ func startCPUProfile(path string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// config checks every flag and opens the provider's device.
-func (o *options) config() (ipoib.Config, ib.Device, error) {
+// config checks every flag, chooses the connection service and opens the
+// provider's device.
+func (o *options) config() (ipoib.Config, ib.Device, cmChoice, error) {
+	cfg, dev, choice, err := o.config1()
+	if err != nil && dev != nil {
+		_ = dev.Close()
+		dev = nil
+	}
+	return cfg, dev, choice, err
+}
+
+func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 	var cfg ipoib.Config
+	var choice cmChoice
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return cfg, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+		return cfg, nil, choice, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	var err error
 	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
-		return cfg, nil, fmt.Errorf("--mode: %w", err)
+		return cfg, nil, choice, fmt.Errorf("--mode: %w", err)
 	}
 	if cfg.Policy, err = cm.ParsePolicy(o.policy); err != nil {
-		return cfg, nil, fmt.Errorf("--cm-policy: %w", err)
+		return cfg, nil, choice, fmt.Errorf("--cm-policy: %w", err)
 	}
 	for _, m := range strings.Split(o.cmModes, ",") {
 		switch strings.TrimSpace(m) {
@@ -151,64 +166,146 @@ func (o *options) config() (ipoib.Config, ib.Device, error) {
 		case "uc":
 			cfg.UC = true
 		default:
-			return cfg, nil, fmt.Errorf("--cm-modes %q: want rc, uc or rc,uc", o.cmModes)
+			return cfg, nil, choice, fmt.Errorf("--cm-modes %q: want rc, uc or rc,uc", o.cmModes)
 		}
 	}
 	pkey, err := ib.ParsePKey(o.pkey)
 	if err != nil {
-		return cfg, nil, fmt.Errorf("--pkey: %w", err)
+		return cfg, nil, choice, fmt.Errorf("--pkey: %w", err)
 	}
 	for _, a := range o.addrs {
 		p, err := netip.ParsePrefix(a)
 		if err != nil {
-			return cfg, nil, fmt.Errorf("--addr %q: want an address with prefix length, e.g. 192.168.77.1/24", a)
+			return cfg, nil, choice, fmt.Errorf("--addr %q: want an address with prefix length, e.g. 192.168.77.1/24", a)
 		}
 		cfg.Addrs = append(cfg.Addrs, p)
 	}
 	if o.maxConns < 1 {
-		return cfg, nil, fmt.Errorf("--max-conns %d: must be at least 1", o.maxConns)
+		return cfg, nil, choice, fmt.Errorf("--max-conns %d: must be at least 1", o.maxConns)
 	}
 	cfg.MaxConns = o.maxConns
 	if o.mtu < 0 {
-		return cfg, nil, fmt.Errorf("--mtu %d: must be positive", o.mtu)
+		return cfg, nil, choice, fmt.Errorf("--mtu %d: must be positive", o.mtu)
 	}
 	cfg.Name, cfg.MTU, cfg.IdleTimeout, cfg.Netns = o.ifname, o.mtu, o.idleTimeout, o.netns
+	if choice, err = chooseCM(o.provider, o.cm, o.peers, cfg.Mode, verbs.CMModuleHolders); err != nil {
+		return cfg, nil, choice, err
+	}
+	if cfg.Mode == ipoib.Connected && !choice.Advertise {
+		cfg.Mode = ipoib.Datagram
+	}
+	if o.provider == "verbs" {
+		cfg.Log.Info("connection service", "cm", orNone(choice.Service), "connected_mode", choice.Advertise, "why", choice.Why)
+	}
 	switch o.provider {
 	case "softib":
 		if o.underlay == "" {
-			return cfg, nil, errors.New("--underlay is required with --provider softib: the IP address this host's software adapter uses")
+			return cfg, nil, choice, errors.New("--underlay is required with --provider softib: the IP address this host's software adapter uses")
 		}
 		addr, err := netip.ParseAddr(o.underlay)
 		if err != nil {
-			return cfg, nil, fmt.Errorf("--underlay %q: not an IP address", o.underlay)
+			return cfg, nil, choice, fmt.Errorf("--underlay %q: not an IP address", o.underlay)
 		}
 		dev, err := softib.Open(softib.Config{Name: "softib0", Addr: addr, Port: o.softibPort, PKey: pkey})
 		if err != nil {
-			return cfg, nil, err
+			return cfg, nil, choice, err
 		}
 		cfg.Device = dev
-		return cfg, dev, nil
+		return cfg, dev, choice, nil
 	case "verbs":
 		if o.underlay != "" {
-			return cfg, nil, errors.New("--underlay is for --provider softib; verbs uses the adapter's own port (--device, --port)")
+			return cfg, nil, choice, errors.New("--underlay is for --provider softib; verbs uses the adapter's own port (--device, --port)")
 		}
 		if o.device == "" {
-			return cfg, nil, errors.New("--device is required with --provider verbs: the RDMA device, e.g. mlx5_0 (ibv_devices lists them)")
+			return cfg, nil, choice, errors.New("--device is required with --provider verbs: the RDMA device, e.g. mlx5_0 (ibv_devices lists them)")
 		}
 		if o.port < 1 || o.port > 255 {
-			return cfg, nil, fmt.Errorf("--port %d: want 1-255", o.port)
+			return cfg, nil, choice, fmt.Errorf("--port %d: want 1-255", o.port)
 		}
 		dev, err := verbs.Open(verbs.Config{Device: o.device, Port: o.port, GIDIndex: -1})
 		if err != nil {
-			return cfg, nil, err
+			return cfg, nil, choice, err
 		}
 		cfg.Device, cfg.PKey = dev, pkey
-		// On hardware the kernel's CM owns QP1: connections go through
-		// librdmacm.
-		cfg.ConnService = func(events func(cm.Event)) (cm.Service, error) {
-			return verbs.NewConnService(dev, events)
+		if choice.Service == cmKernel {
+			cfg.ConnService = func(events func(cm.Event)) (cm.Service, error) {
+				return verbs.NewConnService(dev, events)
+			}
 		}
-		return cfg, dev, nil
+		// --cm own: the cm engine on the device's MADs (ib_umad), as on
+		// softib.
+		return cfg, dev, choice, nil
 	}
-	return cfg, nil, fmt.Errorf("--provider %q: want softib or verbs", o.provider)
+	return cfg, nil, choice, fmt.Errorf("--provider %q: want softib or verbs", o.provider)
+}
+
+// The connection services: ipoibd's own CM engine on QP1, or the kernel's
+// CM through librdmacm (verbs only).
+const (
+	cmOwn    = "own"
+	cmKernel = "kernel"
+)
+
+// cmChoice is the connection service the daemon runs and whether its link
+// address advertises connected mode, with why; `ipoibd show` prints it.
+type cmChoice struct {
+	Service   string `json:"cm_service,omitempty"` // cmOwn, cmKernel, or "" (datagram mode)
+	Advertise bool   `json:"connected_advertised"`
+	Why       string `json:"cm_why"`
+}
+
+// chooseCM reads --cm and --peers. A kernel CM reached through librdmacm
+// listens on a mapped service ID, never RFC 4755's (rdma_cm cannot bind
+// the IETF prefix), so a kernel ipoib peer that saw RC in our link address
+// would draw REJ 8 and lose unicast to us: with that service, connected
+// mode is advertised only when the operator says every peer is ipoibd.
+// cmLoaded reports whether ib_cm holds QP1's CM class, and its users.
+func chooseCM(provider, cmFlag, peers string, mode ipoib.Mode, cmLoaded func() (bool, []string)) (cmChoice, error) {
+	switch cmFlag {
+	case "auto", cmOwn, cmKernel:
+	default:
+		return cmChoice{}, fmt.Errorf("--cm %q: want own, kernel or auto", cmFlag)
+	}
+	switch peers {
+	case "any", "ipoibd-only":
+	default:
+		return cmChoice{}, fmt.Errorf("--peers %q: want any or ipoibd-only", peers)
+	}
+	if provider == "softib" && cmFlag == cmKernel {
+		return cmChoice{}, errors.New("--cm kernel is for --provider verbs: softib has no kernel CM, ipoibd's own runs on its QP1")
+	}
+	if mode == ipoib.Datagram {
+		return cmChoice{Why: "--mode datagram"}, nil
+	}
+	if provider != "verbs" {
+		return cmChoice{Service: cmOwn, Advertise: true, Why: "ipoibd's CM engine on the software adapter's QP1"}, nil
+	}
+	loaded, holders := cmLoaded()
+	held := ""
+	if len(holders) > 0 {
+		held = " (used by " + strings.Join(holders, ", ") + ")"
+	}
+	switch {
+	case cmFlag == cmOwn && loaded:
+		return cmChoice{}, verbs.CMLoadedError(holders)
+	case cmFlag == cmOwn:
+		return cmChoice{Service: cmOwn, Advertise: true, Why: "--cm own: ipoibd's CM on QP1 through ib_umad, RFC 4755 service IDs"}, nil
+	case cmFlag == "auto" && !loaded:
+		return cmChoice{Service: cmOwn, Advertise: true, Why: "ib_cm is not loaded: ipoibd's CM on QP1 through ib_umad, RFC 4755 service IDs"}, nil
+	}
+	why := "--cm kernel"
+	if cmFlag == "auto" {
+		why = "ib_cm is loaded" + held + ", so the kernel CM through librdmacm"
+	}
+	if peers == "ipoibd-only" {
+		return cmChoice{Service: cmKernel, Advertise: true, Why: why + "; connected mode advertised (--peers ipoibd-only): its mapped service IDs reach ipoibd peers only"}, nil
+	}
+	return cmChoice{Service: cmKernel, Why: why + "; connected mode not advertised, datagram only: its mapped service IDs would refuse a kernel ipoib peer (--peers ipoibd-only if every peer is ipoibd)"}, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
