@@ -10,4 +10,14 @@
 // every decoder error is an *ib.FieldError naming the field. The adapter
 // (device, fabric, queue pairs) is built on them and uses them on every
 // packet, so none of them allocates on success.
+//
+// On the wire it takes what other RoCEv2 stacks send (rxe, hardware): any
+// UDP source port, hashed into the ICRC as received, and any IPv4
+// Identification, which a UDP socket cannot see but the ICRC covers: the
+// receiver solves for it (ipid.go). A GSO train it sends carries the IDs
+// the kernel gives its datagrams, 0, 1, 2, ..., each in its ICRC. RC and UC
+// packets count only from the QP's peer address (rx_drop_wrong_source),
+// ACKs and NAKs only for a PSN outstanding (rx_drop_stale_ack), and QP
+// numbers are random, so a third host on the underlay can neither guess a
+// connection nor break one with a stray packet.
 package softib

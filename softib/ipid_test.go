@@ -113,3 +113,30 @@ func BenchmarkICRCSolve4K(b *testing.B) {
 		checkICRC(p, src, dst, UDPPort, 0)
 	}
 }
+
+// FuzzICRCSolvesID: for any packet, ID, source port and first guess, the
+// receiver finds the ID the sender used.
+func FuzzICRCSolvesID(f *testing.F) {
+	f.Add([]byte{0x04, 0, 0xff, 0xff, 0, 0, 0, 2, 0, 0, 0, 1}, uint16(7), uint16(0xc0de), uint16(0))
+	f.Add(make([]byte, 4096+BTHLen), uint16(0xffff), uint16(4791), uint16(0xfffe))
+	f.Fuzz(func(t *testing.T, ibp []byte, id, port, hint uint16) {
+		if len(ibp) < BTHLen || len(ibp) > 9000 {
+			return
+		}
+		src, dst := netip.AddrPortFrom(netip.MustParseAddr("10.1.2.3"), port), netip.MustParseAddr("10.3.2.1")
+		b := append(append([]byte(nil), ibp...), 0, 0, 0, 0)
+		hdr, err := AppendIPUDPHeaders(nil, src.Addr(), dst, port, UDPPort, 64, len(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.BigEndian.PutUint16(hdr[4:6], id)
+		crc, err := ICRC(hdr[:IPv4HeaderLen], hdr[IPv4HeaderLen:], ibp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		PutICRC(b[len(b)-ICRCLen:], crc)
+		if got, ok := checkICRC(b, src, dst, UDPPort, hint); !ok || got != id {
+			t.Fatalf("ID %#x, hint %#x: got %#x, %v", id, hint, got, ok)
+		}
+	})
+}
