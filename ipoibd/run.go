@@ -57,7 +57,7 @@ func run(args []string) error {
 	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
 	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
-	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections at once; further REQs are rejected (no resources)")
+	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections past setup at once; further REQs are rejected (no resources). Those in setup have their own bounds (256, 16 per peer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name from `ip netns` or a path; default: the daemon's)")
 	fs.StringVar(&o.device, "device", "", "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices)")
