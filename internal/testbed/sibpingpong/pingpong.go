@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -341,84 +342,138 @@ func (s *session) postSend(i int) error {
 // loop is the pingpongs' main loop: a QP sends its next message once its
 // previous send completed and a message arrived, until both counts reach
 // the iterations (across all QPs for srq, as ibv_srq_pingpong counts).
+// The CQ is drained on softib's receive goroutine (ib.CQHandler) as the
+// daemon does, so a reply leaves without a thread wake-up; completions
+// added elsewhere (ACKs, flushes) wake this goroutine instead.
 func (s *session) loop() error {
 	c := &s.cfg
-	pending := make([]int, len(s.qps))
-	for i := range s.qps {
-		pending[i] = recvWRID
-		if c.server != "" {
-			if err := s.postSend(i); err != nil {
-				return err
-			}
-			pending[i] |= sendWRID
-		}
-	}
-	refill := 1 // post again when this few receives are left
+	st := &loopState{s: s, pending: make([]int, len(s.qps)), index: make(map[ib.QPN]int, len(s.qps)),
+		wcs: make([]ib.Completion, c.rxDepth+c.numQP), done: make(chan struct{}), refill: 1}
 	if c.kind == kindSRQ {
-		refill = c.numQP
+		st.refill = c.numQP // post again when this few receives are left
 	}
-	index := make(map[ib.QPN]int, len(s.qps))
 	for i, qp := range s.qps {
-		index[qp.Num()] = i
+		st.index[qp.Num()] = i
 	}
-	start := time.Now()
 	timeout := time.NewTimer(c.timeout)
 	defer timeout.Stop()
-	wcs := make([]ib.Completion, c.rxDepth+c.numQP)
-	rcnt, scnt := 0, 0
-	for rcnt < c.iters || scnt < c.iters {
-		n := s.cq.Poll(wcs)
-		if n == 0 {
-			select {
-			case <-s.cq.Ready():
-			case <-timeout.C:
-				return fmt.Errorf("timed out after %v: %d of %d received, %d of %d sent", c.timeout, rcnt, c.iters, scnt, c.iters)
+	start := time.Now()
+	st.mu.Lock()
+	for i := range s.qps {
+		st.pending[i] = recvWRID
+		if c.server != "" {
+			if err := s.postSend(i); err != nil {
+				st.mu.Unlock()
+				return err
 			}
+			st.pending[i] |= sendWRID
+		}
+	}
+	st.mu.Unlock()
+	if h, ok := s.cq.(ib.CQHandler); ok {
+		h.SetHandler(st.drain) // a no-op once the loop is over
+	}
+	for {
+		st.drain()
+		select {
+		case <-st.done:
+		case <-s.cq.Ready():
 			continue
+		case <-timeout.C:
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return fmt.Errorf("timed out after %v: %d of %d received, %d of %d sent", c.timeout, st.rcnt, c.iters, st.scnt, c.iters)
 		}
-		for _, wc := range wcs[:n] {
-			if wc.Status != ib.WCSuccess {
-				return fmt.Errorf("failed status %v for wr_id %d", wc.Status, wc.ID&3)
-			}
-			qi, ok := index[wc.QPN]
-			if !ok {
-				return fmt.Errorf("couldn't find QPN %06x", uint32(wc.QPN))
-			}
-			var done int
-			switch {
-			case wc.ID == sendWRID:
-				scnt++
-				done = sendWRID
-			case wc.ID&3 == recvWRID:
-				slot := int(wc.ID >> 2)
-				if err := s.check(slot, qi, &wc); err != nil {
-					return fmt.Errorf("message %d: %w", rcnt+1, err)
-				}
-				s.free = append(s.free, slot)
-				s.routs--
-				if s.routs <= refill {
-					if err := s.postRecv(c.rxDepth - s.routs); err != nil {
-						return err
-					}
-				}
-				rcnt++
-				done = recvWRID
-			default:
-				return fmt.Errorf("completion for unknown wr_id %d", wc.ID)
-			}
-			pending[qi] &^= done
-			if scnt < c.iters && pending[qi] == 0 {
-				if err := s.postSend(qi); err != nil {
-					return err
-				}
-				pending[qi] = recvWRID | sendWRID
-			}
-		}
+		break
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.err != nil {
+		return st.err
 	}
 	el := time.Since(start)
 	bytes := int64(c.size) * int64(c.iters) * 2
 	fmt.Fprintf(s.out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, el.Seconds(), float64(bytes)*8/float64(el.Microseconds()+1))
 	fmt.Fprintf(s.out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.iters, el.Seconds(), float64(el.Microseconds())/float64(c.iters))
+	return nil
+}
+
+// loopState is the loop's progress, shared by the goroutines that drain.
+type loopState struct {
+	s          *session
+	mu         sync.Mutex
+	pending    []int // per QP: what it waits for before it sends again
+	index      map[ib.QPN]int
+	wcs        []ib.Completion
+	refill     int
+	rcnt, scnt int
+	err        error
+	done       chan struct{} // closed when finished or failed
+}
+
+// drain handles every completion there is.
+func (st *loopState) drain() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c := &st.s.cfg
+	for st.err == nil && (st.rcnt < c.iters || st.scnt < c.iters) {
+		n := st.s.cq.Poll(st.wcs)
+		if n == 0 {
+			return
+		}
+		for i := range st.wcs[:n] {
+			if err := st.handle(&st.wcs[i]); err != nil {
+				st.err = err
+				break
+			}
+		}
+	}
+	select {
+	case <-st.done:
+	default:
+		close(st.done)
+	}
+}
+
+// handle is the pingpongs' completion step.
+func (st *loopState) handle(wc *ib.Completion) error {
+	s, c := st.s, &st.s.cfg
+	if wc.Status != ib.WCSuccess {
+		return fmt.Errorf("failed status %v for wr_id %d", wc.Status, wc.ID&3)
+	}
+	qi, ok := st.index[wc.QPN]
+	if !ok {
+		return fmt.Errorf("couldn't find QPN %06x", uint32(wc.QPN))
+	}
+	var done int
+	switch {
+	case wc.ID == sendWRID:
+		st.scnt++
+		done = sendWRID
+	case wc.ID&3 == recvWRID:
+		slot := int(wc.ID >> 2)
+		if err := s.check(slot, qi, wc); err != nil {
+			return fmt.Errorf("message %d: %w", st.rcnt+1, err)
+		}
+		s.free = append(s.free, slot)
+		s.routs--
+		if s.routs <= st.refill {
+			if err := s.postRecv(c.rxDepth - s.routs); err != nil {
+				return err
+			}
+		}
+		st.rcnt++
+		done = recvWRID
+	default:
+		return fmt.Errorf("completion for unknown wr_id %d", wc.ID)
+	}
+	st.pending[qi] &^= done
+	if st.scnt < c.iters && st.pending[qi] == 0 {
+		if err := s.postSend(qi); err != nil {
+			return err
+		}
+		st.pending[qi] = recvWRID | sendWRID
+	}
 	return nil
 }
 

@@ -70,7 +70,9 @@ func TestPingpongBothRoles(t *testing.T) {
 				if !strings.Contains(out, " iters in ") {
 					t.Errorf("no iteration summary:\n%s", out)
 				}
-				for _, bad := range []string{"rx_drop_bad_icrc", "rx_drop_psn", "qp.seq_naks_sent", "qp.retransmits"} {
+				// Timing-independent ones only: a loaded host may delay an
+				// ACK past the 67 ms timeout and cause a retransmission.
+				for _, bad := range []string{"rx_drop_bad_icrc", "rx_drop_malformed", "rx_drop_too_long", "cq_overrun"} {
 					if !strings.Contains(out, "counter "+bad+" 0\n") {
 						t.Errorf("counter %s not 0:\n%s", bad, out)
 					}
