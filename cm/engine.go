@@ -487,6 +487,12 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
 		return
 	}
+	// Where the REQ comes from: its MAD's source, or without one (a MAD
+	// without a GRH) the REQ's word, which is all there is.
+	src := from.GID
+	if src == (ib.GID{}) {
+		src = req.Primary.LocalGID
+	}
 	if c := e.byRemote[remoteID{req.LocalCAGUID, req.LocalCommID}]; c != nil {
 		if !fromPeer(from, c) {
 			// Another peer's (CA GUID, comm ID): comm IDs are unique per
@@ -519,29 +525,25 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 			// connection stays, only its own peer can declare it stale.
 			e.Stats.StaleForeign++
 		}
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil, nil)
+		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil, nil)
 		return
 	}
 	if !e.listening[req.ServiceID] {
 		e.Stats.Rejected++
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidServiceID, nil, nil)
+		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejInvalidServiceID, nil, nil)
 		return
 	}
 	if req.TransportType != TransportRC && req.TransportType != TransportUC {
 		e.Stats.Rejected++
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidTransportType, nil, nil)
+		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejInvalidTransportType, nil, nil)
 		return
-	}
-	src := from.GID
-	if src == (ib.GID{}) {
-		src = req.Primary.LocalGID // no GRH: the REQ's word is all there is
 	}
 	if e.full() || e.halfOpenFrom[src] >= e.cfg.MaxHalfOpenPerSource {
 		if !e.full() {
 			e.Stats.BusySource++
 		}
 		e.Stats.Rejected++
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejNoResources, nil, nil)
+		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejNoResources, nil, nil)
 		return
 	}
 	c := &Conn{
