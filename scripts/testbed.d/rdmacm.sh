@@ -14,11 +14,11 @@
 #    the kernel's CM counters (sysfs cm_rx_msgs/rej);
 #  - our REJ of the kernel's REP, our REJ 4 (Timeout) after it, and the
 #    REJ 6 of an engine that restarted between its REQ and the REP;
-#  - the RDMA_PS_IB port space as well as RDMA_PS_TCP.
+#  - the RDMA_PS_IB port space as well as RDMA_PS_TCP, IPv6 as well as IPv4.
 # Prints one RESULT line per check.
 set -uo pipefail
 
-NS=sibcm DEV=rxecm K=198.51.100.1 S=198.51.100.2
+NS=sibcm DEV=rxecm K=198.51.100.1 S=198.51.100.2 K6=2001:db8:51::1 S6=2001:db8:51::2
 log=/tmp/rdmacm-hook
 rm -rf "$log"
 mkdir -p "$log"
@@ -85,20 +85,27 @@ setup() {
 		ip addr add $K/24 dev vcm0 &&
 		ip link set vcm0 up &&
 		ip -n $NS addr add $S/24 dev vcm1 &&
+		ip addr add $K6/64 dev vcm0 nodad &&
+		ip -n $NS addr add $S6/64 dev vcm1 nodad &&
 		ip -n $NS link set vcm1 up &&
 		ip -n $NS link set lo up || return 1
 	# Static neighbours: rdma_cm resolves softib's MAC on the first REQ or
 	# REP, and an ARP exchange under emulation only adds delay.
-	ip neigh replace $S lladdr "$(ip -n $NS -br link show vcm1 | awk '{print $3}')" dev vcm0 nud permanent &&
-		ip -n $NS neigh replace $K lladdr "$(cat /sys/class/net/vcm0/address)" dev vcm1 nud permanent &&
+	local m0 m1 g g6 i
+	m0=$(cat /sys/class/net/vcm0/address) m1=$(ip -n $NS -br link show vcm1 | awk '{print $3}')
+	ip neigh replace $S lladdr "$m1" dev vcm0 nud permanent &&
+		ip -n $NS neigh replace $K lladdr "$m0" dev vcm1 nud permanent &&
+		ip neigh replace $S6 lladdr "$m1" dev vcm0 nud permanent &&
+		ip -n $NS neigh replace $K6 lladdr "$m0" dev vcm1 nud permanent &&
 		rdma link add $DEV type rxe netdev vcm0 || return 1
-	local g i
 	g=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${K//./ })
+	g6=2001:0db8:0051:0000:0000:0000:0000:0001
 	for i in $(seq 50); do
-		grep -qx "$g" "$cmdir"/gids/* 2>/dev/null && [ -d "$cmdir/cm_rx_msgs" ] && return 0
+		grep -qx "$g" "$cmdir"/gids/* 2>/dev/null && grep -qx "$g6" "$cmdir"/gids/* &&
+			[ -d "$cmdir/cm_rx_msgs" ] && return 0
 		sleep 0.2
 	done
-	echo "no GID ::ffff:$K or no CM counters on $DEV"
+	echo "no GID ::ffff:$K or $K6, or no CM counters on $DEV"
 	return 1
 }
 if ! command -v sibcm >/dev/null || ! command -v ucmatose >/dev/null; then
@@ -111,15 +118,18 @@ if ! why=$(setup 2>&1); then
 fi
 pass setup
 # The route to softib must leave through vcm0, the rxe device's netdev.
-if ip route get $S | grep -q "dev vcm0"; then pass route; else fail route "$(ip route get $S)"; fi
+if ip route get $S | grep -q "dev vcm0" && ip route get $S6 | grep -q "dev vcm0"; then pass route; else
+	fail route "$(ip route get $S; ip route get $S6)"
+fi
 
-sibcm_ns() { ip netns exec $NS sibcm -a $S "$@"; }
+# sibcm_ns ARGS: sibcm on softib at $s (default S, the IPv4 address).
+sibcm_ns() { ip netns exec $NS sibcm -a "${s:-$S}" "$@"; }
 
-# wait_listen PORT: until rdma_cm has a listener on K:PORT.
+# wait_listen ADDR PORT: until rdma_cm has a listener on ADDR:PORT.
 wait_listen() {
 	local i
 	for i in $(seq 100); do
-		rdma resource show cm_id 2>/dev/null | grep -qE "state LISTEN.*src-addr $K:$1( |$)" && return 0
+		rdma resource show cm_id 2>/dev/null | grep -qE "state LISTEN.*src-addr \[?$1\]?:$2( |$)" && return 0
 		sleep 0.1
 	done
 	return 1
@@ -143,18 +153,18 @@ sibcm_ok() {
 }
 
 # --- active: sibcm connects to a ucmatose server ------------------------------
-# active NAME PORT SIZE PORTSPACE
+# active NAME PORT SIZE PORTSPACE [KADDR SADDR]
 active() {
-	local name=$1 port=$2 size=$3 ps=$4 spid src rc
-	timeout 60 ucmatose -b $K -p "$port" -P "$ps" -C 10 -S "$size" >"$log/$name.ucmatose" 2>&1 &
+	local name=$1 port=$2 size=$3 ps=$4 k=${5:-$K} s=${6:-$S} spid src rc
+	timeout 60 ucmatose -b "$k" -p "$port" -P "$ps" -C 10 -S "$size" >"$log/$name.ucmatose" 2>&1 &
 	spid=$!
 	pids+=($spid)
-	if ! wait_listen "$port"; then
-		fail "$name" "ucmatose did not listen on $K:$port" "$log/$name.ucmatose"
+	if ! wait_listen "$k" "$port"; then
+		fail "$name" "ucmatose did not listen on $k:$port" "$log/$name.ucmatose"
 		return
 	fi
 	snap
-	sibcm_ns -p "$port" -P "$ps" -C 10 -S "$size" connect $K >"$log/$name.sibcm" 2>&1
+	sibcm_ns -p "$port" -P "$ps" -C 10 -S "$size" connect "$k" >"$log/$name.sibcm" 2>&1
 	rc=$?
 	show "$log/$name.sibcm"
 	wait $spid
@@ -171,10 +181,12 @@ active active 7471 100 tcp
 active active-multipacket 7475 3000 tcp
 # RDMA_PS_IB: service ID 0x00000000013f0000|port, the same header.
 active active-ps-ib 7478 100 ib
+# IPv6: RoCEv2 GIDs that are the addresses themselves, an IPv6 rdma_cm header.
+active active-ipv6 7480 100 tcp $K6 $S6
 
 # --- passive: a ucmatose client connects to sibcm ----------------------------
-passive() {
-	local name=passive port=7472 lpid lrc crc
+passive() { # passive NAME PORT [KADDR SADDR]
+	local name=$1 port=$2 k=${3:-$K} s=${4:-$S} lpid lrc crc
 	sibcm_ns -p $port -C 10 -S 100 --dreq listen >"$log/$name.sibcm" 2>&1 &
 	lpid=$!
 	pids+=($lpid)
@@ -183,7 +195,7 @@ passive() {
 		return
 	fi
 	snap
-	timeout 60 ucmatose -s $S -b $K -p $port -C 10 -S 100 >"$log/$name.ucmatose" 2>&1
+	timeout 60 ucmatose -s "$s" -b "$k" -p $port -C 10 -S 100 >"$log/$name.ucmatose" 2>&1
 	crc=$?
 	wait $lpid
 	lrc=$?
@@ -195,7 +207,8 @@ passive() {
 	echo "NOTE $name: kernel CM counters moved: $(moved)"
 	want_delta "$name-kernel-cm" cm_tx_msgs/req:1 cm_rx_msgs/rep:1 cm_tx_msgs/rtu:1 cm_rx_msgs/dreq:1 cm_tx_msgs/drep:1
 }
-passive
+passive passive 7472
+passive passive-ipv6 7481 $K6 $S6
 
 # --- the kernel's REJ 8 for a service ID nobody listens on --------------------
 snap
@@ -243,7 +256,7 @@ abandon() { # abandon NAME PORT MODE REASON
 	timeout 60 ucmatose -b $K -p "$port" -C 1 >"$log/$name.ucmatose" 2>&1 &
 	spid=$!
 	pids+=($spid)
-	if ! wait_listen "$port"; then
+	if ! wait_listen $K "$port"; then
 		fail "$name" "ucmatose did not listen on $K:$port" "$log/$name.ucmatose"
 		return
 	fi

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -175,8 +176,8 @@ func (s *session) connect(now time.Time) error {
 		return err
 	}
 	s.conn = c
-	s.logf("REQ sent: service ID %#016x, comm ID %#08x, QPN %v, rdma_cm header %v:%d -> %v",
-		sid, c.LocalCommID, ep.qp.Num(), s.cfg.local, src, s.cfg.remote)
+	s.logf("REQ sent: service ID %#016x, comm ID %#08x, QPN %v, rdma_cm header %v -> %v",
+		sid, c.LocalCommID, ep.qp.Num(), netip.AddrPortFrom(s.cfg.local.Unmap(), src), s.cfg.remote)
 	if s.cfg.abandon == "restart" {
 		// As a daemon restarted right after its REQ: a new engine that
 		// knows nothing of it gets the REP.
@@ -239,7 +240,7 @@ func (s *session) request(now time.Time, c *cm.Conn, req *cm.REQ) {
 		_ = s.eng.Reject(c, cm.RejConsumerReject, nil)
 		return
 	}
-	s.logf("  rdma_cm header: %v:%d -> %v, consumer data %q", h.Src, h.Port, h.Dst, strings.TrimRight(string(private), "\x00"))
+	s.logf("  rdma_cm header: %v -> %v, consumer data %q", netip.AddrPortFrom(h.Src, h.Port), h.Dst, strings.TrimRight(string(private), "\x00"))
 	if h.Dst != s.cfg.local || h.Src != c.RemoteGID.Addr() {
 		s.fail("rdma_cm header names %v -> %v; the REQ came from %v to us at %v", h.Src, h.Dst, c.RemoteGID.Addr(), s.cfg.local)
 		_ = s.eng.Reject(c, cm.RejConsumerReject, nil)
