@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -322,7 +323,7 @@ func cmRows() []forgeRow {
 // at 4,000/s while h3, a real newcomer, connects to h2: h3 must get its
 // connection during the flood.
 func reqFlood(t *testing.T, e *forgeEnv) int {
-	const max = 20000
+	const most = 20000
 	before := e.c.stats(fh2)["cm_req_busy_source"]
 	var sent atomic.Int64
 	stop := make(chan struct{})
@@ -330,7 +331,7 @@ func reqFlood(t *testing.T, e *forgeEnv) int {
 	atk := ib.GIDFromAddr(e.addr(fAtk))
 	go func() {
 		defer close(done)
-		for i := range max {
+		for i := range most {
 			select {
 			case <-stop:
 				return
@@ -366,7 +367,7 @@ func reqFlood(t *testing.T, e *forgeEnv) int {
 	<-done
 	if err != nil {
 		t.Errorf("h3 could not reach h2 during a REQ flood (%d REQs sent): %v\n%s", during, err, out)
-	} else if during >= max {
+	} else if during >= most {
 		t.Errorf("the flood was over before h3 got through")
 	}
 	ok := false
@@ -603,7 +604,16 @@ func (e *forgeEnv) openProbes(t *testing.T) {
 		t.Cleanup(func() { unix.Close(e.probe[k]) })
 	}
 	for _, k := range []int{fh1, fh2} {
-		e.c.on(peerOf(k), "sh", "-c", fmt.Sprintf("echo real | socat -u STDIN UDP4-SENDTO:%s:%d", e.c.ip4(k), forgeProbePort))
+		inNetns(t, fmt.Sprintf("%s-h%d", e.c.name, peerOf(k)), func() {
+			conn, err := net.Dial("udp4", net.JoinHostPort(e.c.ip4(k), strconv.Itoa(forgeProbePort)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Write([]byte("real\n")); err != nil {
+				t.Fatal(err)
+			}
+		})
 		deadline := time.Now().Add(5 * time.Second)
 		for e.probed() != "real\n" {
 			if time.Now().After(deadline) {
