@@ -126,6 +126,63 @@ func TestForgedPacketsDoNoHarm(t *testing.T) {
 		}
 	}
 	t.Logf("iperf3 during the table: %d runs, %s Gbit/s", len(runs), iperfRates(runs))
+
+	// The control: what the rows proved absent must be able to show. With
+	// the peer's address and the exact PSN, a forged SEND is
+	// indistinguishable from the peer's (InfiniBand authenticates nobody)
+	// and its payload reaches the TUN probe.
+	t.Run("control-exact-spoof-reaches-tun", func(t *testing.T) {
+		parent := e.c
+		e.c = &cluster{t: t, name: parent.name, net: parent.net}
+		defer func() { e.c = parent }()
+		e.exactSpoof(t)
+	})
+}
+
+// exactSpoof forges, as h2, the SEND h1 expects next: quiet connection,
+// one ping from h2 shows the last PSN, the next one is the forged one.
+func (e *forgeEnv) exactSpoof(t *testing.T) {
+	c := e.c
+	const v = fh1
+	for try := 0; try < 5; try++ {
+		e.ready(t)
+		var sn *forge.Sniffer
+		inNetns(t, c.name+"-br", func() {
+			var err error
+			if sn, err = forge.Sniff(fmt.Sprintf("%s-v%d", c.name, v)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		c.try(peerOf(v), "ping", "-c", "1", "-W", "1", c.ip4(v))
+		var last forge.Seen
+		n := 0
+		_, _ = sn.Await(time.Now().Add(300*time.Millisecond), func(p forge.Seen) bool {
+			if p.Dst == e.addr(v) && p.BTH.DestQP == e.recvQP[v] && p.BTH.Opcode.HasPayload() {
+				last, n = p, n+1
+			}
+			return false // to the deadline: the last one counts
+		})
+		sn.Close()
+		if n == 0 {
+			continue
+		}
+		// The whole message in one packet: SEND Only from the last PSN on.
+		psn := last.BTH.PSN.Next()
+		e.sendTo(t, e.spoof[peerOf(v)], v, forge.RCSend(e.recvQP[v], psn, e.forgedPayload(t, v, 99)))
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			if got := e.probed(); got == "forged-99" {
+				t.Logf("the exact spoof (PSN %#x) reached h%d's TUN, as it must", uint32(psn), v)
+				c.ping(fh1, c.ip4(fh2), 2) // and the connection goes on
+				c.ping(fh2, c.ip4(fh1), 2)
+				return
+			} else if got != "" {
+				t.Fatalf("probe got %q", got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Fatal("a SEND spoofed with the peer's address and the next PSN never reached the TUN: the rows' TUN check proves nothing")
 }
 
 // forgeRows lists every forged packet kind, each against both ends where
