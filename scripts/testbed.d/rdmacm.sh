@@ -6,7 +6,8 @@
 # stay untouched). The kernel's ib_cm and rdma_cm judge our CM messages, we
 # judge theirs:
 #  - active: our REQ -> the kernel's REP -> our RTU -> data both ways ->
-#    the kernel's DREQ -> our DREP (small and multi-packet messages);
+#    the kernel's DREQ -> our DREP (small and multi-packet messages), and
+#    with both ends sending a DREQ;
 #  - passive: the kernel's REQ -> our REP -> its RTU -> data -> our DREQ ->
 #    its DREP;
 #  - a REQ to a port nobody listens on draws the kernel's REJ 8;
@@ -153,9 +154,12 @@ sibcm_ok() {
 }
 
 # --- active: sibcm connects to a ucmatose server ------------------------------
-# active NAME PORT SIZE PORTSPACE [KADDR SADDR]
+# active NAME PORT SIZE PORTSPACE [KADDR SADDR [dreq]]: with dreq, sibcm
+# sends a DREQ too once its data is done (it may cross ucmatose's).
 active() {
-	local name=$1 port=$2 size=$3 ps=$4 k=${5:-$K} s=${6:-$S} spid src rc
+	local name=$1 port=$2 size=$3 ps=$4 k=${5:-$K} s=${6:-$S} dreq=${7:-} spid src rc
+	local want=(cm_rx_msgs/req:1 cm_tx_msgs/rep:1 cm_rx_msgs/rtu:1 cm_tx_msgs/dreq:1 cm_rx_msgs/drep:1)
+	[ "$dreq" ] && want=(cm_rx_msgs/req:1 cm_tx_msgs/rep:1 cm_rx_msgs/rtu:1 cm_rx_msgs/dreq:1)
 	timeout 60 ucmatose -b "$k" -p "$port" -P "$ps" -C 10 -S "$size" >"$log/$name.ucmatose" 2>&1 &
 	spid=$!
 	pids+=($spid)
@@ -164,7 +168,7 @@ active() {
 		return
 	fi
 	snap
-	sibcm_ns -p "$port" -P "$ps" -C 10 -S "$size" connect "$k" >"$log/$name.sibcm" 2>&1
+	sibcm_ns -p "$port" -P "$ps" -C 10 -S "$size" ${dreq:+--dreq} connect "$k" >"$log/$name.sibcm" 2>&1
 	rc=$?
 	show "$log/$name.sibcm"
 	wait $spid
@@ -174,7 +178,7 @@ active() {
 		fail "$name-ucmatose" "ucmatose server exit $src" "$log/$name.ucmatose"
 	fi
 	echo "NOTE $name: kernel CM counters moved: $(moved)"
-	want_delta "$name-kernel-cm" cm_rx_msgs/req:1 cm_tx_msgs/rep:1 cm_rx_msgs/rtu:1 cm_tx_msgs/dreq:1 cm_rx_msgs/drep:1
+	want_delta "$name-kernel-cm" "${want[@]}"
 }
 active active 7471 100 tcp
 # 3000 octets: three packets per message at the rxe port's 1024-octet MTU.
@@ -183,6 +187,8 @@ active active-multipacket 7475 3000 tcp
 active active-ps-ib 7478 100 ib
 # IPv6: RoCEv2 GIDs that are the addresses themselves, an IPv6 rdma_cm header.
 active active-ipv6 7480 100 tcp $K6 $S6
+# Both ends disconnect as soon as their data is done: DREQs may cross.
+active active-both-dreq 7482 100 tcp $K $S dreq
 
 # --- passive: a ucmatose client connects to sibcm ----------------------------
 passive() { # passive NAME PORT [KADDR SADDR]
@@ -280,6 +286,9 @@ abandon rej6-after-restart 7479 restart 6
 hw() { cat "/sys/class/infiniband/$DEV/ports/1/hw_counters/$1" 2>/dev/null || echo 0; }
 echo "NOTE $DEV hw counters: sent_pkts $(hw sent_pkts) rcvd_pkts $(hw rcvd_pkts)" \
 	"$(for c in duplicate_request out_of_seq_request rcvd_seq_err ack_deferred retry_exceeded_err send_err rcvd_rnr_err completer_retry_err; do printf '%s %s ' $c "$(hw $c)"; done)"
+if (($(hw sent_pkts) > 0 && $(hw rcvd_pkts) > 0)); then pass rxe-carried; else
+	fail rxe-carried "$DEV sent $(hw sent_pkts) and received $(hw rcvd_pkts) packets: the traffic went elsewhere"
+fi
 if (($(hw rcvd_seq_err) == 0 && $(hw retry_exceeded_err) == 0 && $(hw send_err) == 0)); then
 	pass rxe-no-errors
 else
