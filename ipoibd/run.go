@@ -222,7 +222,7 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 		if o.port < 1 || o.port > 255 {
 			return cfg, nil, choice, fmt.Errorf("--port %d: want 1-255", o.port)
 		}
-		dev, err := verbs.Open(verbs.Config{Device: o.device, Port: o.port, GIDIndex: -1})
+		dev, err := verbs.Open(verbs.Config{Device: o.device, Port: o.port, GIDIndex: -1, NoRDMACM: choice.Service != cmKernel})
 		if err != nil {
 			return cfg, nil, choice, err
 		}
@@ -298,7 +298,7 @@ func chooseCM(provider, cmFlag, peers string, mode ipoib.Mode, cmLoaded func() (
 		why = "ib_cm is loaded" + held + ", so the kernel CM through librdmacm"
 	}
 	if peers == "ipoibd-only" {
-		return cmChoice{Service: cmKernel, Advertise: true, Why: why + "; connected mode advertised (--peers ipoibd-only): its mapped service IDs reach ipoibd peers only"}, nil
+		return cmChoice{Service: cmKernel, Advertise: true, Why: why + " and --peers ipoibd-only: its mapped service IDs reach ipoibd peers only"}, nil
 	}
 	return cmChoice{Service: cmKernel, Why: why + "; connected mode not advertised, datagram only: its mapped service IDs would refuse a kernel ipoib peer (--peers ipoibd-only if every peer is ipoibd)"}, nil
 }

@@ -110,7 +110,7 @@ func newConnService(dev ib.Device, events func(cm.Event)) (*ConnService, error) 
 		return nil, ib.ErrClosed
 	}
 	if d.own {
-		return nil, errors.New("verbs: the kernel CM service needs rdma_cm, and librdmacm found no devices when the adapter was opened (is the rdma_ucm module loaded?)")
+		return nil, errors.New("verbs: the kernel CM service needs the device opened through librdmacm (not with NoRDMACM, and with the rdma_ucm module loaded)")
 	}
 	port := d.Port()
 	s := &ConnService{

@@ -123,7 +123,11 @@ func (d *Device) init() error {
 // unloaded) librdmacm has no devices, and the context is opened directly.
 func (d *Device) findContext() error {
 	var n C.int
-	list, cmErr := C.rdma_get_devices(&n)
+	var list **C.struct_ibv_context
+	var cmErr error
+	if !d.cfg.NoRDMACM {
+		list, cmErr = C.rdma_get_devices(&n)
+	}
 	var names []string
 	if list != nil {
 		for _, ctx := range unsafe.Slice(list, int(n)) {
@@ -146,7 +150,7 @@ func (d *Device) findContext() error {
 	}
 	names = append(names, more...)
 	if len(names) == 0 {
-		if list == nil {
+		if list == nil && cmErr != nil {
 			return fmt.Errorf("verbs: no RDMA device %q: this host has none (%v)", d.cfg.Device, verbError("rdma_get_devices", cgoErrno(cmErr)))
 		}
 		return fmt.Errorf("verbs: no RDMA device %q: this host has none", d.cfg.Device)

@@ -64,10 +64,15 @@ for ns in ipa ipb; do ip netns del "$ns" 2>/dev/null; ip netns add "$ns"; done
 baseline=$(rdma resource show 2>&1)
 echo "rdma resource show before the daemons: $baseline"
 
-# --- datagram mode: UD only (ARP/ND over the broadcast and solicited-node groups)
+# --- datagram mode: UD only (ARP/ND over the broadcast and solicited-node groups).
+# Daemon 1 asks for the kernel CM without saying its peers are all ipoibd:
+# it must not advertise connected mode (a kernel ipoib peer's REQ would be
+# refused by the mapped service ID), so it runs datagram.
 mode=datagram
-if start 1 "$A" ipa --mode datagram && start 2 "$B" ipb --mode datagram; then
+if start 1 "$A" ipa --cm kernel && start 2 "$B" ipb --mode datagram; then
 	pass "$mode-up"
+	check "$mode-kernel-cm-not-advertised" sh -c 'ip netns exec ipa ipoibd show | grep -q "datagram mode" && ip netns exec ipa ipoibd show | grep -q "connected mode not advertised: --cm kernel" && ip netns exec ipa ipoibd show --json | grep -q "\"link_addr\":\"00:"'
+	ip netns exec ipa ipoibd show
 	check "$mode-ping4" ip netns exec ipa ping -c 3 -i 0.2 -W 3 192.168.60.2
 	check "$mode-ping6" ip netns exec ipa ping -c 3 -i 0.2 -W 3 fd00:60::2
 	check "$mode-neigh-UD" sh -c 'ip netns exec ipa ipoibd neigh | grep 192.168.60.2 | grep -w UD'
@@ -77,11 +82,12 @@ else
 	stop_all
 fi
 
-# --- connected mode: RC, then UC, through the kernel CM (librdmacm)
+# --- connected mode: RC, then UC, through the kernel CM (librdmacm), which
+# advertises connected mode only with --peers ipoibd-only
 for cmmode in rc uc; do
 	mode=connected-$cmmode
 	sent_a=$(counter "$A" sent_pkts) sent_b=$(counter "$B" sent_pkts)
-	if ! { start 1 "$A" ipa --cm-modes "$cmmode" && start 2 "$B" ipb --cm-modes "$cmmode"; }; then
+	if ! { start 1 "$A" ipa --cm kernel --peers ipoibd-only --cm-modes "$cmmode" && start 2 "$B" ipb --cm kernel --peers ipoibd-only --cm-modes "$cmmode"; }; then
 		fail "$mode-up" "a daemon did not come up"
 		stop_all
 		continue

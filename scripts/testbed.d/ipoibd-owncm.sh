@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# ipoibd --provider verbs --cm own on both rxe devices: ipoibd's own CM
+# engine on QP1 through ib_umad, RFC 4755 service IDs, the data QPs moved
+# to RTS by ipoibd itself. ib_umad cannot give the CM class to us while
+# the kernel's CM (ib_cm) is loaded, so this hook unloads rdma_ucm, rdma_cm
+# and ib_cm first and loads them again at the end for the hooks after it.
+# Checks: the refusal while ib_cm is loaded; ARP/ND over UD; RC and UC
+# through our CM; ping v4/v6; 65000-octet pings; iperf3; both sides
+# pinging at the same instant (crossing REQs); SIGKILL and restart of
+# either side; nothing left behind. One RESULT line per check.
+set -uo pipefail
+
+A=${TESTBED_DEV_A:-rxe0} B=${TESTBED_DEV_B:-rxe1}
+NA=oca NB=ocb NET=192.168.62 NET6=fd00:62
+log=/tmp/ipoibd-owncm
+mkdir -p "$log"
+declare -A pid=()
+
+pass() { echo "RESULT PASS ipoibd-owncm/$1"; }
+fail() {
+	echo "RESULT FAIL ipoibd-owncm/$1: $2"
+	for f in "$log"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
+}
+check() { # check NAME CMD...: PASS if CMD succeeds
+	local name=$1 out
+	shift
+	if out=$("$@" 2>&1); then pass "$name"; else fail "$name" "$(echo "$out" | tail -n 3 | tr '\n' ' ')"; fi
+}
+
+# start K DEV NS FLAGS...: daemon K (1 or 2); ready when its control socket answers.
+start() {
+	local k=$1 dev=$2 ns=$3
+	shift 3
+	ipoibd --provider verbs --device "$dev" --netns "$ns" --cm own \
+		--addr "$NET.$k/24" --addr "$NET6::$k/64" "$@" >>"$log/$ns.log" 2>&1 &
+	pid[$k]=$!
+	for _ in $(seq 200); do
+		ip netns exec "$ns" ipoibd show >/dev/null 2>&1 && return 0
+		kill -0 "${pid[$k]}" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+stop() { # stop K SIGNAL: end daemon K; status is the daemon's
+	local k=$1 st=0
+	[ -n "${pid[$k]:-}" ] || return 0
+	kill "-$2" "${pid[$k]}" 2>/dev/null
+	wait "${pid[$k]}" 2>/dev/null || st=$?
+	unset "pid[$k]"
+	return $st
+}
+stop_all() {
+	local st=0
+	stop 1 TERM || st=1
+	stop 2 TERM || st=1
+	return $st
+}
+reload() { modprobe -a rdma_ucm >/dev/null 2>&1; }
+trap 'stop_all; reload; for ns in $NA $NB; do ip netns del $ns 2>/dev/null; done' EXIT
+
+# until_ok SECONDS CMD...: retry CMD each half second until it succeeds.
+until_ok() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < end)) || return 1
+		sleep 0.5
+	done
+}
+
+for ns in $NA $NB; do ip netns del "$ns" 2>/dev/null; ip netns add "$ns"; done
+
+# --- while ib_cm is loaded: --cm own refuses in one line naming its users
+modprobe -a rdma_ucm >/dev/null 2>&1
+out=$(timeout 20 ipoibd --provider verbs --device "$A" --netns "$NA" --cm own --addr "$NET.1/24" 2>&1)
+st=$?
+line=$(echo "$out" | tail -n 1)
+if [ $st = 1 ] && [[ $line == "ipoibd: --cm own cannot run: the kernel's CM module ib_cm is loaded"*rdma_cm* ]]; then
+	pass ib_cm-loaded-refused
+else
+	fail ib_cm-loaded-refused "exit $st: $line"
+fi
+
+# --- unload the kernel CM: rdma_ucm, rdma_cm, iw_cm, ib_cm
+modprobe -r rdma_ucm rdma_cm iw_cm ib_cm 2>"$log/modprobe.err"
+if [ -e /sys/module/ib_cm ]; then
+	fail ib_cm-unloaded "ib_cm is still loaded (holders: $(ls /sys/module/ib_cm/holders 2>/dev/null | tr '\n' ' ')): $(cat "$log/modprobe.err")"
+	exit 0
+fi
+pass ib_cm-unloaded
+modprobe ib_umad
+baseline=$(rdma resource show 2>&1)
+
+# --- connected mode over RC, then UC
+for cmmode in rc uc; do
+	mode=$cmmode
+	upper=$(echo "$cmmode" | tr a-z A-Z)
+	if ! { start 1 "$A" $NA --cm-modes "$cmmode" && start 2 "$B" $NB --cm-modes "$cmmode"; }; then
+		fail "$mode-up" "a daemon did not come up"
+		stop_all
+		continue
+	fi
+	pass "$mode-up"
+	check "$mode-show" sh -c "ip netns exec $NA ipoibd show | grep -q 'cm .*/dev/infiniband/umad' && ip netns exec $NA ipoibd show | grep -q 'connected mode advertised'"
+	# Both sides at the same instant, before either knows the other:
+	# ARP over UD both ways, then crossing REQs.
+	ip netns exec $NA ping -c 3 -i 0.2 -W 3 "$NET.2" >"$log/cross-a" 2>&1 &
+	pa=$!
+	ip netns exec $NB ping -c 3 -i 0.2 -W 3 "$NET.1" >"$log/cross-b" 2>&1 &
+	pb=$!
+	if wait $pa && wait $pb; then pass "$mode-crossing-ping"; else fail "$mode-crossing-ping" "$(tail -n 2 "$log/cross-a" "$log/cross-b" | tr '\n' ' ')"; fi
+	check "$mode-ping4" ip netns exec $NA ping -c 3 -i 0.2 -W 3 "$NET.2"
+	check "$mode-ping6" ip netns exec $NB ping -c 3 -i 0.2 -W 3 "$NET6::1"
+	# 65000 octets only fit a connection (the UD MTU is the path MTU).
+	if out=$(ip netns exec $NA ping -c 5 -i 0.2 -W 3 -M do -s 65000 "$NET.2" 2>&1); then
+		pass "$mode-ping-65000"
+		echo "$out" | tail -n 1
+	else
+		fail "$mode-ping-65000" "$(echo "$out" | tail -n 2 | tr '\n' ' ')"
+	fi
+	check "$mode-conn" sh -c "ip netns exec $NA ipoibd conn | grep -w $upper | grep -q established"
+	check "$mode-neigh-via" sh -c "ip netns exec $NA ipoibd neigh | grep '$NET.2 ' | grep -qw $upper"
+	if out=$(ip netns exec $NA ping -c 20 -i 0.05 -W 3 "$NET.2" 2>&1); then
+		echo "$mode ping RTT: $(echo "$out" | tail -n 1)"
+	fi
+	if [ $cmmode = rc ]; then
+		ip netns exec $NB iperf3 -s -D -1 >/dev/null 2>&1
+		until_ok 5 sh -c "ip netns exec $NB ss -ltn | grep -q ':5201 '"
+		if out=$(ip netns exec $NA iperf3 -c "$NET.2" -t 3 2>&1); then
+			pass "$mode-iperf3"
+			echo "$out" | grep -E 'sender|receiver'
+		else
+			fail "$mode-iperf3" "$(echo "$out" | tail -n 2 | tr '\n' ' ')"
+		fi
+		# SIGKILL of either side: no DREQ, the peer's connection is stale.
+		# The restarted daemon has a new UD QPN; traffic must find it.
+		for k in 2 1; do
+			if [ $k = 2 ]; then dev=$B ns=$NB other=$NA dst=$NET.2; else dev=$A ns=$NA other=$NB dst=$NET.1; fi
+			stop $k KILL
+			if ! start $k "$dev" $ns --cm-modes rc; then
+				fail "$mode-sigkill-$k-restart" "the daemon did not come up again"
+				continue
+			fi
+			if until_ok 40 ip netns exec $other ping -c 1 -W 1 "$dst" &&
+				ip netns exec $other ping -c 3 -i 0.2 -W 3 -s 20000 "$dst" >/dev/null 2>&1 &&
+				ip netns exec $other ipoibd conn | grep -w RC | grep -q established; then
+				pass "$mode-sigkill-$k-restart"
+			else
+				fail "$mode-sigkill-$k-restart" "no RC traffic to the restarted daemon within 40 s: $(ip netns exec $other ipoibd conn 2>&1 | tr '\n' ' ')"
+			fi
+		done
+	fi
+	echo "--- ipoibd show, conn and stats on $A ($mode):"
+	ip netns exec $NA ipoibd show
+	ip netns exec $NA ipoibd conn
+	ip netns exec $NA ipoibd stats | grep -E '^cm_|umad' | tr '\n' ' '
+	echo
+	if stop_all; then pass "$mode-clean-exit"; else fail "$mode-clean-exit" "a daemon exited with an error"; fi
+	now=$(rdma resource show 2>&1)
+	if [ "$now" = "$baseline" ]; then
+		pass "$mode-no-leaks"
+	else
+		fail "$mode-no-leaks" "rdma resource show: before: $(echo $baseline) after: $(echo $now)"
+	fi
+done
+
+# --- the kernel CM back for the hooks after this one
+reload
+if [ -e /sys/module/ib_cm ] && [ -e /dev/infiniband/rdma_cm ]; then pass kernel-cm-reloaded; else fail kernel-cm-reloaded "rdma_ucm did not load again"; fi
