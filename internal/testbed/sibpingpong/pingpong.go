@@ -522,17 +522,18 @@ func (s *session) printCounters() {
 	}
 }
 
-// close releases everything. The counters are printed once the QPs are
-// gone and the device's receive goroutine has stopped, so that they are
-// final: the last ACKs went out, and a packet arriving late counts.
+// close releases everything. The device goes first: its receive
+// goroutine finishes the batch it is in, so the ACK for the peer's last
+// message leaves (the loop may end, on that goroutine, before the ACK is
+// sent), and the counters printed then are final.
 func (s *session) close() error {
 	var errs []error
-	for _, qp := range s.qps {
-		errs = append(errs, qp.Close())
-	}
 	if s.dev != nil {
 		errs = append(errs, s.dev.Close())
 		s.printCounters()
+	}
+	for _, qp := range s.qps {
+		errs = append(errs, qp.Close())
 	}
 	if s.ah != nil {
 		errs = append(errs, s.ah.Close())
