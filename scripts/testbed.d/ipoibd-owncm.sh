@@ -164,6 +164,61 @@ for cmmode in rc uc; do
 	fi
 done
 
+# --- ipoibd --cm own on an rxe device <-> ipoibd --provider softib: rxe
+# works only in the initial namespace and softib does not care, so a veth
+# pair of its own: rxe on owa here, softib on owb in namespace owsib (its
+# interface there too); the rxe daemon's interface in namespace owv.
+SNS=owsib VNS=owv RXE=rxeow U1=203.0.113.1 U2=203.0.113.2 N3=192.168.63 N6=fd00:63
+sib_cleanup() {
+	stop 1 TERM
+	stop 2 TERM
+	rdma link del $RXE 2>/dev/null
+	ip link del owa 2>/dev/null
+	ip netns del $SNS 2>/dev/null
+	ip netns del $VNS 2>/dev/null
+}
+sib_cleanup
+if ip netns add $SNS && ip netns add $VNS &&
+	ip link add owa mtu 9000 type veth peer name owb mtu 9000 && ip link set owb netns $SNS &&
+	ip addr add $U1/24 dev owa && ip link set owa up &&
+	ip -n $SNS link set lo up && ip -n $SNS addr add $U2/24 dev owb && ip -n $SNS link set owb up &&
+	ip -n $SNS route add 224.0.0.0/4 dev owb && rdma link add $RXE type rxe netdev owa; then
+	ipoibd --provider verbs --device $RXE --netns $VNS --cm own --addr "$N3.1/24" --addr "$N6::1/64" >>"$log/$VNS.log" 2>&1 &
+	pid[1]=$!
+	ip netns exec $SNS ipoibd --provider softib --underlay $U2 --addr "$N3.2/24" --addr "$N6::2/64" >>"$log/$SNS.log" 2>&1 &
+	pid[2]=$!
+	if until_ok 20 ip netns exec $VNS ipoibd show && until_ok 20 ip netns exec $SNS ipoibd show; then
+		pass softib-up
+		ip netns exec $VNS ping -c 3 -i 0.2 -W 3 "$N3.2" >"$log/x-a" 2>&1 &
+		pa=$!
+		ip netns exec $SNS ping -c 3 -i 0.2 -W 3 "$N3.1" >"$log/x-b" 2>&1 &
+		pb=$!
+		if wait $pa && wait $pb; then pass softib-crossing-ping; else fail softib-crossing-ping "$(tail -n 2 "$log/x-a" "$log/x-b" | tr '\n' ' ')"; fi
+		check softib-ping4 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 "$N3.2"
+		check softib-ping6 ip netns exec $SNS ping -c 3 -i 0.2 -W 3 "$N6::1"
+		check softib-ping-65000 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 -M do -s 65000 "$N3.2"
+		check softib-conn sh -c "ip netns exec $VNS ipoibd conn | grep -w RC | grep -q established"
+		ip netns exec $SNS iperf3 -s -D -1 >/dev/null 2>&1
+		until_ok 5 sh -c "ip netns exec $SNS ss -ltn | grep -q ':5201 '"
+		if out=$(ip netns exec $VNS iperf3 -c "$N3.2" -t 3 2>&1); then
+			pass softib-iperf3
+			echo "$out" | grep -E 'sender|receiver'
+		else
+			fail softib-iperf3 "$(echo "$out" | tail -n 2 | tr '\n' ' ')"
+		fi
+		ip netns exec $VNS ipoibd conn
+		echo "rxe $RXE: $(rdma statistic show link $RXE/1 2>&1 | tr '\n' ' ')"
+		ip netns exec $SNS ipoibd stats | grep -E 'drop|error' | tr '\n' ' '
+		echo
+	else
+		fail softib-up "a daemon did not come up"
+	fi
+	if stop_all; then pass softib-clean-exit; else fail softib-clean-exit "a daemon exited with an error"; fi
+else
+	fail softib-up "could not make the veth pair, namespaces or $RXE"
+fi
+sib_cleanup
+
 # --- the kernel CM back for the hooks after this one
 reload
 if [ -e /sys/module/ib_cm ] && [ -e /dev/infiniband/rdma_cm ]; then pass kernel-cm-reloaded; else fail kernel-cm-reloaded "rdma_ucm did not load again"; fi
