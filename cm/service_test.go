@@ -1,0 +1,85 @@
+package cm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// chanMADs is an ib.MADService over a channel the test fills.
+type chanMADs struct {
+	in     chan ib.MAD
+	sent   int
+	closed int
+}
+
+func (c *chanMADs) Send(to ib.MADAddr, mad []byte) error { c.sent++; return nil }
+func (c *chanMADs) Recv() <-chan ib.MAD                  { return c.in }
+func (c *chanMADs) Close() error {
+	if c.closed++; c.closed == 1 {
+		close(c.in)
+	}
+	return nil
+}
+
+func counter(cs []ib.Counter, name string) (uint64, bool) {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Value, true
+		}
+	}
+	return 0, false
+}
+
+// MADEngine: received MADs reach the Engine only through Wake and Poll, on
+// the caller's goroutine; beyond the queue's bound they are counted, never
+// queued without limit; Close closes the transport once.
+func TestMADEngineQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mads    int
+		handled uint64
+		dropped uint64
+	}{
+		{"one", 1, 1, 0},
+		{"a full queue", maxQueuedMADs, maxQueuedMADs, 0},
+		{"beyond the bound", maxQueuedMADs + 7, maxQueuedMADs, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &chanMADs{in: make(chan ib.MAD, tc.mads)}
+			m := NewMADEngine(EngineConfig{GID: ib.GID{15: 1}, PKey: ib.DefaultPKey, Event: func(Event) {}}, tr)
+			// Malformed MADs (all zeros): the Engine counts each one it is given.
+			for range tc.mads {
+				tr.in <- ib.MAD{From: ib.MADAddr{GID: ib.GID{15: 2}, QPN: ib.QP1}}
+			}
+			_ = tr.Close() // the receiver queues everything, then ends
+			<-m.done
+			if got := m.Stats.Received; got != 0 {
+				t.Fatalf("the Engine saw %d MADs before Poll", got)
+			}
+			select {
+			case <-m.Wake():
+			default:
+				t.Fatal("Wake not signalled with MADs queued")
+			}
+			m.Poll(time.Now())
+			if m.Stats.Received != tc.handled || m.Stats.Malformed != tc.handled {
+				t.Errorf("received %d malformed %d, want %d", m.Stats.Received, m.Stats.Malformed, tc.handled)
+			}
+			if v, ok := counter(m.Counters(), "mad_drop_queue_full"); !ok || v != tc.dropped {
+				t.Errorf("mad_drop_queue_full = %d (%v), want %d", v, ok, tc.dropped)
+			}
+			m.Poll(time.Now()) // nothing left
+			if m.Stats.Received != tc.handled {
+				t.Errorf("a second Poll handled %d more", m.Stats.Received-tc.handled)
+			}
+			if err := m.Close(); err != nil || tr.closed != 2 {
+				t.Errorf("Close: %v, transport closed %d times (the test's and Close's)", err, tr.closed)
+			}
+			if err := m.Close(); err != nil || tr.closed != 2 {
+				t.Errorf("second Close: %v, transport closed %d times", err, tr.closed)
+			}
+		})
+	}
+}
