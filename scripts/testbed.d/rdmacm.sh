@@ -78,6 +78,9 @@ want_delta() {
 
 # --- the network ------------------------------------------------------------
 setup() {
+	# The kernel CM: another hook may have unloaded it (ipoibd --cm own
+	# needs ib_cm gone).
+	modprobe -a ib_cm rdma_cm rdma_ucm || return 1
 	ip netns del $NS 2>/dev/null
 	ip link del vcm0 2>/dev/null
 	ip netns add $NS &&
@@ -219,7 +222,9 @@ passive passive-ipv6 7481 $K6 $S6
 # --- the kernel's REJ 8 for a service ID nobody listens on --------------------
 snap
 sibcm_ns -p 7999 --expect-reject 8 connect $K >"$log/rej8-kernel.sibcm" 2>&1
-sibcm_ok kernel-rej8-sibcm "$log/rej8-kernel.sibcm" $?
+rc=$?
+show "$log/rej8-kernel.sibcm"
+sibcm_ok kernel-rej8-sibcm "$log/rej8-kernel.sibcm" $rc
 want_delta kernel-rej8-counted cm_rx_msgs/req:1 cm_tx_msgs/rej:1
 
 # --- our REJs, read by rdma_cm -------------------------------------------------
