@@ -181,9 +181,9 @@ func printTable(cmd string, raw json.RawMessage) error {
 		if err := json.Unmarshal(raw, &cs); err != nil {
 			return err
 		}
-		fmt.Fprintln(w, "PEER\tTYPE\tDIR\tSTATE\tSENDS\tQPN\tMTU\tPACKETS\tAGE")
+		fmt.Fprintln(w, "PEER\tTYPE\tDIR\tSTATE\tQP\tSENDS\tQPN\tMTU\tPACKETS\tAGE")
 		for _, c := range cs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", c.Peer, c.Type, c.Direction, c.State, yesNo(c.Sends), qpn(c.LocalQPN), c.MTU, c.Packets, c.Age)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", c.Peer, c.Type, c.Direction, c.State, c.QPState, yesNo(c.Sends), qpn(c.LocalQPN), c.MTU, c.Packets, c.Age)
 		}
 	case "stats":
 		var cs []ib.Counter
