@@ -84,10 +84,9 @@ fi
 pass setup
 echo "NOTE pingpong: $RXE on $IFA, GID index IPv4 $G4, IPv6 $G6; softib on $IFB in netns $NS"
 
-declare -A SIB     # softib counters summed over the runs
-declare -A RXE0    # rxe's hw counters before the runs
+declare -A SIB RXED # softib's counters and rxe's deltas, summed over the passed runs
 HW=/sys/class/infiniband/$RXE/ports/1/hw_counters
-for f in "$HW"/*; do read -r "RXE0[${f##*/}]" <"$f"; done
+TIMING="" COUNTERS_BAD=""
 dmesg -c >/dev/null 2>&1
 port=18515
 NRUN=0 NPASS=0
@@ -122,6 +121,9 @@ run() {
 	lim=40
 	local f=$log/${name//\//_} t=$EPOCHREALTIME
 	NRUN=$((NRUN + 1))
+	local -A r0 r1 sc
+	local x
+	for x in "$HW"/*; do read -r "r0[${x##*/}]" <"$x"; done
 	# -e: rdma-core sleeps on CQ events instead of spinning on a vCPU that
 	# rxe and softib need (the wire is the same).
 	args+=(-e)
@@ -149,19 +151,16 @@ run() {
 		rc=$?
 	fi
 	port=$((port + 1))
+	for x in "$HW"/*; do read -r "r1[${x##*/}]" <"$x"; done
 	local c n val
 	while read -r c n val; do
-		[ "$c" = counter ] && SIB[$n]=$((${SIB[$n]:-0} + val))
+		[ "$c" = counter ] && sc[$n]=$val
 	done <"$f.sib"
 	[ "$src" = 0 ] || why+="sibpingpong exit $src: $(grep -v '^counter ' "$f.sib" | tail -n 1); "
 	[ "$rc" = 0 ] || why+="ibv_${k}_pingpong exit $rc: $(tail -n 1 "$f.rdma"); "
 	local took
 	took=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }')
-	if [ -z "$why" ]; then
-		NPASS=$((NPASS + 1))
-		pass "$name"
-		echo "NOTE $name: $(grep -h 'iters in' "$f.rdma"), run $took"
-	else
+	if [ -n "$why" ]; then
 		fail "$name" "$why"
 		echo "  rdma-core:"
 		show "$f.rdma"
@@ -169,12 +168,51 @@ run() {
 		grep -v '^counter .* 0$' "$f.sib" | show
 		echo "  dmesg:"
 		dmesg | tail -n 5 | show
+		return
 	fi
+	NPASS=$((NPASS + 1))
+	pass "$name"
+	# The run's counters. rxe counts rcvd_pkts only for packets that passed
+	# its header and ICRC checks; softib counts every datagram it got.
+	local rd="" sd="" timing=0 bad=""
+	for n in "${!r1[@]}"; do
+		r1[$n]=$((r1[$n] - ${r0[$n]:-0}))
+		((r1[$n] == 0)) || rd+="$n+${r1[$n]} "
+		RXED[$n]=$((${RXED[$n]:-0} + r1[$n]))
+	done
+	for n in "${!sc[@]}"; do
+		((sc[$n] == 0)) || case $n in rx_packets | rx_bytes | tx_packets | tx_bytes | qp.tx_* | qp.rx_* | qp.acks_sent) ;; *) sd+="$n=${sc[$n]} " ;; esac
+		SIB[$n]=$((${SIB[$n]:-0} + sc[$n]))
+	done
+	# Errors whatever the timing: ICRC, framing, keys, sequence, RNR.
+	for n in rx_drop_bad_icrc rx_drop_malformed rx_drop_pkey rx_drop_qkey rx_drop_too_long rx_drop_wrong_source \
+		rx_drop_no_recv_buffer rx_drop_uc_incomplete cq_overrun tx_error qp.seq_naks_sent qp.seq_naks_received \
+		qp.rnr_naks_sent qp.rnr_naks_received; do
+		((${sc[$n]:-0} == 0)) || bad+="softib $n ${sc[$n]}; "
+	done
+	for n in rcvd_seq_err rcvd_rnr_err send_rnr_err retry_exceeded_err retry_rnr_exceeded_err send_err link_downed; do
+		((${r1[$n]:-0} == 0)) || bad+="rxe $n +${r1[$n]}; "
+	done
+	# An ACK that came after the timeout (a loaded TCG guest) makes a sender
+	# retransmit: duplicates and late packets follow, but nothing was lost.
+	timing=$((${sc[qp.ack_timeouts]:-0} + ${r1[completer_retry_err]:-0}))
+	if ((timing == 0)); then
+		((${r1[rcvd_pkts]:-0} == ${sc[tx_packets]:-0})) || bad+="rxe received ${r1[rcvd_pkts]:-0} packets, softib sent ${sc[tx_packets]:-0}; "
+		((${r1[sent_pkts]:-0} == ${sc[rx_packets]:-0})) || bad+="rxe sent ${r1[sent_pkts]:-0} packets, softib received ${sc[rx_packets]:-0}; "
+		[ -z "$sd" ] || bad+="softib $sd; "
+		for n in duplicate_request out_of_seq_request; do
+			((${r1[$n]:-0} == 0)) || bad+="rxe $n +${r1[$n]}; "
+		done
+	else
+		TIMING+="$name "
+	fi
+	[ -z "$bad" ] || COUNTERS_BAD+="$name: $bad"
+	echo "NOTE $name: $(grep -h 'iters in' "$f.rdma"), run $took; rxe: ${rd}; softib: tx ${sc[tx_packets]:-0} rx ${sc[rx_packets]:-0} ${sd}"
 }
 
 # Sizes: one octet (a packet with three octets of pad), 64 KiB in 64
 # packets at MTU 1024, 64 KiB less three in 16 packets at MTU 4096 (the
-# last with pad); UD up to the port MTU. Iterations: as many as fit the
+# last with pad); UD up to the port MTU; srq 16 KiB on 16 QPs. Iterations: as many as fit the
 # hook's time under TCG (rxe moves ~26 MB/s, a round trip costs ~10 ms).
 cases() {
 	local k=$1
@@ -184,7 +222,10 @@ cases() {
 	fi
 	case $k in
 	rc | uc) printf '%s\n' "1 500 1024" "65536 20 1024" "65533 20 4096" ;;
-	srq) printf '%s\n' "1 500 1024" "65536 20 4096" ;;
+	# 64 KiB messages on all 16 QPs at once overran the TCG guest (ACKs
+	# late on both sides, a retransmission collapse); 16 KiB still takes
+	# four packets a message.
+	srq) printf '%s\n' "1 500 1024" "16384 50 4096" ;;
 	ud) printf '%s\n' "1 500 0" "4096 100 0" ;;
 	esac
 }
@@ -199,36 +240,17 @@ for k in rc uc ud srq; do
 done
 
 # --- counters: every packet arrived, nothing was dropped or repeated --------
-declare -A RXE1
-for f in "$HW"/*; do read -r "RXE1[${f##*/}]" <"$f"; done
-d() { echo $((${RXE1[$1]:-0} - ${RXE0[$1]:-0})); }
-rxe_line="" bad=""
-for n in $(printf '%s\n' "${!RXE1[@]}" | sort); do
-	rxe_line+="$n+$(d "$n") "
-	case $n in
-	sent_pkts | rcvd_pkts | rdma_sends | rdma_recvs | ack_deferred) ;;
-	*) (($(d "$n") == 0)) || bad+="rxe $n +$(d "$n"); " ;;
-	esac
-done
-sib_line=""
-for n in $(printf '%s\n' "${!SIB[@]}" | sort); do
-	sib_line+="$n=${SIB[$n]} "
-	case $n in
-	rx_drop_* | cq_overrun | tx_error | qp.retransmits | qp.ack_timeouts | qp.rnr_naks_* | qp.seq_naks_* | qp.duplicates)
-		((SIB[$n] == 0)) || bad+="softib $n ${SIB[$n]}; "
-		;;
-	esac
-done
-echo "NOTE pingpong rxe counter deltas: $rxe_line"
-echo "NOTE pingpong softib counters (sum of $NRUN runs): $sib_line"
-# rxe counts rcvd_pkts only for packets that passed its header and ICRC
-# checks; softib counts every datagram it got.
-(($(d rcvd_pkts) == ${SIB[tx_packets]:-0})) ||
-	bad+="rxe received $(d rcvd_pkts) packets, softib sent ${SIB[tx_packets]:-0}; "
-(($(d sent_pkts) == ${SIB[rx_packets]:-0})) ||
-	bad+="rxe sent $(d sent_pkts) packets, softib received ${SIB[rx_packets]:-0}; "
-(($(d sent_pkts) > 0)) || bad+="rxe sent nothing; "
-warn=$(dmesg 2>/dev/null | grep -iE 'rxe|rdma|icrc' | grep -v -iE 'loaded|registered|added|link' | head -n 5)
-[ -z "$warn" ] || bad+="dmesg: $warn; "
-if [ -z "$bad" ]; then pass counters; else fail counters "$bad"; fi
+rxe_line="" sib_line=""
+for n in $(printf "%s\n" "${!RXED[@]}" | sort); do rxe_line+="$n+${RXED[$n]} "; done
+for n in $(printf '%s\n' "${!SIB[@]}" | sort); do sib_line+="$n=${SIB[$n]} "; done
+echo "NOTE pingpong rxe counter deltas (passed runs): $rxe_line"
+echo "NOTE pingpong softib counters (sum of the passed runs): $sib_line"
+echo "NOTE pingpong runs with an ACK timeout (retransmissions, exact packet counts not required): ${TIMING:-none}"
+warn=$(dmesg 2>/dev/null | grep -iE 'rxe|rdma|icrc' | grep -v -iE 'loaded|registered|added|link|set active|ignoring netdev|changed mtu' | head -n 5)
+[ -z "$warn" ] || COUNTERS_BAD+="dmesg: $warn; "
+((${RXED[sent_pkts]:-0} > 0 && ${SIB[tx_packets]:-0} > 0)) || COUNTERS_BAD+="nothing was sent; "
+if [ -z "$COUNTERS_BAD" ]; then pass counters; else
+	echo "NOTE pingpong counters: $COUNTERS_BAD"
+	fail counters "$COUNTERS_BAD"
+fi
 echo "NOTE pingpong: $NPASS of $NRUN runs passed in $(awk -v a="$T0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }')"
