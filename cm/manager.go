@@ -84,10 +84,11 @@ func (c *Connection) Sendable() bool { return c.sendable }
 // ManagerConfig configures the IPoIB connection manager.
 type ManagerConfig struct {
 	// Service makes the connection service, given the function its events
-	// go to. Nil: the Engine of this package, configured by Engine.
+	// go to: the Engine on a MAD transport (NewMADEngine), or a provider's
+	// own (the kernel CM through librdmacm).
 	Service    func(events func(Event)) (Service, error)
-	Engine     EngineConfig // without Service: Send is required; Event is set by the manager
-	Local      ib.LinkAddr  // our link address: flags, UD QPN, GID
+	PKey       ib.PKey     // the partition connected QPs join
+	Local      ib.LinkAddr // our link address: flags, UD QPN, GID
 	Policy     Policy
 	UC         bool   // prefer UC over RC
 	ReceiveMTU uint32 // advertised in private data (default LinuxReceiveMTU)
@@ -139,16 +140,14 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		cfg.ReceiveMTU = LinuxReceiveMTU
 	}
 	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}}
-	if cfg.Service != nil {
-		svc, err := cfg.Service(m.event)
-		if err != nil {
-			return nil, err
-		}
-		m.svc = svc
-	} else {
-		cfg.Engine.Event = m.event
-		m.svc = NewEngine(cfg.Engine)
+	if cfg.Service == nil {
+		return nil, errors.New("cm: the manager needs a connection service")
 	}
+	svc, err := cfg.Service(m.event)
+	if err != nil {
+		return nil, err
+	}
+	m.svc = svc
 	if err := m.svc.Listen(IPoIBServiceID(cfg.Local.QPN)); err != nil {
 		_ = m.svc.Close()
 		return nil, fmt.Errorf("cm: listening on the service ID of UD QPN %v: %w", cfg.Local.QPN, err)
@@ -526,7 +525,7 @@ func (m *Manager) reply(c *Connection, rep *REP) {
 // bringUp moves a QP through Init and RTR to RTS with what the CM agreed.
 func (m *Manager) bringUp(qp ib.QP, cc *Conn, recvPSN uint32) error {
 	steps := []ib.QPModify{
-		{State: ib.StateInit, PKey: m.cfg.Engine.PKey},
+		{State: ib.StateInit, PKey: m.cfg.PKey},
 		{State: ib.StateRTR, DestGID: cc.RemoteGID, DestQPN: cc.RemoteQPN, PathMTU: cc.PathMTU, RecvPSN: recvPSN, MinRNRTmr: 1},
 		{State: ib.StateRTS, SendPSN: cc.SendPSN, Timeout: ackTimeout, RetryCount: 7, RNRRetry: cc.RNRRetry},
 	}

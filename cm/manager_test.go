@@ -104,8 +104,11 @@ func mgrAddr(i int) ib.LinkAddr {
 
 func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 	n := &mgrNode{f: f, local: mgrAddr(i), qps: &fakeQPs{next: ib.QPN(0x1000 * i)}}
+	ec := EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.sender(n.local.GID)}
 	cfg := ManagerConfig{
-		Engine:  EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.sender(n.local.GID)},
+		// The Engine alone: the fabric feeds it through the Manager's HandleMAD.
+		Service: func(ev func(Event)) (Service, error) { ec.Event = ev; return NewEngine(ec), nil },
+		PKey:    ib.DefaultPKey,
 		Local:   n.local,
 		Policy:  p,
 		PathMTU: ib.MTU4096,

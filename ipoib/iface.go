@@ -267,7 +267,7 @@ func New(cfg Config) (_ *Interface, err error) {
 		}
 		if i.mgr, err = cm.NewManager(cm.ManagerConfig{
 			Service:     svc,
-			Engine:      engine, // the partition connected QPs join
+			PKey:        i.pkey,
 			Local:       i.local,
 			Policy:      cfg.Policy,
 			UC:          cfg.UC && !cfg.RC,

@@ -57,7 +57,7 @@ func newNode(t *testing.T, e *end, uc bool) *node {
 			}
 			return s, err
 		},
-		Engine:  cm.EngineConfig{PKey: e.port().PKeys[0]},
+		PKey:    e.port().PKeys[0],
 		Local:   n.local,
 		Policy:  cm.PolicyRFC,
 		UC:      uc,

@@ -245,7 +245,10 @@ func (l *load) open(a netip.Addr, flags ib.LinkFlags) (*peer, error) {
 	port := dev.Port()
 	local := ib.LinkAddr{Flags: flags, QPN: p.ud.Num(), GID: port.GID}
 	if p.mgr, err = cm.NewManager(cm.ManagerConfig{
-		Engine:  cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: port.PKeys[0], Send: p.mads.Send},
+		Service: func(ev func(cm.Event)) (cm.Service, error) {
+			return cm.NewEngine(cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: port.PKeys[0], Send: p.mads.Send, Event: ev}), nil
+		},
+		PKey:    port.PKeys[0],
 		Local:   local,
 		UC:      flags == ib.FlagUC,
 		PathMTU: port.ActiveMTU,
