@@ -24,7 +24,10 @@ const (
 	// one line per cause and interval, with the count.
 	dropReportInterval = 10 * time.Second
 	connectBackoff     = time.Second
-	maxBackoff         = 30 * time.Second
+	// cmRearm is how often at most the connection service's next deadline
+	// is asked for (armCM).
+	cmRearm    = 20 * time.Millisecond
+	maxBackoff = 30 * time.Second
 	// connCheckInterval is how often live connections' QPs are checked
 	// for the error state (an idle connection posts nothing that could
 	// fail), at most connCheckBatch of them each time.
@@ -49,6 +52,7 @@ type control struct {
 	wr         [1]ib.SendWR
 	wc         [rxBatch]ib.Completion
 	now        time.Time
+	cmAsked    time.Time           // when armCM last asked the manager for its deadline
 	dropsSeen  [numCounters]uint64 // counter values at the last drop report
 	dropsAt    time.Time
 	pollAddrs  bool // the address subscription failed: read them each tick
@@ -190,8 +194,21 @@ func (c *control) urgent() {
 }
 
 // armCM sets the timer to the connection service's next deadline (the
-// manager's idle reaping included) when it changed.
+// manager's idle reaping included) when it changed. Next costs a pass over
+// the connections, so it is asked at most once per cmRearm: in between,
+// the timer is only brought forward to the end of that period, when the
+// deadline is asked again (a burst of MADs at 10,000 connections must not
+// cost a pass each).
 func (c *control) armCM(t *time.Timer, at *time.Time) {
+	now := time.Now()
+	if now.Sub(c.cmAsked) < cmRearm {
+		if soon := c.cmAsked.Add(cmRearm); at.IsZero() || at.After(soon) {
+			*at = soon
+			t.Reset(soon.Sub(now))
+		}
+		return
+	}
+	c.cmAsked = now
 	next := c.i.mgr.Next()
 	if next.Equal(*at) {
 		return
@@ -201,7 +218,7 @@ func (c *control) armCM(t *time.Timer, at *time.Time) {
 		t.Stop()
 		return
 	}
-	t.Reset(time.Until(next))
+	t.Reset(next.Sub(now))
 }
 
 // refreshAddrs reads our addresses from the kernel (the operator may add
