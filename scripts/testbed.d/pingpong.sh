@@ -160,30 +160,36 @@ run() {
 	[ "$rc" = 0 ] || why+="ibv_${k}_pingpong exit $rc: $(tail -n 1 "$f.rdma"); "
 	local took
 	took=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }')
-	if [ -n "$why" ]; then
-		fail "$name" "$why"
-		echo "  rdma-core:"
-		show "$f.rdma"
-		echo "  sibpingpong (counters that are not 0):"
-		grep -v '^counter .* 0$' "$f.sib" | show
-		echo "  dmesg:"
-		dmesg | tail -n 5 | show
-		return
-	fi
-	NPASS=$((NPASS + 1))
-	pass "$name"
 	# The run's counters. rxe counts rcvd_pkts only for packets that passed
 	# its header and ICRC checks; softib counts every datagram it got.
 	local rd="" sd="" timing=0 bad=""
 	for n in "${!r1[@]}"; do
 		r1[$n]=$((r1[$n] - ${r0[$n]:-0}))
 		((r1[$n] == 0)) || rd+="$n+${r1[$n]} "
-		RXED[$n]=$((${RXED[$n]:-0} + r1[$n]))
 	done
 	for n in "${!sc[@]}"; do
 		((sc[$n] == 0)) || case $n in rx_packets | rx_bytes | tx_packets | tx_bytes | qp.tx_* | qp.rx_* | qp.acks_sent) ;; *) sd+="$n=${sc[$n]} " ;; esac
-		SIB[$n]=$((${SIB[$n]:-0} + sc[$n]))
 	done
+	if [ -n "$why" ]; then
+		fail "$name" "$why"
+		echo "  rxe: $rd"
+		echo "  rdma-core:"
+		show "$f.rdma"
+		echo "  sibpingpong (counters that are not 0):"
+		grep -v '^counter .* 0$' "$f.sib" | show
+		echo "  drops on the way (veth, backlog):"
+		{
+			ip -s link show "$IFA"
+			ip netns exec "$NS" ip -s link show "$IFB"
+			cat /proc/net/softnet_stat
+			dmesg | tail -n 5
+		} 2>&1 | show
+		return
+	fi
+	NPASS=$((NPASS + 1))
+	pass "$name"
+	for n in "${!r1[@]}"; do RXED[$n]=$((${RXED[$n]:-0} + r1[$n])); done
+	for n in "${!sc[@]}"; do SIB[$n]=$((${SIB[$n]:-0} + sc[$n])); done
 	# Errors whatever the timing: ICRC, framing, keys, sequence, RNR.
 	for n in rx_drop_bad_icrc rx_drop_malformed rx_drop_pkey rx_drop_qkey rx_drop_too_long rx_drop_wrong_source \
 		rx_drop_no_recv_buffer rx_drop_uc_incomplete cq_overrun tx_error qp.seq_naks_sent qp.seq_naks_received \
@@ -229,6 +235,33 @@ cases() {
 	ud) printf '%s\n' "1 500 0" "4096 100 0" ;;
 	esac
 }
+# Control: the same small RC pingpong between the test bed's two rxe
+# devices, so that rxe's own retransmissions (its completer's timer) can
+# be told from softib's doing.
+control() {
+	local a=${TESTBED_DEV_A:-rxe0} b=${TESTBED_DEV_B:-rxe1} ga=${TESTBED_GID_INDEX_A:-} gb=${TESTBED_GID_INDEX_B:-} p x
+	[ -n "$ga" ] && [ -n "$gb" ] && [ -d "/sys/class/infiniband/$a" ] || return 0
+	local -A c0 c1
+	for x in /sys/class/infiniband/{"$a","$b"}/ports/1/hw_counters/completer_retry_err; do read -r "c0[$x]" <"$x"; done
+	p=$port
+	port=$((port + 1))
+	timeout 40 ibv_rc_pingpong -d "$a" -g "$ga" -p "$p" -s 1 -n 500 -e >"$log/control.srv" 2>&1 &
+	local spid=$!
+	for x in $(seq 100); do
+		[ -n "$(ss -Hltn "sport = :$p")" ] && break
+		sleep 0.05
+	done
+	timeout 40 ibv_rc_pingpong -d "$b" -g "$gb" -p "$p" -s 1 -n 500 -e "${TESTBED_IP_A:-192.0.2.1}" >"$log/control.cli" 2>&1
+	wait $spid
+	local r=""
+	for x in "${!c0[@]}"; do
+		read -r "c1[$x]" <"$x"
+		r+="${x#/sys/class/infiniband/} +$((c1[$x] - c0[$x])) "
+	done
+	echo "NOTE pingpong control rxe-rxe rc s1 n500: $(grep -h 'iters in' "$log/control.cli"); ${r//\/ports\/1\/hw_counters\//.}"
+}
+control
+
 for k in rc uc ud srq; do
 	while read -r size iters mtu; do
 		for v in v4 v6; do
