@@ -231,7 +231,7 @@ func TestConnServiceUC(t *testing.T) {
 // outstanding together the Managers' crossing rule leaves one connection;
 // if the kernel CM finished one before the other's REQ arrived, RFC 4755
 // keeps both (the rule is only for REQs still outstanding). Either way
-// each side ends with one connection carrying its sends, every connection
+// each side ends with its sends on an established connection, every connection
 // established and pairing with one on the other side, data flowing both
 // ways on each, and nothing gone down.
 func TestConnServiceCrossing(t *testing.T) {
@@ -281,8 +281,9 @@ func TestConnServiceCrossing(t *testing.T) {
 		}
 		n.mu.Unlock()
 		t.Logf("%s: %d connections, %+v", n.e.dev.Name(), len(csa), st)
-		if sendable != 1 || len(n.down) != 0 {
-			t.Errorf("%s: %d connections carry sends, %d Down callbacks; want 1 and 0", n.e.dev.Name(), sendable, len(n.down))
+		// Under the rfc policy every connection may carry sends.
+		if sendable != len(csa) || len(n.down) != 0 {
+			t.Errorf("%s: %d of %d connections carry sends, %d Down callbacks; want all and 0", n.e.dev.Name(), sendable, len(csa), len(n.down))
 		}
 	}
 }
