@@ -40,6 +40,7 @@ func main() {
 	flag.IntVarP(new(int), "gid-idx", "g", 0, "accepted for rdma-core's command line; softib has one GID")
 	flag.Uint16Var(&udpPort, "udp-port", 4791, "softib's UDP port (RoCEv2's by default)")
 	flag.DurationVar(&c.timeout, "timeout", 120*time.Second, "give up after this long")
+	flag.BoolVar(&c.cqHandler, "cq-handler", true, "drain the CQ on softib's receive goroutine (ib.CQHandler) instead of waking the main one")
 	flag.Parse()
 
 	fail := func(format string, a ...any) {

@@ -70,6 +70,9 @@ type config struct {
 	rxDepth int
 	numQP   int
 	timeout time.Duration
+	// cqHandler drains the CQ on softib's receive goroutine, before the
+	// ACKs of the batch go out; otherwise this goroutine is woken after them.
+	cqHandler bool
 }
 
 func (c *config) check() error {
@@ -370,7 +373,7 @@ func (s *session) loop() error {
 		}
 	}
 	st.mu.Unlock()
-	if h, ok := s.cq.(ib.CQHandler); ok {
+	if h, ok := s.cq.(ib.CQHandler); ok && c.cqHandler {
 		h.SetHandler(st.drain) // a no-op once the loop is over
 	}
 	for {

@@ -48,7 +48,7 @@ func TestPingpongBothRoles(t *testing.T) {
 		t.Run(tt.kind.String(), func(t *testing.T) {
 			base := config{
 				kind: tt.kind, tcpPort: freePort(t, "tcp"), udpPort: uint16(freePort(t, "udp")),
-				size: tt.size, iters: tt.iters, mtu: tt.mtu, rxDepth: 64, numQP: 1, timeout: 20 * time.Second,
+				size: tt.size, iters: tt.iters, mtu: tt.mtu, rxDepth: 64, numQP: 1, timeout: 20 * time.Second, cqHandler: true,
 			}
 			if tt.kind == kindSRQ {
 				base.numQP = 4
