@@ -6,8 +6,8 @@
 # messages at MTU 1024 and 4096). rxe works only in the initial network
 # namespace and softib does not care, so the hook makes its own veth pair:
 # rxe on the end in the initial namespace, softib on the end in a namespace.
-# va/vb/rxe0/rxe1 are left alone (a control run between rxe0 and rxe1
-# only reads their counters). Every run's counters must show no ICRC,
+# va/vb/rxe0/rxe1 are left alone (a control pingpong between rxe0 and
+# rxe1 only makes QPs of its own). Every run's counters show no ICRC,
 # framing, key, sequence or RNR error on either side; in a run where
 # neither side's ACK timer fired, rxe (which counts a packet only after its
 # ICRC check) must have received exactly the packets softib sent and sent
