@@ -219,8 +219,8 @@ run() {
 }
 
 # Sizes: one octet (a packet with three octets of pad), 64 KiB in 64
-# packets at MTU 1024, 64 KiB less three in 16 packets at MTU 4096 (the
-# last with pad); UD up to the port MTU; srq 16 KiB on 16 QPs. Iterations: as many as fit the
+# packets at MTU 1024 (UC 62), 64 KiB less three in 16 packets at MTU
+# 4096 (the last with pad); UD up to the port MTU; srq 16 KiB on 16 QPs. Iterations: as many as fit the
 # hook's time under TCG (rxe moves ~26 MB/s, a round trip costs ~10 ms).
 cases() {
 	local k=$1
@@ -229,7 +229,13 @@ cases() {
 		return
 	fi
 	case $k in
-	rc | uc) printf '%s\n' "1 500 1024" "65536 20 1024" "65533 20 4096" ;;
+	rc) printf '%s\n' "1 500 1024" "65536 20 1024" "65533 20 4096" ;;
+	# UC at MTU 1024: 62 packets, what one GSO send of softib carries. A
+	# 64-packet message leaves as two sends, and about one UC run in five
+	# then lost a whole message in rxe with every packet counted there
+	# (two sends from two CPUs can cross on veth's per-CPU backlogs; UC
+	# cannot recover, so the pingpong hangs). RC recovers and keeps 64 KiB.
+	uc) printf '%s\n' "1 500 1024" "63488 20 1024" "65533 20 4096" ;;
 	# 64 KiB messages on all 16 QPs at once overran the TCG guest (ACKs
 	# late on both sides, a retransmission collapse); 16 KiB still takes
 	# four packets a message.
