@@ -100,7 +100,8 @@ func udQPN(linkAddr string) string { return strings.ReplaceAll(linkAddr[3:11], "
 // dumpcap hands packets to the file in blocks, so the last of the traffic
 // may still be in the kernel when traffic() returns. A marker datagram to
 // the discard port, sent after the traffic, is the event to wait for: once
-// it is in the file, everything before it is too.
+// it is in the file, everything before it is too. Another marker, before
+// the traffic, shows that the capture has begun.
 func capture(t *testing.T, c *cluster, k int, traffic func()) string {
 	t.Helper()
 	for h := 1; h <= 2; h++ {
@@ -131,15 +132,26 @@ func capture(t *testing.T, c *cluster, k int, traffic func()) string {
 		for ready.Scan() {
 		}
 	}()
-	traffic()
-	c.on(k, "bash", "-c", "echo "+captureMarker+" >/dev/udp/"+peer+"/9")
-	deadline := time.Now().Add(10 * time.Second)
-	for !captured(file, "udp.dstport == 9") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the end-of-capture marker did not reach %s within 10 s", file)
+	// "Capturing on" comes before the capture filter is in place, and
+	// libpcap drops what arrived before it: traffic starts only once a
+	// start marker is in the file.
+	mark := func(text string, resend bool) {
+		filter := `udp.dstport == 9 && frame contains "` + text + `"`
+		deadline := time.Now().Add(10 * time.Second)
+		for sent := false; !captured(file, filter); {
+			if !sent || resend {
+				c.on(k, "bash", "-c", "echo "+text+" >/dev/udp/"+peer+"/9")
+				sent = true
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the capture marker %s did not reach %s within 10 s", text, file)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the file dumpcap writes; it signals nothing
 		}
-		time.Sleep(50 * time.Millisecond) // polling the file dumpcap writes; it signals nothing
 	}
+	mark(captureStart, true)
+	traffic()
+	mark(captureEnd, false)
 	if err := dump.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +159,10 @@ func capture(t *testing.T, c *cluster, k int, traffic func()) string {
 	return file
 }
 
-const captureMarker = "ipoibd-capture-end"
+const (
+	captureStart = "ipoibd-capture-start"
+	captureEnd   = "ipoibd-capture-end"
+)
 
 // captured reports whether tshark finds a frame matching filter in file.
 func captured(file, filter string) bool {
