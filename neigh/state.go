@@ -11,14 +11,20 @@ import (
 // connection refused) with the time, and does what the returned Action
 // says: neigh sends nothing and knows no device.
 
-// Resolution timing, as the kernel's defaults (retrans_time 1 s is
-// shortened: the fabric answers in well under a millisecond).
+// Resolution timing. An unanswered resolution gives up after 3 s, as the
+// kernel's defaults do (3 requests, retrans_time 1 s), but asks again
+// sooner at first: a lost request costs 200 ms, not 1 s. A peer that is
+// slow to answer (a loaded host, a daemon just started) still has the
+// whole 3 s; with 3 requests 300 ms apart a peer in the rxe test bed
+// failed resolution while it was still starting.
 const (
-	// ProbeInterval separates the requests for one entry.
-	ProbeInterval = 300 * time.Millisecond
+	// ProbeInterval is the wait after the first request; each later
+	// request waits twice as long as the one before.
+	ProbeInterval = 200 * time.Millisecond
 	// MaxProbes requests without an answer fail the entry (or, probing
-	// an old link address against a new claim, let the claim win).
-	MaxProbes = 3
+	// an old link address against a new claim, let the claim win), at
+	// ProbeDeadline(MaxProbes).
+	MaxProbes = 4
 	// ReachableTime is how long a confirmation holds.
 	ReachableTime = 30 * time.Second
 	// FailedTime is how long a failed entry is kept (packets to it are
@@ -50,6 +56,13 @@ const (
 	// connection or send over UD.
 	ActConnect
 )
+
+// ProbeDeadline is how long after an entry's state began the request that
+// follows n requests is due (or, for n = MaxProbes, the entry gives up):
+// ProbeInterval × (2ⁿ − 1), so 0, 200, 600 and 1400 ms, and 3 s.
+func ProbeDeadline(n int) time.Duration {
+	return ProbeInterval * time.Duration(1<<n-1)
+}
 
 // Has reports whether a includes b.
 func (a Action) Has(b Action) bool { return a&b != 0 }
@@ -134,7 +147,7 @@ func (e *Entry) Tick(now time.Time) Action {
 	age := now.Sub(e.Updated)
 	switch e.State {
 	case Incomplete, Probing:
-		if age < ProbeInterval*time.Duration(e.Probes) {
+		if age < ProbeDeadline(e.Probes) {
 			return 0
 		}
 		if e.Probes < MaxProbes {
@@ -157,10 +170,10 @@ func (e *Entry) Tick(now time.Time) Action {
 	case Stale:
 		// Stale entries are confirmed again by unicast requests while they
 		// carry traffic; the probes time out like Incomplete's.
-		if e.Probes > 0 && e.Probes < MaxProbes && age >= ProbeInterval*time.Duration(e.Probes) {
+		if e.Probes > 0 && e.Probes < MaxProbes && age >= ProbeDeadline(e.Probes) {
 			return e.probe()
 		}
-		if e.Probes >= MaxProbes && age >= ProbeInterval*MaxProbes {
+		if e.Probes >= MaxProbes && age >= ProbeDeadline(MaxProbes) {
 			return ActForget
 		}
 	case Failed:

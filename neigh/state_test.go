@@ -2,6 +2,7 @@ package neigh
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -60,16 +61,16 @@ func TestTransitions(t *testing.T) {
 		{"reachable suspected", start{state: Reachable, link: linkA}, suspect, ActProbe, Stale, linkA, 1, true, true},
 		{"stale not again", start{state: Stale, link: linkA, probes: 2}, suspect, 0, Stale, linkA, 2, true, false},
 		// Tick: timers.
-		{"incomplete waits", start{state: Incomplete, probes: 1, age: ProbeInterval - 1}, tick, 0, Incomplete, ib.LinkAddr{}, 1, false, false},
-		{"incomplete asks again", start{state: Incomplete, probes: 1, age: ProbeInterval}, tick, ActProbe, Incomplete, ib.LinkAddr{}, 2, false, false},
-		{"incomplete fails", start{state: Incomplete, probes: MaxProbes, age: ProbeInterval * MaxProbes}, tick, ActFailPending, Failed, ib.LinkAddr{}, MaxProbes, false, true},
-		{"probing asks again", start{state: Probing, link: linkA, claim: linkB, probes: 1, age: ProbeInterval}, tick, ActProbe, Probing, linkA, 2, true, false},
-		{"silence lets the claim win", start{state: Probing, link: linkA, claim: linkB, probes: MaxProbes, age: ProbeInterval * MaxProbes}, tick, ActResolved, Reachable, linkB, 0, true, true},
+		{"incomplete waits", start{state: Incomplete, probes: 1, age: ProbeDeadline(1) - 1}, tick, 0, Incomplete, ib.LinkAddr{}, 1, false, false},
+		{"incomplete asks again", start{state: Incomplete, probes: 1, age: ProbeDeadline(1)}, tick, ActProbe, Incomplete, ib.LinkAddr{}, 2, false, false},
+		{"incomplete fails", start{state: Incomplete, probes: MaxProbes, age: ProbeDeadline(MaxProbes)}, tick, ActFailPending, Failed, ib.LinkAddr{}, MaxProbes, false, true},
+		{"probing asks again", start{state: Probing, link: linkA, claim: linkB, probes: 1, age: ProbeDeadline(1)}, tick, ActProbe, Probing, linkA, 2, true, false},
+		{"silence lets the claim win", start{state: Probing, link: linkA, claim: linkB, probes: MaxProbes, age: ProbeDeadline(MaxProbes)}, tick, ActResolved, Reachable, linkB, 0, true, true},
 		{"reachable holds", start{state: Reachable, link: linkA, age: ReachableTime}, tick, 0, Reachable, linkA, 0, true, false},
 		{"reachable goes stale", start{state: Reachable, link: linkA, age: ReachableTime + 1}, tick, ActProbe, Stale, linkA, 1, true, true},
-		{"stale probes again", start{state: Stale, link: linkA, probes: 1, age: ProbeInterval}, tick, ActProbe, Stale, linkA, 2, true, false},
+		{"stale probes again", start{state: Stale, link: linkA, probes: 1, age: ProbeDeadline(1)}, tick, ActProbe, Stale, linkA, 2, true, false},
 		{"stale unused stays", start{state: Stale, link: linkA, age: time.Hour}, tick, 0, Stale, linkA, 0, true, false},
-		{"stale silent is forgotten", start{state: Stale, link: linkA, probes: MaxProbes, age: ProbeInterval * MaxProbes}, tick, ActForget, Stale, linkA, MaxProbes, true, false},
+		{"stale silent is forgotten", start{state: Stale, link: linkA, probes: MaxProbes, age: ProbeDeadline(MaxProbes)}, tick, ActForget, Stale, linkA, MaxProbes, true, false},
 		{"failed kept", start{state: Failed, probes: MaxProbes, age: FailedTime}, tick, 0, Failed, ib.LinkAddr{}, MaxProbes, false, false},
 		{"failed forgotten", start{state: Failed, probes: MaxProbes, age: FailedTime + 1}, tick, ActForget, Failed, ib.LinkAddr{}, MaxProbes, false, false},
 	} {
@@ -99,7 +100,7 @@ func suspect(e *Entry, now time.Time) Action { return e.Suspect(now) }
 func tick(e *Entry, now time.Time) Action    { return e.Tick(now) }
 
 // TestResolutionFailsOnTime runs an unanswered resolution on a fake clock:
-// MaxProbes requests ProbeInterval apart, then Failed, then forgotten.
+// requests at 0, 200, 600 and 1400 ms, then Failed at 3 s, as the kernel.
 func TestResolutionFailsOnTime(t *testing.T) {
 	now := time.Unix(0, 0)
 	e := &Entry{State: Incomplete, Updated: now}
@@ -113,10 +114,11 @@ func TestResolutionFailsOnTime(t *testing.T) {
 		now = now.Add(10 * time.Millisecond)
 		a = e.Tick(now)
 	}
-	if len(probes) != MaxProbes || probes[0] != 0 || probes[1] != ProbeInterval || probes[2] != 2*ProbeInterval {
-		t.Fatalf("probes at %v", probes)
+	want := []time.Duration{0, 200 * time.Millisecond, 600 * time.Millisecond, 1400 * time.Millisecond}
+	if !slices.Equal(probes, want) {
+		t.Fatalf("probes at %v, want %v", probes, want)
 	}
-	if !a.Has(ActFailPending) || e.State != Failed || now.Sub(start) != MaxProbes*ProbeInterval {
+	if !a.Has(ActFailPending) || e.State != Failed || now.Sub(start) != 3*time.Second {
 		t.Fatalf("after %v: action %b state %v", now.Sub(start), a, e.State)
 	}
 }

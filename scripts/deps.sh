@@ -13,6 +13,7 @@ command -v ping >/dev/null || need_apt+=(iputils-ping)
 command -v tracepath >/dev/null || need_apt+=(iputils-tracepath)
 command -v iperf3 >/dev/null || need_apt+=(iperf3)
 command -v socat >/dev/null || need_apt+=(socat)
+command -v jq >/dev/null || need_apt+=(jq) # make bench reads iperf3 -J and show --json
 # The rxe test bed (scripts/rxe-testbed.sh) and cgo in verbs/ (go vet -tags rdma);
 # not for `deps.sh runtime`, the demo needs none of it.
 if [ "${1:-}" != runtime ]; then

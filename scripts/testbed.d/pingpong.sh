@@ -11,7 +11,9 @@
 # framing, key, sequence or RNR error on either side; in a run where
 # neither side's ACK timer fired, rxe (which counts a packet only after its
 # ICRC check) must have received exactly the packets softib sent and sent
-# exactly those softib received; and dmesg has no rxe warning.
+# exactly those softib received (srq, which ends with messages in flight
+# to QPs already gone, within one message and ACK per QP); and dmesg has
+# no rxe warning.
 #
 # PINGPONG_QUICK=1 runs one small case per pingpong, role and IP version.
 set -uo pipefail
@@ -103,6 +105,9 @@ listening() {
 	done
 	return 1
 }
+
+# within A B SLACK: A and B differ by at most SLACK.
+within() { local d=$(($1 - $2)); ((d < 0)) && d=$((-d)); ((d <= $3)); }
 
 # run V KIND ROLE SIZE ITERS MTU: one pingpong; ROLE is which side softib
 # plays (sib-server: rdma-core is the client).
@@ -204,9 +209,16 @@ run() {
 	# An ACK that came after the timeout (a loaded TCG guest) makes a sender
 	# retransmit: duplicates and late packets follow, but nothing was lost.
 	timing=$((${sc[qp.ack_timeouts]:-0} + ${r1[completer_retry_err]:-0}))
+	# srq ends untidily: a side posts its next send when an earlier one
+	# completes while the count is short, so up to one message a QP (and
+	# its ACK) is still in flight when the other side has met its count
+	# and destroyed its QPs. Those packets may be counted by one side
+	# only; no more may differ.
+	local slack=0
+	[ "$k" = srq ] && slack=$((16 * ((size + mtu - 1) / mtu + 1)))
 	if ((timing == 0)); then
-		((${r1[rcvd_pkts]:-0} == ${sc[tx_packets]:-0})) || bad+="rxe received ${r1[rcvd_pkts]:-0} packets, softib sent ${sc[tx_packets]:-0}; "
-		((${r1[sent_pkts]:-0} == ${sc[rx_packets]:-0})) || bad+="rxe sent ${r1[sent_pkts]:-0} packets, softib received ${sc[rx_packets]:-0}; "
+		within "${r1[rcvd_pkts]:-0}" "${sc[tx_packets]:-0}" $slack || bad+="rxe received ${r1[rcvd_pkts]:-0} packets, softib sent ${sc[tx_packets]:-0} (slack $slack); "
+		within "${r1[sent_pkts]:-0}" "${sc[rx_packets]:-0}" $slack || bad+="rxe sent ${r1[sent_pkts]:-0} packets, softib received ${sc[rx_packets]:-0} (slack $slack); "
 		[ -z "$sd" ] || bad+="softib $sd; "
 		for n in duplicate_request out_of_seq_request; do
 			((${r1[$n]:-0} == 0)) || bad+="rxe $n +${r1[$n]}; "
