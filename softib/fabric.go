@@ -22,10 +22,11 @@ type fabric struct {
 	ifindex int
 	mtu     int // underlay interface MTU
 
-	fd   int // unicast socket
-	mcfd int // multicast socket: wildcard-bound, sees only joined groups
-	epfd int
-	evfd int // wakes the receive loop on close
+	fd     int // unicast socket
+	mcfd   int // multicast socket: wildcard-bound, sees only joined groups
+	lockfd int // abstract Unix socket: this device owns local:port (claim)
+	epfd   int
+	evfd   int // wakes the receive loop on close
 
 	mcMu   sync.Mutex
 	groups map[netip.Addr]int // joined underlay groups and their use counts
@@ -47,8 +48,12 @@ func openFabric(local netip.Addr, port uint16) (*fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &fabric{local: local, port: port, v4: local.Is4(), ifindex: ifi.Index, mtu: ifi.MTU, mcfd: -1, epfd: -1, evfd: -1, groups: map[netip.Addr]int{}}
+	f := &fabric{local: local, port: port, v4: local.Is4(), ifindex: ifi.Index, mtu: ifi.MTU, fd: -1, mcfd: -1, epfd: -1, evfd: -1, groups: map[netip.Addr]int{}}
+	if f.lockfd, err = claim(netip.AddrPortFrom(local, port)); err != nil {
+		return nil, err
+	}
 	if f.fd, err = f.socket(local, false); err != nil {
+		f.close()
 		return nil, err
 	}
 	if f.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
@@ -76,6 +81,33 @@ func openFabric(local netip.Addr, port uint16) (*fabric, error) {
 		}
 	}
 	return f, nil
+}
+
+// ErrInUse: another device (another daemon) already runs on the underlay
+// address and port. Test with errors.Is.
+var ErrInUse = errors.New("in use by another softib device")
+
+// claim makes the device the only one on addr. Both fabric sockets set
+// SO_REUSEADDR: every device's multicast socket binds the wildcard address
+// on the shared port, and Linux lets a socket bind an address the wildcard
+// covers only if both sockets have it. But then a second device could bind
+// our exact address too, and the kernel would hand it our unicast traffic.
+// The lock is an abstract Unix socket named after the address: scoped to
+// the network namespace, as the address is, and released when its owner
+// exits, SIGKILL included.
+func claim(addr netip.AddrPort) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("softib: lock socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@softib " + addr.String()}); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EADDRINUSE) {
+			return -1, fmt.Errorf("softib: underlay %s is %w (another ipoibd?): each needs its own underlay address", addr, ErrInUse)
+		}
+		return -1, fmt.Errorf("softib: lock %s: %w", addr, err)
+	}
+	return fd, nil
 }
 
 // interfaceOf finds the interface holding the underlay address: its index
@@ -126,7 +158,8 @@ func (f *fabric) socket(bindAddr netip.Addr, multicast bool) (int, error) {
 		return -1, fmt.Errorf("softib: %s: %w", what, err)
 	}
 	// Both sockets share the port: the unicast one bound to our address,
-	// the multicast one to the wildcard.
+	// the multicast one to the wildcard. claim keeps other devices off
+	// our address.
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 		return fail("SO_REUSEADDR", err)
 	}
@@ -259,7 +292,7 @@ func (f *fabric) wake() {
 }
 
 func (f *fabric) close() {
-	for _, fd := range []*int{&f.fd, &f.mcfd, &f.epfd, &f.evfd} {
+	for _, fd := range []*int{&f.fd, &f.mcfd, &f.epfd, &f.evfd, &f.lockfd} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1
