@@ -50,3 +50,46 @@ func FuzzTooBig(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUnreachable: Unreachable never panics, and whenever it succeeds its
+// output is a valid ICMP host / ICMPv6 address unreachable error quoting
+// the packet's start, the same when written in place.
+func FuzzUnreachable(f *testing.F) {
+	f.Add(pkt4(700, df, 17, src4, peer4), []byte{})
+	f.Add(pkt4(60, 0, 6, src4, peer4), []byte{10, 99, 0, 254})
+	f.Add(pkt4(60, 0, 1, src4, peer4, 3, 1), []byte{})
+	f.Add(pkt6(20, 6, src6, peer6), []byte{})
+	f.Add(pkt6(20, 58, src6, peer6, 128), peer6.AsSlice())
+	f.Add([]byte{0x45}, []byte{})
+	f.Fuzz(func(t *testing.T, pkt []byte, srcb []byte) {
+		var src netip.Addr
+		if a, ok := netip.AddrFromSlice(srcb); ok {
+			src = a
+		}
+		dst := make([]byte, MaxLen)
+		n, err := Unreachable(dst, pkt, src)
+		if err != nil {
+			if n != 0 {
+				t.Fatalf("error %v with length %d", err, n)
+			}
+			return
+		}
+		out := dst[:n]
+		if msg := verifyAs(out, true); msg != "" {
+			t.Fatalf("invalid output (%s): % x", msg, out)
+		}
+		hdr := 28
+		if out[0]>>4 == 6 {
+			hdr = 48
+		}
+		if !bytes.Equal(out[hdr:], pkt[:n-hdr]) {
+			t.Fatal("quote is not the packet's start")
+		}
+		buf := make([]byte, max(len(pkt), MaxLen))
+		copy(buf, pkt)
+		m, err := Unreachable(buf, buf[:len(pkt)], src)
+		if err != nil || !bytes.Equal(buf[:m], out) {
+			t.Fatalf("in place: %v, output differs", err)
+		}
+	})
+}

@@ -277,7 +277,11 @@ func (n *testNS) waitPMTU(dst netip.Addr, want int, timeout time.Duration) int {
 
 // verify checks an ICMP error as a receiver would: IP header, checksums,
 // types and quoted packet. It returns a description of the first problem.
-func verify(p []byte) string {
+func verify(p []byte) string { return verifyAs(p, false) }
+
+// verifyAs is verify for TooBig's output or, with unreachable, for
+// Unreachable's.
+func verifyAs(p []byte, unreachable bool) string {
 	if len(p) < 1 {
 		return "empty"
 	}
@@ -301,10 +305,13 @@ func verify(p []byte) string {
 		if inetsum.Checksum(0, p[20:]) != 0 {
 			return "icmp checksum"
 		}
-		if p[20] != 3 || p[21] != 4 || binary.BigEndian.Uint16(p[24:]) != 0 {
+		switch {
+		case unreachable && (p[20] != 3 || p[21] != 1 || binary.BigEndian.Uint32(p[24:]) != 0):
 			return "icmp type/code/unused"
-		}
-		if binary.BigEndian.Uint16(p[26:]) < 68 {
+		case unreachable:
+		case p[20] != 3 || p[21] != 4 || binary.BigEndian.Uint16(p[24:]) != 0:
+			return "icmp type/code/unused"
+		case binary.BigEndian.Uint16(p[26:]) < 68:
 			return "next-hop mtu"
 		}
 		if p[28]>>4 != 4 || len(p) < 28+int(p[28]&0xf)*4+8 && len(p) < 28+int(binary.BigEndian.Uint16(p[30:])) {
@@ -326,7 +333,8 @@ func verify(p []byte) string {
 		if inetsum.Checksum(inetsum.Add(0, p[8:40])+uint64(len(p)-40)+protoICMPv6, p[40:]) != 0 {
 			return "icmpv6 checksum"
 		}
-		if p[40] != 2 || p[41] != 0 || binary.BigEndian.Uint32(p[44:]) < 1280 {
+		if unreachable && (p[40] != 1 || p[41] != 3 || binary.BigEndian.Uint32(p[44:]) != 0) ||
+			!unreachable && (p[40] != 2 || p[41] != 0 || binary.BigEndian.Uint32(p[44:]) < 1280) {
 			return "icmpv6 type/code/mtu"
 		}
 		if p[48]>>4 != 6 {

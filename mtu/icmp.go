@@ -112,62 +112,87 @@ func TooBig(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 }
 
 func tooBig4(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
-	if len(pkt) < 20 {
-		return 0, errShort
+	h, err := check4(pkt)
+	if err != nil {
+		return 0, err
 	}
-	ihl := int(pkt[0]&0x0f) * 4
-	if ihl < 20 || ihl > len(pkt) {
-		return 0, errIHL
-	}
-	total := int(binary.BigEndian.Uint16(pkt[2:]))
-	if total < ihl || total > len(pkt) {
-		return 0, errTotLen
-	}
-	if inetsum.Checksum(0, pkt[:ihl]) != 0 {
-		return 0, errHdrCsum
-	}
-	frag := binary.BigEndian.Uint16(pkt[6:])
-	origSrc := netip.AddrFrom4([4]byte(pkt[12:16]))
-	origDst := netip.AddrFrom4([4]byte(pkt[16:20]))
-	switch {
-	case frag&0x1fff != 0: // RFC 1812 §4.3.2.7: only for the first fragment
-		return 0, ErrNoError
-	case origDst.IsMulticast() || origDst == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return 0, ErrNoError
-	case !singleHost4(origSrc):
-		return 0, ErrNoError
-	case pkt[9] == protoICMP:
-		if total < ihl+1 {
-			return 0, errICMPHdr
-		}
-		if !icmpQuery(pkt[ihl]) {
-			return 0, ErrNoError
-		}
-	}
-	if frag&0x4000 == 0 {
+	if h.frag&0x4000 == 0 {
 		return 0, ErrFragment
 	}
 	if mtu < 68 || mtu > 65535 {
 		return 0, errMTU
 	}
-	if total <= mtu {
+	if h.total <= mtu {
 		return 0, ErrNotTooBig
 	}
+	// Fragmentation Needed and DF set; next-hop MTU in the low 16 bits (RFC 1191).
+	return write4(dst, pkt, &h, src, 3, 4, uint32(mtu))
+}
+
+// hdr4 is what an ICMP error needs of the IPv4 packet it answers.
+type hdr4 struct {
+	ihl, total       int
+	frag             uint16
+	tos              byte
+	origSrc, origDst netip.Addr
+}
+
+// check4 validates the IPv4 packet pkt and applies the rules of RFC 1812
+// §4.3.2.7 on which packets may get an ICMP error.
+func check4(pkt []byte) (hdr4, error) {
+	if len(pkt) < 20 {
+		return hdr4{}, errShort
+	}
+	h := hdr4{ihl: int(pkt[0]&0x0f) * 4}
+	if h.ihl < 20 || h.ihl > len(pkt) {
+		return hdr4{}, errIHL
+	}
+	h.total = int(binary.BigEndian.Uint16(pkt[2:]))
+	if h.total < h.ihl || h.total > len(pkt) {
+		return hdr4{}, errTotLen
+	}
+	if inetsum.Checksum(0, pkt[:h.ihl]) != 0 {
+		return hdr4{}, errHdrCsum
+	}
+	h.frag = binary.BigEndian.Uint16(pkt[6:])
+	h.tos = pkt[1]
+	h.origSrc = netip.AddrFrom4([4]byte(pkt[12:16]))
+	h.origDst = netip.AddrFrom4([4]byte(pkt[16:20]))
+	switch {
+	case h.frag&0x1fff != 0: // only for the first fragment
+		return hdr4{}, ErrNoError
+	case h.origDst.IsMulticast() || h.origDst == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return hdr4{}, ErrNoError
+	case !singleHost4(h.origSrc):
+		return hdr4{}, ErrNoError
+	case pkt[9] == protoICMP:
+		if h.total < h.ihl+1 {
+			return hdr4{}, errICMPHdr
+		}
+		if !icmpQuery(pkt[h.ihl]) {
+			return hdr4{}, ErrNoError
+		}
+	}
+	return h, nil
+}
+
+// write4 writes the ICMP error (typ, code, the 32 bits after the checksum)
+// answering the checked packet pkt into dst; they may overlap.
+func write4(dst, pkt []byte, h *hdr4, src netip.Addr, typ, code byte, rest uint32) (int, error) {
 	if !src.IsValid() {
-		src = origDst
+		src = h.origDst
 	}
 	src = src.Unmap()
 	if !src.Is4() || !singleHost4(src) {
 		return 0, errSrc
 	}
-
 	const hdr = 20 + 8
-	quote := min(total, MaxLen4-hdr, len(dst)-hdr)
-	if quote < min(total, ihl+8) {
+	quote := min(h.total, MaxLen4-hdr, len(dst)-hdr)
+	if quote < min(h.total, h.ihl+8) {
 		return 0, errDstBuffer
 	}
-	tos := pkt[1]&0x1c | 0xc0 // like Linux: TOS bits kept, precedence Internetwork Control
-	// Everything read from pkt is in locals now; pkt may be overwritten.
+	tos := h.tos&0x1c | 0xc0 // like Linux: TOS bits kept, precedence Internetwork Control
+	// Everything read from pkt is in h now; pkt may be overwritten.
 	copy(dst[hdr:hdr+quote], pkt[:quote])
 	n := hdr + quote
 
@@ -179,21 +204,39 @@ func tooBig4(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 	ip[8] = 64
 	ip[9] = protoICMP
 	ip[10], ip[11] = 0, 0
-	s, d := src.As4(), origSrc.As4()
+	s, d := src.As4(), h.origSrc.As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], d[:])
 	binary.BigEndian.PutUint16(ip[10:], inetsum.Checksum(0, ip))
 
 	icmp := dst[20:n]
-	icmp[0] = 3 // Destination Unreachable
-	icmp[1] = 4 // Fragmentation Needed and DF set
+	icmp[0] = typ
+	icmp[1] = code
 	icmp[2], icmp[3] = 0, 0
-	binary.BigEndian.PutUint32(icmp[4:], uint32(mtu)) // unused (16 bits), next-hop MTU (RFC 1191)
+	binary.BigEndian.PutUint32(icmp[4:], rest)
 	binary.BigEndian.PutUint16(icmp[2:], inetsum.Checksum(0, icmp))
 	return n, nil
 }
 
 func tooBig6(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
+	total, err := check6(pkt)
+	if err != nil {
+		return 0, err
+	}
+	if mtu < 1280 || uint64(mtu) > 1<<32-1 {
+		return 0, errMTU
+	}
+	if total <= mtu {
+		return 0, ErrNotTooBig
+	}
+	return write6(dst, pkt, total, src, 2, 0, uint32(mtu)) // Packet Too Big
+}
+
+// check6 validates the IPv6 packet pkt, applies the rules of RFC 4443
+// §2.4(e) on which packets may get an ICMPv6 error (multicast
+// destinations are the caller's: only Packet Too Big may answer them) and
+// returns its length.
+func check6(pkt []byte) (int, error) {
 	if len(pkt) < 40 {
 		return 0, errShort
 	}
@@ -204,7 +247,6 @@ func tooBig6(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 		return 0, errPayLen
 	}
 	origSrc := netip.AddrFrom16([16]byte(pkt[8:24]))
-	origDst := netip.AddrFrom16([16]byte(pkt[24:40]))
 	if origSrc.IsUnspecified() || origSrc.IsLoopback() || origSrc.IsMulticast() || origSrc.Is4In6() {
 		return 0, ErrNoError // RFC 4443 §2.4(e.6)
 	}
@@ -215,19 +257,21 @@ func tooBig6(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 	if isErr {
 		return 0, ErrNoError
 	}
-	if mtu < 1280 || uint64(mtu) > 1<<32-1 {
-		return 0, errMTU
-	}
-	if total <= mtu {
-		return 0, ErrNotTooBig
-	}
+	return total, nil
+}
+
+// write6 writes the ICMPv6 error (typ, code, the 32 bits after the
+// checksum) answering the checked packet pkt[:total] into dst; they may
+// overlap.
+func write6(dst, pkt []byte, total int, src netip.Addr, typ, code byte, rest uint32) (int, error) {
 	if !src.IsValid() {
-		src = origDst
+		src = netip.AddrFrom16([16]byte(pkt[24:40]))
 	}
 	src = src.WithZone("")
 	if !src.Is6() || src.Is4In6() || src.IsUnspecified() || src.IsMulticast() || src.IsLoopback() {
 		return 0, errSrc
 	}
+	origSrc := netip.AddrFrom16([16]byte(pkt[8:24]))
 
 	const hdr = 40 + 8
 	quote := min(total, MaxLen6-hdr, len(dst)-hdr)
@@ -247,14 +291,47 @@ func tooBig6(dst, pkt []byte, mtu int, src netip.Addr) (int, error) {
 	copy(ip[24:40], d[:])
 
 	icmp := dst[40:n]
-	icmp[0] = 2 // Packet Too Big
-	icmp[1] = 0
+	icmp[0] = typ
+	icmp[1] = code
 	icmp[2], icmp[3] = 0, 0
-	binary.BigEndian.PutUint32(icmp[4:], uint32(mtu))
+	binary.BigEndian.PutUint32(icmp[4:], rest)
 	// Pseudo-header (RFC 8200 §8.1): addresses, upper-layer length, next header.
 	sum := inetsum.Add(0, ip[8:40]) + uint64(len(icmp)) + protoICMPv6
 	binary.BigEndian.PutUint16(icmp[2:], inetsum.Checksum(sum, icmp))
 	return n, nil
+}
+
+// Unreachable writes into dst the ICMP error telling pkt's sender that
+// pkt's destination did not answer address resolution, as Linux does when
+// ARP or ND fails (IPv4: Destination Unreachable, Host Unreachable, type 3
+// code 1; IPv6: Destination Unreachable, Address Unreachable, type 1
+// code 3, RFC 4443 §3.1), and returns its length. A TCP connect() that
+// gets it fails with EHOSTUNREACH. Quoting, src, dst and the rules on which
+// packets get no error (ErrNoError) are TooBig's, except that an IPv6
+// packet to a multicast address gets none (RFC 4443 §2.4(e.3)) and DF
+// does not matter. Unreachable never panics and does not allocate.
+func Unreachable(dst, pkt []byte, src netip.Addr) (int, error) {
+	if len(pkt) < 1 {
+		return 0, errShort
+	}
+	switch pkt[0] >> 4 {
+	case 4:
+		h, err := check4(pkt)
+		if err != nil {
+			return 0, err
+		}
+		return write4(dst, pkt, &h, src, 3, 1, 0)
+	case 6:
+		total, err := check6(pkt)
+		if err != nil {
+			return 0, err
+		}
+		if pkt[24] == 0xff {
+			return 0, ErrNoError
+		}
+		return write6(dst, pkt, total, src, 1, 3, 0)
+	}
+	return 0, errVersion
 }
 
 // icmp6Error walks the extension headers of the IPv6 packet p and reports
