@@ -89,13 +89,11 @@ func Open(cfg Config) (*Device, error) {
 	d := &Device{ifce: ifce}
 	// Later calls may come from any thread, which may sit in another
 	// network namespace: netlink goes through a handle bound to this one.
-	ns, err := netns.Get()
-	if err == nil {
-		// Routing only: a handle for every family would fail on kernels
-		// without XFRM (minimal guests, some containers).
-		d.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-		ns.Close()
-	}
+	// NewHandle opens its socket in this thread's namespace without a
+	// setns (NewHandleAt would need CAP_SYS_ADMIN even for our own).
+	// Routing only: a handle for every family would fail on kernels
+	// without XFRM (minimal guests, some containers).
+	d.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		_ = ifce.Close()
 		return nil, fmt.Errorf("tun: netlink: %w", err)
