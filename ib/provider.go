@@ -364,3 +364,10 @@ type Counter struct {
 	Name  string
 	Value uint64
 }
+
+// PortStater is implemented by devices that can tell whether their port is
+// up (an InfiniBand port ACTIVE, softib's underlay interface up with a
+// carrier). The interface's carrier follows it.
+type PortStater interface {
+	PortActive() bool
+}

@@ -56,6 +56,8 @@ type control struct {
 	dropsSeen  [numCounters]uint64 // counter values at the last drop report
 	dropsAt    time.Time
 	pollAddrs  bool // the address subscription failed: read them each tick
+	linkUp     bool // the TUN is administratively up (linkChanged)
+	carrier    bool // the TUN's carrier is on (followPort)
 	noViaCache bool // the route subscription failed: do not cache next hops
 }
 
@@ -73,6 +75,7 @@ func (c *control) init(i *Interface) {
 	empty := []netip.Addr{}
 	c.broadcasts.Store(&empty)
 	c.now = time.Now()
+	c.linkUp, c.carrier = true, true // as tun.Open leaves the device
 	c.refreshAddrs()
 }
 
@@ -81,12 +84,16 @@ func (i *Interface) controlLoop() {
 	tick := time.NewTicker(tickInterval)
 	defer tick.Stop()
 	addrUpdates := make(chan netlink.AddrUpdate, 16)
+	linkUpdates := make(chan netlink.LinkUpdate, 16)
 	routeUpdates := make(chan netlink.RouteUpdate, 64)
 	stop := make(chan struct{})
 	defer close(stop)
 	// Subscriptions in the TUN's namespace, whatever thread runs this.
 	if err := netlink.AddrSubscribeWithOptions(addrUpdates, stop, netlink.AddrSubscribeOptions{Namespace: &i.netns}); err != nil {
 		i.log.Warn("address changes will not be followed", "err", err)
+	}
+	if err := netlink.LinkSubscribeWithOptions(linkUpdates, stop, netlink.LinkSubscribeOptions{Namespace: &i.netns}); err != nil {
+		i.log.Warn("link changes (MTU, down/up) will not be followed", "err", err)
 	}
 	if err := netlink.RouteSubscribeWithOptions(routeUpdates, stop, netlink.RouteSubscribeOptions{Namespace: &i.netns}); err != nil {
 		i.log.Warn("route changes will not be followed", "err", err)
@@ -146,6 +153,14 @@ func (i *Interface) controlLoop() {
 			if u.LinkIndex == i.tun.Index() {
 				c.refreshAddrs()
 			}
+		case u, ok := <-linkUpdates:
+			if !ok {
+				i.log.Warn("link subscription ended; MTU and down/up are no longer followed")
+				linkUpdates = nil
+				continue
+			}
+			c.now = time.Now()
+			c.linkChanged(u)
 		case u, ok := <-routeUpdates:
 			// Our own MTU host routes change nothing about next hops. If
 			// the subscription ends, next hops are no longer cached.
@@ -480,6 +495,10 @@ func (c *control) connect(e *neigh.Entry) {
 func (i *Interface) connUp(conn *cm.Connection) {
 	c := &i.ctl
 	delete(c.backoff, ib.LinkAddr{QPN: conn.Peer.QPN, GID: conn.Peer.GID})
+	for _, e := range i.neigh.ByClaim(conn.Peer) {
+		old := e.Link
+		c.apply(e, e.Proven(conn.Peer, c.now), old)
+	}
 	for _, e := range i.neigh.ByLink(conn.Peer) {
 		p := c.udPath(e.Link)
 		if p == nil {
@@ -643,7 +662,10 @@ func (c *control) publish(e *neigh.Entry, p *neigh.Path) {
 	if c.i.routes == nil || p == nil {
 		return
 	}
-	installed, err := c.i.routes.Set(e.IP, p.MTU)
+	// The link MTU caps the route's: the kernel would send a packet as
+	// large as the route allows even when the operator made the link's
+	// MTU smaller.
+	installed, err := c.i.routes.Set(e.IP, min(p.MTU, c.i.mtu))
 	switch {
 	case err != nil:
 		c.i.log.Warn("per-destination MTU route", "dst", e.IP, "mtu", p.MTU, "err", err)
@@ -667,6 +689,7 @@ func (c *control) tick() {
 		}
 		c.syncGroups()
 		c.reapAHs()
+		c.followPort()
 	}
 	if c.now.Sub(c.connsAt) >= c.connsEvery {
 		c.checkConns(connCheckBatch)

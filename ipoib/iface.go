@@ -99,7 +99,9 @@ type Interface struct {
 	pkey  ib.PKey
 	local ib.LinkAddr
 	udMTU int // largest IP packet over UD
-	mtu   int // interface MTU
+	mtu   int // interface MTU (the control goroutine follows the link's)
+
+	linkLocal netip.Prefix // RFC 4391's, from the port GID
 
 	tun    *tun.Device
 	netns  netns.NsHandle // the namespace the interface lives in
@@ -246,7 +248,8 @@ func New(cfg Config) (_ *Interface, err error) {
 		}
 	}
 	i.local.QPN, i.local.GID = i.udQP.Num(), port.GID
-	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, Netns: tunNetns}); err != nil {
+	i.linkLocal = tun.LinkLocal(interfaceID(port.GID))
+	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns}); err != nil {
 		return nil, err
 	}
 	if i.mtu > i.udMTU {
@@ -316,6 +319,18 @@ func (i *Interface) kernelGroups() (groups []netip.Addr, err error) {
 		return err
 	})
 	return groups, err
+}
+
+// interfaceID is the IPv6 interface identifier of an IPoIB interface (RFC
+// 4391 §8, as the kernel's driver forms it): the port GUID, which is the
+// low half of the port GID, with the universal/local bit inverted. It is
+// the same across restarts, unlike the random one the kernel would give a
+// TUN device.
+func interfaceID(gid ib.GID) [8]byte {
+	var id [8]byte
+	copy(id[:], gid[8:])
+	id[0] ^= 0x02
+	return id
 }
 
 func hasIPv6(ps []netip.Prefix) bool {

@@ -115,6 +115,21 @@ func (e *Entry) Heard(link ib.LinkAddr, now time.Time) Action {
 	}
 }
 
+// Proven is called when a connection to link came up: the CM handshake,
+// checked against its source address, showed link alive. A claim being
+// checked for link wins at once if it is the same port (GID) as the old
+// address with a new QPN: the peer restarted, and its old QPN, being gone,
+// would only confirm that by staying silent for seconds. A claim from
+// another port still waits for its probes.
+func (e *Entry) Proven(link ib.LinkAddr, now time.Time) Action {
+	if e.State != Probing || !e.Claim.SameNode(link) || e.Claim.GID != e.Link.GID {
+		return 0
+	}
+	e.Link = e.Claim
+	e.set(Reachable, now)
+	return ActResolved
+}
+
 // Wanted is called when a packet is queued on e: a failed entry is asked
 // again, an unresolved one gets its first request, a resolved one wants a
 // connection (or the UD path).

@@ -16,6 +16,7 @@ func link(qpn ib.QPN, last byte, flags ib.LinkFlags) ib.LinkAddr {
 var (
 	linkA   = link(0x100, 1, ib.FlagRC)
 	linkARC = link(0x100, 1, 0) // the same node without connected mode
+	linkA2  = link(0x300, 1, ib.FlagRC) // linkA's port restarted: a new QPN
 	linkB   = link(0x200, 2, ib.FlagRC)
 )
 
@@ -51,6 +52,10 @@ func TestTransitions(t *testing.T) {
 		{"claim probes the old address", start{state: Reachable, link: linkA}, heard(linkB), ActProbe, Probing, linkA, 1, true, true},
 		{"old address refutes", start{state: Probing, link: linkA, claim: linkB, probes: 1}, heard(linkA), ActRefuted, Reachable, linkA, 0, true, true},
 		{"same claim again", start{state: Probing, link: linkA, claim: linkB, probes: 2}, heard(linkB), 0, Probing, linkA, 2, true, false},
+		// Proven: a connection to the claimed address came up.
+		{"restart proven", start{state: Probing, link: linkA, claim: linkA2, probes: 1}, proven(linkA2), ActResolved, Reachable, linkA2, 0, true, true},
+		{"other port not proven", start{state: Probing, link: linkA, claim: linkB, probes: 1}, proven(linkB), 0, Probing, linkA, 1, true, false},
+		{"reachable not moved", start{state: Reachable, link: linkA}, proven(linkA2), 0, Reachable, linkA, 0, true, false},
 		// Wanted: a packet queued.
 		{"first packet asks", start{state: Incomplete}, wanted, ActProbe, Incomplete, ib.LinkAddr{}, 1, false, false},
 		{"later packets wait", start{state: Incomplete, probes: 1}, wanted, 0, Incomplete, ib.LinkAddr{}, 1, false, false},
@@ -96,6 +101,9 @@ func heard(l ib.LinkAddr) func(*Entry, time.Time) Action {
 }
 
 func wanted(e *Entry, now time.Time) Action  { return e.Wanted(now) }
+func proven(l ib.LinkAddr) func(*Entry, time.Time) Action {
+	return func(e *Entry, now time.Time) Action { return e.Proven(l, now) }
+}
 func suspect(e *Entry, now time.Time) Action { return e.Suspect(now) }
 func tick(e *Entry, now time.Time) Action    { return e.Tick(now) }
 

@@ -201,6 +201,17 @@ func (t *Table) ByLink(a ib.LinkAddr) []*Entry {
 	return out
 }
 
+// ByClaim returns the entries checking a claim that they moved to a.
+func (t *Table) ByClaim(a ib.LinkAddr) []*Entry {
+	var out []*Entry
+	for _, e := range t.entries {
+		if e.State == Probing && e.Claim.SameNode(a) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Queue adds a packet to e's pending queue; false when the queue is full.
 func (t *Table) Queue(e *Entry, p Pending) bool {
 	if len(e.Pending) >= t.MaxPending {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Config says where a softib device lives.
@@ -32,6 +34,7 @@ type Device struct {
 	cfg  Config
 	port ib.PortAttr
 	fab  *fabric
+	nl   *netlink.Handle // in the underlay's namespace: the port's state
 
 	mu     sync.Mutex
 	qps    qpTable                              // read lock-free per packet
@@ -95,10 +98,18 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.MaxMTU.Valid() && cfg.MaxMTU < mtu {
 		mtu = cfg.MaxMTU
 	}
+	// Made now, in the underlay's network namespace; PortActive may be
+	// called from a thread in another.
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		fab.close()
+		return nil, fmt.Errorf("softib: netlink: %w", err)
+	}
 	gid := ib.GIDFromAddr(cfg.Addr)
 	d := &Device{
 		cfg: cfg,
 		fab: fab,
+		nl:  nl,
 		port: ib.PortAttr{
 			GID:       gid,
 			PKeys:     []ib.PKey{cfg.PKey},
@@ -136,6 +147,7 @@ func (d *Device) Close() error {
 	}
 	d.fab.wake()
 	<-d.rxDone
+	d.nl.Close()
 	for _, q := range d.qps.all() {
 		q.destroy()
 	}

@@ -29,6 +29,9 @@ type Config struct {
 	MTU        int
 	TxQueueLen int // default DefaultTxQueueLen
 	Addrs      []netip.Prefix
+	// LinkLocal, when valid, is the interface's only IPv6 link-local
+	// address: the kernel makes none of its own (see stopAddrGen).
+	LinkLocal netip.Prefix
 	// Netns is the network namespace to make the interface in (nil: the
 	// caller's). The daemon's other sockets stay where the daemon runs.
 	Netns *netns.NsHandle
@@ -121,7 +124,14 @@ func (d *Device) configure(cfg Config) error {
 	if err := d.nl.LinkSetTxQLen(link, cfg.TxQueueLen); err != nil {
 		return fmt.Errorf("tun: %s txqueuelen %d: %w", cfg.Name, cfg.TxQueueLen, err)
 	}
-	for _, p := range cfg.Addrs {
+	addrs := cfg.Addrs
+	if cfg.LinkLocal.IsValid() {
+		if err := d.stopAddrGen(); err != nil {
+			return err
+		}
+		addrs = append([]netip.Prefix{cfg.LinkLocal}, addrs...)
+	}
+	for _, p := range addrs {
 		if err := d.AddAddr(p); err != nil {
 			return err
 		}

@@ -78,3 +78,14 @@ func readCounterDir(dir, prefix string) []ib.Counter {
 	}
 	return out
 }
+
+// portActive reports whether a port's state is ACTIVE.
+func (s sysfs) portActive(dev string, port int) bool {
+	b, err := os.ReadFile(filepath.Join(s.portDir(dev, port), "state"))
+	return err == nil && parsePortActive(string(b))
+}
+
+// parsePortActive reads a port's sysfs state file, e.g. "4: ACTIVE".
+func parsePortActive(s string) bool {
+	return strings.TrimSpace(s) == "4: ACTIVE"
+}

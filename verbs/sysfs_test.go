@@ -57,3 +57,24 @@ func TestSysfs(t *testing.T) {
 		t.Errorf("hwCounters of a port without them = %v", got)
 	}
 }
+
+func TestPortActive(t *testing.T) {
+	for _, tc := range []struct {
+		state string // "" : no state file
+		want  bool
+	}{
+		{"4: ACTIVE\n", true},
+		{"1: DOWN\n", false},
+		{"2: INIT\n", false},
+		{"3: ARMED\n", false},
+		{"", false},
+	} {
+		files := map[string]string{"class/infiniband/rxe0/ports/1/gids/0": "x"}
+		if tc.state != "" {
+			files["class/infiniband/rxe0/ports/1/state"] = tc.state
+		}
+		if got := fakeSysfs(t, files).portActive("rxe0", 1); got != tc.want {
+			t.Errorf("state %q: active %v, want %v", tc.state, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"syscall"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// SetCarrier turns the interface's carrier (LOWER_UP) on or off, as a NIC
+// driver does when its link comes and goes: routing daemons, NetworkManager
+// and `ip link` then see the port's state instead of a link that is always
+// up.
+func (d *Device) SetCarrier(on bool) error {
+	f, ok := d.ifce.ReadWriteCloser.(syscall.Conn)
+	if !ok {
+		return errors.New("tun: the device has no file descriptor")
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("tun: %s carrier: %w", d.Name(), err)
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	var ioErr error
+	// Control, unlike Fd, leaves the descriptor non-blocking.
+	err = rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetPointerInt(int(fd), unix.TUNSETCARRIER, v)
+	})
+	if err == nil {
+		err = ioErr
+	}
+	if err != nil {
+		return fmt.Errorf("tun: %s carrier %v: %w", d.Name(), on, err)
+	}
+	return nil
+}
+
+// LinkLocal is the IPv6 link-local address with the given interface
+// identifier (fe80::/64).
+func LinkLocal(iid [8]byte) netip.Prefix {
+	var a [16]byte
+	a[0], a[1] = 0xfe, 0x80
+	copy(a[8:], iid[:])
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
+}
+
+// stopAddrGen keeps the kernel from making a link-local address of its own
+// (a TUN has no hardware address, so it would pick a random one each time):
+// the interface's is the one the daemon adds, derived from the port.
+func (d *Device) stopAddrGen() error {
+	if err := d.nl.LinkSetIP6AddrGenMode(d.link, nl.IN6_ADDR_GEN_MODE_NONE); err != nil {
+		return fmt.Errorf("tun: %s addrgenmode none: %w", d.Name(), err)
+	}
+	return nil
+}
+
+// EnsureAddrs adds those of ps the interface does not have (the kernel
+// drops IPv6 addresses when the link goes down) and reports how many it
+// added.
+func (d *Device) EnsureAddrs(ps []netip.Prefix) (int, error) {
+	have, err := d.Addrs()
+	if err != nil {
+		return 0, err
+	}
+	added := 0
+	var errs []error
+	for _, p := range ps {
+		if slices.Contains(have, p) {
+			continue
+		}
+		if err := d.AddAddr(p); err != nil {
+			if !errors.Is(err, unix.EEXIST) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		added++
+	}
+	return added, errors.Join(errs...)
+}

@@ -1,0 +1,13 @@
+//go:build rdma
+
+package verbs
+
+import "github.com/ipoibd/ipoibd/ib"
+
+var _ ib.PortStater = (*Device)(nil)
+
+// PortActive reports whether the port is ACTIVE (sysfs "4: ACTIVE"),
+// read each time: the kernel's port events reach only its own consumers.
+func (d *Device) PortActive() bool {
+	return hostSysfs.portActive(d.cfg.Device, int(d.portNum))
+}
