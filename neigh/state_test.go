@@ -15,7 +15,7 @@ func link(qpn ib.QPN, last byte, flags ib.LinkFlags) ib.LinkAddr {
 
 var (
 	linkA   = link(0x100, 1, ib.FlagRC)
-	linkARC = link(0x100, 1, 0) // the same node without connected mode
+	linkARC = link(0x100, 1, 0)         // the same node without connected mode
 	linkA2  = link(0x300, 1, ib.FlagRC) // linkA's port restarted: a new QPN
 	linkB   = link(0x200, 2, ib.FlagRC)
 )
@@ -100,7 +100,7 @@ func heard(l ib.LinkAddr) func(*Entry, time.Time) Action {
 	return func(e *Entry, now time.Time) Action { return e.Heard(l, now) }
 }
 
-func wanted(e *Entry, now time.Time) Action  { return e.Wanted(now) }
+func wanted(e *Entry, now time.Time) Action { return e.Wanted(now) }
 func proven(l ib.LinkAddr) func(*Entry, time.Time) Action {
 	return func(e *Entry, now time.Time) Action { return e.Proven(l, now) }
 }
