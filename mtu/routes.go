@@ -81,15 +81,28 @@ func NewRoutesAt(h *netlink.Handle, linkIndex int) *Routes {
 }
 
 // Set installs or updates a host route (/32 or /128) to dst via the link
-// with the given MTU. If a host route for exactly that prefix exists in
+// with the given MTU, or removes ours where none is needed: where mtu is
+// not below the link's MTU (the kernel uses the link's anyway, and every
+// host route is one more the operator must read past), or where no route
+// in the main table sends dst through our link any more (our subnet that
+// held it was removed). If a host route for exactly that prefix exists in
 // the main table that is not ours (the operator set it, or it belongs to
 // another link), it is left alone and Set returns installed=false with a
-// nil error. Set is idempotent: if our route already has this MTU nothing
-// is written (and the kernel's PMTU exceptions are kept).
+// nil error; otherwise installed is true. Set is idempotent: if our route
+// already has this MTU, gateway and source nothing is written (and the
+// kernel's PMTU exceptions are kept). Calling it again after our
+// addresses changed corrects the route's source, or removes the route.
 //
 // The new route is on-link (scope link) unless the kernel currently
 // routes dst via a gateway on our link; then the host route keeps that
 // gateway, so a next-hop lookup still finds the router.
+//
+// The route carries the source address (prefsrc) the kernel picks without
+// it: the prefsrc of the route that covers dst, else our address in the
+// subnet of dst (or of its gateway). Without one the kernel would take the
+// link's first address for every host route, and with two subnets on the
+// link a peer in the second would get packets from the first's address,
+// which it cannot answer.
 //
 // mtu must be 68..65535 for IPv4 and 1280..65535 for IPv6. An IPv4-mapped
 // IPv6 address is taken as the IPv4 address; a zone is ignored.
@@ -118,15 +131,32 @@ func (r *Routes) Set(dst netip.Addr, mtu int) (installed bool, err error) {
 		}
 		ours = &existing[i]
 	}
+	link, err := r.h.LinkByIndex(r.link)
+	if err != nil {
+		return false, fmt.Errorf("mtu: set route to %s: link %d: %w", dst, r.link, err)
+	}
+	src, covered, err := r.source(dst, family)
+	if err != nil {
+		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
+	}
+	if mtu >= link.Attrs().MTU || !covered {
+		if ours != nil {
+			if err := r.del(ours); err != nil {
+				return false, fmt.Errorf("mtu: remove route to %s: %w", dst, err)
+			}
+		}
+		return true, nil
+	}
 	gw, err := r.gateway(dst)
 	if err != nil {
 		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
 	}
-	if ours != nil && ours.MTU == mtu && !ours.MTULock && ours.Gw.Equal(gw) {
+	if ours != nil && ours.MTU == mtu && !ours.MTULock && ours.Gw.Equal(gw) && ours.Src.Equal(src) {
 		return true, nil
 	}
 	route := r.route(dst, family)
 	route.MTU = mtu
+	route.Src = src
 	if gw != nil {
 		route.Gw = gw
 		route.Scope = netlink.SCOPE_UNIVERSE
@@ -227,6 +257,86 @@ func (r *Routes) gateway(dst netip.Addr) (net.IP, error) {
 		}
 	}
 	return nil, nil
+}
+
+// source returns the source address the kernel gives packets to dst
+// through our link when no host route of ours is in the way, and whether
+// any main-table route sends dst through our link at all. The covering
+// route is the longest prefix on our link that is not a host route of
+// ours; its prefsrc if it has one (IPv4 subnet routes do), else our
+// address with the longest prefix holding dst or, for a route via a
+// gateway, the gateway (as IPv4 picks for a route without prefsrc, and
+// IPv6's longest-match rule does). nil: none fits; the kernel chooses.
+func (r *Routes) source(dst netip.Addr, family int) (net.IP, bool, error) {
+	filter := &netlink.Route{LinkIndex: r.link, Table: unix.RT_TABLE_MAIN}
+	routes, err := r.h.RouteListFiltered(family, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, false, fmt.Errorf("list routes: %w", err)
+	}
+	var best *netlink.Route
+	bestBits := -1
+	for i := range routes {
+		rt := &routes[i]
+		if rt.Type != unix.RTN_UNICAST || (r.isOurs(rt) && isHost(rt.Dst)) {
+			continue
+		}
+		bits := 0
+		if rt.Dst != nil {
+			p, ok := prefixOf(rt.Dst)
+			if !ok || !p.Contains(dst) {
+				continue
+			}
+			bits = p.Bits()
+		}
+		if bits > bestBits {
+			best, bestBits = rt, bits
+		}
+	}
+	if best == nil {
+		return nil, false, nil
+	}
+	if best.Src != nil && !best.Src.IsUnspecified() {
+		return best.Src, true, nil
+	}
+	target := dst
+	if gw, ok := netip.AddrFromSlice(best.Gw); ok && !gw.IsUnspecified() {
+		target = gw.Unmap()
+	}
+	addrs, err := r.h.AddrList(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: r.link}}, family)
+	if err != nil {
+		return nil, true, fmt.Errorf("list addresses: %w", err)
+	}
+	var src net.IP
+	srcBits := -1
+	for _, a := range addrs {
+		if a.IPNet == nil || a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
+			continue
+		}
+		p, ok := prefixOf(a.IPNet)
+		if !ok || !p.Contains(target) || p.Bits() <= srcBits {
+			continue
+		}
+		src, srcBits = a.IP, p.Bits()
+	}
+	return src, true, nil
+}
+
+// prefixOf converts a route's or address's network (IPv4 possibly in
+// 16-octet form) to a prefix.
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	ones, bits := n.Mask.Size()
+	if bits == 128 && a.Is4() {
+		ones -= 96
+	}
+	if bits == 0 || ones < 0 {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, ones).Masked(), true
 }
 
 func (r *Routes) isOurs(rt *netlink.Route) bool {

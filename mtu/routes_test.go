@@ -15,17 +15,21 @@ var routeFamilies = []struct {
 	name                         string
 	family                       int
 	local                        string // the TUN's address
+	otherLocal                   string // the other TUN's, in the same subnet
+	second, secondDst            string // a second subnet's address of ours, and a host in it
 	dst, operator, other, remote string // host addresses used by the test
 	gwNet, gw                    string // a routed subnet and its gateway on the link
 	bad                          int    // an MTU out of range
 }{
 	{
-		name: "ipv4", family: netlink.FAMILY_V4, local: "10.99.0.1/24",
+		name: "ipv4", family: netlink.FAMILY_V4, local: "10.99.0.1/24", otherLocal: "10.99.0.201/24",
+		second: "10.97.0.1/24", secondDst: "10.97.0.4",
 		dst: "10.99.0.2", operator: "10.99.0.3", other: "10.99.0.4", remote: "10.98.0.7",
 		gwNet: "10.98.0.0/24", gw: "10.99.0.5", bad: 67,
 	},
 	{
-		name: "ipv6", family: netlink.FAMILY_V6, local: "fd99::1/64",
+		name: "ipv6", family: netlink.FAMILY_V6, local: "fd99::1/64", otherLocal: "fd99::c9/64",
+		second: "fd97::1/64", secondDst: "fd97::4",
 		dst: "fd99::2", operator: "fd99::3", other: "fd99::4", remote: "fd98::7",
 		gwNet: "fd98::/64", gw: "fd99::5", bad: 1279,
 	},
@@ -57,7 +61,7 @@ func TestRoutes(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			n := newNS(t)
 			_, link := n.tun("tun0", 65520, f.local)
-			_, other := n.tun("tun1", 65520) // another ipoibd interface
+			_, other := n.tun("tun1", 65520, f.otherLocal) // another ipoibd interface
 			r := NewRoutesAt(n.nl, link.Attrs().Index)
 			idx := link.Attrs().Index
 			v := "-4"
@@ -152,10 +156,75 @@ func TestRoutes(t *testing.T) {
 				if !rt.Gw.Equal(gw) {
 					t.Fatalf("route to %s: gateway %v, want %v", f.remote, rt.Gw, gw)
 				}
+				// The source is ours in the gateway's subnet.
+				if want := netip.MustParsePrefix(f.local).Addr(); !rt.Src.Equal(want.AsSlice()) {
+					t.Fatalf("route to %s: src %v, want %v", f.remote, rt.Src, want)
+				}
 				set(t, r, f.remote, 2000, true) // idempotent with the gateway too
 				set(t, r, f.remote, 2100, true)
 				if rt := checkOurs(t, f.remote, 2100); !rt.Gw.Equal(gw) {
 					t.Fatalf("update lost the gateway: %v", rt.Gw)
+				}
+			})
+
+			t.Run("no route at the link MTU", func(t *testing.T) {
+				set(t, r, f.dst, 9000, true)
+				checkOurs(t, f.dst, 9000)
+				for _, mtu := range []int{65520, 65535} {
+					set(t, r, f.dst, mtu, true)
+					if rs := hostRoutesIn(t, n, f.family, f.dst); len(rs) != 0 {
+						t.Fatalf("Set(%s, %d) on a %d link left %v", f.dst, mtu, 65520, rs)
+					}
+				}
+				set(t, r, f.operator, 65520, false) // still hands off
+				if rs := hostRoutesIn(t, n, f.family, f.operator); len(rs) != 1 {
+					t.Fatalf("the operator's route went: %v", rs)
+				}
+			})
+
+			// Two subnets on the link: the host route to a peer in the
+			// second keeps the source the kernel chose before it, and
+			// follows the addresses when they change.
+			t.Run("source of the destination's subnet", func(t *testing.T) {
+				dst := netip.MustParseAddr(f.secondDst)
+				second := netip.MustParsePrefix(f.second)
+				// Not through our link yet: no route.
+				set(t, r, f.secondDst, 3000, true)
+				if rs := hostRoutesIn(t, n, f.family, f.secondDst); len(rs) != 0 {
+					t.Fatalf("route to %s outside our subnets: %v", f.secondDst, rs)
+				}
+				n.ip(v, "addr", "add", f.second, "dev", "tun0", "nodad")
+				want := "src " + second.Addr().String()
+				if out := n.ip(v, "route", "get", f.secondDst); !strings.Contains(out, want) {
+					t.Fatalf("route get %s without our route: %q, want %q", f.secondDst, out, want)
+				}
+				set(t, r, f.secondDst, 3000, true)
+				rt := checkOurs(t, f.secondDst, 3000)
+				if !rt.Src.Equal(second.Addr().AsSlice()) {
+					t.Fatalf("route to %s: src %v, want %v", dst, rt.Src, second.Addr())
+				}
+				if out := n.ip(v, "route", "get", f.secondDst); !strings.Contains(out, want) || !strings.Contains(out, "mtu 3000") {
+					t.Fatalf("route get %s with our route: %q, want %q and mtu 3000", f.secondDst, out, want)
+				}
+				// A second address in the subnet, then the first one goes:
+				// the kernel drops routes whose source went, Set puts ours
+				// back with the remaining address.
+				third := nth(second.Addr(), 9)
+				if f.family == netlink.FAMILY_V4 {
+					// Else the secondary goes with the primary.
+					n.sysctl("net/ipv4/conf/tun0/promote_secondaries", "1")
+				}
+				n.ip(v, "addr", "add", netip.PrefixFrom(third, second.Bits()).String(), "dev", "tun0", "nodad")
+				n.ip(v, "addr", "del", f.second, "dev", "tun0")
+				set(t, r, f.secondDst, 3000, true)
+				if rt := checkOurs(t, f.secondDst, 3000); !rt.Src.Equal(third.AsSlice()) {
+					t.Fatalf("after the address change: src %v, want %v", rt.Src, third)
+				}
+				// The subnet goes: so does our route.
+				n.ip(v, "addr", "del", netip.PrefixFrom(third, second.Bits()).String(), "dev", "tun0")
+				set(t, r, f.secondDst, 3000, true)
+				if rs := hostRoutesIn(t, n, f.family, f.secondDst); len(rs) != 0 {
+					t.Fatalf("route to %s outside our subnets kept: %v", f.secondDst, rs)
 				}
 			})
 
