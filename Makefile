@@ -4,11 +4,21 @@ GO ?= go
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: build test testbed lint fuzz bench demo deps install uninstall
+.PHONY: build test testbed lint fuzz bench demo deps install uninstall unit man
 
 build:
 	$(GO) build ./...
-	$(GO) build -o bin/ipoibd ./ipoibd
+	$(GO) build -buildvcs=auto -o bin/ipoibd ./ipoibd
+
+# The systemd unit with ExecStart under PREFIX, made from its template.
+UNIT ?= bin/ipoibd@.service
+unit:
+	mkdir -p $(dir $(UNIT))
+	sed 's|@SBINDIR@|$(PREFIX)/sbin|g' dist/ipoibd@.service.in >$(UNIT)
+
+# The man page, generated from the daemon's own flag set (ipoibd man).
+man:
+	$(GO) run ./ipoibd man >dist/ipoibd.8
 
 deps:
 	scripts/deps.sh
@@ -43,11 +53,13 @@ demo: build
 
 # Installs the daemon and the systemd template unit ipoibd@IFNAME.service;
 # flags per interface go in /etc/ipoibd/IFNAME.env (see dist/ib0.env.example).
-install: build
+install: build unit
 	install -D -m 0755 bin/ipoibd $(DESTDIR)$(PREFIX)/sbin/ipoibd
-	install -D -m 0644 dist/ipoibd@.service $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service
+	install -D -m 0644 $(UNIT) $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service
+	mkdir -p $(DESTDIR)$(PREFIX)/share/man/man8
+	bin/ipoibd man >$(DESTDIR)$(PREFIX)/share/man/man8/ipoibd.8
 	install -D -m 0644 dist/ib0.env.example $(DESTDIR)/etc/ipoibd/ib0.env.example
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/ipoibd $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service $(DESTDIR)/etc/ipoibd/ib0.env.example
+	rm -f $(DESTDIR)$(PREFIX)/sbin/ipoibd $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service $(DESTDIR)/etc/ipoibd/ib0.env.example $(DESTDIR)$(PREFIX)/share/man/man8/ipoibd.8

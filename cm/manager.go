@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -132,6 +133,10 @@ type Manager struct {
 	conns map[ib.LinkAddr][]*Connection // by peer, flags zeroed
 	now   time.Time
 	Stats ManagerStats
+	// gone holds the QP counters of removed connections, so the sums
+	// ConnCounters reports never go backwards when a peer leaves.
+	gone      map[string]uint64
+	goneNames []string // in first-seen order
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
@@ -179,6 +184,53 @@ func (m *Manager) Connections() []*Connection {
 		all = append(all, cs...)
 	}
 	return all
+}
+
+// RemoteQPN returns the peer's QPN of the connection (0 before the CM
+// learned it).
+func (c *Connection) RemoteQPN() ib.QPN {
+	if c.cm == nil {
+		return 0
+	}
+	return c.cm.RemoteQPN
+}
+
+// fold adds a leaving connection's QP counters to the totals of gone ones.
+func (m *Manager) fold(c *Connection) {
+	if m.gone == nil {
+		m.gone = map[string]uint64{}
+	}
+	for _, x := range c.QP.Counters() {
+		if _, ok := m.gone[x.Name]; !ok {
+			m.goneNames = append(m.goneNames, x.Name)
+		}
+		m.gone[x.Name] += x.Value
+	}
+}
+
+// ConnCounters returns the QP counters summed over every connection, the
+// live ones and those gone, so that no total goes backwards.
+func (m *Manager) ConnCounters() []ib.Counter {
+	sums := map[string]uint64{}
+	names := slices.Clone(m.goneNames)
+	for n, v := range m.gone {
+		sums[n] = v
+	}
+	for _, cs := range m.conns {
+		for _, c := range cs {
+			for _, x := range c.QP.Counters() {
+				if _, ok := sums[x.Name]; !ok {
+					names = append(names, x.Name)
+				}
+				sums[x.Name] += x.Value
+			}
+		}
+	}
+	out := make([]ib.Counter, len(names))
+	for k, n := range names {
+		out[k] = ib.Counter{Name: n, Value: sums[n]}
+	}
+	return out
 }
 
 // Connecting reports whether a connection to peer is being set up.
@@ -604,6 +656,7 @@ func (m *Manager) add(c *Connection) {
 }
 
 func (m *Manager) remove(c *Connection) {
+	m.fold(c)
 	k := peerKey(c.Peer)
 	cs := m.conns[k]
 	for i, o := range cs {

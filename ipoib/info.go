@@ -4,12 +4,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
 
 // What `ipoibd show`, `neigh`, `conn` and `stats` print. Each is taken on
-// the control goroutine, so it is a consistent snapshot.
+// the control goroutine, so it is a consistent snapshot. The JSON shapes
+// are an interface for scripts: every key is present whatever the state
+// (zero or "" when it does not apply), lists are [] and never null, and
+// P_Keys, QPNs and ages are numbers.
 
 // Info describes the interface.
 type Info struct {
@@ -18,11 +22,11 @@ type Info struct {
 	LinkLayer string   `json:"link_layer"`
 	LinkAddr  string   `json:"link_addr"`
 	GID       string   `json:"gid"`
-	PKey      string   `json:"pkey"`
+	PKey      uint16   `json:"pkey"`
 	Mode      string   `json:"mode"`
-	CMModes   string   `json:"cm_modes,omitempty"`
-	Policy    string   `json:"cm_policy,omitempty"`
-	CM        string   `json:"cm,omitempty"` // the connection service in use
+	CMModes   string   `json:"cm_modes"`  // "" in datagram mode
+	Policy    string   `json:"cm_policy"` // "" in datagram mode
+	CM        string   `json:"cm"`        // the connection service in use; "" in datagram mode
 	MTU       int      `json:"mtu"`
 	UDMTU     int      `json:"ud_mtu"`
 	IBMTU     int      `json:"ib_mtu"`
@@ -38,11 +42,11 @@ type Info struct {
 // NeighInfo is one neighbor.
 type NeighInfo struct {
 	IP       string `json:"ip"`
-	LinkAddr string `json:"link_addr,omitempty"`
-	State    string `json:"state"` // neigh's state, or CANDIDATE (learned, unused: no path, no route)
-	Via      string `json:"via"`   // RC, UC, UD or "-" when unresolved
-	QPN      uint32 `json:"qpn,omitempty"`
-	MTU      int    `json:"mtu,omitempty"`
+	LinkAddr string `json:"link_addr"` // "" when unresolved
+	State    string `json:"state"`     // neigh's state, or CANDIDATE (learned, unused: no path, no route)
+	Via      string `json:"via"`       // RC, UC, UD or "-" when unresolved
+	QPN      uint32 `json:"qpn"`       // 0 when unresolved
+	MTU      int    `json:"mtu"`       // 0 when unresolved
 	Pending  int    `json:"pending"`
 }
 
@@ -55,9 +59,10 @@ type ConnInfo struct {
 	QPState   string `json:"qp_state"` // the local QP's (an established connection's is RTS)
 	Sends     bool   `json:"sends"`    // carries our sends (policy)
 	LocalQPN  uint32 `json:"local_qpn"`
+	RemoteQPN uint32 `json:"remote_qpn"` // 0 until the CM learned it
 	MTU       int    `json:"mtu"`
 	Packets   uint64 `json:"packets"`
-	Age       string `json:"age"`
+	AgeSecs   int64  `json:"age_seconds"`
 }
 
 // Show returns the interface description.
@@ -66,7 +71,8 @@ func (i *Interface) Show() Info {
 	i.do(func() {
 		info = Info{
 			Name: i.Name(), Device: i.dev.Name(), LinkLayer: i.port.LinkLayer,
-			LinkAddr: i.local.String(), GID: i.local.GID.String(), PKey: i.pkey.String(),
+			LinkAddr: i.local.String(), GID: i.local.GID.String(), PKey: uint16(i.pkey),
+			Addrs: []string{}, Groups: []string{},
 			Mode: i.cfg.Mode.String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
 		}
@@ -95,7 +101,7 @@ func (i *Interface) Show() Info {
 
 // Neighbors returns the neighbor table, sorted by address.
 func (i *Interface) Neighbors() []NeighInfo {
-	var out []NeighInfo
+	out := []NeighInfo{}
 	i.do(func() {
 		for _, e := range i.neigh.All() {
 			n := NeighInfo{IP: e.IP.String(), State: e.State.String(), Via: "-", Pending: len(e.Pending)}
@@ -117,7 +123,7 @@ func (i *Interface) Neighbors() []NeighInfo {
 
 // Connections returns the connection table.
 func (i *Interface) Connections() []ConnInfo {
-	var out []ConnInfo
+	out := []ConnInfo{}
 	i.do(func() {
 		if i.mgr == nil {
 			return
@@ -131,8 +137,8 @@ func (i *Interface) Connections() []ConnInfo {
 			}
 			out = append(out, ConnInfo{
 				Peer: c.Peer.String(), Type: c.QP.Type().String(), Direction: dir, State: c.State().String(), QPState: c.QP.State().String(),
-				Sends: c.Sendable(), LocalQPN: uint32(c.QP.Num()), MTU: c.MTU, Packets: c.Packets.Load(),
-				Age: i.ctl.now.Sub(c.Since).Round(1e9).String(),
+				Sends: c.Sendable(), LocalQPN: uint32(c.QP.Num()), RemoteQPN: uint32(c.RemoteQPN()), MTU: c.MTU, Packets: c.Packets.Load(),
+				AgeSecs: int64(i.ctl.now.Sub(c.Since) / time.Second),
 			})
 		}
 	})
@@ -156,19 +162,11 @@ func (i *Interface) Stats() []ib.Counter {
 		if i.mgr == nil {
 			return
 		}
-		// Transport counters summed over every connection's QP.
-		sums := map[string]uint64{}
-		var names []string
-		for _, conn := range i.mgr.Connections() {
-			for _, c := range conn.QP.Counters() {
-				if _, ok := sums[c.Name]; !ok {
-					names = append(names, c.Name)
-				}
-				sums[c.Name] += c.Value
-			}
-		}
-		for _, n := range names {
-			out = append(out, ib.Counter{Name: "conn_" + n, Value: sums[n]})
+		// Transport counters summed over every connection's QP, gone
+		// ones included: a peer leaving takes nothing off a total.
+		for _, c := range i.mgr.ConnCounters() {
+			c.Name = "conn_" + c.Name
+			out = append(out, c)
 		}
 	})
 	for _, c := range i.dev.Counters() {

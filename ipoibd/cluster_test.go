@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
@@ -149,12 +148,8 @@ func (c *cluster) conns(k int) []ipoib.ConnInfo {
 }
 
 func (c *cluster) stats(k int) map[string]uint64 {
-	var cs []ib.Counter
-	c.query(k, "stats", &cs)
 	m := map[string]uint64{}
-	for _, x := range cs {
-		m[x.Name] = x.Value
-	}
+	c.query(k, "stats", &m)
 	return m
 }
 

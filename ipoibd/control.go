@@ -2,18 +2,18 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
-	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,6 +27,11 @@ func socketName(ifname string) string { return "@ipoibd/" + ifname }
 type request struct {
 	Cmd string `json:"cmd"`
 }
+
+// maxRequest bounds what the server reads of a request.
+const maxRequest = 4096
+
+const errNotRoot = "permission denied: only root may query ipoibd (run it with sudo)"
 
 type controlServer struct {
 	ln    *net.UnixListener
@@ -69,12 +74,15 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	enc := json.NewEncoder(conn)
+	// The request is read before any answer, also a refusal: a client
+	// still writing to a closed socket would see EPIPE instead of why.
+	var req request
+	reqErr := json.NewDecoder(bufio.NewReader(io.LimitReader(conn, maxRequest))).Decode(&req)
 	if !peerIsRoot(conn) {
-		_ = enc.Encode(map[string]string{"error": "permission denied: only root may query ipoibd"})
+		_ = enc.Encode(map[string]string{"error": errNotRoot})
 		return
 	}
-	var req request
-	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&req); err != nil {
+	if reqErr != nil {
 		_ = enc.Encode(map[string]string{"error": "bad request"})
 		return
 	}
@@ -107,44 +115,93 @@ func peerIsRoot(conn *net.UnixConn) bool {
 }
 
 // query asks a running daemon and prints its answer as a table or JSON.
-func query(cmd string, args []string) error {
-	fs := pflag.NewFlagSet("ipoibd "+cmd, pflag.ContinueOnError)
-	ifname := fs.String("ifname", "ib0", "interface whose daemon to ask")
-	asJSON := fs.Bool("json", false, "print JSON")
+func query(cmd string, args []string, out io.Writer) error {
+	fs, ifname, asJSON := queryFlags(cmd)
+	fs.Usage = func() {}
+	help := fs.BoolP("help", "h", false, "print the whole usage and exit")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketName(*ifname), Net: "unix"})
+	if *help {
+		usage(out)
+		return nil
+	}
+	switch {
+	case fs.NArg() > 1:
+		return fmt.Errorf("%s takes one interface name, got %q", cmd, strings.Join(fs.Args(), " "))
+	case fs.NArg() == 1 && fs.Changed("ifname") && fs.Arg(0) != *ifname:
+		return fmt.Errorf("%s: interface %q and --ifname %q disagree", cmd, fs.Arg(0), *ifname)
+	case fs.NArg() == 1:
+		*ifname = fs.Arg(0)
+	}
+	if *ifname == "" || len(*ifname) >= unix.IFNAMSIZ || strings.ContainsAny(*ifname, "/ \t\n") {
+		return fmt.Errorf("%q is not an interface name", *ifname)
+	}
+	raw, err := ask(*ifname, cmd)
 	if err != nil {
-		return fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", *ifname, err)
+		return err
+	}
+	if !*asJSON {
+		return printTable(out, cmd, raw)
+	}
+	if cmd == "stats" {
+		// One {name: value} object, in the daemon's order.
+		if raw, err = statsObject(raw); err != nil {
+			return err
+		}
+	}
+	_, err = out.Write(append(raw, '\n'))
+	return err
+}
+
+// ask sends one request and returns the reply, or the daemon's error.
+func ask(ifname, cmd string) (json.RawMessage, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err)
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := json.NewEncoder(conn).Encode(request{Cmd: cmd}); err != nil {
-		return err
-	}
+	// A refusal may already be on its way when our write fails: read it.
+	werr := json.NewEncoder(conn).Encode(request{Cmd: cmd})
+	_ = conn.CloseWrite()
 	var raw json.RawMessage
 	if err := json.NewDecoder(conn).Decode(&raw); err != nil {
-		return fmt.Errorf("reading the answer: %w", err)
+		if werr != nil {
+			return nil, fmt.Errorf("asking the daemon of %s: %w", ifname, werr)
+		}
+		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
 	var e struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return errors.New(e.Error)
+		return nil, errors.New(e.Error)
 	}
-	if *asJSON {
-		_, err := os.Stdout.Write(append(raw, '\n'))
-		return err
-	}
-	return printTable(cmd, raw)
+	return raw, nil
 }
 
-func printTable(cmd string, raw json.RawMessage) error {
-	w := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+// statsObject turns the daemon's counter list into one JSON object.
+func statsObject(raw json.RawMessage) (json.RawMessage, error) {
+	var cs []ib.Counter
+	if err := json.Unmarshal(raw, &cs); err != nil {
+		return nil, fmt.Errorf("the daemon's counters: %w", err)
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for k, c := range cs {
+		if k > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(c.Name)
+		fmt.Fprintf(&b, "%s:%d", name, c.Value)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	defer w.Flush()
 	switch cmd {
 	case "show":
@@ -154,7 +211,7 @@ func printTable(cmd string, raw json.RawMessage) error {
 		}
 		fmt.Fprintf(w, "%s: %s mode, mtu %d (UD %d, IB %d), device %s (%s)\n", i.Name, i.Mode, i.MTU, i.UDMTU, i.IBMTU, i.Device, i.LinkLayer)
 		fmt.Fprintf(w, "    link/infiniband %s\n", i.LinkAddr)
-		fmt.Fprintf(w, "    gid %s pkey %s\n", i.GID, i.PKey)
+		fmt.Fprintf(w, "    gid %s pkey %v\n", i.GID, ib.PKey(i.PKey))
 		if i.CMModes != "" {
 			fmt.Fprintf(w, "    cm modes %s policy %s, %d connections\n", i.CMModes, i.Policy, i.Conns)
 			fmt.Fprintf(w, "    cm %s\n", i.Info.CM)
@@ -181,9 +238,9 @@ func printTable(cmd string, raw json.RawMessage) error {
 		if err := json.Unmarshal(raw, &cs); err != nil {
 			return err
 		}
-		fmt.Fprintln(w, "PEER\tTYPE\tDIR\tSTATE\tQP\tSENDS\tQPN\tMTU\tPACKETS\tAGE")
+		fmt.Fprintln(w, "PEER\tTYPE\tDIR\tSTATE\tQP\tSENDS\tQPN\tREMOTE QPN\tMTU\tPACKETS\tAGE")
 		for _, c := range cs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", c.Peer, c.Type, c.Direction, c.State, c.QPState, yesNo(c.Sends), qpn(c.LocalQPN), c.MTU, c.Packets, c.Age)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", c.Peer, c.Type, c.Direction, c.State, c.QPState, yesNo(c.Sends), qpn(c.LocalQPN), qpn(c.RemoteQPN), c.MTU, c.Packets, time.Duration(c.AgeSecs)*time.Second)
 		}
 	case "stats":
 		var cs []ib.Counter

@@ -152,8 +152,8 @@ func TestPartitionsIsolate(t *testing.T) {
 	if n := c.neighbors(1)[c.ip4(2)]; n.Via != "-" {
 		t.Errorf("h1 resolved h2 across partitions: %+v", n)
 	}
-	if c.show(2).PKey != "0x8002" {
-		t.Errorf("h2 P_Key = %s", c.show(2).PKey)
+	if c.show(2).PKey != 0x8002 {
+		t.Errorf("h2 P_Key = %#x", c.show(2).PKey)
 	}
 }
 

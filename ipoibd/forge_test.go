@@ -567,7 +567,7 @@ func (e *forgeEnv) pair(t *testing.T, k, p int) []ipoib.ConnInfo {
 	var out []ipoib.ConnInfo
 	for _, cn := range e.c.conns(k) {
 		if la, err := ib.ParseLinkAddr(cn.Peer); err == nil && sameNode(la, e.link[p]) && cn.State == "established" {
-			cn.Age, cn.Packets = "", 0
+			cn.AgeSecs, cn.Packets = 0, 0
 			out = append(out, cn)
 		}
 	}

@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,11 +43,16 @@ type options struct {
 	port        int
 	cm          string
 	peers       string
+	version     bool
+	help        bool
 }
 
-func run(args []string) error {
-	var o options
+// runFlags defines the daemon's flags on o; the usage text and the man
+// page are made from the same set.
+func runFlags(o *options) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("ipoibd run", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Usage = func() {} // --help prints the whole usage to stdout, not this to stderr
 	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
 	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
@@ -59,19 +66,36 @@ func run(args []string) error {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
 	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections past setup at once; further REQs are rejected (no resources). Those in setup have their own bounds (256, 16 per peer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name from `ip netns` or a path; default: the daemon's)")
+	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name as ip netns lists it, or a path; default: the daemon's, and no namespace is entered). Entering one needs CAP_SYS_ADMIN")
 	fs.StringVar(&o.device, "device", "", "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices)")
 	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
 	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVarP(&o.help, "help", "h", false, "print the whole usage and exit")
+	return fs
+}
+
+func run(args []string, out io.Writer) error {
+	var o options
+	fs := runFlags(&o)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
+			usage(out)
 			return nil
 		}
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q (see ipoibd --help)", fs.Arg(0))
+	}
+	if o.help {
+		usage(out)
+		return nil
+	}
+	if o.version {
+		fmt.Fprintln(out, version())
+		return nil
 	}
 	cfg, dev, choice, err := o.config()
 	if err != nil {
@@ -108,17 +132,46 @@ func run(args []string) error {
 		}
 		defer func() { trace.Stop(); f.Close() }()
 	}
+	// Signals are caught before readiness is announced: a SIGHUP right
+	// after READY=1 must not kill the daemon.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	iface.Start()
 	info := iface.Show()
 	cfg.Log.Info("up", "if", info.Name, "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU, "ud_mtu", info.UDMTU, "addrs", strings.Join(info.Addrs, ","))
+	notify := newNotifier(cfg.Log)
+	notify.send("READY=1\nSTATUS=" + info.Name + " up, " + info.Mode + " mode, MTU " + strconv.Itoa(info.MTU))
+	stopWatchdog := notify.watchdog(func() { iface.Show() })
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	s := <-sig
-	cfg.Log.Info("shutting down", "signal", s.String())
+	for s := range sig {
+		if s == syscall.SIGHUP {
+			logState(cfg.Log, iface)
+			continue
+		}
+		cfg.Log.Info("shutting down", "signal", s.String())
+		break
+	}
+	stopWatchdog()
+	notify.send("STOPPING=1")
 	_ = ctl.Close()
 	iface.Close()
 	return dev.Close()
+}
+
+// logState answers SIGHUP: one line with the interface's state, for an
+// operator who has the journal but no shell in the namespace. Nothing is
+// re-read; the daemon keeps running.
+func logState(log *slog.Logger, iface *ipoib.Interface) {
+	info := iface.Show()
+	var drops uint64
+	for _, c := range iface.Stats() {
+		if strings.Contains(c.Name, "drop") {
+			drops += c.Value
+		}
+	}
+	log.Info("state (SIGHUP: nothing re-read)", "if", info.Name, "mode", info.Mode, "mtu", info.MTU,
+		"addrs", strings.Join(info.Addrs, ","), "neighbors", info.Neighbors, "candidates", info.Candidates,
+		"connections", info.Conns, "drops", drops)
 }
 
 func startCPUProfile(path string) (func(), error) {
@@ -151,7 +204,7 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return cfg, nil, choice, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
-	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Log = slog.New(logHandler(os.Stderr, level))
 	var err error
 	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
 		return cfg, nil, choice, fmt.Errorf("--mode: %w", err)
@@ -249,7 +302,7 @@ const (
 // cmChoice is the connection service the daemon runs and whether its link
 // address advertises connected mode, with why; `ipoibd show` prints it.
 type cmChoice struct {
-	Service   string `json:"cm_service,omitempty"` // cmOwn, cmKernel, or "" (datagram mode)
+	Service   string `json:"cm_service"` // cmOwn, cmKernel, or "" (datagram mode)
 	Advertise bool   `json:"connected_advertised"`
 	Why       string `json:"cm_why"`
 }

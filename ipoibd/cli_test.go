@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// runBinary runs the test build of ipoibd and returns stdout, stderr and
+// the exit status.
+func runBinary(t *testing.T, name string, args ...string) (string, string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout.String(), stderr.String(), 0
+	case errors.As(err, &exit):
+		return stdout.String(), stderr.String(), exit.ExitCode()
+	}
+	t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	return "", "", 0
+}
+
+// TestCLIHelp: every way of asking for help prints the whole usage (every
+// command and every run and query flag) to stdout and exits 0.
+func TestCLIHelp(t *testing.T) {
+	var want []string
+	for _, c := range commands {
+		want = append(want, "ipoibd "+c.synopsis)
+	}
+	var flags []string
+	runFlags(&options{}).VisitAll(func(f *pflag.Flag) { flags = append(flags, "--"+f.Name) })
+	want = append(want, "-j, --json", "SIGHUP")
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}, {"run", "-h"}, {"show", "--help"}, {"stats", "-h"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			out, errOut, code := runBinary(t, binary, args...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("exit %d, stderr %q; want 0 and nothing", code, errOut)
+			}
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("usage lacks %q:\n%s", w, out)
+				}
+			}
+			for _, f := range flags {
+				if !strings.Contains(out, f+" ") && !strings.Contains(out, f+"[") {
+					t.Errorf("usage lacks the run flag %s", f)
+				}
+			}
+		})
+	}
+}
+
+// TestCLIVersion: --version and version name the module, the VCS revision
+// of a stamped build and the Go version.
+func TestCLIVersion(t *testing.T) {
+	bin := binary
+	rev := ""
+	if out, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		// The test build may be unstamped (GOFLAGS=-buildvcs=false): make a
+		// stamped one, as make build does.
+		rev = strings.TrimSpace(string(out))
+		bin = filepath.Join(t.TempDir(), "ipoibd")
+		if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+			t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+		}
+	}
+	for _, args := range [][]string{{"--version"}, {"version"}, {"run", "--version"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			out, errOut, code := runBinary(t, bin, args...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			for _, w := range []string{"ipoibd github.com/ipoibd/ipoibd ", "revision " + rev, runtime.Version()} {
+				if !strings.Contains(out, w) {
+					t.Errorf("version %q lacks %q", out, w)
+				}
+			}
+			if strings.Count(out, "\n") != 1 {
+				t.Errorf("version is not one line: %q", out)
+			}
+		})
+	}
+}
+
+// TestCLIArguments: what the command line cannot mean is refused with one
+// line naming the problem, exit status 1, before any daemon is asked.
+func TestCLIArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"show", "ib7", "ib8"}, `show takes one interface name, got "ib7 ib8"`},
+		{[]string{"conn", "-j", "ib7", "extra"}, "conn takes one interface name"},
+		{[]string{"show", "--ifname", "ib1", "ib2"}, `interface "ib2" and --ifname "ib1" disagree`},
+		{[]string{"neigh", "a/b"}, `"a/b" is not an interface name`},
+		{[]string{"stats", "averyverylongname0"}, "is not an interface name"},
+		{[]string{"show", "--jsn"}, "unknown flag: --jsn"},
+		{[]string{"help", "me"}, "help takes no arguments"},
+		{[]string{"version", "x"}, "version takes no arguments"},
+		{[]string{"man", "1"}, "man takes no arguments"},
+		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := runBinary(t, binary, tc.args...)
+			if code != 1 || out != "" {
+				t.Fatalf("exit %d, stdout %q; want 1 and nothing", code, out)
+			}
+			if !strings.HasPrefix(errOut, "ipoibd: ") || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q, want one line with %q", errOut, tc.want)
+			}
+		})
+	}
+}
+
+// TestManPageGenerated: dist/ipoibd.8 is what `ipoibd man` prints (make
+// man), and it documents every run flag.
+func TestManPageGenerated(t *testing.T) {
+	out, errOut, code := runBinary(t, binary, "man")
+	if code != 0 || errOut != "" {
+		t.Fatalf("ipoibd man: exit %d, stderr %q", code, errOut)
+	}
+	runFlags(&options{}).VisitAll(func(f *pflag.Flag) {
+		if !strings.Contains(out, `\-\-`+strings.ReplaceAll(f.Name, "-", `\-`)+" ") && !strings.Contains(out, `\-\-`+strings.ReplaceAll(f.Name, "-", `\-`)+"\n") {
+			t.Errorf("man page lacks --%s", f.Name)
+		}
+	})
+	committed, err := os.ReadFile("../dist/ipoibd.8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(committed) != out {
+		t.Errorf("dist/ipoibd.8 differs from ipoibd man: run make man")
+	}
+}
+
+// TestJournalLog: under systemd (JOURNAL_STREAM) each line starts with its
+// priority and has no timestamp; elsewhere lines keep theirs.
+func TestJournalLog(t *testing.T) {
+	for _, tc := range []struct {
+		journal bool
+		log     func(*slog.Logger)
+		want    string // prefix of the line
+	}{
+		{true, func(l *slog.Logger) { l.Error("e", "k", 1) }, `<3>level=ERROR msg=e k=1`},
+		{true, func(l *slog.Logger) { l.Warn("w") }, `<4>level=WARN msg=w`},
+		{true, func(l *slog.Logger) { l.Info("i", "peer", "10.0.0.2") }, `<6>level=INFO msg=i peer=10.0.0.2`},
+		{true, func(l *slog.Logger) { l.Debug("d") }, `<7>level=DEBUG msg=d`},
+		{true, func(l *slog.Logger) { l.With("if", "ib0").Warn("w", "n", 2) }, `<4>level=WARN msg=w if=ib0 n=2`},
+		{false, func(l *slog.Logger) { l.Warn("w") }, `time=`},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			if tc.journal {
+				t.Setenv("JOURNAL_STREAM", "8:1234")
+			} else {
+				t.Setenv("JOURNAL_STREAM", "")
+			}
+			var buf bytes.Buffer
+			tc.log(slog.New(logHandler(&buf, slog.LevelDebug)))
+			line := buf.String()
+			if !strings.HasPrefix(line, tc.want) || strings.Count(line, "\n") != 1 {
+				t.Errorf("logged %q, want one line starting %q", line, tc.want)
+			}
+			if tc.journal && strings.Contains(line, "time=") {
+				t.Errorf("logged %q: the journal stamps lines itself", line)
+			}
+		})
+	}
+}
+
+// TestNotify: sd_notify messages reach NOTIFY_SOCKET, a path or an
+// abstract name, as single datagrams; without it nothing is sent.
+func TestNotify(t *testing.T) {
+	for _, name := range []string{filepath.Join(t.TempDir(), "notify"), "@ipoibd-test-notify-" + strings.ReplaceAll(t.Name(), "/", "-")} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			t.Setenv("NOTIFY_SOCKET", name)
+			t.Setenv("WATCHDOG_USEC", "20000")
+			t.Setenv("WATCHDOG_PID", "")
+			n := newNotifier(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+			n.send("READY=1")
+			alive := make(chan struct{}, 1)
+			stop := n.watchdog(func() { alive <- struct{}{} })
+			defer stop()
+			_ = ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 64)
+			for _, want := range []string{"READY=1", "WATCHDOG=1"} {
+				if want == "WATCHDOG=1" {
+					<-alive // the ping follows a liveness check
+				}
+				k, err := ln.Read(buf)
+				if err != nil || string(buf[:k]) != want {
+					t.Fatalf("got %q, %v; want %q", buf[:k], err, want)
+				}
+			}
+		})
+	}
+	t.Setenv("NOTIFY_SOCKET", "")
+	n := newNotifier(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if n.addr != nil {
+		t.Errorf("notifier without NOTIFY_SOCKET has address %v", n.addr)
+	}
+}
