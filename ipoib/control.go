@@ -53,6 +53,7 @@ type control struct {
 	wc         [rxBatch]ib.Completion
 	now        time.Time
 	cmAsked    time.Time           // when armCM last asked the manager for its deadline
+	unreach    tokenBucket         // limits the ICMP unreachable errors (unreach.go)
 	dropsSeen  [numCounters]uint64 // counter values at the last drop report
 	dropsAt    time.Time
 	pollAddrs  bool // the address subscription failed: read them each tick
@@ -261,6 +262,9 @@ func (c *control) refreshAddrs() {
 			c.announce(p.Addr())
 		}
 	}
+	if !slices.Equal(old, addrs) {
+		c.syncRoutes()
+	}
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {
@@ -361,6 +365,10 @@ func (c *control) handlePending(p pendingPacket) {
 		i.drop(p.slot, txDropNoNeigh)
 		return
 	}
+	if c.failedRecently(e) {
+		c.unreachable(p.slot, p.n)
+		return
+	}
 	if path := e.Path(); path != nil {
 		// Published since the datapath looked: send it now if it can go.
 		if c.send(p.slot, p.n, path) {
@@ -390,7 +398,7 @@ func (c *control) apply(e *neigh.Entry, a neigh.Action, old ib.LinkAddr) {
 	}
 	if a.Has(neigh.ActFailPending) {
 		for _, p := range e.Pending {
-			i.drop(p.Slot, txDropNoNeigh)
+			c.unreachable(p.Slot, p.Len)
 		}
 		e.Pending = nil
 	}

@@ -36,17 +36,19 @@ const (
 	arpOut
 	ndIn
 	ndOut
-	ctlDropBusy        // the control goroutine's inbox was full
-	ctlDropSolicitBusy // an ARP request or NS found the control goroutine's solicitation inbox full
-	impostors          // replies that tried to redirect a live neighbor and were refuted
-	solicitNotOurs     // ARP requests and NSs for an address not ours: not answered
-	solicitNoSource    // NSs from the unspecified address (DAD) or without a source: not answered
-	learnCandidates    // neighbors learned from solicitations, as candidates (neigh/learn.go)
-	learnEvicted       // candidates evicted for newer ones (the bound was reached)
-	learnLimited       // solicitations answered but not learned: their node taught too fast
-	learnLinkMismatch  // solicitations whose link address is not their sender's: not learned
-	learnUsed          // candidates our traffic used (they became entries)
-	txConnErrors       // connections whose QP could not send: torn down and connected again
+	ctlDropBusy          // the control goroutine's inbox was full
+	ctlDropSolicitBusy   // an ARP request or NS found the control goroutine's solicitation inbox full
+	impostors            // replies that tried to redirect a live neighbor and were refuted
+	solicitNotOurs       // ARP requests and NSs for an address not ours: not answered
+	solicitNoSource      // NSs from the unspecified address (DAD) or without a source: not answered
+	learnCandidates      // neighbors learned from solicitations, as candidates (neigh/learn.go)
+	learnEvicted         // candidates evicted for newer ones (the bound was reached)
+	learnLimited         // solicitations answered but not learned: their node taught too fast
+	learnLinkMismatch    // solicitations whose link address is not their sender's: not learned
+	learnUsed            // candidates our traffic used (they became entries)
+	txConnErrors         // connections whose QP could not send: torn down and connected again
+	txUnreachable        // ICMP host / ICMPv6 address unreachable written back for packets whose neighbor failed
+	txUnreachableLimited // such packets not answered: the rate limit (unreach.go) was reached
 	numCounters
 )
 
@@ -64,6 +66,7 @@ var counterNames = [numCounters]string{
 	solicitNotOurs: "solicit_not_ours", solicitNoSource: "solicit_no_source",
 	learnCandidates: "learn_candidates", learnEvicted: "learn_evicted", learnLimited: "learn_rate_limited",
 	learnLinkMismatch: "learn_link_mismatch", learnUsed: "learn_used", txConnErrors: "tx_conn_errors",
+	txUnreachable: "tx_unreachable_sent", txUnreachableLimited: "tx_unreachable_limited",
 }
 
 type counters [numCounters]atomic.Uint64

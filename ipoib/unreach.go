@@ -1,0 +1,86 @@
+package ipoib
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/ipoibd/ipoibd/mtu"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// Answers to packets whose neighbor did not resolve. Like the kernel's
+// global ICMP limit (net.ipv4.icmp_msgs_per_sec, icmp_msgs_burst), a flood
+// to a dead address costs at most unreachRate errors a second after a
+// burst; the packets beyond it are still dropped and counted.
+const (
+	unreachRate  = 100
+	unreachBurst = 50
+	// failedHold: a packet this soon after its neighbor failed is answered
+	// at once instead of starting another resolution; the next one after
+	// it asks again (an answer from the peer ends the hold earlier).
+	failedHold = 3 * time.Second
+)
+
+// tokenBucket is a rate limit owned by the control goroutine.
+type tokenBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// take spends a token if there is one, refilling rate a second up to burst.
+func (b *tokenBucket) take(now time.Time, rate, burst float64) bool {
+	if b.at.IsZero() {
+		b.tokens = burst
+	} else if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(burst, b.tokens+d.Seconds()*rate)
+	}
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// unreachable drops the n-octet IPoIB message in slot, whose neighbor did
+// not resolve, and answers it with ICMP host unreachable / ICMPv6 address
+// unreachable written back into the TUN, as the kernel does when ARP or
+// ND fails: connect() then fails with EHOSTUNREACH and ping says why,
+// instead of the caller waiting for its own timeout. The error is built
+// in the slot after the packet, as tooBig's.
+func (c *control) unreachable(slot uint32, n int) {
+	i := c.i
+	if c.unreach.take(c.now, unreachRate, unreachBurst) {
+		buf := i.slots.bytes(slot)
+		if m, err := mtu.Unreachable(buf[n:], buf[ud.HeaderLen:n], netip.Addr{}); err == nil {
+			if _, err := i.tun.Write(buf[n : n+m]); err == nil {
+				i.ctr.inc(txUnreachable)
+			}
+		}
+	} else {
+		i.ctr.inc(txUnreachableLimited)
+	}
+	i.drop(slot, txDropNoNeigh)
+}
+
+// failedRecently reports whether e failed resolution within failedHold:
+// its packets are answered at once.
+func (c *control) failedRecently(e *neigh.Entry) bool {
+	return e.State == neigh.Failed && c.now.Sub(e.Updated) < failedHold
+}
+
+// syncRoutes sets the host route of every neighbor with a path again,
+// after our addresses changed: the route's source address follows them
+// (the kernel deleted the routes whose source went), and a neighbor no
+// longer in one of our subnets loses its route.
+func (c *control) syncRoutes() {
+	if c.i.routes == nil {
+		return
+	}
+	for _, e := range c.i.neigh.All() {
+		if p := e.Path(); p != nil {
+			c.publish(e, p)
+		}
+	}
+}
