@@ -175,3 +175,15 @@ func (i *Interface) Stats() []ib.Counter {
 	}
 	return out
 }
+
+// peerIPs names a peer by its IP addresses for log lines (operators know
+// hosts by IP, not by link address); "" when none is known. Control
+// goroutine only.
+func (i *Interface) peerIPs(link ib.LinkAddr) string {
+	var ips []string
+	for _, e := range i.neigh.ByLink(link) {
+		ips = append(ips, e.IP.String())
+	}
+	slices.Sort(ips)
+	return strings.Join(ips, ",")
+}

@@ -14,6 +14,12 @@ command -v tracepath >/dev/null || need_apt+=(iputils-tracepath)
 command -v iperf3 >/dev/null || need_apt+=(iperf3)
 command -v socat >/dev/null || need_apt+=(socat)
 command -v jq >/dev/null || need_apt+=(jq) # make bench reads iperf3 -J and show --json
+# The service tests: a daemon with only the unit's capabilities, queries as
+# nobody, and the unit's systemd-analyze security score.
+if [ "${1:-}" != runtime ]; then
+	command -v setpriv >/dev/null || need_apt+=(util-linux)
+	command -v systemd-analyze >/dev/null || need_apt+=(systemd)
+fi
 # The rxe test bed (scripts/rxe-testbed.sh) and cgo in verbs/ (go vet -tags rdma);
 # not for `deps.sh runtime`, the demo needs none of it.
 if [ "${1:-}" != runtime ]; then
