@@ -263,7 +263,8 @@ func (c *control) refreshAddrs() {
 		}
 	}
 	if !slices.Equal(old, addrs) {
-		c.syncRoutes()
+		// Host routes' source addresses follow ours.
+		c.republish()
 	}
 }
 

@@ -69,18 +69,3 @@ func (c *control) unreachable(slot uint32, n int) {
 func (c *control) failedRecently(e *neigh.Entry) bool {
 	return e.State == neigh.Failed && c.now.Sub(e.Updated) < failedHold
 }
-
-// syncRoutes sets the host route of every neighbor with a path again,
-// after our addresses changed: the route's source address follows them
-// (the kernel deleted the routes whose source went), and a neighbor no
-// longer in one of our subnets loses its route.
-func (c *control) syncRoutes() {
-	if c.i.routes == nil {
-		return
-	}
-	for _, e := range c.i.neigh.All() {
-		if p := e.Path(); p != nil {
-			c.publish(e, p)
-		}
-	}
-}

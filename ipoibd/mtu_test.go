@@ -21,8 +21,8 @@ func routeGetMTU(t *testing.T, c *cluster, k int, dst string) string {
 }
 
 // TestPerDestinationMTU checks what the kernel learns from the daemon: a
-// connected peer gets 65520, a datagram-only peer the UD MTU (host routes
-// marked proto 105), an oversize DF packet draws ICMP with the UD MTU, and
+// connected peer gets 65520 (the link's MTU, no host route), a
+// datagram-only peer the UD MTU (a host route marked proto 105), an oversize DF packet draws ICMP with the UD MTU, and
 // a route the operator set by hand is left alone.
 func TestPerDestinationMTU(t *testing.T) {
 	if _, err := lookTools("tracepath"); err != nil {
@@ -50,10 +50,13 @@ func TestPerDestinationMTU(t *testing.T) {
 	c.ping(1, c.ip4(2), 1)
 	c.ping(1, c.ip6(2), 1)
 
+	// The connected peer's MTU is the link's: no host route for it.
+	if out := c.on(1, "ip", "route", "show", c.ip4(2), "proto", "105"); strings.TrimSpace(out) != "" {
+		t.Errorf("host route to %s although its MTU is the link's: %s", c.ip4(2), out)
+	}
 	for _, tc := range []struct {
 		dst, want string
 	}{
-		{c.ip4(2), "65520"},
 		{c.ip4(3), udMTU},
 		{c.ip6(3), udMTU},
 		{c.ip6(2), "9000"}, // the operator's
