@@ -12,6 +12,7 @@ import (
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/ud"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Timers of the control goroutine (resolution's own are neigh's).
@@ -90,13 +91,19 @@ func (i *Interface) controlLoop() {
 	stop := make(chan struct{})
 	defer close(stop)
 	// Subscriptions in the TUN's namespace, whatever thread runs this.
-	if err := netlink.AddrSubscribeWithOptions(addrUpdates, stop, netlink.AddrSubscribeOptions{Namespace: &i.netns}); err != nil {
+	// Without --netns it is the daemon's own, and entering it (setns)
+	// would need CAP_SYS_ADMIN, which the service unit does not grant.
+	var ns *netns.NsHandle
+	if i.cfg.Netns != "" {
+		ns = &i.netns
+	}
+	if err := netlink.AddrSubscribeWithOptions(addrUpdates, stop, netlink.AddrSubscribeOptions{Namespace: ns}); err != nil {
 		i.log.Warn("address changes will not be followed", "err", err)
 	}
-	if err := netlink.LinkSubscribeWithOptions(linkUpdates, stop, netlink.LinkSubscribeOptions{Namespace: &i.netns}); err != nil {
+	if err := netlink.LinkSubscribeWithOptions(linkUpdates, stop, netlink.LinkSubscribeOptions{Namespace: ns}); err != nil {
 		i.log.Warn("link changes (MTU, down/up) will not be followed", "err", err)
 	}
-	if err := netlink.RouteSubscribeWithOptions(routeUpdates, stop, netlink.RouteSubscribeOptions{Namespace: &i.netns}); err != nil {
+	if err := netlink.RouteSubscribeWithOptions(routeUpdates, stop, netlink.RouteSubscribeOptions{Namespace: ns}); err != nil {
 		i.log.Warn("route changes will not be followed", "err", err)
 	}
 	// The connection service: its input (MADs, the kernel CM's events)
