@@ -12,7 +12,9 @@ import (
 // on stderr and exit status 1, and leaves no interface behind.
 func TestOperatorMistakes(t *testing.T) {
 	c := newCluster(t, "flags", 1)
-	c.start(1, "--ifname", "ibbusy") // occupies a name for the "exists" case
+	// Occupies a name for the "exists" case; on a port of its own, since
+	// the underlay address on the default port is each daemon's alone.
+	c.start(1, "--ifname", "ibbusy", "--softib-port", "4792")
 	for _, tc := range []struct {
 		name string
 		args []string
