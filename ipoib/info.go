@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,11 +18,14 @@ import (
 
 // Info describes the interface.
 type Info struct {
-	Name      string   `json:"ifname"`
-	Device    string   `json:"device"`
-	LinkLayer string   `json:"link_layer"`
-	LinkAddr  string   `json:"link_addr"`
-	GID       string   `json:"gid"`
+	Name      string `json:"ifname"`
+	Device    string `json:"device"`
+	LinkLayer string `json:"link_layer"`
+	LinkAddr  string `json:"link_addr"`
+	GID       string `json:"gid"`
+	// PortGUID ("0x" and 16 hex digits, as ibstat prints it) is the GID's
+	// low half; the IPv6 link-local address is made from it.
+	PortGUID  string   `json:"port_guid"`
 	PKey      uint16   `json:"pkey"`
 	Mode      string   `json:"mode"`
 	CMModes   string   `json:"cm_modes"`  // "" in datagram mode
@@ -71,7 +75,8 @@ func (i *Interface) Show() Info {
 	i.do(func() {
 		info = Info{
 			Name: i.Name(), Device: i.dev.Name(), LinkLayer: i.port.LinkLayer,
-			LinkAddr: i.local.String(), GID: i.local.GID.String(), PKey: uint16(i.pkey),
+			LinkAddr: i.local.String(), GID: i.local.GID.String(),
+			PortGUID: fmt.Sprintf("0x%016x", binary.BigEndian.Uint64(i.local.GID[8:])), PKey: uint16(i.pkey),
 			Addrs: []string{}, Groups: []string{},
 			Mode: i.cfg.Mode.String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),

@@ -50,7 +50,11 @@ func TestLinkFollowsTheOperator(t *testing.T) {
 	c.ping(1, c.ip6(2), 1)
 
 	// Link-local: from the GUID, the only one, the same after a restart.
-	want := linkLocalOf(t, c.show(2).GID)
+	info := c.show(2)
+	want := linkLocalOf(t, info.GID)
+	if g, _ := ib.ParseGID(info.GID); info.PortGUID != fmt.Sprintf("0x%x", g[8:]) {
+		t.Errorf("show: port_guid %q for GID %s", info.PortGUID, info.GID)
+	}
 	linkLocals := func(k int) string {
 		return c.on(k, "ip", "-6", "-o", "addr", "show", "dev", "ib0", "scope", "link")
 	}
