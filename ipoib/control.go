@@ -675,13 +675,13 @@ func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
 // that tells the kernel its MTU (unless the operator set one by hand).
 func (c *control) publish(e *neigh.Entry, p *neigh.Path) {
 	e.SetPath(p)
-	if c.i.routes == nil || p == nil {
+	if p == nil {
 		return
 	}
-	// The link MTU caps the route's: the kernel would send a packet as
-	// large as the route allows even when the operator made the link's
-	// MTU smaller.
-	installed, err := c.i.routes.Set(e.IP, min(p.MTU, c.i.mtu))
+	// Set drops the route where p.MTU is not below the link's MTU, which
+	// it reads from the kernel: a smaller link MTU set by the operator
+	// caps every path.
+	installed, err := c.i.routes.Set(e.IP, p.MTU)
 	switch {
 	case err != nil:
 		c.i.log.Warn("per-destination MTU route", "dst", e.IP, "mtu", p.MTU, "err", err)
@@ -741,10 +741,8 @@ func (c *control) forget(e *neigh.Entry) {
 	for _, p := range c.i.neigh.Delete(e) {
 		c.i.drop(p.Slot, txDropNoNeigh)
 	}
-	if c.i.routes != nil {
-		if err := c.i.routes.Remove(e.IP); err != nil {
-			c.i.log.Warn("removing a route", "dst", e.IP, "err", err)
-		}
+	if err := c.i.routes.Remove(e.IP); err != nil {
+		c.i.log.Warn("removing a route", "dst", e.IP, "err", err)
 	}
 	if c.i.mgr != nil && e.Link.GID != (ib.GID{}) && len(c.i.neigh.ByLink(e.Link)) == 0 {
 		c.i.mgr.Disconnect(c.now, e.Link, "neighbor expired")
@@ -756,7 +754,5 @@ func (c *control) shutdown() {
 	if c.i.mgr != nil {
 		c.i.mgr.Close(time.Now())
 	}
-	if c.i.routes != nil {
-		_ = c.i.routes.Flush()
-	}
+	_ = c.i.routes.Flush()
 }

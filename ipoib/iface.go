@@ -114,7 +114,7 @@ type Interface struct {
 
 	neigh  *neigh.Table
 	mgr    *cm.Manager // nil in datagram mode
-	routes *mtu.Routes // per-destination MTUs; nil when every path has the interface MTU
+	routes *mtu.Routes // per-destination MTUs (host routes where a path's is below the link's)
 
 	// Datapath → control.
 	pending   chan pendingPacket
@@ -252,9 +252,7 @@ func New(cfg Config) (_ *Interface, err error) {
 	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns}); err != nil {
 		return nil, err
 	}
-	if i.mtu > i.udMTU {
-		i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
-	}
+	i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
 	if cfg.Mode == Connected {
 		engine := cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, MaxConns: cfg.MaxConns}
 		svc := cfg.ConnService

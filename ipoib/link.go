@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/vishvananda/netlink"
 )
 
@@ -28,9 +27,6 @@ func (c *control) linkChanged(u netlink.LinkUpdate) {
 	if a.MTU > 0 && a.MTU != i.mtu {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", a.MTU)
 		i.mtu = a.MTU
-		if i.routes == nil && i.mtu > i.udMTU {
-			i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
-		}
 		republish = true
 	}
 	up := a.Flags&net.FlagUp != 0
@@ -60,8 +56,9 @@ func (i *Interface) ownAddrs() []netip.Prefix {
 	return out
 }
 
-// republish installs every resolved neighbor's host route again, with the
-// link MTU as the cap.
+// republish sets every resolved neighbor's host route again: mtu.Routes
+// compares its MTU with the link's now and takes its source from our
+// addresses now.
 func (c *control) republish() {
 	for _, e := range c.i.neigh.All() {
 		if p := e.Path(); p != nil {

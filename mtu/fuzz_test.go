@@ -22,32 +22,7 @@ func FuzzTooBig(f *testing.F) {
 		if a, ok := netip.AddrFromSlice(srcb); ok {
 			src = a
 		}
-		dst := make([]byte, MaxLen)
-		n, err := TooBig(dst, pkt, mtu, src)
-		if err != nil {
-			if n != 0 {
-				t.Fatalf("error %v with length %d", err, n)
-			}
-			return
-		}
-		out := dst[:n]
-		if msg := verify(out); msg != "" {
-			t.Fatalf("invalid output (%s): % x", msg, out)
-		}
-		hdr := 28
-		if out[0]>>4 == 6 {
-			hdr = 48
-		}
-		if !bytes.Equal(out[hdr:], pkt[:n-hdr]) {
-			t.Fatal("quote is not the packet's start")
-		}
-		// In place gives the same.
-		buf := make([]byte, max(len(pkt), MaxLen))
-		copy(buf, pkt)
-		m, err := TooBig(buf, buf[:len(pkt)], mtu, src)
-		if err != nil || !bytes.Equal(buf[:m], out) {
-			t.Fatalf("in place: %v, output differs", err)
-		}
+		checkICMPError(t, pkt, verify, func(dst, pkt []byte) (int, error) { return TooBig(dst, pkt, mtu, src) })
 	})
 }
 
@@ -66,30 +41,39 @@ func FuzzUnreachable(f *testing.F) {
 		if a, ok := netip.AddrFromSlice(srcb); ok {
 			src = a
 		}
-		dst := make([]byte, MaxLen)
-		n, err := Unreachable(dst, pkt, src)
-		if err != nil {
-			if n != 0 {
-				t.Fatalf("error %v with length %d", err, n)
-			}
-			return
-		}
-		out := dst[:n]
-		if msg := verifyAs(out, true); msg != "" {
-			t.Fatalf("invalid output (%s): % x", msg, out)
-		}
-		hdr := 28
-		if out[0]>>4 == 6 {
-			hdr = 48
-		}
-		if !bytes.Equal(out[hdr:], pkt[:n-hdr]) {
-			t.Fatal("quote is not the packet's start")
-		}
-		buf := make([]byte, max(len(pkt), MaxLen))
-		copy(buf, pkt)
-		m, err := Unreachable(buf, buf[:len(pkt)], src)
-		if err != nil || !bytes.Equal(buf[:m], out) {
-			t.Fatalf("in place: %v, output differs", err)
-		}
+		checkICMPError(t, pkt, func(out []byte) string { return verifyAs(out, true) },
+			func(dst, pkt []byte) (int, error) { return Unreachable(dst, pkt, src) })
 	})
+}
+
+// checkICMPError runs write (TooBig or Unreachable) on pkt: an error comes
+// with no output; an output passes valid and quotes the packet's start;
+// written in place it is the same.
+func checkICMPError(t *testing.T, pkt []byte, valid func([]byte) string, write func(dst, pkt []byte) (int, error)) {
+	t.Helper()
+	dst := make([]byte, MaxLen)
+	n, err := write(dst, pkt)
+	if err != nil {
+		if n != 0 {
+			t.Fatalf("error %v with length %d", err, n)
+		}
+		return
+	}
+	out := dst[:n]
+	if msg := valid(out); msg != "" {
+		t.Fatalf("invalid output (%s): % x", msg, out)
+	}
+	hdr := 28
+	if out[0]>>4 == 6 {
+		hdr = 48
+	}
+	if !bytes.Equal(out[hdr:], pkt[:n-hdr]) {
+		t.Fatal("quote is not the packet's start")
+	}
+	buf := make([]byte, max(len(pkt), MaxLen))
+	copy(buf, pkt)
+	m, err := write(buf, buf[:len(pkt)])
+	if err != nil || !bytes.Equal(buf[:m], out) {
+		t.Fatalf("in place: %v, output differs", err)
+	}
 }
