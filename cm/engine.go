@@ -159,6 +159,10 @@ type EngineConfig struct {
 	// REQs that are never completed cannot lock real peers out; at most
 	// MaxConns + MaxHalfOpen connections exist.
 	MaxConns, MaxHalfOpen, MaxHalfOpenPerSource int
+	// CommIDTag, when not 0, is the top octet of every communication ID
+	// the engine chooses: a MADSplitter shares the port's QP1 between
+	// engines and routes replies by it.
+	CommIDTag uint8
 	// Send transmits one MAD on QP1.
 	Send func(to ib.MADAddr, mad []byte) error
 	// Event reports to the consumer; it may call back into the engine.
@@ -890,7 +894,11 @@ func (e *Engine) newCommID() uint32 {
 	var b [4]byte
 	for {
 		_, _ = rand.Read(b[:])
-		if id := binary.BigEndian.Uint32(b[:]); id != 0 && e.byLocal[id] == nil {
+		id := binary.BigEndian.Uint32(b[:])
+		if e.cfg.CommIDTag != 0 {
+			id = id&0x00ffffff | uint32(e.cfg.CommIDTag)<<24
+		}
+		if id != 0 && e.byLocal[id] == nil {
 			return id
 		}
 	}

@@ -85,6 +85,10 @@ type Config struct {
 	// Nil: the cm Engine over the device's QP1 MADs (softib's QP1, or
 	// ib_umad on rdma-core ports).
 	ConnService func(events func(cm.Event)) (cm.Service, error)
+	// MADs, when set, is the port's QP1 shared with the other interfaces
+	// of the port (P_Key children): the CM engine takes its share of it
+	// instead of opening the device's MAD service, which a port has once.
+	MADs *cm.MADSplitter
 	// Netns puts the interface in a network namespace: a name as `ip netns`
 	// knows it, or a path (default: the daemon's own).
 	Netns string
@@ -258,11 +262,19 @@ func New(cfg Config) (_ *Interface, err error) {
 		svc := cfg.ConnService
 		if svc == nil {
 			svc = func(events func(cm.Event)) (cm.Service, error) {
+				engine.Event = events
+				if cfg.MADs != nil {
+					share, err := cfg.MADs.Open(i.local.QPN)
+					if err != nil {
+						return nil, err
+					}
+					engine.CommIDTag = share.Tag()
+					return cm.NewMADEngine(engine, share), nil
+				}
 				mads, err := i.dev.MADs()
 				if err != nil {
 					return nil, err
 				}
-				engine.Event = events
 				return cm.NewMADEngine(engine, mads), nil
 			}
 		}
@@ -468,3 +480,6 @@ func (i *Interface) LinkAddr() ib.LinkAddr { return i.local }
 
 // Name returns the interface name.
 func (i *Interface) Name() string { return i.tun.Name() }
+
+// PKey returns the interface's partition key.
+func (i *Interface) PKey() ib.PKey { return i.pkey }

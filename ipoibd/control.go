@@ -25,7 +25,9 @@ import (
 func socketName(ifname string) string { return "@ipoibd/" + ifname }
 
 type request struct {
-	Cmd string `json:"cmd"`
+	Cmd   string        `json:"cmd"`
+	Child *childRequest `json:"child,omitempty"` // child-add
+	Name  string        `json:"name,omitempty"`  // child-del: a child's name or P_Key
 }
 
 // maxRequest bounds what the server reads of a request.
@@ -36,10 +38,10 @@ const errNotRoot = "permission denied: only root may query ipoibd (run it with s
 type controlServer struct {
 	ln    *net.UnixListener
 	iface *ipoib.Interface
-	cm    cmChoice
+	d     *daemon
 }
 
-func listenControl(ifname string, iface *ipoib.Interface, choice cmChoice) (*controlServer, error) {
+func listenControl(ifname string, iface *ipoib.Interface, d *daemon) (*controlServer, error) {
 	// The socket lives in the interface's namespace, where `ipoibd show`
 	// finds it (abstract names are per namespace).
 	var ln *net.UnixListener
@@ -53,7 +55,7 @@ func listenControl(ifname string, iface *ipoib.Interface, choice cmChoice) (*con
 		}
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	s := &controlServer{ln: ln, iface: iface, cm: choice}
+	s := &controlServer{ln: ln, iface: iface, d: d}
 	go s.serve()
 	return s, nil
 }
@@ -89,7 +91,15 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 	var reply any
 	switch req.Cmd {
 	case "show":
-		reply = showReply{Info: s.iface.Show(), CM: s.cm}
+		r := showReply{Info: s.iface.Show(), CM: s.d.choice, Children: []childInfo{}}
+		if s.iface == s.d.first() {
+			r.Children = s.d.children()
+		} else {
+			r.Parent = s.d.base.Name
+		}
+		reply = r
+	case "child-add", "child-del":
+		reply = s.child(req)
 	case "neigh":
 		reply = s.iface.Neighbors()
 	case "conn":
@@ -100,6 +110,33 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 		reply = map[string]string{"error": "unknown command " + req.Cmd}
 	}
 	_ = enc.Encode(reply)
+}
+
+// child answers child-add and child-del, which only the first
+// interface's socket takes (children have no children).
+func (s *controlServer) child(req request) any {
+	if s.iface != s.d.first() {
+		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.base.Name}
+	}
+	var name string
+	var err error
+	if req.Cmd == "child-add" {
+		if req.Child == nil {
+			return map[string]string{"error": "bad request"}
+		}
+		name, err = s.d.addChild(*req.Child)
+	} else {
+		name, err = s.d.delChild(req.Name)
+	}
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	return childReply{Name: name}
+}
+
+// childReply names the child made or removed.
+type childReply struct {
+	Name string `json:"name"`
 }
 
 func peerIsRoot(conn *net.UnixConn) bool {
@@ -137,7 +174,7 @@ func query(cmd string, args []string, out io.Writer) error {
 	if *ifname == "" || len(*ifname) >= unix.IFNAMSIZ || strings.ContainsAny(*ifname, "/ \t\n") {
 		return fmt.Errorf("%q is not an interface name", *ifname)
 	}
-	raw, err := ask(*ifname, cmd)
+	raw, err := ask(*ifname, request{Cmd: cmd})
 	if err != nil {
 		return err
 	}
@@ -155,7 +192,7 @@ func query(cmd string, args []string, out io.Writer) error {
 }
 
 // ask sends one request and returns the reply, or the daemon's error.
-func ask(ifname, cmd string) (json.RawMessage, error) {
+func ask(ifname string, req request) (json.RawMessage, error) {
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err)
@@ -163,7 +200,7 @@ func ask(ifname, cmd string) (json.RawMessage, error) {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	// A refusal may already be on its way when our write fails: read it.
-	werr := json.NewEncoder(conn).Encode(request{Cmd: cmd})
+	werr := json.NewEncoder(conn).Encode(req)
 	_ = conn.CloseWrite()
 	var raw json.RawMessage
 	if err := json.NewDecoder(conn).Decode(&raw); err != nil {
@@ -224,6 +261,12 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 			fmt.Fprintf(w, "    groups %s\n", strings.Join(i.Groups, " "))
 		}
 		fmt.Fprintf(w, "    %d neighbors\n", i.Neighbors)
+		if i.Parent != "" {
+			fmt.Fprintf(w, "    child of %s\n", i.Parent)
+		}
+		for _, c := range i.Children {
+			fmt.Fprintf(w, "    child %s pkey %v\n", c.Name, ib.PKey(c.PKey))
+		}
 	case "neigh":
 		var ns []ipoib.NeighInfo
 		if err := json.Unmarshal(raw, &ns); err != nil {
@@ -248,12 +291,24 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 			return err
 		}
 		for _, c := range cs {
-			if c.Value != 0 || !strings.Contains(c.Name, "drop") {
+			if c.Value != 0 || !quietAtZero(c.Name) {
 				fmt.Fprintf(w, "%s\t%d\n", c.Name, c.Value)
 			}
 		}
 	}
 	return nil
+}
+
+// quietAtZero tells the counters the table leaves out while they are 0:
+// drops, and the CM's counts by MAD kind, REJ reason and failed call,
+// dozens of which stay 0 for good (-j lists every one, always).
+func quietAtZero(name string) bool {
+	for _, p := range []string{"cm_unknown_", "cm_unsupported_", "cm_rej_sent_", "cm_err_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return strings.Contains(name, "drop")
 }
 
 func qpn(q uint32) string {
@@ -288,7 +343,9 @@ func yesNo(b bool) string {
 // connection service.
 type showReply struct {
 	ipoib.Info
-	CM cmChoice `json:"cm_choice"`
+	CM       cmChoice    `json:"cm_choice"`
+	Parent   string      `json:"parent"`   // a child's parent, "" for the first interface
+	Children []childInfo `json:"children"` // the first interface's P_Key children
 }
 
 func advertised(b bool) string {

@@ -4,6 +4,7 @@
 //
 //	ipoibd --underlay 10.0.0.1 --addr 192.168.77.1/24   run the daemon
 //	ipoibd show|neigh|conn|stats [IFNAME] [-j]          ask a running one
+//	ipoibd child add|del [PARENT] PKEY                  P_Key child interfaces
 //	ipoibd help | version | man                         usage, build, man page
 package main
 
@@ -35,6 +36,8 @@ func dispatch(args []string, out io.Writer) error {
 		return run(args, out)
 	case "show", "neigh", "conn", "stats":
 		return query(cmd, args, out)
+	case "child":
+		return childCommand(args, out)
 	case "help":
 		return noArgs(cmd, args, func() { usage(out) })
 	case "version":
@@ -42,7 +45,7 @@ func dispatch(args []string, out io.Writer) error {
 	case "man":
 		return noArgs(cmd, args, func() { manPage(out) })
 	}
-	return fmt.Errorf("unknown command %q (want run, show, neigh, conn, stats, help, version or man; see ipoibd --help)", cmd)
+	return fmt.Errorf("unknown command %q (want run, show, neigh, conn, stats, child, help, version or man; see ipoibd --help)", cmd)
 }
 
 func noArgs(cmd string, args []string, f func()) error {
@@ -60,6 +63,8 @@ var commands = []struct{ synopsis, what string }{
 	{"neigh [IFNAME] [-j]", "the neighbors: how each is reached (RC, UC or UD), its MTU and link address"},
 	{"conn [IFNAME] [-j]", "the connections: direction, state, QPNs, whether they carry our sends"},
 	{"stats [IFNAME] [-j]", "the counters, every drop under its cause; never going backwards"},
+	{"child add [PARENT] PKEY", "a P_Key child PARENT.PPPP in the parent's daemon (--name, --addr, --mode, --mtu)"},
+	{"child del [PARENT] NAME|PKEY", "remove a child: DREQs on its connections, the interface goes"},
 	{"help", "this text"},
 	{"version", "the module version, VCS revision and Go version of this build"},
 	{"man", "the man page ipoibd(8) in roff (man -l <(ipoibd man))"},
@@ -80,7 +85,7 @@ func usage(out io.Writer) {
 	fmt.Fprintln(out, "ipoibd: IP over InfiniBand in connected mode, in userspace")
 	fmt.Fprintln(out, "\nusage:")
 	for _, c := range commands {
-		fmt.Fprintf(out, "  ipoibd %-21s %s\n", c.synopsis, c.what)
+		fmt.Fprintf(out, "  ipoibd %-28s %s\n", c.synopsis, c.what)
 	}
 	fmt.Fprintln(out, "\nrun flags:")
 	fmt.Fprint(out, runFlags(&options{}).FlagUsages())

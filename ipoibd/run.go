@@ -29,6 +29,7 @@ type options struct {
 	provider    string
 	underlay    string
 	softibPort  uint16
+	softibPKeys string
 	pkey        string
 	mode        string
 	cmModes     string
@@ -57,6 +58,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
 	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
 	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
+	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, comma-separated (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
 	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface")
 	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
 	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
@@ -101,17 +103,15 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	iface, err := ipoib.New(cfg)
+	hint := "the subnet manager sets it"
+	if o.provider == "softib" {
+		hint = "softib: list it in --softib-pkeys"
+	}
+	d, err := newDaemon(cfg, dev, choice, hint)
 	if err != nil {
-		_ = dev.Close()
 		return err
 	}
-	ctl, err := listenControl(o.ifname, iface, choice)
-	if err != nil {
-		iface.Close()
-		_ = dev.Close()
-		return err
-	}
+	iface := d.first()
 	if path := os.Getenv("IPOIBD_CPUPROFILE"); path != "" {
 		// A developer aid: profile the daemon until it exits.
 		stop, err := startCPUProfile(path)
@@ -136,7 +136,6 @@ func run(args []string, out io.Writer) error {
 	// after READY=1 must not kill the daemon.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	iface.Start()
 	info := iface.Show()
 	cfg.Log.Info("up", "if", info.Name, "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU, "ud_mtu", info.UDMTU, "addrs", strings.Join(info.Addrs, ","))
 	notify := newNotifier(cfg.Log)
@@ -145,7 +144,9 @@ func run(args []string, out io.Writer) error {
 
 	for s := range sig {
 		if s == syscall.SIGHUP {
-			logState(cfg.Log, iface)
+			for _, i := range d.interfaces() {
+				logState(cfg.Log, i)
+			}
 			continue
 		}
 		cfg.Log.Info("shutting down", "signal", s.String())
@@ -153,9 +154,7 @@ func run(args []string, out io.Writer) error {
 	}
 	stopWatchdog()
 	notify.send("STOPPING=1")
-	_ = ctl.Close()
-	iface.Close()
-	return dev.Close()
+	return d.Close()
 }
 
 // logState answers SIGHUP: one line with the interface's state, for an
@@ -259,11 +258,22 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 		if err != nil {
 			return cfg, nil, choice, fmt.Errorf("--underlay %q: not an IP address", o.underlay)
 		}
-		dev, err := softib.Open(softib.Config{Name: "softib0", Addr: addr, Port: o.softibPort, PKey: pkey})
+		pkeys := []ib.PKey{pkey}
+		if o.softibPKeys != "" {
+			pkeys = nil
+			for _, f := range strings.Split(o.softibPKeys, ",") {
+				p, err := ib.ParsePKey(strings.TrimSpace(f))
+				if err != nil {
+					return cfg, nil, choice, fmt.Errorf("--softib-pkeys: %w", err)
+				}
+				pkeys = append(pkeys, p)
+			}
+		}
+		dev, err := softib.Open(softib.Config{Name: "softib0", Addr: addr, Port: o.softibPort, PKeys: pkeys})
 		if err != nil {
 			return cfg, nil, choice, err
 		}
-		cfg.Device = dev
+		cfg.Device, cfg.PKey = dev, pkey
 		return cfg, dev, choice, nil
 	case "verbs":
 		if o.underlay != "" {

@@ -13,11 +13,17 @@ import (
 
 func udQP(t *testing.T, h *host, qkey ib.QKey) ib.QP {
 	t.Helper()
+	return udQPIn(t, h, ib.DefaultPKey, qkey)
+}
+
+// udQPIn makes a UD QP in RTS on partition pkey.
+func udQPIn(t *testing.T, h *host, pkey ib.PKey, qkey ib.QKey) ib.QP {
+	t.Helper()
 	q, err := h.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: h.scq, RecvCQ: h.rcq, MaxSend: 64, MaxRecv: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []ib.QPModify{{State: ib.StateInit, PKey: ib.DefaultPKey, QKey: qkey}, {State: ib.StateRTR}, {State: ib.StateRTS}} {
+	for _, m := range []ib.QPModify{{State: ib.StateInit, PKey: pkey, QKey: qkey}, {State: ib.StateRTR}, {State: ib.StateRTS}} {
 		if err := q.Modify(m); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +74,7 @@ func TestUDUnicastAndQKeyCheck(t *testing.T) {
 
 func TestPartitionIsolation(t *testing.T) {
 	a := newHost(t, "127.0.0.1", 14793)
-	dev, err := Open(Config{Addr: netip.MustParseAddr("127.0.0.3"), Port: 14793, PKey: 0x8001})
+	dev, err := Open(Config{Addr: netip.MustParseAddr("127.0.0.3"), Port: 14793, PKeys: []ib.PKey{0x8001}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +99,46 @@ func TestPartitionIsolation(t *testing.T) {
 	}
 	if n := CounterValue(dev.Counters(), "rx_drop_pkey"); n != 1 {
 		t.Errorf("rx_drop_pkey = %d, want 1", n)
+	}
+}
+
+// A port with two partitions in its table: each QP takes only its own
+// partition's packets, and a QP cannot join a partition the table lacks.
+func TestPartitionsOnOnePort(t *testing.T) {
+	a := newHost(t, "127.0.0.1", 14795, ib.DefaultPKey, 0x8001)
+	b := newHost(t, "127.0.0.2", 14795, ib.DefaultPKey, 0x8001)
+	if got := b.dev.Port().PKeys; len(got) != 2 || got[0] != ib.DefaultPKey || got[1] != 0x8001 {
+		t.Fatalf("P_Key table %v", got)
+	}
+	const qkey = 0x0b1b
+	senders := map[ib.PKey]ib.QP{ib.DefaultPKey: udQPIn(t, a, ib.DefaultPKey, qkey), 0x8001: udQPIn(t, a, 0x8001, qkey)}
+	dst := udQPIn(t, b, 0x8001, qkey)
+	for i := range 4 {
+		dst.PostRecv([]ib.RecvWR{{ID: uint64(i), SGE: b.slot(i, 256+ib.GRHLen)}})
+	}
+	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.dev.Port().GID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkey := range []ib.PKey{ib.DefaultPKey, 0x8001} {
+		if _, err := senders[pkey].PostSend([]ib.SendWR{{ID: uint64(pkey), SGE: a.slot(0, 256), AH: ah, RemoteQPN: dst.Num(), RemoteQKey: qkey}}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, a.scq, 1, time.Second)
+	}
+	wc := poll(t, b.rcq, 1, 2*time.Second)[0]
+	if wc.Status != ib.WCSuccess || wc.PKey != 0x8001 || wc.SrcQPN != senders[0x8001].Num() {
+		t.Errorf("receive %+v, want the 0x8001 sender's", wc)
+	}
+	if n := CounterValue(b.dev.Counters(), "rx_drop_pkey"); n != 1 {
+		t.Errorf("rx_drop_pkey = %d, want 1 (the default partition's datagram)", n)
+	}
+	q, err := a.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: a.scq, RecvCQ: a.rcq, MaxSend: 1, MaxRecv: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Modify(ib.QPModify{State: ib.StateInit, PKey: 0x8002, QKey: qkey}); err == nil {
+		t.Error("a QP joined P_Key 0x8002, which the port's table lacks")
 	}
 }
 

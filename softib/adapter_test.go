@@ -24,9 +24,9 @@ const (
 	numSlots = 256
 )
 
-func newHost(t testing.TB, addr string, port uint16) *host {
+func newHost(t testing.TB, addr string, port uint16, pkeys ...ib.PKey) *host {
 	t.Helper()
-	dev, err := Open(Config{Addr: netip.MustParseAddr(addr), Port: port})
+	dev, err := Open(Config{Addr: netip.MustParseAddr(addr), Port: port, PKeys: pkeys})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -21,8 +22,10 @@ type Config struct {
 	Addr netip.Addr
 	// Port is the UDP port of the fabric (default 4791, RoCEv2's).
 	Port uint16
-	// PKey is the port's one P_Key (default 0xffff).
-	PKey ib.PKey
+	// PKeys is the port's P_Key table (default [0xffff]); the first is
+	// the port's default. A real port's table is the subnet manager's to
+	// set; softib has none, so its owner sets it here.
+	PKeys []ib.PKey
 	// MaxMTU caps the active path MTU (default: the largest that fits the
 	// underlay interface's MTU).
 	MaxMTU ib.MTU
@@ -74,12 +77,15 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Port == 0 {
 		cfg.Port = UDPPort
 	}
-	if cfg.PKey == 0 {
-		cfg.PKey = ib.DefaultPKey
+	if len(cfg.PKeys) == 0 {
+		cfg.PKeys = []ib.PKey{ib.DefaultPKey}
 	}
-	if !cfg.PKey.Valid() {
-		return nil, fmt.Errorf("softib: P_Key %v names no partition", cfg.PKey)
+	for _, p := range cfg.PKeys {
+		if !p.Valid() {
+			return nil, fmt.Errorf("softib: P_Key %v names no partition", p)
+		}
 	}
+	cfg.PKeys = slices.Clone(cfg.PKeys)
 	fab, err := openFabric(cfg.Addr, cfg.Port)
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func Open(cfg Config) (*Device, error) {
 		nl:  nl,
 		port: ib.PortAttr{
 			GID:       gid,
-			PKeys:     []ib.PKey{cfg.PKey},
+			PKeys:     cfg.PKeys,
 			ActiveMTU: mtu,
 			LinkLayer: "Ethernet",
 			GUID:      binary.BigEndian.Uint64(gid[8:]),
@@ -337,4 +343,26 @@ func (d *Device) DetachMulticast(iq ib.QP, mgid ib.GID) error {
 		return fmt.Errorf("softib: QP %v is not attached to %v", q.num, mgid)
 	}
 	return d.fab.leave(g)
+}
+
+// portAccepts is the port's P_Key check: some entry of its table accepts
+// the packet's P_Key. Each QP checks its own P_Key as well.
+func (d *Device) portAccepts(p ib.PKey) bool {
+	for _, mine := range d.cfg.PKeys {
+		if mine.Accepts(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// inTable reports whether p's partition is in the port's table, whatever
+// the membership.
+func (d *Device) inTable(p ib.PKey) bool {
+	for _, mine := range d.cfg.PKeys {
+		if mine.Partition() == p.Partition() {
+			return true
+		}
+	}
+	return false
 }

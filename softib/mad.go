@@ -48,7 +48,7 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	}
 	pkey := to.PKey
 	if pkey == 0 {
-		pkey = d.cfg.PKey
+		pkey = d.cfg.PKeys[0]
 	}
 	qpn := to.QPN
 	if qpn == 0 {

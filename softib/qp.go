@@ -76,8 +76,8 @@ func (q *qp) Modify(m ib.QPModify) error {
 		if q.state != ib.StateReset && q.state != ib.StateInit {
 			return ib.ErrBadState
 		}
-		if !m.PKey.Valid() {
-			return errorf("modify QP %v to INIT: P_Key %v names no partition", q.num, m.PKey)
+		if !m.PKey.Valid() || !q.dev.inTable(m.PKey) {
+			return errorf("modify QP %v to INIT: P_Key %v is not in the port's table %v", q.num, m.PKey, q.dev.port.PKeys)
 		}
 		q.pkey, q.qkey = m.PKey, m.QKey
 	case ib.StateRTR:

@@ -49,7 +49,7 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 	}
 	d.rxID = id
 	src := srcAP.Addr()
-	if !d.cfg.PKey.Accepts(p.BTH.PKey) {
+	if !d.portAccepts(p.BTH.PKey) {
 		d.count(dropPKey)
 		return
 	}
@@ -68,7 +68,9 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 	case q.typ == ib.UD && p.BTH.Opcode.Transport() == ib.UD:
 		q.recvUD(p, src)
 	case p.BTH.Opcode == OpRCAck && q.typ == ib.RC:
-		q.onAck(p.BTH.PSN, p.AETH, src, dst)
+		if q.inPartition(p.BTH.PKey) {
+			q.onAck(p.BTH.PSN, p.AETH, src, dst)
+		}
 	case p.BTH.Opcode.Transport() == q.typ:
 		q.recvConnected(p, src, dst)
 	default:
@@ -104,6 +106,18 @@ func (d *Device) multicast(p *Packet, src, dst netip.Addr) {
 	}
 }
 
+// inPartition is the QP's own P_Key check, for ACKs; receives check it
+// under the lock they already hold.
+func (q *qp) inPartition(p ib.PKey) bool {
+	q.mu.Lock()
+	ok := q.pkey.Accepts(p)
+	q.mu.Unlock()
+	if !ok {
+		q.dev.count(dropPKey)
+	}
+	return ok
+}
+
 // recvUD lands a datagram in the next posted buffer, behind a GRH as verbs
 // does.
 func (q *qp) recvUD(p *Packet, src netip.Addr) {
@@ -112,6 +126,10 @@ func (q *qp) recvUD(p *Packet, src netip.Addr) {
 	d := q.dev
 	if q.state != ib.StateRTR && q.state != ib.StateRTS {
 		d.count(dropQPState)
+		return
+	}
+	if !q.pkey.Accepts(p.BTH.PKey) {
+		d.count(dropPKey) // another partition on the same port
 		return
 	}
 	if p.DETH.QKey != q.qkey {
@@ -171,6 +189,10 @@ func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 	d := q.dev
 	if q.state != ib.StateRTR && q.state != ib.StateRTS {
 		d.count(dropQPState)
+		return
+	}
+	if !q.pkey.Accepts(p.BTH.PKey) {
+		d.count(dropPKey)
 		return
 	}
 	if !q.fromPeer(src, dst) {

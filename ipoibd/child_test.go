@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ipoib"
+)
+
+// queryIf asks host k's daemon of interface ifname (ipoibd CMD IFNAME -j).
+func (c *cluster) queryIf(k int, cmd, ifname string, v any) {
+	c.t.Helper()
+	out := c.on(k, binary, cmd, ifname, "-j")
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("h%d: ipoibd %s %s: %v\n%s", k, cmd, ifname, err, out)
+	}
+}
+
+// TestPKeyChildren: one daemon serves ib0 on the default partition and a
+// child ib0.8001 added at run time, each with its own UD QP, neighbors and
+// connections over the one softib port; the child reaches the children of
+// other hosts and no other partition, and goes with its connections when
+// removed.
+func TestPKeyChildren(t *testing.T) {
+	c := newCluster(t, "child", 3)
+	child := func(k int) string { return fmt.Sprintf("172.16.%d.%d", c.net, k) }
+	child6 := func(k int) string { return fmt.Sprintf("fd01:%d::%d", c.net, k) }
+	c.start(1, "--softib-pkeys", "0xffff,0x8001")
+	c.start(2, "--softib-pkeys", "0xffff,0x8001")
+	// h3 claims a child address on the default partition: it must not
+	// reach h1's child, which is on 0x8001.
+	c.start(3, "--addr", child(3)+"/24")
+	for k := 1; k <= 2; k++ {
+		out := c.on(k, binary, "child", "add", "0x8001", "--addr", child(k)+"/24", "--addr", child6(k)+"/64")
+		if strings.TrimSpace(out) != "ib0.8001 added" {
+			t.Fatalf("h%d: child add said %q", k, out)
+		}
+	}
+
+	var show struct {
+		ipoib.Info
+		Parent   string `json:"parent"`
+		Children []struct {
+			Name string `json:"name"`
+			PKey uint16 `json:"pkey"`
+		} `json:"children"`
+	}
+	c.queryIf(1, "show", "ib0.8001", &show)
+	if show.PKey != 0x8001 || show.Parent != "ib0" || show.Mode != "connected" || show.MTU != ipoib.ConnectedMTU {
+		t.Errorf("the child: pkey %#x parent %q mode %s mtu %d", show.PKey, show.Parent, show.Mode, show.MTU)
+	}
+	childQPN := show.LinkAddr
+	c.queryIf(1, "show", "ib0", &show)
+	if len(show.Children) != 1 || show.Children[0].Name != "ib0.8001" || show.Children[0].PKey != 0x8001 {
+		t.Errorf("the parent's children: %+v", show.Children)
+	}
+	if show.LinkAddr == childQPN {
+		t.Errorf("parent and child share the link address %s", childQPN)
+	}
+
+	// Both partitions carry traffic, the child's over its own RC
+	// connection at the connected MTU.
+	c.ping(1, child(2), 2)
+	c.ping(1, child6(2), 2)
+	c.on(1, "ping", "-c", "2", "-s", "65000", "-M", "do", "-W", "2", child(2))
+	c.ping(1, c.ip4(2), 2)
+	var peer2 struct {
+		ipoib.Info
+	}
+	c.queryIf(2, "show", "ib0.8001", &peer2)
+	var childConns []ipoib.ConnInfo
+	c.queryIf(1, "conn", "ib0.8001", &childConns)
+	found := false
+	for _, cn := range childConns {
+		found = found || (cn.Peer == peer2.LinkAddr && cn.State == "established")
+	}
+	if !found {
+		t.Errorf("h1's child has no established connection to h2's child %s: %+v", peer2.LinkAddr, childConns)
+	}
+	for _, cn := range c.conns(1) {
+		if cn.Peer == peer2.LinkAddr {
+			t.Errorf("h1's parent holds a connection to h2's child: %+v", cn)
+		}
+	}
+
+	// Another partition stays out, though it claims the child's subnet.
+	if out, err := c.try(3, "ping", "-c", "2", "-i", "0.2", "-W", "1", child(1)); err == nil {
+		t.Fatalf("h3 (P_Key 0xffff) reached h1's child on 0x8001:\n%s", out)
+	}
+	var neighs []ipoib.NeighInfo
+	c.queryIf(1, "neigh", "ib0.8001", &neighs)
+	for _, n := range neighs {
+		if n.IP == child(3) && n.Via != "-" {
+			t.Errorf("h1's child resolved h3 across partitions: %+v", n)
+		}
+	}
+
+	// Operator mistakes get one clear line each.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"child", "add", "0x8002"}, "--softib-pkeys"},
+		{[]string{"child", "add", "0x0001"}, "ib0.8001 already serves P_Key 0x8001"},
+		{[]string{"child", "del", "ib0"}, "not a child"},
+		{[]string{"child", "del", "ib0.9"}, "no child"},
+		{[]string{"child", "add", "0x8001", "--name", "a/b"}, "not an interface name"},
+		{[]string{"child", "add", "ib0.8001", "0x8003"}, "is a child: ask its parent ib0"},
+	} {
+		out, err := c.try(1, append([]string{binary}, tc.args...)...)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("ipoibd %s: %v %q, want an error with %q", strings.Join(tc.args, " "), err, out, tc.want)
+		}
+	}
+
+	// Removing h2's child: its interface goes and h1's child hears the DREQ.
+	if out := c.on(2, binary, "child", "del", "0x8001"); strings.TrimSpace(out) != "ib0.8001 removed" {
+		t.Errorf("child del said %q", out)
+	}
+	if out, err := c.try(2, "ip", "link", "show", "ib0.8001"); err == nil {
+		t.Errorf("h2's ib0.8001 is still there:\n%s", out)
+	}
+	await(t, 5*time.Second, "h1's child to drop the connection to h2's removed child", func() bool {
+		var cs []ipoib.ConnInfo
+		c.queryIf(1, "conn", "ib0.8001", &cs)
+		for _, cn := range cs {
+			if cn.Peer == peer2.LinkAddr {
+				return false
+			}
+		}
+		return true
+	})
+	c.ping(1, c.ip4(2), 1) // the parents are untouched
+
+	// Shutting down takes the child with it.
+	c.stop(1, "TERM")
+	if out, err := c.try(1, "ip", "link", "show", "ib0.8001"); err == nil {
+		t.Errorf("h1's ib0.8001 outlived its daemon:\n%s", out)
+	}
+}

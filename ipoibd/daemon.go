@@ -1,0 +1,224 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
+	"golang.org/x/sys/unix"
+)
+
+// daemon is one ipoibd process: one adapter port, its QP1 shared by the
+// CM engines of the interfaces on the port, and those interfaces — the
+// one the flags describe and the P_Key children added at run time, like
+// the kernel's create_child — each with its own control socket, UD QP,
+// neighbors and connections.
+type daemon struct {
+	dev    ib.Device
+	mads   *cm.MADSplitter // nil without ipoibd's own CM
+	choice cmChoice
+	base   ipoib.Config // the first interface's: children start from it
+	// pkeyHint says where a P_Key missing from the port's table comes from.
+	pkeyHint string
+
+	mu     sync.Mutex
+	ifaces []*served // the first, then the children in the order made
+}
+
+// served is one interface and its control socket.
+type served struct {
+	iface *ipoib.Interface
+	ctl   *controlServer
+}
+
+// newDaemon opens the first interface on dev and starts serving it; on
+// error it closes dev.
+func newDaemon(cfg ipoib.Config, dev ib.Device, choice cmChoice, pkeyHint string) (*daemon, error) {
+	d := &daemon{dev: dev, choice: choice, base: cfg, pkeyHint: pkeyHint}
+	if choice.Service == cmOwn && cfg.Mode == ipoib.Connected {
+		mads, err := dev.MADs()
+		if err != nil {
+			_ = dev.Close()
+			return nil, err
+		}
+		d.mads = cm.NewMADSplitter(mads)
+		d.base.MADs = d.mads
+	}
+	if _, err := d.add(d.base); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// add opens an interface and its control socket and starts it.
+func (d *daemon) add(cfg ipoib.Config) (*ipoib.Interface, error) {
+	iface, err := ipoib.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctl, err := listenControl(cfg.Name, iface, d)
+	if err != nil {
+		iface.Close()
+		return nil, err
+	}
+	iface.Start()
+	d.mu.Lock()
+	d.ifaces = append(d.ifaces, &served{iface: iface, ctl: ctl})
+	d.mu.Unlock()
+	return iface, nil
+}
+
+// first returns the interface the flags describe.
+func (d *daemon) first() *ipoib.Interface {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ifaces[0].iface
+}
+
+// interfaces returns every interface served, the first one first.
+func (d *daemon) interfaces() []*ipoib.Interface {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*ipoib.Interface, len(d.ifaces))
+	for k, s := range d.ifaces {
+		out[k] = s.iface
+	}
+	return out
+}
+
+// children names the P_Key children of the first interface.
+func (d *daemon) children() []childInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := []childInfo{}
+	for _, s := range d.ifaces[1:] {
+		out = append(out, childInfo{Name: s.iface.Name(), PKey: uint16(s.iface.PKey())})
+	}
+	return out
+}
+
+// childInfo is one child in `show`.
+type childInfo struct {
+	Name string `json:"name"`
+	PKey uint16 `json:"pkey"`
+}
+
+// childRequest asks for a P_Key child of the first interface.
+type childRequest struct {
+	PKey  string   `json:"pkey"`
+	Name  string   `json:"name"`  // default PARENT.PPPP, as the kernel names them
+	Addrs []string `json:"addrs"` // with prefix lengths
+	Mode  string   `json:"mode"`  // default the parent's
+	MTU   int      `json:"mtu"`   // default the mode's
+}
+
+// addChild makes a P_Key child. As with the kernel's create_child, the
+// partition's full-membership bit is set, and its name is the parent's
+// with the P_Key in four hex digits.
+func (d *daemon) addChild(r childRequest) (string, error) {
+	pkey, err := ib.ParsePKey(r.PKey)
+	if err != nil {
+		return "", err
+	}
+	pkey |= ib.PKeyFullMember
+	cfg := d.base
+	cfg.PKey, cfg.Addrs, cfg.MTU = pkey, nil, r.MTU
+	cfg.Name = r.Name
+	if cfg.Name == "" {
+		cfg.Name = fmt.Sprintf("%s.%04x", d.base.Name, uint16(pkey))
+	}
+	if len(cfg.Name) >= unix.IFNAMSIZ || strings.ContainsAny(cfg.Name, "/ \t\n:") {
+		return "", fmt.Errorf("%q is not an interface name (at most %d characters, no '/', ':' or spaces)", cfg.Name, unix.IFNAMSIZ-1)
+	}
+	if r.MTU < 0 {
+		return "", fmt.Errorf("MTU %d: must be positive", r.MTU)
+	}
+	if r.Mode != "" {
+		if cfg.Mode, err = ipoib.ParseMode(r.Mode); err != nil {
+			return "", err
+		}
+		if cfg.Mode == ipoib.Connected && d.base.Mode != ipoib.Connected {
+			return "", fmt.Errorf("connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
+		}
+	}
+	for _, a := range r.Addrs {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return "", fmt.Errorf("address %q: want an address with prefix length, e.g. 192.168.78.1/24", a)
+		}
+		cfg.Addrs = append(cfg.Addrs, p)
+	}
+	if !slices.ContainsFunc(d.dev.Port().PKeys, func(p ib.PKey) bool { return p.Partition() == pkey.Partition() }) {
+		return "", fmt.Errorf("P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
+	}
+	d.mu.Lock()
+	for _, s := range d.ifaces {
+		if s.iface.PKey().Partition() == pkey.Partition() {
+			d.mu.Unlock()
+			return "", fmt.Errorf("%s already serves P_Key %v", s.iface.Name(), s.iface.PKey())
+		}
+	}
+	d.mu.Unlock()
+	iface, err := d.add(cfg)
+	if err != nil {
+		return "", err
+	}
+	info := iface.Show()
+	cfg.Log.Info("child up", "if", info.Name, "parent", d.base.Name, "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU)
+	return info.Name, nil
+}
+
+// delChild removes a child named by name or P_Key: its connections are
+// disconnected (DREQs go out) and its interface removed.
+func (d *daemon) delChild(which string) (string, error) {
+	d.mu.Lock()
+	var victim *served
+	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface.Name() == which })
+	if k < 0 {
+		if pkey, err := ib.ParsePKey(which); err == nil {
+			k = slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface.PKey().Partition() == pkey.Partition() })
+		}
+	}
+	switch {
+	case k == 0:
+		d.mu.Unlock()
+		return "", fmt.Errorf("%s is not a child: stop the daemon to remove it", which)
+	case k < 0:
+		d.mu.Unlock()
+		return "", fmt.Errorf("no child %q of %s", which, d.base.Name)
+	}
+	victim = d.ifaces[k]
+	d.ifaces = slices.Delete(d.ifaces, k, k+1)
+	d.mu.Unlock()
+	name := victim.iface.Name()
+	_ = victim.ctl.Close()
+	victim.iface.Close()
+	d.base.Log.Info("child removed", "if", name, "parent", d.base.Name)
+	return name, nil
+}
+
+// Close disconnects and removes every interface, children first, then
+// releases the port.
+func (d *daemon) Close() error {
+	d.mu.Lock()
+	ifaces := d.ifaces
+	d.ifaces = nil
+	d.mu.Unlock()
+	for k := len(ifaces) - 1; k >= 0; k-- {
+		_ = ifaces[k].ctl.Close()
+		ifaces[k].iface.Close()
+	}
+	var errs []error
+	if d.mads != nil {
+		errs = append(errs, d.mads.Close())
+	}
+	errs = append(errs, d.dev.Close())
+	return errors.Join(errs...)
+}
