@@ -117,8 +117,8 @@ var (
 )
 
 // statCounters lists the counters of a stats struct (a pointer to one).
-// Plain fields always appear; by-kind and by-reason ones only when not
-// zero, so that the list stays short.
+// Every counter appears, zero or not, in the struct's order, so that the
+// daemon's stats have the same keys in every state.
 func statCounters(stats any) []ib.Counter {
 	v := reflect.ValueOf(stats).Elem()
 	t := v.Type()
@@ -132,15 +132,11 @@ func statCounters(stats any) []ib.Counter {
 		switch f.Type() {
 		case kindCountsType:
 			for j := range f.Len() {
-				if n := f.Index(j).Uint(); n != 0 {
-					out = append(out, ib.Counter{Name: name + strings.ToLower(AttrID(int(AttrREQ)+j).String()), Value: n})
-				}
+				out = append(out, ib.Counter{Name: name + strings.ToLower(AttrID(int(AttrREQ)+j).String()), Value: f.Index(j).Uint()})
 			}
 		case reasonCountsType:
 			for j := range f.Len() {
-				if n := f.Index(j).Uint(); n != 0 {
-					out = append(out, ib.Counter{Name: name + RejectReason(j).CounterKey(), Value: n})
-				}
+				out = append(out, ib.Counter{Name: name + RejectReason(j).CounterKey(), Value: f.Index(j).Uint()})
 			}
 		default:
 			out = append(out, ib.Counter{Name: name, Value: f.Uint()})

@@ -53,7 +53,9 @@ func (p Policy) String() string {
 }
 
 // QPFactory makes the connected QPs (in Reset, on the interface's SRQ and
-// CQs); the ipoib layer implements it over its device.
+// CQs); the ipoib layer implements it over its device. A factory that is
+// also an ib.QPCounterNamer has its QPs' counters in ConnCounters from the
+// start.
 type QPFactory interface {
 	CreateQP(t ib.QPType) (ib.QP, error)
 }
@@ -134,9 +136,10 @@ type Manager struct {
 	now   time.Time
 	Stats ManagerStats
 	// gone holds the QP counters of removed connections, so the sums
-	// ConnCounters reports never go backwards when a peer leaves.
+	// ConnCounters reports never go backwards when a peer leaves; it
+	// starts with the names the QP factory gives (ib.QPCounterNamer).
 	gone      map[string]uint64
-	goneNames []string // in first-seen order
+	goneNames []string // the factory's order, then first-seen
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
@@ -144,7 +147,17 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.ReceiveMTU == 0 {
 		cfg.ReceiveMTU = LinuxReceiveMTU
 	}
-	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}}
+	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}}
+	// Every QP counter is in ConnCounters from the start, at 0, when the
+	// QPs' maker can name them: no key appears with the first connection.
+	if n, ok := cfg.QPs.(ib.QPCounterNamer); ok {
+		for _, name := range n.QPCounterNames() {
+			if _, dup := m.gone[name]; !dup {
+				m.gone[name] = 0
+				m.goneNames = append(m.goneNames, name)
+			}
+		}
+	}
 	if cfg.Service == nil {
 		return nil, errors.New("cm: the manager needs a connection service")
 	}
@@ -197,9 +210,6 @@ func (c *Connection) RemoteQPN() ib.QPN {
 
 // fold adds a leaving connection's QP counters to the totals of gone ones.
 func (m *Manager) fold(c *Connection) {
-	if m.gone == nil {
-		m.gone = map[string]uint64{}
-	}
 	for _, x := range c.QP.Counters() {
 		if _, ok := m.gone[x.Name]; !ok {
 			m.goneNames = append(m.goneNames, x.Name)

@@ -28,9 +28,12 @@ type fakeQP struct {
 func (q *fakeQP) Num() ib.QPN                       { return q.num }
 func (q *fakeQP) Type() ib.QPType                   { return q.typ }
 func (q *fakeQP) State() ib.QPState                 { return q.state }
-func (q *fakeQP) Counters() []ib.Counter            { return nil }
 func (q *fakeQP) PostSend([]ib.SendWR) (int, error) { return 0, errors.New("fake QP: no datapath") }
 func (q *fakeQP) PostRecv([]ib.RecvWR) (int, error) { return 0, errors.New("fake QP: no datapath") }
+
+func (q *fakeQP) Counters() []ib.Counter {
+	return []ib.Counter{{Name: "modifies", Value: uint64(len(q.mods))}, {Name: "closes", Value: uint64(q.closed)}}
+}
 
 func (q *fakeQP) Modify(m ib.QPModify) error {
 	if q.closed > 0 {
@@ -68,6 +71,11 @@ func (f *fakeQPs) CreateQP(t ib.QPType) (ib.QP, error) {
 	f.all = append(f.all, q)
 	return q, nil
 }
+
+// namedQPs can name its QPs' counters before making one.
+type namedQPs struct{ *fakeQPs }
+
+func (namedQPs) QPCounterNames() []string { return []string{"modifies", "closes"} }
 
 func (f *fakeQPs) open() int {
 	n := 0
@@ -960,4 +968,73 @@ func BenchmarkConnectionSetup(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(b.N)/setup.Seconds(), "setups/s")
+}
+
+// TestManagerConnCountersKeys: the connection totals, and the manager's
+// own counters, have the same names in the same order before the first
+// connection, while one is up and after it is gone (the daemon's stats
+// keep their keys); a total never goes backwards. A factory that cannot
+// name its QPs' counters gets them with the first connection.
+func TestManagerConnCountersKeys(t *testing.T) {
+	names := func(cs []ib.Counter) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	for _, namer := range []bool{true, false} {
+		t.Run(fmt.Sprintf("namer=%v", namer), func(t *testing.T) {
+			mod := func(c *ManagerConfig) {
+				if namer {
+					c.QPs = namedQPs{c.QPs.(*fakeQPs)}
+				}
+			}
+			f := newFabric(t)
+			a := newMgrNode(f, 1, PolicyRFC, mod)
+			b := newMgrNode(f, 2, PolicyRFC, mod)
+			fresh, freshCM := a.m.ConnCounters(), a.m.Counters()
+			for _, c := range fresh {
+				if c.Value != 0 {
+					t.Errorf("fresh manager: %s = %d", c.Name, c.Value)
+				}
+			}
+			for _, name := range []string{"rej_sent_consumer", "rej_sent_stale_conn", "unknown_rep", "unsupported_lap"} {
+				if !slices.Contains(names(freshCM), name) {
+					t.Errorf("fresh manager's counters lack %s: %v", name, names(freshCM))
+				}
+			}
+			a.connect(b.local)
+			f.run(time.Second)
+			if len(a.established()) != 1 {
+				t.Fatalf("no connection: %d established", len(a.established()))
+			}
+			during := a.m.ConnCounters()
+			a.m.Disconnect(f.now, b.local, "test")
+			f.run(time.Minute)
+			if n := len(a.m.Connections()); n != 0 {
+				t.Fatalf("%d connections left", n)
+			}
+			after := a.m.ConnCounters()
+			want := []string{"modifies", "closes"}
+			if !namer {
+				want = nil // nothing to name them by until a QP reports
+			}
+			if !slices.Equal(names(fresh), want) || !slices.Equal(names(during), []string{"modifies", "closes"}) || !slices.Equal(names(after), names(during)) {
+				t.Errorf("conn counters fresh %v, during %v, after %v", fresh, during, after)
+			}
+			for k := range min(len(during), len(after)) {
+				if after[k].Value < during[k].Value {
+					t.Errorf("%s went back from %d to %d", after[k].Name, during[k].Value, after[k].Value)
+				}
+			}
+			// Init, RTR, RTS, and Error when it went down.
+			if len(after) == 0 || after[0].Value != 4 {
+				t.Errorf("the gone connection's QP modifies folded as %v, want 4", after)
+			}
+			if got := names(a.m.Counters()); !slices.Equal(got, names(freshCM)) {
+				t.Errorf("manager counters changed keys:\nfresh %v\nafter %v", names(freshCM), got)
+			}
+		})
+	}
 }

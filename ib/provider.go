@@ -365,6 +365,14 @@ type Counter struct {
 	Value uint64
 }
 
+// QPCounterNamer is implemented by devices that can name the counters
+// their QPs report (QP.Counters, in that order) before any QP exists, so
+// that totals over connections show every name from the start instead of
+// keys appearing with the first connection.
+type QPCounterNamer interface {
+	QPCounterNames() []string
+}
+
 // PortStater is implemented by devices that can tell whether their port is
 // up (an InfiniBand port ACTIVE, softib's underlay interface up with a
 // carrier). The interface's carrier follows it.

@@ -234,8 +234,9 @@ func wantKeys(t *testing.T, what string, raw json.RawMessage, v any, numbers ...
 
 // TestQueryJSON: the JSON of every query has the same keys with no
 // connection and with one, lists are [] and never null, P_Keys, QPNs and
-// ages are numbers, stats is one {name: number} object, and no counter
-// goes backwards when the peer leaves. -j is --json.
+// ages are numbers, stats is one {name: number} object with the same keys
+// in the same order before any traffic, with a connection and after it is
+// gone, and no counter goes backwards when the peer leaves. -j is --json.
 func TestQueryJSON(t *testing.T) {
 	c := newCluster(t, "qjson", 2)
 	c.start(1, "--ifname", "ib7")
@@ -261,6 +262,7 @@ func TestQueryJSON(t *testing.T) {
 	if out, err := c.try(1, binary, "show"); err == nil || !strings.Contains(out, "no ipoibd serves ib0") {
 		t.Errorf("show without IFNAME asked ib0's daemon? %v\n%s", err, out)
 	}
+	var statsKeys [][]string // of every stats() call, in the daemon's order
 	stats := func() map[string]uint64 {
 		t.Helper()
 		raw := get(1, "stats", "ib7", "-j")
@@ -269,9 +271,15 @@ func TestQueryJSON(t *testing.T) {
 		if err := dec.Decode(&m); err != nil || len(m) == 0 {
 			t.Fatalf("stats -j: %v\n%s", err, raw)
 		}
+		statsKeys = append(statsKeys, orderedKeys(t, raw))
 		return m
 	}
 	before := stats()
+	for _, name := range []string{"conn_tx_packets", "conn_retransmits", "cm_rej_sent_consumer", "cm_unknown_rep"} {
+		if v, ok := before[name]; !ok || v != 0 {
+			t.Errorf("before any connection: %s = %d (present %v), want 0", name, v, ok)
+		}
+	}
 
 	c.on(1, "ping", "-c", "3", "-i", "0.1", "-W", "2", c.ip4(2))
 	var conns []json.RawMessage
@@ -319,9 +327,37 @@ func TestQueryJSON(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // polling the daemon's state; it announces nothing
 	}
-	if after := stats(); after["conn_tx_packets"] < during["conn_tx_packets"] || len(after) < len(during) {
+	if after := stats(); after["conn_tx_packets"] < during["conn_tx_packets"] || after["conn_tx_packets"] == 0 {
 		t.Errorf("counters after the peer left: %v, before: %v", after, during)
 	}
+	for k, keys := range statsKeys {
+		if !slices.Equal(keys, statsKeys[0]) {
+			t.Errorf("stats keys changed (query %d of %d):\nfirst %v\nthen  %v", k+1, len(statsKeys), statsKeys[0], keys)
+			break
+		}
+	}
+}
+
+// orderedKeys returns the keys of a JSON object in the order they come.
+func orderedKeys(t *testing.T, raw []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var keys []string
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not a JSON object: %v\n%s", err, raw)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, raw)
+		}
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%v\n%s", err, raw)
+		}
+	}
+	return keys
 }
 
 // TestQueryPermission: a query by a user other than root is refused with

@@ -107,3 +107,15 @@ func (c *qpCounters) snapshot() []ib.Counter {
 		{Name: "duplicates", Value: c.duplicates.Load()},
 	}
 }
+
+// QPCounterNames names the counters every QP reports (ib.QPCounterNamer),
+// in the order of QP.Counters.
+func (d *Device) QPCounterNames() []string {
+	var c qpCounters
+	snap := c.snapshot()
+	names := make([]string, len(snap))
+	for k, x := range snap {
+		names[k] = x.Name
+	}
+	return names
+}

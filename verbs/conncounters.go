@@ -1,7 +1,7 @@
 package verbs
 
 import (
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -53,20 +53,31 @@ func (c *connCounters) gauges(open, halfOpen int) {
 	c.open, c.halfOpen = open, halfOpen
 }
 
+// connCalls are the calls whose failures the service counts: each has
+// its "err_" counter from the start (0), so that no key appears with the
+// first failure.
+var connCalls = []string{
+	"device_check", "rdma_accept", "rdma_connect", "rdma_create_ep", "rdma_destroy_id",
+	"rdma_disconnect", "rdma_establish", "rdma_get_cm_event", "rdma_init_qp_attr",
+	"rdma_listen", "rdma_reject", "rdma_resolve_addr", "rdma_resolve_route",
+}
+
 // snapshot lists the counters: event counts by type ("ev_…"), failed
 // calls by name ("err_…", sorted), then the rest.
 func (c *connCounters) snapshot() []ib.Counter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]ib.Counter, 0, numCMEvents+len(c.errs)+6)
+	out := make([]ib.Counter, 0, numCMEvents+len(connCalls)+len(c.errs)+6)
 	for t, n := range c.events {
 		out = append(out, ib.Counter{Name: "ev_" + cmEventNames[t], Value: n})
 	}
-	calls := make([]string, 0, len(c.errs))
+	calls := slices.Clone(connCalls)
 	for call := range c.errs {
-		calls = append(calls, call)
+		if !slices.Contains(calls, call) {
+			calls = append(calls, call)
+		}
 	}
-	sort.Strings(calls)
+	slices.Sort(calls)
 	for _, call := range calls {
 		out = append(out, ib.Counter{Name: "err_" + call, Value: c.errs[call]})
 	}

@@ -1,6 +1,8 @@
 package verbs
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/cm"
@@ -68,7 +70,22 @@ func TestConnCounters(t *testing.T) {
 			t.Errorf("%s = %d (present %v), want %d", name, v, ok, want)
 		}
 	}
-	if order[numCMEvents] != "err_rdma_connect" || order[numCMEvents+1] != "err_rdma_reject" {
-		t.Errorf("failed calls not sorted after the events: %v", order)
+	// Every call's counter is there before it fails, sorted, after the
+	// events; one the list does not know joins them.
+	c.fail("rdma_new_call")
+	var errs []string
+	for _, x := range c.snapshot()[numCMEvents:] {
+		if name, ok := strings.CutPrefix(x.Name, "err_"); ok {
+			errs = append(errs, name)
+		}
+	}
+	want := append(slices.Clone(connCalls), "rdma_new_call")
+	slices.Sort(want)
+	if !slices.Equal(errs, want) || !strings.HasPrefix(order[numCMEvents], "err_") {
+		t.Errorf("failed calls %v, want %v sorted after the events", errs, want)
+	}
+	var fresh connCounters
+	if n, m := len(fresh.snapshot()), len(order); n != m {
+		t.Errorf("%d counters before anything happened, %d after", n, m)
 	}
 }

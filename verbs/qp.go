@@ -266,3 +266,14 @@ func (q *qp) Counters() []ib.Counter {
 	out := append(q.sendStats.counters("send_"), q.recvStats.counters("recv_")...)
 	return append(out, ib.Counter{Name: "async_errors", Value: q.asyncErrors.Load()})
 }
+
+// QPCounterNames names the counters every QP reports (ib.QPCounterNamer),
+// in the order of qp.Counters.
+func (d *Device) QPCounterNames() []string {
+	var q qp
+	var names []string
+	for _, c := range q.Counters() {
+		names = append(names, c.Name)
+	}
+	return names
+}
