@@ -56,7 +56,8 @@ func (c *control) sendFailed(f sendFailure) {
 func (c *control) connFailed(conn *cm.Connection, cause string) {
 	i := c.i
 	i.ctr.inc(txConnErrors)
-	i.log.Warn("connection cannot send; reconnecting", "peer", i.peerIPs(conn.Peer), "link", conn.Peer, "qpn", conn.QP.Num(), "cause", cause)
+	// A peer that died or restarted: routine, counted in tx_conn_errors.
+	i.log.Info("connection cannot send; reconnecting", "peer", conn.Peer, "peer_ip", i.peerIPs(conn.Peer), "qpn", conn.QP.Num(), "cause", cause)
 	i.mgr.SendFailed(c.now, conn.QP.Num())
 }
 

@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -405,6 +406,8 @@ func (c *control) apply(e *neigh.Entry, a neigh.Action, old ib.LinkAddr) {
 		c.solicit(e)
 	}
 	if a.Has(neigh.ActFailPending) {
+		// Routine (a host down, a typo): counted, answered with ICMP.
+		i.log.Debug("neighbor did not answer", "peer_ip", e.IP, "dropped", len(e.Pending))
 		for _, p := range e.Pending {
 			c.unreachable(p.Slot, p.Len)
 		}
@@ -502,7 +505,8 @@ func (c *control) connect(e *neigh.Entry) {
 		return
 	}
 	if _, err := i.mgr.Connect(c.now, e.Link); err != nil {
-		i.log.Warn("connecting", "peer", e.IP, "link", e.Link, "err", err)
+		// No QP, the connection limit or the service failing: ours to fix.
+		i.log.Warn("connecting", "peer", e.Link, "peer_ip", e.IP, "err", err)
 	}
 	c.flush(e)
 }
@@ -515,7 +519,8 @@ func (i *Interface) connUp(conn *cm.Connection) {
 		old := e.Link
 		c.apply(e, e.Proven(conn.Peer, c.now), old)
 	}
-	for _, e := range i.neigh.ByLink(conn.Peer) {
+	es := i.neigh.ByLink(conn.Peer)
+	for _, e := range es {
 		p := c.udPath(e.Link)
 		if p == nil {
 			continue
@@ -524,18 +529,19 @@ func (i *Interface) connUp(conn *cm.Connection) {
 		c.publish(e, p)
 		c.flush(e)
 	}
-	i.log.Info("connection up", "peer", conn.Peer, "qpn", conn.QP.Num(), "mtu", conn.MTU)
+	i.log.Info("connection up", "peer", conn.Peer, "peer_ip", ipList(es), "qpn", conn.QP.Num(), "mtu", conn.MTU)
 }
 
 // connDown puts the neighbors of a lost connection back on UD.
 func (i *Interface) connDown(conn *cm.Connection, reason string) {
 	c := &i.ctl
-	for _, e := range i.neigh.ByLink(conn.Peer) {
+	es := i.neigh.ByLink(conn.Peer)
+	for _, e := range es {
 		if p := e.Path(); p != nil && p.QP == conn.QP {
 			c.publish(e, c.udPath(e.Link))
 		}
 	}
-	i.log.Info("connection down", "peer", conn.Peer, "qpn", conn.QP.Num(), "reason", reason)
+	i.log.Info("connection down", "peer", conn.Peer, "peer_ip", ipList(es), "qpn", conn.QP.Num(), "reason", reason)
 }
 
 // connRefused backs off from a peer that refused or lost a connection and
@@ -547,11 +553,13 @@ func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 	b.wait = min(max(2*b.wait, connectBackoff), maxBackoff)
 	b.until = c.now.Add(b.wait)
 	c.backoff[key] = b
-	for _, e := range i.neigh.ByLink(peer) {
+	es := i.neigh.ByLink(peer)
+	for _, e := range es {
 		c.apply(e, e.Suspect(c.now), e.Link)
 		c.flush(e)
 	}
-	i.log.Info("connection refused", "peer", peer, "reason", reason, "retry_in", b.wait)
+	// A REJ or a timeout is the peer's doing: routine, counted by cm.
+	i.log.Info("connection refused", "peer", peer, "peer_ip", ipList(es), "reason", reason, "retry_in", b.wait)
 }
 
 // udPath makes the UD path to a link address.
@@ -720,20 +728,48 @@ func (c *control) tick() {
 }
 
 // reportDrops logs, once per interval, every drop and error counter that
-// grew, so bad input shows in the log without flooding it.
+// grew, so bad input shows in the log without flooding it: routine drops
+// at INFO, those an operator must look into (dropLevel) in a WARN line
+// of their own.
 func (c *control) reportDrops() {
 	c.dropsAt = c.now
-	var grew []any
+	var routine, serious []any
 	for k := range numCounters {
 		v := c.i.ctr[k].Load()
 		if d := v - c.dropsSeen[k]; d > 0 && isDropCounter(k) {
-			grew = append(grew, counterNames[k], d)
+			if c.dropLevel(k) >= slog.LevelWarn {
+				serious = append(serious, counterNames[k], d)
+			} else {
+				routine = append(routine, counterNames[k], d)
+			}
 		}
 		c.dropsSeen[k] = v
 	}
-	if len(grew) > 0 {
-		c.i.log.Warn("packets dropped", append([]any{"in", dropReportInterval}, grew...)...)
+	if len(routine) > 0 {
+		c.i.log.Info("packets dropped", append([]any{"in", dropReportInterval}, routine...)...)
 	}
+	if len(serious) > 0 {
+		c.i.log.Warn("packets lost: resources exhausted or a device failing", append([]any{"in", dropReportInterval}, serious...)...)
+	}
+}
+
+// dropLevel is how loud a drop cause is in the report. Most are what peers,
+// the kernel and the fabric do (no neighbor, no route, too big, a queue
+// bounded on purpose, forged or malformed input, a connection that died)
+// and are routine. Those left mean the daemon ran short or a device
+// failed: the control goroutine's inbox or slots full, receive
+// completions in error, TUN writes failing while the link is up (down,
+// the kernel refuses them: the operator's doing).
+func (c *control) dropLevel(k counter) slog.Level {
+	switch k {
+	case ctlDropBusy, rxErrors:
+		return slog.LevelWarn
+	case rxDropTUN:
+		if c.linkUp {
+			return slog.LevelWarn
+		}
+	}
+	return slog.LevelInfo
 }
 
 // forget removes a neighbor and its connections.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
 )
 
 // What `ipoibd show`, `neigh`, `conn` and `stats` print. Each is taken on
@@ -185,9 +186,14 @@ func (i *Interface) Stats() []ib.Counter {
 // hosts by IP, not by link address); "" when none is known. Control
 // goroutine only.
 func (i *Interface) peerIPs(link ib.LinkAddr) string {
-	var ips []string
-	for _, e := range i.neigh.ByLink(link) {
-		ips = append(ips, e.IP.String())
+	return ipList(i.neigh.ByLink(link))
+}
+
+// ipList is the entries' addresses, sorted, for a peer_ip key.
+func ipList(es []*neigh.Entry) string {
+	ips := make([]string, len(es))
+	for k, e := range es {
+		ips[k] = e.IP.String()
 	}
 	slices.Sort(ips)
 	return strings.Join(ips, ",")

@@ -7,6 +7,21 @@ import (
 	"time"
 )
 
+// Log levels (journald shows them as priorities, ipoibd/service.go):
+//
+//   - ERROR: the interface cannot go on as asked (the TUN unreadable).
+//   - WARN: what an operator must act on: resources exhausted, a device
+//     or netlink call failing, configuration the daemon cannot follow, the
+//     connection service failing.
+//   - INFO: state changes: the link and port, connections up, down,
+//     refused or failed (peer: the link address, peer_ip: the addresses
+//     the neighbor table maps to it), routine drops in the drop report.
+//   - DEBUG: single routine events.
+//
+// What the peers and the fabric do (a REJ, a neighbor that does not
+// answer, a packet for nobody, forged input) is routine: counted always,
+// logged below WARN.
+//
 // The interface's log is rate-limited per message: whatever the fabric
 // sends, at most logBurst lines with the same message reach the log in a
 // logWindow; the rest are counted and reported in one line when the window
