@@ -497,7 +497,7 @@ func (c *control) connecting(e *neigh.Entry) bool {
 // refused one.
 func (c *control) connect(e *neigh.Entry) {
 	i := c.i
-	if i.mgr == nil || !e.Resolved() {
+	if i.mgr == nil || i.datagram.Load() || !e.Resolved() {
 		return
 	}
 	if b, ok := c.backoff[ib.LinkAddr{QPN: e.Link.QPN, GID: e.Link.GID}]; ok && c.now.Before(b.until) {
@@ -522,7 +522,7 @@ func (i *Interface) connUp(conn *cm.Connection) {
 	es := i.neigh.ByLink(conn.Peer)
 	for _, e := range es {
 		p := c.udPath(e.Link)
-		if p == nil {
+		if p == nil || i.datagram.Load() { // datagram mode: a peer's connection carries only its sends
 			continue
 		}
 		p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
@@ -668,7 +668,7 @@ func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
 	if p == nil {
 		return
 	}
-	if c.i.mgr != nil {
+	if c.i.mgr != nil && !c.i.datagram.Load() {
 		if conn := c.i.mgr.SendConnection(link); conn != nil {
 			p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
 		}

@@ -142,6 +142,7 @@ type Interface struct {
 	rxMu     sync.Mutex // drainRecv: the rx goroutine or the provider's
 	rxBuf    rxBuffers
 	stopping atomic.Bool // Close has begun: drainRecv no longer touches the TUN
+	datagram atomic.Bool // datagram mode (SetMode): no connection is asked for
 }
 
 type mcastDest struct {
@@ -203,6 +204,7 @@ func New(cfg Config) (_ *Interface, err error) {
 		done:      make(chan struct{}),
 	}
 	i.log = slog.New(i.logs.handler()).With("if", cfg.Name)
+	i.datagram.Store(cfg.Mode == Datagram)
 	i.mtu = cfg.MTU
 	if i.mtu == 0 {
 		i.mtu = i.udMTU

@@ -79,7 +79,7 @@ func (i *Interface) Show() Info {
 			LinkAddr: i.local.String(), GID: i.local.GID.String(),
 			PortGUID: fmt.Sprintf("0x%016x", binary.BigEndian.Uint64(i.local.GID[8:])), PKey: uint16(i.pkey),
 			Addrs: []string{}, Groups: []string{},
-			Mode: i.cfg.Mode.String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
+			Mode: i.Mode().String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
 		}
 		for _, a := range i.ctl.addrs {

@@ -102,7 +102,7 @@ func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
 		i.ctr.inc(txUD)
 		i.wantConnection(e, p)
 		i.postUD(slot, msgLen, p.AH, p.Link.QPN, wr)
-	case i.mgr == nil || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0:
+	case i.mgr == nil || i.datagram.Load() || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0:
 		i.tooBig(slot, n, i.udMTU) // no connection can come
 	default:
 		// Too big for UD: wait for the connection.
@@ -129,7 +129,7 @@ func (i *Interface) tooBig(slot uint32, n, pathMTU int) {
 // wantConnection asks the control goroutine, once, to connect to a peer we
 // are sending to over UD.
 func (i *Interface) wantConnection(e *neigh.Entry, p *neigh.Path) {
-	if i.mgr == nil || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0 || e.WantConn.Load() {
+	if i.mgr == nil || i.datagram.Load() || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0 || e.WantConn.Load() {
 		return
 	}
 	if e.WantConn.CompareAndSwap(false, true) {

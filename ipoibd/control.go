@@ -27,7 +27,7 @@ func socketName(ifname string) string { return "@ipoibd/" + ifname }
 type request struct {
 	Cmd   string        `json:"cmd"`
 	Child *childRequest `json:"child,omitempty"` // child-add
-	Name  string        `json:"name,omitempty"`  // child-del: a child's name or P_Key
+	Name  string        `json:"name,omitempty"`  // child-del: a child's name or P_Key; mode: the mode
 }
 
 // maxRequest bounds what the server reads of a request.
@@ -100,6 +100,8 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 		reply = r
 	case "child-add", "child-del":
 		reply = s.child(req)
+	case "mode":
+		reply = s.mode(req.Name)
 	case "neigh":
 		reply = s.iface.Neighbors()
 	case "conn":
@@ -132,6 +134,26 @@ func (s *controlServer) child(req request) any {
 		return map[string]string{"error": err.Error()}
 	}
 	return childReply{Name: name}
+}
+
+// mode switches the interface between connected and datagram mode.
+func (s *controlServer) mode(name string) any {
+	m, err := ipoib.ParseMode(name)
+	if err == nil {
+		err = s.iface.SetMode(m)
+	}
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	info := s.iface.Show()
+	return modeReply{Name: info.Name, Mode: info.Mode, MTU: info.MTU}
+}
+
+// modeReply is the interface after a mode switch.
+type modeReply struct {
+	Name string `json:"name"`
+	Mode string `json:"mode"`
+	MTU  int    `json:"mtu"`
 }
 
 // childReply names the child made or removed.

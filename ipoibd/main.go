@@ -5,6 +5,7 @@
 //	ipoibd --underlay 10.0.0.1 --addr 192.168.77.1/24   run the daemon
 //	ipoibd show|neigh|conn|stats [IFNAME] [-j]          ask a running one
 //	ipoibd child add|del [PARENT] PKEY                  P_Key child interfaces
+//	ipoibd mode [IFNAME] connected|datagram             switch mode at run time
 //	ipoibd help | version | man                         usage, build, man page
 package main
 
@@ -38,6 +39,8 @@ func dispatch(args []string, out io.Writer) error {
 		return query(cmd, args, out)
 	case "child":
 		return childCommand(args, out)
+	case "mode":
+		return modeCommand(args, out)
 	case "help":
 		return noArgs(cmd, args, func() { usage(out) })
 	case "version":
@@ -45,7 +48,7 @@ func dispatch(args []string, out io.Writer) error {
 	case "man":
 		return noArgs(cmd, args, func() { manPage(out) })
 	}
-	return fmt.Errorf("unknown command %q (want run, show, neigh, conn, stats, child, help, version or man; see ipoibd --help)", cmd)
+	return fmt.Errorf("unknown command %q (want run, show, neigh, conn, stats, child, mode, help, version or man; see ipoibd --help)", cmd)
 }
 
 func noArgs(cmd string, args []string, f func()) error {
@@ -65,6 +68,7 @@ var commands = []struct{ synopsis, what string }{
 	{"stats [IFNAME] [-j]", "the counters, every drop under its cause; never going backwards"},
 	{"child add [PARENT] PKEY", "a P_Key child PARENT.PPPP in the parent's daemon (--name, --addr, --mode, --mtu)"},
 	{"child del [PARENT] NAME|PKEY", "remove a child: DREQs on its connections, the interface goes"},
+	{"mode [IFNAME] connected|datagram", "switch mode at run time, as the kernel's sysfs mode: the MTU follows (65520, or the UD MTU)"},
 	{"help", "this text"},
 	{"version", "the module version, VCS revision and Go version of this build"},
 	{"man", "the man page ipoibd(8) in roff (man -l <(ipoibd man))"},
@@ -85,7 +89,7 @@ func usage(out io.Writer) {
 	fmt.Fprintln(out, "ipoibd: IP over InfiniBand in connected mode, in userspace")
 	fmt.Fprintln(out, "\nusage:")
 	for _, c := range commands {
-		fmt.Fprintf(out, "  ipoibd %-28s %s\n", c.synopsis, c.what)
+		fmt.Fprintf(out, "  ipoibd %-32s %s\n", c.synopsis, c.what)
 	}
 	fmt.Fprintln(out, "\nrun flags:")
 	fmt.Fprint(out, runFlags(&options{}).FlagUsages())

@@ -141,3 +141,72 @@ func TestPKeyChildren(t *testing.T) {
 		t.Errorf("h1's ib0.8001 outlived its daemon:\n%s", out)
 	}
 }
+
+// TestModeSwitch switches a running interface to datagram mode and back,
+// as the kernel's sysfs mode does: the MTU follows, our connections go
+// and sends go over UD, then connected mode brings 65000-octet pings back
+// over a new connection.
+func TestModeSwitch(t *testing.T) {
+	c := newCluster(t, "mode", 2)
+	c.start(1)
+	c.start(2)
+	c.on(1, "ping", "-c", "1", "-s", "65000", "-M", "do", "-W", "2", c.ip4(2))
+	if len(c.conns(1)) == 0 {
+		t.Fatal("no connection in connected mode")
+	}
+	udMTU := c.show(1).UDMTU
+
+	if out := c.on(1, binary, "mode", "datagram"); strings.TrimSpace(out) != fmt.Sprintf("ib0: datagram mode, mtu %d", udMTU) {
+		t.Errorf("mode datagram said %q", out)
+	}
+	if i := c.show(1); i.Mode != "datagram" || i.MTU != udMTU {
+		t.Errorf("after the switch: mode %s mtu %d, want datagram %d", i.Mode, i.MTU, udMTU)
+	}
+	if out := c.on(1, "ip", "link", "show", "ib0"); !strings.Contains(out, fmt.Sprintf("mtu %d ", udMTU)) {
+		t.Errorf("the link's MTU did not follow:\n%s", out)
+	}
+	await(t, 5*time.Second, "h1's connections to go", func() bool { return len(c.conns(1)) == 0 })
+	before := c.stats(1)
+	c.ping(1, c.ip4(2), 3)
+	c.ping(1, c.ip6(2), 3)
+	after := c.stats(1)
+	if after["tx_connected"] != before["tx_connected"] || after["tx_ud"] < before["tx_ud"]+3 {
+		t.Errorf("datagram mode sent tx_connected +%d, tx_ud +%d; want 0 and more than a few",
+			after["tx_connected"]-before["tx_connected"], after["tx_ud"]-before["tx_ud"])
+	}
+	if out, err := c.try(1, "ping", "-c", "1", "-s", fmt.Sprint(udMTU), "-M", "do", "-W", "1", c.ip4(2)); err == nil {
+		t.Errorf("a 3000-octet DF ping left in datagram mode (MTU %d):\n%s", udMTU, out)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"mode datagram", "datagram mode"}, // again: nothing to do
+		{"mode bridged", `want connected or datagram`},
+		{"mode ib0 x y", "mode takes"},
+	} {
+		out, err := c.try(1, append([]string{binary}, strings.Fields(tc.args)...)...)
+		if !strings.Contains(out, tc.want) || (tc.args != "mode datagram") == (err == nil) {
+			t.Errorf("ipoibd %s: %v %q, want %q", tc.args, err, out, tc.want)
+		}
+	}
+
+	if out := c.on(1, binary, "mode", "ib0", "connected"); strings.TrimSpace(out) != fmt.Sprintf("ib0: connected mode, mtu %d", ipoib.ConnectedMTU) {
+		t.Errorf("mode connected said %q", out)
+	}
+	c.on(1, "ping", "-c", "2", "-s", "65000", "-M", "do", "-W", "2", c.ip4(2))
+	established := false
+	for _, cn := range c.conns(1) {
+		established = established || (cn.Direction == "out" && cn.State == "established" && cn.Sends)
+	}
+	if !established {
+		t.Errorf("no outgoing connection carries our sends after the switch back: %+v", c.conns(1))
+	}
+}
+
+// A daemon started in datagram mode has no connection service to switch to.
+func TestModeSwitchNeedsAConnectionService(t *testing.T) {
+	c := newCluster(t, "modedg", 1)
+	c.start(1, "--mode", "datagram")
+	out, err := c.try(1, binary, "mode", "connected")
+	if err == nil || !strings.Contains(out, "restart it with --mode connected") {
+		t.Errorf("mode connected on a datagram-only daemon: %v %q", err, out)
+	}
+}

@@ -1,5 +1,7 @@
 package main
 
+// The commands that change a running daemon: child add|del and mode.
+
 import (
 	"encoding/json"
 	"fmt"
@@ -74,5 +76,44 @@ func childCommand(args []string, out io.Writer) error {
 		done = "removed"
 	}
 	_, err = fmt.Fprintf(out, "%s %s\n", reply.Name, done)
+	return err
+}
+
+// modeCommand is `ipoibd mode [IFNAME] connected|datagram`.
+func modeCommand(args []string, out io.Writer) error {
+	fs := pflag.NewFlagSet("ipoibd mode", pflag.ContinueOnError)
+	fs.Usage = func() {}
+	ifname := fs.String("ifname", "ib0", "the interface (or give IFNAME before the mode)")
+	asJSON := fs.BoolP("json", "j", false, "print the answer as JSON")
+	help := fs.BoolP("help", "h", false, "print the whole usage and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *help {
+		usage(out)
+		return nil
+	}
+	pos := fs.Args()
+	switch {
+	case len(pos) == 2 && fs.Changed("ifname") && pos[0] != *ifname:
+		return fmt.Errorf("mode: interface %q and --ifname %q disagree", pos[0], *ifname)
+	case len(pos) == 2:
+		*ifname, pos = pos[0], pos[1:]
+	case len(pos) != 1:
+		return fmt.Errorf("mode takes [IFNAME] connected|datagram, got %q", strings.Join(pos, " "))
+	}
+	raw, err := ask(*ifname, request{Cmd: "mode", Name: pos[0]})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err = out.Write(append(raw, '\n'))
+		return err
+	}
+	var r modeReply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("the daemon's answer: %w", err)
+	}
+	_, err = fmt.Fprintf(out, "%s: %s mode, mtu %d\n", r.Name, r.Mode, r.MTU)
 	return err
 }
