@@ -135,10 +135,20 @@ func TestPKeyChildren(t *testing.T) {
 	})
 	c.ping(1, c.ip4(2), 1) // the parents are untouched
 
-	// Shutting down takes the child with it.
+	// Shutting down takes the child with it; --child makes it again at
+	// start, as a unit file would.
 	c.stop(1, "TERM")
 	if out, err := c.try(1, "ip", "link", "show", "ib0.8001"); err == nil {
 		t.Errorf("h1's ib0.8001 outlived its daemon:\n%s", out)
+	}
+	c.start(1, "--softib-pkeys", "0xffff,0x8001", "--child", "0x8001="+child(1)+"/24")
+	if out := c.on(1, "ip", "-br", "addr", "show", "ib0.8001"); !strings.Contains(out, child(1)+"/24") {
+		t.Errorf("--child: ib0.8001 without its address:\n%s", out)
+	}
+	c.stop(1, "TERM")
+	out, err := c.try(1, binary, "--underlay", c.underlay(1), "--child", "0x8002")
+	if err == nil || !strings.Contains(out, `--child "0x8002"`) || !strings.Contains(out, "--softib-pkeys") {
+		t.Errorf("--child outside the P_Key table: %v %q", err, out)
 	}
 }
 

@@ -36,6 +36,7 @@ type options struct {
 	policy      string
 	mtu         int
 	addrs       []string
+	children    []string
 	idleTimeout time.Duration
 	maxConns    int
 	logLevel    string
@@ -65,6 +66,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.policy, "cm-policy", "linux", "sending policy: linux (send on our own connections only, as the kernel's ipoib expects) or rfc (send on connections either side opened; RFC 4755 crossing rule)")
 	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
 	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
+	fs.StringArrayVar(&o.children, "child", nil, "a P_Key child made at start, as `ipoibd child add` makes one at run time (repeatable): PKEY or PKEY=ADDR[,ADDR...], e.g. 0x8001=192.168.78.1/24")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
 	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections past setup at once; further REQs are rejected (no resources). Those in setup have their own bounds (256, 16 per peer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -110,6 +112,17 @@ func run(args []string, out io.Writer) error {
 	d, err := newDaemon(cfg, dev, choice, hint)
 	if err != nil {
 		return err
+	}
+	for _, c := range o.children {
+		pkey, addrs, _ := strings.Cut(c, "=")
+		r := childRequest{PKey: pkey}
+		if addrs != "" {
+			r.Addrs = strings.Split(addrs, ",")
+		}
+		if _, err := d.addChild(r); err != nil {
+			_ = d.Close()
+			return fmt.Errorf("--child %q: %w", c, err)
+		}
 	}
 	iface := d.first()
 	if path := os.Getenv("IPOIBD_CPUPROFILE"); path != "" {
