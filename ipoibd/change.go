@@ -6,9 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
-
-	"github.com/spf13/pflag"
 )
 
 // childCommand is `ipoibd child add|del`: P_Key child interfaces made and
@@ -22,48 +19,30 @@ func childCommand(args []string, out io.Writer) error {
 		return fmt.Errorf("child: want add or del (see ipoibd --help)")
 	}
 	verb, args := args[0], args[1:]
-	fs := pflag.NewFlagSet("ipoibd child "+verb, pflag.ContinueOnError)
-	fs.Usage = func() {}
-	parent := fs.String("ifname", "ib0", "the parent interface, whose daemon makes the child (or give PARENT before PKEY)")
+	c := newIfCommand("child " + verb)
 	var r childRequest
+	want := "NAME|PKEY"
 	if verb == "add" {
-		fs.StringVar(&r.Name, "name", "", "the child's name (default PARENT.PPPP, the P_Key in four hex digits)")
-		fs.StringArrayVar(&r.Addrs, "addr", nil, "address with prefix length for the child (repeatable)")
-		fs.StringVar(&r.Mode, "mode", "", "connected or datagram (default the parent's)")
-		fs.IntVar(&r.MTU, "mtu", 0, "the child's MTU (default the mode's)")
+		want = "PKEY"
+		c.fs.StringVar(&r.Name, "name", "", "the child's name (default PARENT.PPPP, the P_Key in four hex digits)")
+		c.fs.StringArrayVar(&r.Addrs, "addr", nil, "address with prefix length for the child (repeatable)")
+		c.fs.StringVar(&r.Mode, "mode", "", "connected or datagram (default the parent's)")
+		c.fs.IntVar(&r.MTU, "mtu", 0, "the child's MTU (default the mode's)")
 	}
-	asJSON := fs.BoolP("json", "j", false, "print the answer as JSON")
-	help := fs.BoolP("help", "h", false, "print the whole usage and exit")
-	if err := fs.Parse(args); err != nil {
+	pos, done, err := c.parse(args, out, want)
+	if done || err != nil {
 		return err
-	}
-	if *help {
-		usage(out)
-		return nil
-	}
-	pos := fs.Args()
-	switch {
-	case len(pos) == 2 && fs.Changed("ifname") && pos[0] != *parent:
-		return fmt.Errorf("child %s: interface %q and --ifname %q disagree", verb, pos[0], *parent)
-	case len(pos) == 2:
-		*parent, pos = pos[0], pos[1:]
-	case len(pos) != 1:
-		what := "PKEY"
-		if verb == "del" {
-			what = "NAME or PKEY"
-		}
-		return fmt.Errorf("child %s takes [PARENT] %s, got %q", verb, what, strings.Join(pos, " "))
 	}
 	req := request{Cmd: "child-del", Name: pos[0]}
 	if verb == "add" {
 		r.PKey = pos[0]
 		req = request{Cmd: "child-add", Child: &r}
 	}
-	raw, err := ask(*parent, req)
+	raw, err := ask(*c.ifname, req)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if *c.asJSON {
 		_, err = out.Write(append(raw, '\n'))
 		return err
 	}
@@ -71,42 +50,26 @@ func childCommand(args []string, out io.Writer) error {
 	if err := json.Unmarshal(raw, &reply); err != nil {
 		return fmt.Errorf("the daemon's answer: %w", err)
 	}
-	done := "added"
+	what := "added"
 	if verb == "del" {
-		done = "removed"
+		what = "removed"
 	}
-	_, err = fmt.Fprintf(out, "%s %s\n", reply.Name, done)
+	_, err = fmt.Fprintf(out, "%s %s\n", reply.Name, what)
 	return err
 }
 
 // modeCommand is `ipoibd mode [IFNAME] connected|datagram`.
 func modeCommand(args []string, out io.Writer) error {
-	fs := pflag.NewFlagSet("ipoibd mode", pflag.ContinueOnError)
-	fs.Usage = func() {}
-	ifname := fs.String("ifname", "ib0", "the interface (or give IFNAME before the mode)")
-	asJSON := fs.BoolP("json", "j", false, "print the answer as JSON")
-	help := fs.BoolP("help", "h", false, "print the whole usage and exit")
-	if err := fs.Parse(args); err != nil {
+	c := newIfCommand("mode")
+	pos, done, err := c.parse(args, out, "connected|datagram")
+	if done || err != nil {
 		return err
 	}
-	if *help {
-		usage(out)
-		return nil
-	}
-	pos := fs.Args()
-	switch {
-	case len(pos) == 2 && fs.Changed("ifname") && pos[0] != *ifname:
-		return fmt.Errorf("mode: interface %q and --ifname %q disagree", pos[0], *ifname)
-	case len(pos) == 2:
-		*ifname, pos = pos[0], pos[1:]
-	case len(pos) != 1:
-		return fmt.Errorf("mode takes [IFNAME] connected|datagram, got %q", strings.Join(pos, " "))
-	}
-	raw, err := ask(*ifname, request{Cmd: "mode", Name: pos[0]})
+	raw, err := ask(*c.ifname, request{Cmd: "mode", Name: pos[0]})
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if *c.asJSON {
 		_, err = out.Write(append(raw, '\n'))
 		return err
 	}

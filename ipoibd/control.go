@@ -175,32 +175,15 @@ func peerIsRoot(conn *net.UnixConn) bool {
 
 // query asks a running daemon and prints its answer as a table or JSON.
 func query(cmd string, args []string, out io.Writer) error {
-	fs, ifname, asJSON := queryFlags(cmd)
-	fs.Usage = func() {}
-	help := fs.BoolP("help", "h", false, "print the whole usage and exit")
-	if err := fs.Parse(args); err != nil {
+	c := newIfCommand(cmd)
+	if _, done, err := c.parse(args, out); done || err != nil {
 		return err
 	}
-	if *help {
-		usage(out)
-		return nil
-	}
-	switch {
-	case fs.NArg() > 1:
-		return fmt.Errorf("%s takes one interface name, got %q", cmd, strings.Join(fs.Args(), " "))
-	case fs.NArg() == 1 && fs.Changed("ifname") && fs.Arg(0) != *ifname:
-		return fmt.Errorf("%s: interface %q and --ifname %q disagree", cmd, fs.Arg(0), *ifname)
-	case fs.NArg() == 1:
-		*ifname = fs.Arg(0)
-	}
-	if *ifname == "" || len(*ifname) >= unix.IFNAMSIZ || strings.ContainsAny(*ifname, "/ \t\n") {
-		return fmt.Errorf("%q is not an interface name", *ifname)
-	}
-	raw, err := ask(*ifname, request{Cmd: cmd})
+	raw, err := ask(*c.ifname, request{Cmd: cmd})
 	if err != nil {
 		return err
 	}
-	if !*asJSON {
+	if !*c.asJSON {
 		return printTable(out, cmd, raw)
 	}
 	if cmd == "stats" {

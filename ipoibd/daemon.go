@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
-	"golang.org/x/sys/unix"
 )
 
 // daemon is one ipoibd process: one adapter port, its QP1 shared by the
@@ -134,8 +132,8 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 	if cfg.Name == "" {
 		cfg.Name = fmt.Sprintf("%s.%04x", d.base.Name, uint16(pkey))
 	}
-	if len(cfg.Name) >= unix.IFNAMSIZ || strings.ContainsAny(cfg.Name, "/ \t\n:") {
-		return "", fmt.Errorf("%q is not an interface name (at most %d characters, no '/', ':' or spaces)", cfg.Name, unix.IFNAMSIZ-1)
+	if err := checkIfname(cfg.Name); err != nil {
+		return "", err
 	}
 	if r.MTU < 0 {
 		return "", fmt.Errorf("MTU %d: must be positive", r.MTU)
