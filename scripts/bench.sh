@@ -41,19 +41,11 @@ on() { "$cluster" exec "$name" "$@"; }
 
 [ "$(id -u)" = 0 ] || die "run as root (sudo make bench): it makes network namespaces and TUN devices"
 [ -x "$IPOIBD" ] || die "no $IPOIBD (run make build)"
-for c in iperf3 ping jq ip; do command -v $c >/dev/null || die "$c is missing"; done
-
-# socat and wireguard-go are the baselines; install them if missing.
-need=()
-command -v socat >/dev/null || need+=(socat)
-command -v wg >/dev/null || need+=(wireguard-tools)
-command -v wireguard-go >/dev/null || need+=(wireguard-go)
-if ((${#need[@]})); then
-	say "installing ${need[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
-		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; }
-fi
+# make bench installs them (scripts/deps.sh runtime); socat and wireguard-go
+# are the baselines.
+for c in iperf3 ping jq ip socat wg wireguard-go; do
+	command -v $c >/dev/null || die "$c is missing (run scripts/deps.sh runtime)"
+done
 
 tmp=$(mktemp -d /tmp/ipoibd-bench.XXXXXX)
 # The hosts come from scripts/cluster.sh; a copy taken now, because bash

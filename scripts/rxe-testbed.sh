@@ -106,6 +106,7 @@ ensure_host() {
 	command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 	command -v debootstrap >/dev/null || need+=(debootstrap)
 	command -v cpio >/dev/null || need+=(cpio)
+	command -v depmod >/dev/null || need+=(kmod) # the guest's module index
 	[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 	[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
 	if ((${#need[@]})); then
