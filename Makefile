@@ -4,7 +4,7 @@ GO ?= go
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: build test testbed lint fuzz bench demo deps install uninstall unit man
+.PHONY: build test testbed lint fuzz bench demo deps deps-proof install uninstall unit man
 
 build:
 	$(GO) build ./...
@@ -26,10 +26,16 @@ deps:
 lint: deps
 	scripts/lint.sh
 
-# Unit tests with the fuzz seed corpora, the tshark wire check and the
-# end-to-end tests (root: they make TUN devices and network namespaces),
-# then the real-kernel RDMA test bed.
-test: lint
+# deps.sh proven on a minimal Debian (debootstrap minbase): afterwards every
+# command the scripts and tests call must be there (root; seconds when cached).
+deps-proof:
+	GO=$(GO) scripts/deps-proof.sh
+
+# Unit tests with the fuzz seed corpora (internal/depscheck among them: every
+# command called comes from a fresh machine or deps.sh), the tshark wire check
+# and the end-to-end tests (root: they make TUN devices and network
+# namespaces), then the real-kernel RDMA test bed.
+test: lint deps-proof
 	$(GO) test -count=1 ./...
 	GO=$(GO) scripts/rxe-testbed.sh
 
