@@ -1,0 +1,5 @@
+//go:build !race
+
+package ipoib
+
+const raceEnabled = false
