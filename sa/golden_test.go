@@ -37,10 +37,10 @@ func gid(s string) ib.GID {
 // (as umad_sa.h / umad_sa_mcm.h transcribe them), with the header and the
 // record it must decode to.
 type golden struct {
-	hex    string
-	hdr    Header
-	rec    Record
-	resv   map[int]byte // reserved bits of the record, by record octet
+	hex  string
+	hdr  Header
+	rec  Record
+	resv map[int]byte // reserved bits of the record, by record octet
 }
 
 var (
