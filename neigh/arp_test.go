@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // ARP goldens, written from spec §3.
@@ -16,25 +17,25 @@ var arpGoldens = []struct {
 }{
 	{
 		name: "request A→B",
-		wire: `00 20        // hardware type 32 (InfiniBand)
-		       08 00        // protocol type IPv4
-		       14           // hardware address length 20
-		       04           // protocol address length 4
-		       00 01        // opcode: request
-		       ` + wireA + ` // sender hardware address
-		       c0 a8 64 01  // sender protocol address 192.168.100.1
-		       ` + wireZero + ` // target hardware address: unknown
-		       c0 a8 64 02  // target protocol address 192.168.100.2`,
+		wire: `00 20        # hardware type 32 (InfiniBand)
+		       08 00        # protocol type IPv4
+		       14           # hardware address length 20
+		       04           # protocol address length 4
+		       00 01        # opcode: request
+		       ` + wireA + ` # sender hardware address
+		       c0 a8 64 01  # sender protocol address 192.168.100.1
+		       ` + wireZero + ` # target hardware address: unknown
+		       c0 a8 64 02  # target protocol address 192.168.100.2`,
 		arp: ARP{Op: ARPRequest, SenderHW: hwA, SenderIP: ip4A, TargetIP: ip4B},
 	},
 	{
 		name: "reply B→A",
 		wire: `00 20 | 08 00 | 14 | 04
-		       00 02        // opcode: reply
-		       ` + wireB + ` // sender hardware address
-		       c0 a8 64 02  // sender protocol address 192.168.100.2
-		       ` + wireA + ` // target hardware address
-		       c0 a8 64 01  // target protocol address 192.168.100.1`,
+		       00 02        # opcode: reply
+		       ` + wireB + ` # sender hardware address
+		       c0 a8 64 02  # sender protocol address 192.168.100.2
+		       ` + wireA + ` # target hardware address
+		       c0 a8 64 01  # target protocol address 192.168.100.1`,
 		arp: ARP{Op: ARPReply, SenderHW: hwB, SenderIP: ip4B, TargetHW: hwA, TargetIP: ip4A},
 	},
 	{
@@ -48,7 +49,7 @@ var arpGoldens = []struct {
 
 func TestARPGolden(t *testing.T) {
 	for _, tt := range arpGoldens {
-		wire := unhex(t, tt.wire)
+		wire := testutil.Unhex(t, tt.wire)
 		if len(wire) != ARPLen {
 			t.Fatalf("%s: golden is %d octets", tt.name, len(wire))
 		}
@@ -74,7 +75,7 @@ func TestARPGolden(t *testing.T) {
 }
 
 func TestDecodeARPErrors(t *testing.T) {
-	golden := unhex(t, arpGoldens[0].wire)
+	golden := testutil.Unhex(t, arpGoldens[0].wire)
 	set := func(off int, v ...byte) []byte {
 		b := bytes.Clone(golden)
 		copy(b[off:], v)
@@ -102,7 +103,7 @@ func TestDecodeARPErrors(t *testing.T) {
 		{"opcode 3 (RARP)", set(6, 0, 3), "opcode"},
 		{"opcode 0x0101", set(6, 1, 1), "opcode"},
 		// An Ethernet ARP is reported by its hardware type, not as short.
-		{"Ethernet ARP", unhex(t, "0001 0800 06 04 0001 020000000001 c0a86401 000000000000 c0a86402"), "hardware type"},
+		{"Ethernet ARP", testutil.Unhex(t, "0001 0800 06 04 0001 020000000001 c0a86401 000000000000 c0a86402"), "hardware type"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,7 +111,7 @@ func TestDecodeARPErrors(t *testing.T) {
 			if a != (ARP{}) {
 				t.Errorf("returned %+v with the error", a)
 			}
-			wantField(t, err, "ARP", tt.field)
+			testutil.WantField(t, err, "ARP", tt.field)
 		})
 	}
 }
@@ -137,7 +138,7 @@ func TestEncodeARPErrors(t *testing.T) {
 			a := good
 			tt.edit(&a)
 			b := bytes.Repeat([]byte{0xa5}, tt.n)
-			wantField(t, a.Encode(b), "ARP", tt.field)
+			testutil.WantField(t, a.Encode(b), "ARP", tt.field)
 			if !bytes.Equal(b, bytes.Repeat([]byte{0xa5}, tt.n)) {
 				t.Errorf("a failed Encode wrote % x", b)
 			}

@@ -1,6 +1,10 @@
 package neigh
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
+)
 
 func BenchmarkARPEncode(b *testing.B) {
 	a := arpGoldens[1].arp
@@ -15,7 +19,7 @@ func BenchmarkARPEncode(b *testing.B) {
 }
 
 func BenchmarkARPDecode(b *testing.B) {
-	wire := unhex(b, arpGoldens[1].wire)
+	wire := testutil.Unhex(b, arpGoldens[1].wire)
 	b.ReportAllocs()
 	b.SetBytes(ARPLen)
 	for b.Loop() {
@@ -43,7 +47,7 @@ func BenchmarkNDEncode(b *testing.B) {
 func BenchmarkNDDecode(b *testing.B) {
 	for _, g := range ndGoldens[:2] {
 		b.Run(map[uint8]string{TypeNeighborSolicitation: "NS", TypeNeighborAdvertisement: "NA"}[g.msg.Type], func(b *testing.B) {
-			wire := unhex(b, g.wire)
+			wire := testutil.Unhex(b, g.wire)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(wire)))
 			for b.Loop() {

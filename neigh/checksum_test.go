@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestICMPv6Checksum(t *testing.T) {
@@ -44,7 +46,7 @@ func TestICMPv6Checksum(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		msg := unhex(t, tt.msg)
+		msg := testutil.Unhex(t, tt.msg)
 		if got := ICMPv6Checksum(tt.src, tt.dst, msg); got != tt.want {
 			t.Errorf("%s: ICMPv6Checksum = %#04x, want %#04x", tt.name, got, tt.want)
 		}
@@ -64,7 +66,7 @@ func TestICMPv6Checksum(t *testing.T) {
 // and a sender may write it as 0xffff (the other one's complement zero).
 // Both must be accepted.
 func TestChecksumZeroForms(t *testing.T) {
-	msg := unhex(t, "87 00 | 00 00 | 00000000 | fe80 0000 0000 0000 0000 0000 0000 0002")
+	msg := testutil.Unhex(t, "87 00 | 00 00 | 00000000 | fe80 0000 0000 0000 0000 0000 0000 0002")
 	src, dst := netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fe80::2")
 	// The NS reserved field is ignored on receive: use it to make the
 	// checksum come out zero.

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // FuzzDecodeARP: DecodeARP never panics, and what it accepts encodes back
@@ -12,7 +14,7 @@ import (
 // decodes to the same ARP.
 func FuzzDecodeARP(f *testing.F) {
 	for _, g := range arpGoldens {
-		w := unhex(f, g.wire)
+		w := testutil.Unhex(f, g.wire)
 		for _, n := range []int{0, 1, 7, 8, 27, 28, 52, ARPLen - 1, ARPLen} {
 			f.Add(w[:n])
 		}
@@ -57,7 +59,7 @@ var fuzzAddrs = [...][2]netip.Addr{
 // options and the validity rules.
 func FuzzDecodeNeighborMessage(f *testing.F) {
 	for _, g := range ndGoldens {
-		w := unhex(f, g.wire)[IPv6HeaderLen:]
+		w := testutil.Unhex(f, g.wire)[IPv6HeaderLen:]
 		var pair uint8
 		for i, p := range fuzzAddrs {
 			if p == [2]netip.Addr{g.src, g.dst} {
@@ -102,7 +104,7 @@ func FuzzDecodeNeighborMessage(f *testing.F) {
 // message. fix makes the ICMPv6 checksum right, as above.
 func FuzzDecodeIPv6ND(f *testing.F) {
 	for _, g := range ndGoldens {
-		w := unhex(f, g.wire)
+		w := testutil.Unhex(f, g.wire)
 		for _, n := range []int{0, 7, IPv6HeaderLen - 1, IPv6HeaderLen, IPv6HeaderLen + 4, IPv6HeaderLen + NDHeaderLen, len(w) - 1, len(w)} {
 			if n <= len(w) {
 				f.Add(w[:n], false)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // ND goldens: whole IPv6 packets written from RFC 4861 §4.3/§4.4 and spec
@@ -20,20 +21,20 @@ var ndGoldens = []struct {
 }{
 	{
 		name: "NS A→B with source LLA",
-		wire: `60 00 00 00  // version 6, traffic class 0, flow label 0
-		       00 30        // payload length 48
-		       3a           // next header 58 (ICMPv6)
-		       ff           // hop limit 255
-		       fe80 0000 0000 0000 0202 c903 000a bcde // source fe80::202:c903:a:bcde
-		       ff02 0000 0000 0000 0000 0001 ff0b 1234 // destination ff02::1:ff0b:1234
-		       87           // type 135 (NS)
-		       00           // code 0
-		       00 61        // checksum
-		       00 00 00 00  // reserved
-		       fe80 0000 0000 0000 0202 c903 000b 1234 // target fe80::202:c903:b:1234
-		       01           // option 1: source link-layer address
-		       03           // length 3 (24 octets)
-		       00 00        // pad
+		wire: `60 00 00 00  # version 6, traffic class 0, flow label 0
+		       00 30        # payload length 48
+		       3a           # next header 58 (ICMPv6)
+		       ff           # hop limit 255
+		       fe80 0000 0000 0000 0202 c903 000a bcde # source fe80::202:c903:a:bcde
+		       ff02 0000 0000 0000 0000 0001 ff0b 1234 # destination ff02::1:ff0b:1234
+		       87           # type 135 (NS)
+		       00           # code 0
+		       00 61        # checksum
+		       00 00 00 00  # reserved
+		       fe80 0000 0000 0000 0202 c903 000b 1234 # target fe80::202:c903:b:1234
+		       01           # option 1: source link-layer address
+		       03           # length 3 (24 octets)
+		       00 00        # pad
 		       ` + wireA,
 		src: llA, dst: snB,
 		msg: NeighborMessage{Type: TypeNeighborSolicitation, Target: llB, LinkAddr: hwA, HasLinkAddr: true},
@@ -41,37 +42,37 @@ var ndGoldens = []struct {
 	{
 		name: "NA B→A, S+O, with target LLA",
 		wire: `60 00 00 00 | 00 30 | 3a | ff
-		       fe80 0000 0000 0000 0202 c903 000b 1234 // source fe80::202:c903:b:1234
-		       fe80 0000 0000 0000 0202 c903 000a bcde // destination fe80::202:c903:a:bcde
-		       88           // type 136 (NA)
-		       00           // code 0
-		       f9 c6        // checksum
-		       60 00 00 00  // flags R=0 S=1 O=1, reserved
-		       fe80 0000 0000 0000 0202 c903 000b 1234 // target
-		       02           // option 2: target link-layer address
-		       03           // length 3
-		       00 00        // pad
+		       fe80 0000 0000 0000 0202 c903 000b 1234 # source fe80::202:c903:b:1234
+		       fe80 0000 0000 0000 0202 c903 000a bcde # destination fe80::202:c903:a:bcde
+		       88           # type 136 (NA)
+		       00           # code 0
+		       f9 c6        # checksum
+		       60 00 00 00  # flags R=0 S=1 O=1, reserved
+		       fe80 0000 0000 0000 0202 c903 000b 1234 # target
+		       02           # option 2: target link-layer address
+		       03           # length 3
+		       00 00        # pad
 		       ` + wireB,
 		src: llB, dst: llA,
 		msg: NeighborMessage{Type: TypeNeighborAdvertisement, Solicited: true, Override: true, Target: llB, LinkAddr: hwB, HasLinkAddr: true},
 	},
 	{
 		name: "DAD NS",
-		wire: `60 00 00 00 | 00 18 | 3a | ff  // payload length 24
-		       0000 0000 0000 0000 0000 0000 0000 0000 // source :: (unspecified)
-		       ff02 0000 0000 0000 0000 0001 ff0b 1234 // destination
+		wire: `60 00 00 00 | 00 18 | 3a | ff  # payload length 24
+		       0000 0000 0000 0000 0000 0000 0000 0000 # source :: (unspecified)
+		       ff02 0000 0000 0000 0000 0001 ff0b 1234 # destination
 		       87 | 00 | 8c a3 | 00 00 00 00
-		       fe80 0000 0000 0000 0202 c903 000b 1234 // target, no option`,
+		       fe80 0000 0000 0000 0202 c903 000b 1234 # target, no option`,
 		src: unspecified, dst: snB,
 		msg: NeighborMessage{Type: TypeNeighborSolicitation, Target: llB},
 	},
 	{
 		name: "unsolicited NA to all nodes, O",
 		wire: `60 00 00 00 | 00 30 | 3a | ff
-		       fe80 0000 0000 0000 0202 c903 000b 1234 // source
-		       ff02 0000 0000 0000 0000 0000 0000 0001 // destination ff02::1
+		       fe80 0000 0000 0000 0202 c903 000b 1234 # source
+		       ff02 0000 0000 0000 0000 0000 0000 0001 # destination ff02::1
 		       88 | 00 | c1 32
-		       20 00 00 00  // flags R=0 S=0 O=1
+		       20 00 00 00  # flags R=0 S=0 O=1
 		       fe80 0000 0000 0000 0202 c903 000b 1234
 		       02 | 03 | 00 00 | ` + wireB,
 		src: llB, dst: allNodes,
@@ -82,7 +83,7 @@ var ndGoldens = []struct {
 func TestNDGolden(t *testing.T) {
 	for _, tt := range ndGoldens {
 		t.Run(tt.name, func(t *testing.T) {
-			wire := unhex(t, tt.wire)
+			wire := testutil.Unhex(t, tt.wire)
 			icmp := wire[IPv6HeaderLen:]
 			if s := wordSum(tt.src, tt.dst, icmp); s != 0xffff {
 				t.Fatalf("golden checksum is wrong: independent sum %#04x", s)
@@ -118,19 +119,19 @@ func TestNDGolden(t *testing.T) {
 // checksum.
 func nsWithOptions(t *testing.T, opts ...string) []byte {
 	t.Helper()
-	msg := unhex(t, "87 00 0000 00000000 fe80 0000 0000 0000 0202 c903 000b 1234")
+	msg := testutil.Unhex(t, "87 00 0000 00000000 fe80 0000 0000 0000 0202 c903 000b 1234")
 	for _, o := range opts {
-		msg = append(msg, unhex(t, o)...)
+		msg = append(msg, testutil.Unhex(t, o)...)
 	}
 	return fixSum(llA, snB, msg)
 }
 
 func naWithOptions(t *testing.T, flags byte, opts ...string) []byte {
 	t.Helper()
-	msg := unhex(t, "88 00 0000 00000000 fe80 0000 0000 0000 0202 c903 000b 1234")
+	msg := testutil.Unhex(t, "88 00 0000 00000000 fe80 0000 0000 0000 0202 c903 000b 1234")
 	msg[4] = flags
 	for _, o := range opts {
-		msg = append(msg, unhex(t, o)...)
+		msg = append(msg, testutil.Unhex(t, o)...)
 	}
 	return fixSum(llB, llA, msg)
 }
@@ -187,7 +188,7 @@ func TestNDOptions(t *testing.T) {
 }
 
 func TestDecodeNeighborMessageErrors(t *testing.T) {
-	golden := unhex(t, ndGoldens[0].wire)[IPv6HeaderLen:]
+	golden := testutil.Unhex(t, ndGoldens[0].wire)[IPv6HeaderLen:]
 	edit := func(f func([]byte) []byte) []byte { return fixSum(llA, snB, f(bytes.Clone(golden))) }
 	tests := []struct {
 		name     string
@@ -225,13 +226,13 @@ func TestDecodeNeighborMessageErrors(t *testing.T) {
 			if m != (NeighborMessage{}) {
 				t.Errorf("returned %+v with the error", m)
 			}
-			wantField(t, err, "ICMPv6 ND", tt.field)
+			testutil.WantField(t, err, "ICMPv6 ND", tt.field)
 		})
 	}
 }
 
 func TestDecodeIPv6NDErrors(t *testing.T) {
-	golden := unhex(t, ndGoldens[0].wire)
+	golden := testutil.Unhex(t, ndGoldens[0].wire)
 	set := func(off int, v ...byte) []byte {
 		b := bytes.Clone(golden)
 		copy(b[off:], v)
@@ -262,7 +263,7 @@ func TestDecodeIPv6NDErrors(t *testing.T) {
 			if m != (NeighborMessage{}) || src.IsValid() || dst.IsValid() {
 				t.Errorf("returned %v %v %+v with the error", src, dst, m)
 			}
-			wantField(t, err, tt.format, tt.field)
+			testutil.WantField(t, err, tt.format, tt.field)
 		})
 	}
 	// Traffic class, flow label and octets past the payload are ignored.
@@ -307,7 +308,7 @@ func TestEncodeNDErrors(t *testing.T) {
 			if n != 0 {
 				t.Errorf("Encode returned %d with the error", n)
 			}
-			wantField(t, err, "ICMPv6 ND", tt.field)
+			testutil.WantField(t, err, "ICMPv6 ND", tt.field)
 			if !bytes.Equal(b, bytes.Repeat([]byte{0xa5}, tt.n)) {
 				t.Errorf("a failed Encode wrote % x", b)
 			}
@@ -322,7 +323,7 @@ func TestEncodeNDErrors(t *testing.T) {
 		})
 	}
 	_, err := ns.EncodeIPv6(make([]byte, IPv6HeaderLen+NDMaxLen-1), llA, snB)
-	wantField(t, err, "IPv6", "buffer")
+	testutil.WantField(t, err, "IPv6", "buffer")
 	// LinkAddr is not looked at without HasLinkAddr.
 	m := NeighborMessage{Type: TypeNeighborSolicitation, Target: llB, LinkAddr: ib.LinkAddr{QPN: 1 << 30}}
 	if n, err := m.Encode(make([]byte, NDHeaderLen), llA, snB); err != nil || n != NDHeaderLen {

@@ -4,11 +4,12 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // TestTsharkDecodesOurPackets is the independent wire check: packets made by
@@ -17,10 +18,6 @@ import (
 // must read back the values we put in, find the ICMPv6 checksums good and
 // report nothing malformed.
 func TestTsharkDecodesOurPackets(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Skip("tshark not installed")
-	}
 	var frames [][]byte
 	var want []string
 	for _, g := range arpGoldens {
@@ -56,7 +53,7 @@ func TestTsharkDecodesOurPackets(t *testing.T) {
 
 	dir := t.TempDir()
 	file := filepath.Join(dir, "nd.pcap")
-	if err := os.WriteFile(file, pcap(frames), 0o644); err != nil {
+	if err := os.WriteFile(file, testutil.Pcap(testutil.LinkTypeLinuxSLL, frames), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	fields := []string{
@@ -70,15 +67,9 @@ func TestTsharkDecodesOurPackets(t *testing.T) {
 	for _, f := range fields {
 		args = append(args, "-e", f)
 	}
-	cmd := exec.Command(tshark, args...)
-	cmd.Env = append(os.Environ(), "HOME="+dir) // no user profile
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	lines := testutil.Tshark(t, args...)
 	if len(lines) != len(want) {
-		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(want), out)
+		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
 	}
 	for i, line := range lines {
 		f := strings.Split(line, "|")
@@ -122,23 +113,4 @@ func sll(etherType uint16, payload []byte) []byte {
 	binary.BigEndian.PutUint16(h[2:4], 32)
 	binary.BigEndian.PutUint16(h[14:16], etherType)
 	return append(h, payload...)
-}
-
-// pcap writes a classic little-endian pcap file of SLL frames.
-func pcap(frames [][]byte) []byte {
-	b := binary.LittleEndian.AppendUint32(nil, 0xa1b2c3d4)
-	b = binary.LittleEndian.AppendUint16(b, 2)
-	b = binary.LittleEndian.AppendUint16(b, 4)
-	b = binary.LittleEndian.AppendUint32(b, 0)   // thiszone
-	b = binary.LittleEndian.AppendUint32(b, 0)   // sigfigs
-	b = binary.LittleEndian.AppendUint32(b, 256) // snaplen
-	b = binary.LittleEndian.AppendUint32(b, 113) // LINKTYPE_LINUX_SLL
-	for i, f := range frames {
-		b = binary.LittleEndian.AppendUint32(b, uint32(i)) // seconds
-		b = binary.LittleEndian.AppendUint32(b, 0)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
-		b = append(b, f...)
-	}
-	return b
 }

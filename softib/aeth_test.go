@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestAETHGolden(t *testing.T) {
@@ -24,7 +26,7 @@ func TestAETHGolden(t *testing.T) {
 		{"NAK remote operational error", `63 | ab cd ef`, NAK(NAKRemoteOperational, 0xabcdef), AckKindNAK, 3},
 	}
 	for _, tt := range tests {
-		wire := unhex(t, tt.wire)
+		wire := testutil.Unhex(t, tt.wire)
 		got, err := DecodeAETH(wire)
 		if err != nil || got != tt.a {
 			t.Errorf("%s: decoded %+v, %v, want %+v", tt.name, got, err, tt.a)
@@ -83,17 +85,17 @@ func TestRNRTimerTable(t *testing.T) {
 func TestAETHErrors(t *testing.T) {
 	for _, syn := range []byte{0x40, 0x5f} {
 		_, err := DecodeAETH([]byte{syn, 0, 0, 0})
-		wantField(t, err, "AETH", "Syndrome")
+		testutil.WantField(t, err, "AETH", "Syndrome")
 	}
 	_, err := DecodeAETH([]byte{0x1f, 0, 0})
-	wantField(t, err, "AETH", "header")
-	wantField(t, AETH{MSN: 0x1000000}.Encode(make([]byte, 4)), "AETH", "MSN")
-	wantField(t, ACK(0).Encode(make([]byte, 3)), "AETH", "buffer")
+	testutil.WantField(t, err, "AETH", "header")
+	testutil.WantField(t, AETH{MSN: 0x1000000}.Encode(make([]byte, 4)), "AETH", "MSN")
+	testutil.WantField(t, ACK(0).Encode(make([]byte, 3)), "AETH", "buffer")
 }
 
 func FuzzDecodeAETH(f *testing.F) {
 	for _, s := range []string{"1f 12 34 56", "2e 00 00 07", "60 00 00 01", "63 ab cd ef", "40 00 00 00", "1f 00"} {
-		f.Add(unhex(f, s))
+		f.Add(testutil.Unhex(f, s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		a, err := DecodeAETH(in)

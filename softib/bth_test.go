@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // A BTH with every field distinct and non-zero (TVer must be 0; FECN and
@@ -41,7 +42,7 @@ func TestBTHGolden(t *testing.T) {
 			BTH{Opcode: OpUCSendOnly, PadCnt: 1, PKey: 0x8001, FECN: true, BECN: true, DestQP: ib.MulticastQPN, PSN: 1}},
 	}
 	for _, tt := range tests {
-		wire := unhex(t, tt.wire)
+		wire := testutil.Unhex(t, tt.wire)
 		got, err := DecodeBTH(wire)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
@@ -61,7 +62,7 @@ func TestBTHGolden(t *testing.T) {
 
 // Reserved bits (Resv6a, Resv7) are ignored on decode and zero on encode.
 func TestBTHReservedBits(t *testing.T) {
-	wire := unhex(t, bthAllFields)
+	wire := testutil.Unhex(t, bthAllFields)
 	wire[4] |= 0x3f
 	wire[8] |= 0x7f
 	got, err := DecodeBTH(wire)
@@ -71,26 +72,26 @@ func TestBTHReservedBits(t *testing.T) {
 	// Encode overwrites every octet, whatever the buffer held.
 	b := bytes.Repeat([]byte{0xff}, BTHLen)
 	got.Encode(b)
-	if want := unhex(t, bthAllFields); !bytes.Equal(b, want) {
+	if want := testutil.Unhex(t, bthAllFields); !bytes.Equal(b, want) {
 		t.Fatalf("encoded % x, want % x", b, want)
 	}
 }
 
 func TestBTHErrors(t *testing.T) {
-	wire := unhex(t, bthAllFields)
+	wire := testutil.Unhex(t, bthAllFields)
 	_, err := DecodeBTH(wire[:11])
-	wantField(t, err, "BTH", "header")
+	testutil.WantField(t, err, "BTH", "header")
 
 	tver := bytes.Clone(wire)
 	tver[1] |= 0x01
 	_, err = DecodeBTH(tver)
-	wantField(t, err, "BTH", "TVer")
+	testutil.WantField(t, err, "BTH", "TVer")
 
 	for _, op := range []byte{0x0a, 0x11 + 1, 0x16, 0x40, 0x66, 0xff} {
 		bad := bytes.Clone(wire)
 		bad[0] = op
 		_, err = DecodeBTH(bad)
-		wantField(t, err, "BTH", "OpCode")
+		testutil.WantField(t, err, "BTH", "OpCode")
 	}
 
 	var b [BTHLen]byte
@@ -104,9 +105,9 @@ func TestBTHErrors(t *testing.T) {
 		{"PSN", BTH{PSN: 0x1000000}},
 	}
 	for _, e := range enc {
-		wantField(t, e.h.Encode(b[:]), "BTH", e.field)
+		testutil.WantField(t, e.h.Encode(b[:]), "BTH", e.field)
 	}
-	wantField(t, bthAllFieldsWant.Encode(b[:11]), "BTH", "buffer")
+	testutil.WantField(t, bthAllFieldsWant.Encode(b[:11]), "BTH", "buffer")
 }
 
 // canonicalBTH is the wire form a decoded BTH re-encodes to: reserved bits
@@ -120,7 +121,7 @@ func canonicalBTH(b []byte) []byte {
 
 func FuzzDecodeBTH(f *testing.F) {
 	for _, s := range []string{bthAllFields, "64 00 ff ff 00 00 00 01 00 00 00 00", "11 00 00 00 ff 00 00 02 ff 00 00 00"} {
-		w := unhex(f, s)
+		w := testutil.Unhex(f, s)
 		for n := 0; n <= len(w); n += 3 {
 			f.Add(w[:n])
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestDETHGolden(t *testing.T) {
@@ -17,7 +18,7 @@ func TestDETHGolden(t *testing.T) {
 		{`00 00 0b 1b | 00 | ff ff fe`, DETH{QKey: ib.DefaultIPoIBQKey, SrcQP: 0xfffffe}},
 	}
 	for _, tt := range tests {
-		wire := unhex(t, tt.wire)
+		wire := testutil.Unhex(t, tt.wire)
 		got, err := DecodeDETH(wire)
 		if err != nil || got != tt.want {
 			t.Errorf("% x: decoded %+v, %v, want %+v", wire, got, err, tt.want)
@@ -36,14 +37,14 @@ func TestDETHGolden(t *testing.T) {
 
 func TestDETHErrors(t *testing.T) {
 	_, err := DecodeDETH(make([]byte, 7))
-	wantField(t, err, "DETH", "header")
-	wantField(t, DETH{SrcQP: 0x1000000}.Encode(make([]byte, 8)), "DETH", "SrcQP")
-	wantField(t, DETH{}.Encode(make([]byte, 7)), "DETH", "buffer")
+	testutil.WantField(t, err, "DETH", "header")
+	testutil.WantField(t, DETH{SrcQP: 0x1000000}.Encode(make([]byte, 8)), "DETH", "SrcQP")
+	testutil.WantField(t, DETH{}.Encode(make([]byte, 7)), "DETH", "buffer")
 }
 
 func FuzzDecodeDETH(f *testing.F) {
-	f.Add(unhex(f, `12 34 56 78 00 9a bc de`))
-	f.Add(unhex(f, `80 01 00 00 ff 00 00 01`))
+	f.Add(testutil.Unhex(f, `12 34 56 78 00 9a bc de`))
+	f.Add(testutil.Unhex(f, `80 01 00 00 ff 00 00 01`))
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h, err := DecodeDETH(in)

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // The two captured RoCEv2 packets of spec §9, IP header to ICRC.
@@ -64,7 +66,7 @@ func TestICRCVectors(t *testing.T) {
 		{"UD SEND Only over IPv6", udIPv6Headers + pktUDSendOnly, udIPv6ICRC},
 	}
 	for _, tt := range tests {
-		pkt := unhex(t, tt.pkt)
+		pkt := testutil.Unhex(t, tt.pkt)
 		ip, udp, ibp, _ := splitIPUDP(t, pkt)
 		crc, err := ICRC(ip, udp, ibp)
 		if err != nil {
@@ -72,7 +74,7 @@ func TestICRCVectors(t *testing.T) {
 		}
 		var got [ICRCLen]byte
 		PutICRC(got[:], crc)
-		want := unhex(t, tt.want)
+		want := testutil.Unhex(t, tt.want)
 		if !bytes.Equal(got[:], want) {
 			t.Errorf("%s: ICRC % x, want % x", tt.name, got, want)
 		}
@@ -97,7 +99,7 @@ func TestICRCVectors(t *testing.T) {
 // Masked fields do not change the ICRC; everything else does.
 func TestICRCMasking(t *testing.T) {
 	for _, hdrs := range []string{udIPv4Headers, udIPv6Headers} {
-		pkt := unhex(t, hdrs+pktUDSendOnly)
+		pkt := testutil.Unhex(t, hdrs+pktUDSendOnly)
 		ip, udp, ibp, _ := splitIPUDP(t, pkt)
 		base, _ := ICRC(ip, udp, ibp)
 		var masked []int // offsets into the IP header
@@ -147,7 +149,7 @@ func contains(s []int, v int) bool {
 }
 
 func TestICRCErrors(t *testing.T) {
-	pkt := unhex(t, udIPv4Headers+pktUDSendOnly)
+	pkt := testutil.Unhex(t, udIPv4Headers+pktUDSendOnly)
 	ip, udp, ibp, _ := splitIPUDP(t, pkt)
 	options := append([]byte{0x46}, make([]byte, 23)...)
 	tests := []struct {
@@ -165,12 +167,12 @@ func TestICRCErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := ICRC(tt.ip, tt.udp, tt.ibp)
-		t.Run(tt.name, func(t *testing.T) { wantField(t, err, tt.format, tt.field) })
+		t.Run(tt.name, func(t *testing.T) { testutil.WantField(t, err, tt.format, tt.field) })
 	}
 }
 
 func TestAppendIPUDPHeaders(t *testing.T) {
-	ibLen := len(unhex(t, pktUDSendOnly))
+	ibLen := len(testutil.Unhex(t, pktUDSendOnly))
 	tests := []struct {
 		src, dst string
 		want     string
@@ -184,7 +186,7 @@ func TestAppendIPUDPHeaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := unhex(t, tt.want); got[0] != 0xee || !bytes.Equal(got[1:], want) {
+		if want := testutil.Unhex(t, tt.want); got[0] != 0xee || !bytes.Equal(got[1:], want) {
 			t.Errorf("%s -> %s:\n% x\nwant\n% x", tt.src, tt.dst, got[1:], want)
 		}
 	}
@@ -212,7 +214,7 @@ func TestAppendIPUDPHeadersErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		out, err := AppendIPUDPHeaders([]byte{1}, tt.src, tt.dst, UDPPort, UDPPort, 64, tt.ibLen)
-		t.Run(tt.name, func(t *testing.T) { wantField(t, err, "IP header", tt.field) })
+		t.Run(tt.name, func(t *testing.T) { testutil.WantField(t, err, "IP header", tt.field) })
 		if len(out) != 1 {
 			t.Errorf("%s: output grew on error", tt.name)
 		}
@@ -225,7 +227,7 @@ func TestAppendIPUDPHeadersErrors(t *testing.T) {
 // A receiver rebuilds the headers from socket addresses and checks the
 // ICRC of the hand-built packet, all without allocating.
 func TestICRCReceivePathAllocs(t *testing.T) {
-	wire := unhex(t, pktUDSendOnly)
+	wire := testutil.Unhex(t, pktUDSendOnly)
 	src, dst := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	check := func() bool {
 		var hb [IPv6HeaderLen + UDPHeaderLen]byte
@@ -253,7 +255,7 @@ func TestICRCReceivePathAllocs(t *testing.T) {
 
 func FuzzICRC(f *testing.F) {
 	for _, v := range []string{specVector1, specVector2, udIPv4Headers + pktUDSendOnly, udIPv6Headers + pktUDSendOnly} {
-		f.Add(unhex(f, v), uint16(3), uint16(9))
+		f.Add(testutil.Unhex(f, v), uint16(3), uint16(9))
 	}
 	f.Fuzz(func(t *testing.T, in []byte, i, j uint16) {
 		n := 0
@@ -287,7 +289,7 @@ func FuzzICRC(f *testing.F) {
 
 func benchmarkICRC(b *testing.B, size int) {
 	ibp := make([]byte, size)
-	copy(ibp, unhex(b, pktRCSendMiddle))
+	copy(ibp, testutil.Unhex(b, pktRCSendMiddle))
 	// 64 KiB does not fit in an IPv4 datagram; the ICRC does not mind, so
 	// the header just claims the largest length.
 	ibLen := min(size+ICRCLen, 0xffff-IPv4HeaderLen-UDPHeaderLen)

@@ -3,10 +3,12 @@ package softib
 import (
 	"bytes"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestImmDt(t *testing.T) {
-	wire := unhex(t, `de ad be ef`) // big-endian, as written by the sender
+	wire := testutil.Unhex(t, `de ad be ef`) // big-endian, as written by the sender
 	got, err := DecodeImmDt(wire)
 	if err != nil || got != 0xdeadbeef {
 		t.Fatalf("decoded %#x, %v", got, err)
@@ -16,8 +18,8 @@ func TestImmDt(t *testing.T) {
 		t.Fatalf("encoded % x, %v", b, err)
 	}
 	_, err = DecodeImmDt(wire[:3])
-	wantField(t, err, "ImmDt", "header")
-	wantField(t, PutImmDt(b[:3], 1), "ImmDt", "buffer")
+	testutil.WantField(t, err, "ImmDt", "header")
+	testutil.WantField(t, PutImmDt(b[:3], 1), "ImmDt", "buffer")
 }
 
 func FuzzDecodeImmDt(f *testing.F) {

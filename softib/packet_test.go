@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // Whole packets as they travel in a UDP payload (BTH to ICRC), hand-built
@@ -95,7 +96,7 @@ func samePacket(a, b *Packet) bool {
 
 func TestParsePacketGolden(t *testing.T) {
 	for _, tt := range goldenPackets {
-		wire := unhex(t, tt.wire)
+		wire := testutil.Unhex(t, tt.wire)
 		// Stale fields of a reused Packet must not survive.
 		p := Packet{DETH: DETH{QKey: 1}, AETH: AETH{MSN: 1}, Imm: 1}
 		if err := ParsePacket(wire, &p); err != nil {
@@ -151,17 +152,17 @@ func TestPutHeadersPadCount(t *testing.T) {
 }
 
 func TestParsePacketErrors(t *testing.T) {
-	ud := unhex(t, pktUDSendOnly)
-	ack := unhex(t, pktRCAck)
-	last := unhex(t, pktRCSendLast)
-	immEmpty := unhex(t, pktRCSendOnlyImmEmpty)
+	ud := testutil.Unhex(t, pktUDSendOnly)
+	ack := testutil.Unhex(t, pktRCAck)
+	last := testutil.Unhex(t, pktRCSendLast)
+	immEmpty := testutil.Unhex(t, pktRCSendOnlyImmEmpty)
 	with := func(b []byte, edit func([]byte)) []byte {
 		b = bytes.Clone(b)
 		edit(b)
 		return b
 	}
 	big := make([]byte, BTHLen+MaxPayload+4+ICRCLen)
-	copy(big, unhex(t, "04 00 ff ff 00 00 00 01 00 00 00 00"))
+	copy(big, testutil.Unhex(t, "04 00 ff ff 00 00 00 01 00 00 00 00"))
 	tests := []struct {
 		name          string
 		in            []byte
@@ -189,7 +190,7 @@ func TestParsePacketErrors(t *testing.T) {
 	for _, tt := range tests {
 		p := Packet{Imm: 7}
 		err := ParsePacket(tt.in, &p)
-		t.Run(tt.name, func(t *testing.T) { wantField(t, err, tt.format, tt.field) })
+		t.Run(tt.name, func(t *testing.T) { testutil.WantField(t, err, tt.format, tt.field) })
 		if p.Imm != 7 || p.Payload != nil {
 			t.Errorf("%s: a failed parse changed the packet", tt.name)
 		}
@@ -203,8 +204,8 @@ func TestParsePacketErrors(t *testing.T) {
 // The spec's ICRC vector 2 carries four vendor octets after the AETH; an
 // ACK has no payload, so it is not a valid packet for softib.
 func TestParsePacketSpecVector2(t *testing.T) {
-	err := ParsePacket(unhex(t, specVector2)[IPv4HeaderLen+UDPHeaderLen:], new(Packet))
-	wantField(t, err, "packet", "payload")
+	err := ParsePacket(testutil.Unhex(t, specVector2)[IPv4HeaderLen+UDPHeaderLen:], new(Packet))
+	testutil.WantField(t, err, "packet", "payload")
 }
 
 func TestPutHeadersErrors(t *testing.T) {
@@ -228,17 +229,17 @@ func TestPutHeadersErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := PutHeaders(tt.buf, &tt.p, tt.payload)
-		t.Run(tt.name, func(t *testing.T) { wantField(t, err, tt.format, tt.field) })
+		t.Run(tt.name, func(t *testing.T) { testutil.WantField(t, err, tt.format, tt.field) })
 	}
 	out, err := AppendPacket([]byte{1, 2}, &Packet{BTH: BTH{Opcode: OpRCAck}, Payload: []byte{1}})
-	wantField(t, err, "packet", "payload")
+	testutil.WantField(t, err, "packet", "payload")
 	if !bytes.Equal(out, []byte{1, 2}) {
 		t.Errorf("failed AppendPacket left % x", out)
 	}
 }
 
 func TestParsePacketAllocs(t *testing.T) {
-	wire := unhex(t, pktUDSendOnly)
+	wire := testutil.Unhex(t, pktUDSendOnly)
 	var p Packet
 	if n := testing.AllocsPerRun(100, func() { _ = ParsePacket(wire, &p) }); n != 0 {
 		t.Errorf("ParsePacket: %v allocs", n)
@@ -265,7 +266,7 @@ func canonicalPacket(in []byte, p *Packet) []byte {
 
 func FuzzParsePacket(f *testing.F) {
 	for _, g := range goldenPackets {
-		w := unhex(f, g.wire)
+		w := testutil.Unhex(f, g.wire)
 		for n := range len(w) + 1 {
 			f.Add(w[:n])
 		}
@@ -275,7 +276,7 @@ func FuzzParsePacket(f *testing.F) {
 		f.Add(c)
 	}
 	for _, v := range []string{specVector1, specVector2} {
-		f.Add(unhex(f, v)[IPv4HeaderLen+UDPHeaderLen:])
+		f.Add(testutil.Unhex(f, v)[IPv4HeaderLen+UDPHeaderLen:])
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var p Packet

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/ud"
 )
@@ -51,10 +51,6 @@ import (
 //     that this is IPoIB, and the IPoIB link address is not parsed into
 //     flags, QPN and GID: it is checked as 20 raw octets.
 func TestTsharkDecodesRoCEv2(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Skip("tshark not installed")
-	}
 	frames := tsharkFrames(t)
 
 	var raw [][]byte
@@ -86,12 +82,12 @@ func TestTsharkDecodesRoCEv2(t *testing.T) {
 
 	dir := t.TempDir()
 	file := filepath.Join(dir, "rocev2.pcap")
-	if err := os.WriteFile(file, tsharkPcap(raw), 0o644); err != nil {
+	if err := os.WriteFile(file, testutil.Pcap(testutil.LinkTypeEthernet, raw), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// SOFTIB_TSHARK_PCAP=path keeps a copy of the capture to look at.
 	if keep := os.Getenv("SOFTIB_TSHARK_PCAP"); keep != "" {
-		if err := os.WriteFile(keep, tsharkPcap(raw), 0o644); err != nil {
+		if err := os.WriteFile(keep, testutil.Pcap(testutil.LinkTypeEthernet, raw), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,7 +103,7 @@ func TestTsharkDecodesRoCEv2(t *testing.T) {
 	for _, f := range fields {
 		args = append(args, "-e", f)
 	}
-	lines := tsharkRun(t, tshark, dir, args...)
+	lines := testutil.Tshark(t, args...)
 	if len(lines) != len(frames) {
 		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(frames), strings.Join(lines, "\n"))
 	}
@@ -133,14 +129,14 @@ func TestTsharkDecodesRoCEv2(t *testing.T) {
 	// answer means something, the same filter does flag a truncated copy
 	// of the first frame.
 	const bad = "_ws.malformed || _ws.expert.severity >= warning"
-	if out := tsharkRun(t, tshark, dir, "-r", file, "-Y", bad); len(out) != 0 {
+	if out := testutil.Tshark(t, "-r", file, "-Y", bad); len(out) != 0 {
 		t.Errorf("tshark reports malformed or expert findings:\n%s", strings.Join(out, "\n"))
 	}
 	cut := filepath.Join(dir, "truncated.pcap")
-	if err := os.WriteFile(cut, tsharkPcap([][]byte{raw[0][:200]}), 0o644); err != nil {
+	if err := os.WriteFile(cut, testutil.Pcap(testutil.LinkTypeEthernet, [][]byte{raw[0][:200]}), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out := tsharkRun(t, tshark, dir, "-r", cut, "-Y", bad); len(out) != 1 {
+	if out := testutil.Tshark(t, "-r", cut, "-Y", bad); len(out) != 1 {
 		t.Errorf("the filter %q does not flag a truncated frame: %q", bad, out)
 	}
 }
@@ -419,44 +415,4 @@ func tsharkICRC(frame []byte) (want, got uint32) {
 	ip[20+6], ip[20+7] = 0xff, 0xff                       // UDP checksum
 	ip[20+8+4] = 0xff                                     // BTH FECN, BECN, reserved
 	return crc32.ChecksumIEEE(s), binary.LittleEndian.Uint32(frame[len(frame)-ICRCLen:])
-}
-
-// tsharkPcap writes a classic little-endian pcap file of Ethernet frames.
-func tsharkPcap(frames [][]byte) []byte {
-	b := binary.LittleEndian.AppendUint32(nil, 0xa1b2c3d4)
-	b = binary.LittleEndian.AppendUint16(b, 2)
-	b = binary.LittleEndian.AppendUint16(b, 4)
-	b = binary.LittleEndian.AppendUint32(b, 0)     // thiszone
-	b = binary.LittleEndian.AppendUint32(b, 0)     // sigfigs
-	b = binary.LittleEndian.AppendUint32(b, 65535) // snaplen
-	b = binary.LittleEndian.AppendUint32(b, 1)     // LINKTYPE_ETHERNET
-	for i, f := range frames {
-		b = binary.LittleEndian.AppendUint32(b, uint32(i)) // seconds
-		b = binary.LittleEndian.AppendUint32(b, 0)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
-		b = append(b, f...)
-	}
-	return b
-}
-
-// tsharkRun runs tshark without a user profile and returns its output
-// lines (none for empty output).
-func tsharkRun(t *testing.T, tshark, home string, args ...string) []string {
-	t.Helper()
-	cmd := exec.Command(tshark, args...)
-	cmd.Env = append(os.Environ(), "HOME="+home)
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("tshark %s: %v\n%s", strings.Join(args, " "), err, stderr)
-	}
-	s := strings.TrimRight(string(out), "\n")
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
 }

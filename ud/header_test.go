@@ -3,6 +3,8 @@ package ud
 import (
 	"bytes"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestHeaderGolden(t *testing.T) {
@@ -17,7 +19,7 @@ func TestHeaderGolden(t *testing.T) {
 		{"88 ca | 00 00", 0x88ca}, // TIPC: the codec does not filter
 	}
 	for _, tt := range tests {
-		wire := unhex(t, tt.wire)
+		wire := testutil.Unhex(t, tt.wire)
 		got, err := ParseHeader(wire)
 		if err != nil || got != tt.typ {
 			t.Errorf("ParseHeader(% x) = %#04x, %v, want %#04x", wire, got, err, tt.typ)
@@ -47,14 +49,14 @@ func TestHeaderErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := ParseHeader(tt.in)
-		wantField(t, err, "IPoIB header", tt.field)
+		testutil.WantField(t, err, "IPoIB header", tt.field)
 	}
-	wantField(t, PutHeader(make([]byte, 3), EtherTypeIPv4), "IPoIB header", "buffer")
+	testutil.WantField(t, PutHeader(make([]byte, 3), EtherTypeIPv4), "IPoIB header", "buffer")
 }
 
 func FuzzParseHeader(f *testing.F) {
 	for _, s := range []string{"08 00 00 00", "86 dd 00 00", "08 06 00 00", "80 35 ff ff", "08 06 00 00 00 20 08 00"} {
-		w := unhex(f, s)
+		w := testutil.Unhex(f, s)
 		for n := 0; n <= len(w); n++ {
 			f.Add(w[:n])
 		}

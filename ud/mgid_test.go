@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // gid parses an MGID written as the spec tables do, eight groups of four
 // hex digits.
 func gid(tb testing.TB, s string) ib.GID {
 	tb.Helper()
-	return ib.GID(unhex(tb, s))
+	return ib.GID(testutil.Unhex(tb, s))
 }
 
 func TestMGIDGolden(t *testing.T) {
@@ -68,7 +69,7 @@ func TestBroadcastMGID(t *testing.T) {
 		}
 	}
 	// Linux's ipv4_bcast_addr with the P_Key patched in (spec §2).
-	want := unhex(t, "00 | ff ff ff | ff 12 40 1b ff ff 00 00 00 00 00 00 ff ff ff ff") // flags | QPN | MGID
+	want := testutil.Unhex(t, "00 | ff ff ff | ff 12 40 1b ff ff 00 00 00 00 00 00 ff ff ff ff") // flags | QPN | MGID
 	if got := BroadcastLinkAddr(ib.DefaultPKey, LinkLocal).Bytes(); string(got[:]) != string(want) {
 		t.Errorf("BroadcastLinkAddr = % x, want % x", got, want)
 	}
@@ -96,7 +97,7 @@ func TestMGIDErrors(t *testing.T) {
 		if g != (ib.GID{}) {
 			t.Errorf("%s: returned %v with the error", tt.name, g)
 		}
-		wantField(t, err, "MGID", "group")
+		testutil.WantField(t, err, "MGID", "group")
 	}
 }
 
