@@ -2,12 +2,8 @@ package cm
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
-	"testing"
-
-	"github.com/ipoibd/ipoibd/ib"
 )
 
 // golden is a CM MAD written by hand from the spec tables, the message it
@@ -72,35 +68,6 @@ func mad(parts ...string) []byte {
 		panic(fmt.Sprintf("golden MAD has %d octets", len(b)))
 	}
 	return b
-}
-
-func mustGID(s string) ib.GID {
-	g, err := ib.ParseGID(s)
-	if err != nil {
-		panic(err)
-	}
-	return g
-}
-
-// fieldOf returns the field an error names, or "" when err is not an
-// *ib.FieldError.
-func fieldOf(err error) string {
-	var fe *ib.FieldError
-	if errors.As(err, &fe) {
-		return fe.Field
-	}
-	return ""
-}
-
-func wantField(t *testing.T, what string, err error, field string) {
-	t.Helper()
-	if err == nil {
-		t.Errorf("%s: no error, want one naming %q", what, field)
-		return
-	}
-	if got := fieldOf(err); got != field {
-		t.Errorf("%s: error %q names field %q, want %q", what, err, got, field)
-	}
 }
 
 // notCarried returns, per MAD octet, the bits a decode-then-marshal round

@@ -3,9 +3,11 @@ package cm
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestIPoIBServiceID(t *testing.T) {
@@ -45,8 +47,10 @@ func TestIPoIBServiceID(t *testing.T) {
 		{0x10000000ff000048, "reserved"},
 	}
 	for _, tt := range bad {
-		_, err := ParseIPoIBServiceID(tt.id)
-		wantField(t, "service ID "+hexSpaced(binary.BigEndian.AppendUint64(nil, tt.id)), err, tt.field)
+		t.Run(fmt.Sprintf("%#016x", tt.id), func(t *testing.T) {
+			_, err := ParseIPoIBServiceID(tt.id)
+			testutil.WantField(t, err, "IPoIB-CM service ID", tt.field)
+		})
 	}
 }
 
@@ -89,11 +93,11 @@ func TestPrivateData(t *testing.T) {
 	}
 	for _, mtu := range []byte{0, 1, 4} {
 		_, err := DecodePrivateData([]byte{0, 0, 0, 0x48, 0, 0, 0, mtu})
-		wantField(t, "decode receive MTU", err, "receive MTU")
-		wantField(t, "encode receive MTU", PrivateData{UDQPN: 0x48, ReceiveMTU: uint32(mtu)}.Encode(make([]byte, 8)), "receive MTU")
+		testutil.WantField(t, err, "IPoIB-CM private data", "receive MTU")
+		testutil.WantField(t, PrivateData{UDQPN: 0x48, ReceiveMTU: uint32(mtu)}.Encode(make([]byte, 8)), "IPoIB-CM private data", "receive MTU")
 	}
 	_, err = DecodePrivateData(linux[:7])
-	wantField(t, "short private data", err, "private data")
-	wantField(t, "short buffer", want.Encode(make([]byte, 7)), "buffer")
-	wantField(t, "wide QPN", PrivateData{UDQPN: 1 << 24, ReceiveMTU: LinuxReceiveMTU}.Encode(make([]byte, 8)), "UD QPN")
+	testutil.WantField(t, err, "IPoIB-CM private data", "private data")
+	testutil.WantField(t, want.Encode(make([]byte, 7)), "IPoIB-CM private data", "buffer")
+	testutil.WantField(t, PrivateData{UDQPN: 1 << 24, ReceiveMTU: LinuxReceiveMTU}.Encode(make([]byte, 8)), "IPoIB-CM private data", "UD QPN")
 }

@@ -1,6 +1,10 @@
 package cm
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
+)
 
 // goldenLAP follows spec §5.9 (IBA Table 115); comments give payload offsets.
 var goldenLAP = mad(
@@ -30,7 +34,7 @@ var wantLAP = LAP{
 	RemoteCMResponseTimeout: 0x16,
 	Alternate: Path{
 		LocalLID: 0x2a3b, RemoteLID: 0x4c5d,
-		LocalGID: mustGID("fe80::2:c903:0:1"), RemoteGID: mustGID("fe80::2:c903:0:2"),
+		LocalGID: testutil.MustGID("fe80::2:c903:0:1"), RemoteGID: testutil.MustGID("fe80::2:c903:0:2"),
 		FlowLabel: 0x9abcd, TrafficClass: 0xe4, HopLimit: 0x7f, PacketRate: 0x0c,
 		SL: 10, SubnetLocal: true, LocalACKTimeout: 0x13,
 	},

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func goldenNames() []string {
@@ -118,11 +120,13 @@ func TestDecodeMADErrors(t *testing.T) {
 		{"attribute 0x0110", edit(w, map[int]byte{16: 1, 17: 0x10}), "AttributeID"},
 	}
 	for _, tt := range tests {
-		_, m, err := DecodeMAD(tt.wire)
-		wantField(t, tt.name, err, tt.field)
-		if m != nil {
-			t.Errorf("%s: returned a message with the error", tt.name)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			_, m, err := DecodeMAD(tt.wire)
+			if m != nil {
+				t.Errorf("returned a message with the error")
+			}
+			testutil.WantField(t, err, "CM MAD", tt.field)
+		})
 	}
 	// The header comes back with a message error, for logging by TID.
 	h, _, err := DecodeMAD(edit(w, map[int]byte{17: 0x1b}))
@@ -154,26 +158,30 @@ func TestPayloadLength(t *testing.T) {
 		"APR":      func(p []byte) error { _, err := DecodeAPR(p); return err },
 	}
 	for _, name := range goldenNames() {
-		dec := decoders[name]
-		p := goldens[name].wire[MADHeaderLen:]
-		if err := dec(p); err != nil {
-			t.Errorf("%s: golden payload: %v", name, err)
-		}
-		for _, n := range []int{0, 1, 8, PayloadLen - 1} {
-			wantField(t, name+" payload truncated", dec(p[:n]), "payload")
-		}
-		wantField(t, name+" payload too long", dec(append(bytes.Clone(p), 0)), "payload")
+		t.Run(name, func(t *testing.T) {
+			dec := decoders[name]
+			p := goldens[name].wire[MADHeaderLen:]
+			if err := dec(p); err != nil {
+				t.Errorf("golden payload: %v", err)
+			}
+			for _, n := range []int{0, 1, 8, PayloadLen - 1} {
+				testutil.WantField(t, dec(p[:n]), name, "payload")
+			}
+			testutil.WantField(t, dec(append(bytes.Clone(p), 0)), name, "payload")
+		})
 	}
 }
 
 func TestMarshalMADShortBuffer(t *testing.T) {
 	for _, name := range goldenNames() {
-		g := goldens[name]
-		b := make([]byte, MADLen-1)
-		wantField(t, name, g.msg.MarshalMAD(b, 1), "buffer")
-		if !bytes.Equal(b, make([]byte, MADLen-1)) {
-			t.Errorf("%s: short buffer written to", name)
-		}
+		t.Run(name, func(t *testing.T) {
+			b := make([]byte, MADLen-1)
+			err := goldens[name].msg.MarshalMAD(b, 1)
+			if !bytes.Equal(b, make([]byte, MADLen-1)) {
+				t.Errorf("short buffer written to")
+			}
+			testutil.WantField(t, err, "CM MAD", "buffer")
+		})
 	}
 }
 
@@ -183,10 +191,10 @@ func testEncodeError(t *testing.T, m Message, field string) {
 	t.Helper()
 	b := bytes.Repeat([]byte{0xee}, MADLen)
 	err := m.MarshalMAD(b, 1)
-	wantField(t, m.AttrID().String()+" encode", err, field)
 	if !bytes.Equal(b, bytes.Repeat([]byte{0xee}, MADLen)) {
 		t.Errorf("%s encode with bad %s: buffer written", m.AttrID(), field)
 	}
+	testutil.WantField(t, err, m.AttrID().String(), field)
 }
 
 type decodeErrorCase struct {
@@ -199,13 +207,15 @@ type decodeErrorCase struct {
 func testDecodeErrors(t *testing.T, msg string, cases []decodeErrorCase, decode func([]byte) error) {
 	t.Helper()
 	for _, c := range cases {
-		w := bytes.Clone(goldens[msg].wire)
-		for off, v := range c.edits {
-			w[MADHeaderLen+off] = v
-		}
-		wantField(t, msg+" decode", decode(w[MADHeaderLen:]), c.field)
-		_, _, err := DecodeMAD(w)
-		wantField(t, msg+" DecodeMAD", err, c.field)
+		t.Run(msg+" "+c.field, func(t *testing.T) {
+			w := bytes.Clone(goldens[msg].wire)
+			for off, v := range c.edits {
+				w[MADHeaderLen+off] = v
+			}
+			testutil.WantField(t, decode(w[MADHeaderLen:]), msg, c.field)
+			_, _, err := DecodeMAD(w)
+			testutil.WantField(t, err, msg, c.field)
+		})
 	}
 }
 
@@ -231,10 +241,10 @@ func TestMADHeader(t *testing.T) {
 		t.Fatalf("Encode = % x, %v", b, err)
 	}
 	want.Method = 0x80
-	wantField(t, "method 0x80", want.Encode(b), "Method")
-	wantField(t, "short buffer", MADHeader{}.Encode(b[:23]), "buffer")
+	testutil.WantField(t, want.Encode(b), "MAD header", "Method")
+	testutil.WantField(t, MADHeader{}.Encode(b[:23]), "MAD header", "buffer")
 	_, err = DecodeMADHeader(wire[:23])
-	wantField(t, "short header", err, "header")
+	testutil.WantField(t, err, "MAD header", "header")
 }
 
 func TestNames(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // goldenREQ follows spec §5.1 (IBA Table 106) octet by octet; offsets in the
@@ -67,13 +68,13 @@ var wantREQ = REQ{
 	ExtendedTransportType:   5,
 	Primary: Path{
 		LocalLID: 0x1a2b, RemoteLID: 0x3c4d,
-		LocalGID: mustGID("fe80::2:c903:a:bcde"), RemoteGID: mustGID("::ffff:192.0.2.7"),
+		LocalGID: testutil.MustGID("fe80::2:c903:a:bcde"), RemoteGID: testutil.MustGID("::ffff:192.0.2.7"),
 		FlowLabel: 0xabcde, PacketRate: 0x15, TrafficClass: 0x1c, HopLimit: 0x40,
 		SL: 9, SubnetLocal: true, LocalACKTimeout: 0x12,
 	},
 	Alternate: Path{
 		LocalLID: 0x5e6f, RemoteLID: 0x7081,
-		LocalGID: mustGID("2001:db8::1"), RemoteGID: mustGID("2001:db8::2"),
+		LocalGID: testutil.MustGID("2001:db8::1"), RemoteGID: testutil.MustGID("2001:db8::2"),
 		FlowLabel: 0x12345, PacketRate: 7, TrafficClass: 0xb8, HopLimit: 2,
 		SL: 3, SubnetLocal: true, LocalACKTimeout: 0x0e,
 	},

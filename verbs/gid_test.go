@@ -4,23 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
-func mustGID(t *testing.T, s string) ib.GID {
-	t.Helper()
-	g, err := ib.ParseGID(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
 func TestChooseGID(t *testing.T) {
-	ll := mustGID(t, "fe80::5054:ff:fe12:3456")
-	v4 := mustGID(t, "::ffff:192.0.2.1")
-	v4b := mustGID(t, "::ffff:198.51.100.1")
-	v6 := mustGID(t, "2001:db8::1")
+	ll := testutil.MustGID("fe80::5054:ff:fe12:3456")
+	v4 := testutil.MustGID("::ffff:192.0.2.1")
+	v4b := testutil.MustGID("::ffff:198.51.100.1")
+	v6 := testutil.MustGID("2001:db8::1")
 	rxe := []gidEntry{ // soft-RoCE's table on an interface with one IPv4 address
 		{index: 0, gid: ll},
 		{index: 1, gid: ll, roceV2: true},

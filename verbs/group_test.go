@@ -4,20 +4,14 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestWireGID(t *testing.T) {
-	mustGID := func(s string) ib.GID {
-		g, err := ib.ParseGID(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	v4Port, v6Port, ibPort := mustGID("::ffff:192.0.2.1"), mustGID("2001:db8::1"), mustGID("fe80::2:c903:a:bcde")
-	bcast := mustGID("ff12:401b:ffff::ffff:ffff")
-	mapped := mustGID("::ffff:239.1.2.3")
-	peer := mustGID("::ffff:192.0.2.2")
+	v4Port, v6Port, ibPort := testutil.MustGID("::ffff:192.0.2.1"), testutil.MustGID("2001:db8::1"), testutil.MustGID("fe80::2:c903:a:bcde")
+	bcast := testutil.MustGID("ff12:401b:ffff::ffff:ffff")
+	mapped := testutil.MustGID("::ffff:239.1.2.3")
+	peer := testutil.MustGID("::ffff:192.0.2.2")
 	for _, tt := range []struct {
 		name      string
 		port, in  ib.GID

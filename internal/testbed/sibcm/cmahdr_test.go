@@ -2,10 +2,11 @@ package main
 
 import (
 	"bytes"
-	"encoding/hex"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func TestServiceID(t *testing.T) {
@@ -65,9 +66,9 @@ func TestCMAHeaderWire(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want, err := hex.DecodeString(tt.wire)
-			if err != nil || len(want) != cmaHeaderLen {
-				t.Fatalf("bad test vector: %d octets, %v", len(want), err)
+			want := testutil.Unhex(t, tt.wire)
+			if len(want) != cmaHeaderLen {
+				t.Fatalf("bad test vector: %d octets", len(want))
 			}
 			b := bytes.Repeat([]byte{0xee}, cmaHeaderLen+4) // marshal must clear what it owns
 			if err := tt.h.marshal(b); err != nil {
