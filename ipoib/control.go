@@ -468,12 +468,15 @@ func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
 
 // flush sends what waits on e, keeping only what waits for a connection
 // that is still coming.
-func (c *control) flush(e *neigh.Entry) {
+func (c *control) flush(e *neigh.Entry) { c.sendPending(e, c.connecting(e)) }
+
+// sendPending sends what waits on e and fits its path; the rest waits (a
+// connection is coming) or is answered "too big".
+func (c *control) sendPending(e *neigh.Entry, waiting bool) {
 	path := e.Path()
 	if path == nil {
 		return
 	}
-	waiting := c.connecting(e)
 	kept := e.Pending[:0]
 	for _, p := range e.Pending {
 		switch {
@@ -497,13 +500,20 @@ func (c *control) connecting(e *neigh.Entry) bool {
 // refused one.
 func (c *control) connect(e *neigh.Entry) {
 	i := c.i
-	if i.mgr == nil || i.datagram.Load() || !e.Resolved() {
+	if !e.Resolved() {
+		return
+	}
+	if i.mgr == nil || i.datagram.Load() {
+		c.flush(e) // no connection will come: what waits goes over UD
 		return
 	}
 	if b, ok := c.backoff[ib.LinkAddr{QPN: e.Link.QPN, GID: e.Link.GID}]; ok && c.now.Before(b.until) {
 		c.flush(e)
 		return
 	}
+	// What fits UD goes ahead of the REQ: the first packet to a peer does
+	// not wait for connection setup.
+	c.sendPending(e, true)
 	if _, err := i.mgr.Connect(c.now, e.Link); err != nil {
 		// No QP, the connection limit or the service failing: ours to fix.
 		i.log.Warn("connecting", "peer", e.Link, "peer_ip", e.IP, "err", err)

@@ -39,6 +39,9 @@ func TestConnectedAndDatagramHosts(t *testing.T) {
 	t.Logf("first packet h1 -> h2 (ARP + CM setup): %.2f ms", firstPing(t, c, 1, c.ip4(2)))
 	t.Logf("first packet h1 -> h2 over IPv6 (ND): %.2f ms", firstPing(t, c, 1, c.ip6(2)))
 	t.Logf("first packet h1 -> h3 (ARP, UD): %.2f ms", firstPing(t, c, 1, c.ip4(3)))
+	// A datagram host's own first packet waited for a connection that
+	// never comes, and was lost.
+	t.Logf("first packet h3 -> h2 (datagram host: ARP, UD): %.2f ms", firstPing(t, c, 3, c.ip4(2)))
 	for a := 1; a <= 3; a++ {
 		for b := 1; b <= 3; b++ {
 			if a != b {
