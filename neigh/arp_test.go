@@ -76,11 +76,6 @@ func TestARPGolden(t *testing.T) {
 
 func TestDecodeARPErrors(t *testing.T) {
 	golden := testutil.Unhex(t, arpGoldens[0].wire)
-	set := func(off int, v ...byte) []byte {
-		b := bytes.Clone(golden)
-		copy(b[off:], v)
-		return b
-	}
 	tests := []struct {
 		name  string
 		in    []byte
@@ -94,14 +89,14 @@ func TestDecodeARPErrors(t *testing.T) {
 		{"30 octets", golden[:30], "sender protocol address"},
 		{"40 octets", golden[:40], "target hardware address"},
 		{"55 octets", golden[:55], "target protocol address"},
-		{"Ethernet", set(0, 0x00, 0x01), "hardware type"},
-		{"IEEE 802", set(0, 0x00, 0x06), "hardware type"},
-		{"IPv6 protocol", set(2, 0x86, 0xdd), "protocol type"},
-		{"hlen 6", set(4, 6), "hardware address length"},
-		{"plen 16", set(5, 16), "protocol address length"},
-		{"opcode 0", set(6, 0, 0), "opcode"},
-		{"opcode 3 (RARP)", set(6, 0, 3), "opcode"},
-		{"opcode 0x0101", set(6, 1, 1), "opcode"},
+		{"Ethernet", patched(golden, 0, 0x00, 0x01), "hardware type"},
+		{"IEEE 802", patched(golden, 0, 0x00, 0x06), "hardware type"},
+		{"IPv6 protocol", patched(golden, 2, 0x86, 0xdd), "protocol type"},
+		{"hlen 6", patched(golden, 4, 6), "hardware address length"},
+		{"plen 16", patched(golden, 5, 16), "protocol address length"},
+		{"opcode 0", patched(golden, 6, 0, 0), "opcode"},
+		{"opcode 3 (RARP)", patched(golden, 6, 0, 3), "opcode"},
+		{"opcode 0x0101", patched(golden, 6, 1, 1), "opcode"},
 		// An Ethernet ARP is reported by its hardware type, not as short.
 		{"Ethernet ARP", testutil.Unhex(t, "0001 0800 06 04 0001 020000000001 c0a86401 000000000000 c0a86402"), "hardware type"},
 	}

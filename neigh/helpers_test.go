@@ -1,6 +1,7 @@
 package neigh
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 
@@ -37,6 +38,14 @@ func fixSum(src, dst netip.Addr, msg []byte) []byte {
 	msg[2], msg[3] = 0, 0
 	binary.BigEndian.PutUint16(msg[2:4], ^wordSum(src, dst, msg))
 	return msg
+}
+
+// patched returns a copy of golden with v written at off: a vector with
+// one field broken.
+func patched(golden []byte, off int, v ...byte) []byte {
+	b := bytes.Clone(golden)
+	copy(b[off:], v)
+	return b
 }
 
 // The two hosts of every golden vector. A is a Linux node with connected

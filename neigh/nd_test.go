@@ -233,11 +233,6 @@ func TestDecodeNeighborMessageErrors(t *testing.T) {
 
 func TestDecodeIPv6NDErrors(t *testing.T) {
 	golden := testutil.Unhex(t, ndGoldens[0].wire)
-	set := func(off int, v ...byte) []byte {
-		b := bytes.Clone(golden)
-		copy(b[off:], v)
-		return b
-	}
 	tests := []struct {
 		name   string
 		in     []byte
@@ -246,16 +241,16 @@ func TestDecodeIPv6NDErrors(t *testing.T) {
 	}{
 		{"empty", nil, "IPv6", "header"},
 		{"39 octets", golden[:39], "IPv6", "header"},
-		{"version 4", set(0, 0x45), "IPv6", "version"},
-		{"hop-by-hop header", set(6, 0), "IPv6", "next header"},
-		{"UDP", set(6, 17), "IPv6", "next header"},
-		{"hop limit 64", set(7, 64), "IPv6", "hop limit"},
-		{"hop limit 254 (forwarded once)", set(7, 254), "IPv6", "hop limit"},
-		{"payload length past the end", set(4, 0, 49), "IPv6", "payload length"},
+		{"version 4", patched(golden, 0, 0x45), "IPv6", "version"},
+		{"hop-by-hop header", patched(golden, 6, 0), "IPv6", "next header"},
+		{"UDP", patched(golden, 6, 17), "IPv6", "next header"},
+		{"hop limit 64", patched(golden, 7, 64), "IPv6", "hop limit"},
+		{"hop limit 254 (forwarded once)", patched(golden, 7, 254), "IPv6", "hop limit"},
+		{"payload length past the end", patched(golden, 4, 0, 49), "IPv6", "payload length"},
 		{"truncated payload", golden[:len(golden)-1], "IPv6", "payload length"},
-		{"payload length cuts the option", set(4, 0, 47), "ICMPv6 ND", "checksum"},
-		{"payload length 0", set(4, 0, 0), "ICMPv6 ND", "length"},
-		{"bad checksum", set(42, 0x00, 0x62), "ICMPv6 ND", "checksum"},
+		{"payload length cuts the option", patched(golden, 4, 0, 47), "ICMPv6 ND", "checksum"},
+		{"payload length 0", patched(golden, 4, 0, 0), "ICMPv6 ND", "length"},
+		{"bad checksum", patched(golden, 42, 0x00, 0x62), "ICMPv6 ND", "checksum"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -267,7 +262,7 @@ func TestDecodeIPv6NDErrors(t *testing.T) {
 		})
 	}
 	// Traffic class, flow label and octets past the payload are ignored.
-	b := set(0, 0x6f, 0xff, 0xff, 0xff)
+	b := patched(golden, 0, 0x6f, 0xff, 0xff, 0xff)
 	b = append(b, 0xde, 0xad)
 	if _, _, m, err := DecodeIPv6ND(b); err != nil || m != ndGoldens[0].msg {
 		t.Errorf("with traffic class, flow label and trailer: %+v, %v", m, err)
