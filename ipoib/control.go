@@ -683,10 +683,13 @@ func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
 			p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
 		}
 	}
-	c.publish(e, p)
+	// What waits goes first: the host route publish installs costs a
+	// netlink round trip.
+	e.SetPath(p)
 	if len(e.Pending) > 0 {
 		c.connect(e)
 	}
+	c.publish(e, p)
 }
 
 // publish gives the datapath a new path to e and installs the host route
