@@ -521,7 +521,6 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		return
 	}
 	if old := e.byQP[remoteQP{req.LocalCAGUID, req.LocalQPN}]; old != nil {
-		e.Stats.Rejected++
 		if fromPeer(from, old) {
 			e.stale(now, old)
 		} else {
@@ -529,25 +528,22 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 			// connection stays, only its own peer can declare it stale.
 			e.Stats.StaleForeign++
 		}
-		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejStaleConnection, nil, nil)
+		e.refuseREQ(src, tid, req, RejStaleConnection)
 		return
 	}
 	if !e.listening[req.ServiceID] {
-		e.Stats.Rejected++
-		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejInvalidServiceID, nil, nil)
+		e.refuseREQ(src, tid, req, RejInvalidServiceID)
 		return
 	}
 	if req.TransportType != TransportRC && req.TransportType != TransportUC {
-		e.Stats.Rejected++
-		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejInvalidTransportType, nil, nil)
+		e.refuseREQ(src, tid, req, RejInvalidTransportType)
 		return
 	}
 	if e.full() || e.halfOpenFrom[src] >= e.cfg.MaxHalfOpenPerSource {
 		if !e.full() {
 			e.Stats.BusySource++
 		}
-		e.Stats.Rejected++
-		e.sendREJ(src, tid, 0, req.LocalCommID, MsgREQ, RejNoResources, nil, nil)
+		e.refuseREQ(src, tid, req, RejNoResources)
 		return
 	}
 	c := &Conn{
@@ -564,6 +560,13 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 	e.byRemote[remoteID{c.RemoteGUID, c.RemoteCommID}] = c
 	e.setState(c, StateREQRcvd)
 	e.emit(Event{Type: EvRequest, Conn: c, REQ: req})
+}
+
+// refuseREQ answers a REQ the consumer never sees with a REJ for reason;
+// no connection exists, so the REJ names only the peer's comm ID.
+func (e *Engine) refuseREQ(to ib.GID, tid uint64, req *REQ, reason RejectReason) {
+	e.Stats.Rejected++
+	e.sendREJ(to, tid, 0, req.LocalCommID, MsgREQ, reason, nil, nil)
 }
 
 // minREPTimeout is the shortest REP timeout code a REQ can ask for (about
