@@ -302,13 +302,11 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 	}
 	c := &Connection{Peer: peer, QP: qp, Outgoing: true, Since: now}
 	c.Peer.Flags = flagFor(tr)
-	var priv [IPoIBPrivateDataLen]byte
-	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
 	cc, err := m.svc.Connect(now, ConnectParams{
 		RemoteGID: peer.GID, ServiceID: IPoIBServiceID(peer.QPN), LocalQPN: qp.Num(),
 		Transport: tr, RecvPSN: randomPSN(), PathMTU: m.cfg.PathMTU,
 		RetryCount: 7, RNRRetry: 7, ACKTimeout: ackTimeout,
-		PrivateData: priv[:], Context: c,
+		PrivateData: m.privateData(), Context: c,
 	})
 	if err != nil {
 		_ = qp.Close()
@@ -523,11 +521,9 @@ func (m *Manager) request(cc *Conn, req *REQ) {
 	}
 	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, cm: cc}
 	cc.Context = c
-	var priv [IPoIBPrivateDataLen]byte
-	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
 	// RNR retry 7: an RNR NAK only delays the requester, never kills it
 	// (a Linux requester would otherwise drop the connection).
-	if err := m.svc.Accept(m.now, cc, AcceptParams{LocalQPN: qp.Num(), RNRRetry: 7, PrivateData: priv[:]}); err != nil {
+	if err := m.svc.Accept(m.now, cc, AcceptParams{LocalQPN: qp.Num(), RNRRetry: 7, PrivateData: m.privateData()}); err != nil {
 		_ = qp.Close()
 		return
 	}
@@ -567,9 +563,7 @@ func (m *Manager) reply(c *Connection, rep *REP) {
 	}
 	if err != nil {
 		m.Stats.QPErrors++
-		var priv [IPoIBPrivateDataLen]byte
-		_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
-		_ = m.svc.RejectReply(c.cm, RejConsumerReject, priv[:])
+		_ = m.svc.RejectReply(c.cm, RejConsumerReject, m.privateData())
 		m.remove(c)
 		_ = c.QP.Close()
 		m.refused(c.Peer, "bad REP")
@@ -597,6 +591,14 @@ func (m *Manager) bringUp(qp ib.QP, cc *Conn, recvPSN uint32) error {
 		}
 	}
 	return nil
+}
+
+// privateData is the RFC 4755 private data of our REQs, REPs and REJs
+// of a REP: our UD QPN and receive MTU.
+func (m *Manager) privateData() []byte {
+	var priv [IPoIBPrivateDataLen]byte
+	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
+	return priv[:]
 }
 
 func (m *Manager) reject(cc *Conn, reason RejectReason) {
