@@ -1,0 +1,276 @@
+// Package umadsa is ipoibd's client of the InfiniBand subnet administrator
+// (SA): PathRecord queries and MCMemberRecord joins and leaves, with its
+// own timeouts and retries. The client is pure Go over a Transport; the
+// transport on a real port is libibumad (build tag rdma, umad.go), so
+// that ibsim's libumad2sim.so can stand in for the fabric in tests.
+package umadsa
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/sa"
+)
+
+// Transport moves MADs between one registered SA agent and the SA.
+type Transport interface {
+	// Send writes one 256-octet MAD to QP1 of the port with LID lid.
+	// timeout is how long the MAD layer should keep the send outstanding
+	// for its answer (the kernel drops an answer that matches no
+	// outstanding send).
+	Send(mad []byte, lid uint16, timeout time.Duration) error
+	// Recv waits up to timeout for one MAD for the agent and copies it to
+	// buf. status is non-zero when the MAD layer returns one of our sends
+	// (ETIMEDOUT: it gave up waiting for the answer). It returns
+	// ErrRecvTimeout when nothing came.
+	Recv(buf []byte, timeout time.Duration) (n int, status int, err error)
+}
+
+// ErrRecvTimeout is what a Transport's Recv returns when nothing came.
+var ErrRecvTimeout = errors.New("umadsa: receive timed out")
+
+// ErrNoSM: the port knows no subnet manager (SM LID 0), so there is no SA
+// to ask.
+var ErrNoSM = errors.New("the port has no subnet manager (SM LID 0): is one running on the fabric, and is the port active?")
+
+// TimeoutError: the SA did not answer any try.
+type TimeoutError struct {
+	Method  sa.Method
+	Attr    sa.AttrID
+	SMLID   uint16
+	Tries   int
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("SA %s %s to SM LID %d: no answer after %d tries of %v each: is the subnet manager running?",
+		e.Method, e.Attr, e.SMLID, e.Tries, e.Timeout)
+}
+
+// Config sets the client's port and retry policy.
+type Config struct {
+	PortGID ib.GID // the source of every query and the member of every join
+	// SMLID reports the SM's LID, read again for every request: the SM
+	// may move to another port.
+	SMLID func() (uint16, error)
+	// Timeout is one try's wait for an answer (default 1 s, as the kernel's
+	// ipoib path query); Retries the tries after the first (0: 3, the
+	// default; negative: none).
+	Timeout time.Duration
+	Retries int
+}
+
+// pollGap is how long await waits before asking a transport whose Recv
+// returned early again.
+const pollGap = 5 * time.Millisecond
+
+// Counters of the client.
+type Counters struct {
+	Requests, Retries, Timeouts, StatusErrors, Stale atomic.Uint64
+}
+
+// Client asks the SA one question at a time.
+type Client struct {
+	t   Transport
+	cfg Config
+	mu  sync.Mutex // one outstanding request: answers match by TID alone
+	tid uint32
+	buf [sa.MADLen]byte
+	C   Counters
+
+	sleep func(time.Duration) // time.Sleep; tests make it free
+}
+
+// New makes a client on a transport.
+func New(t Transport, cfg Config) *Client {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.Retries < 0 {
+		cfg.Retries = 0
+	} else if cfg.Retries == 0 {
+		cfg.Retries = 3
+	}
+	return &Client{t: t, cfg: cfg, tid: uint32(time.Now().UnixNano()), sleep: time.Sleep}
+}
+
+// do sends req and returns the answer's header and record area. Each try
+// waits cfg.Timeout; a busy SA or silence is retried with the same TID
+// (as the MAD layer retries), any other status ends the request with a
+// *sa.StatusError.
+func (c *Client) do(req sa.Request) (sa.Header, []byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.C.Requests.Add(1)
+	lid, err := c.cfg.SMLID()
+	if err != nil {
+		return sa.Header{}, nil, err
+	}
+	if lid == 0 {
+		return sa.Header{}, nil, ErrNoSM
+	}
+	c.tid++
+	// The kernel puts its agent's ID in the TID's high 32 bits: ours are
+	// the low 32, and answers are matched on them.
+	req.TransactionID = uint64(c.tid)
+	var out [sa.MADLen]byte
+	if err := req.MarshalMAD(out[:]); err != nil {
+		return sa.Header{}, nil, err
+	}
+	tries := 1 + c.cfg.Retries
+	busy := false
+	for try := 0; try < tries; try++ {
+		if try > 0 {
+			c.C.Retries.Add(1)
+		}
+		if err := c.t.Send(out[:], lid, c.cfg.Timeout); err != nil {
+			return sa.Header{}, nil, fmt.Errorf("SA %s %s to SM LID %d: %w", req.Method, req.Record.AttrID(), lid, err)
+		}
+		h, data, st, err := c.await(req)
+		switch {
+		case err != nil:
+			return h, nil, err
+		case data == nil: // this try timed out
+			continue
+		case st&sa.StatusBusy != 0:
+			busy = true
+			c.sleep(c.cfg.Timeout)
+			continue
+		case st != 0:
+			c.C.StatusErrors.Add(1)
+			return h, data, &sa.StatusError{Method: req.Method, Attr: req.Record.AttrID(), Status: st}
+		}
+		return h, data, nil
+	}
+	c.C.Timeouts.Add(1)
+	if busy {
+		return sa.Header{}, nil, &sa.StatusError{Method: req.Method, Attr: req.Record.AttrID(), Status: sa.StatusBusy}
+	}
+	return sa.Header{}, nil, &TimeoutError{Method: req.Method, Attr: req.Record.AttrID(), SMLID: lid, Tries: tries, Timeout: c.cfg.Timeout}
+}
+
+// await reads until the answer to req comes or the try's time is up (nil
+// data, nil error). A try lasts its whole timeout whatever the transport
+// says: ibsim's umad_recv returns at once when nothing is there, and the
+// MAD layer's own timeout report of our send means no more than ours.
+func (c *Client) await(req sa.Request) (sa.Header, []byte, sa.Status, error) {
+	deadline := time.Now().Add(c.cfg.Timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return sa.Header{}, nil, 0, nil
+		}
+		n, status, err := c.t.Recv(c.buf[:], left)
+		if errors.Is(err, ErrRecvTimeout) {
+			c.sleep(min(left, pollGap))
+			continue
+		}
+		if err != nil {
+			return sa.Header{}, nil, 0, fmt.Errorf("SA %s %s: %w", req.Method, req.Record.AttrID(), err)
+		}
+		h, data, err := sa.DecodeMAD(c.buf[:n])
+		if err != nil || uint32(h.TransactionID) != uint32(req.TransactionID) || h.AttributeID != req.Record.AttrID() {
+			c.C.Stale.Add(1) // an answer to an earlier request, or noise
+			continue
+		}
+		if status != 0 {
+			continue // the MAD layer gave up on this try's send
+		}
+		if !h.Method.IsResponse() {
+			c.C.Stale.Add(1)
+			continue
+		}
+		return h, data, h.Status, nil
+	}
+}
+
+// PathRecord asks for the path from our port to dgid in partition pkey,
+// as the kernel's ipoib asks: one reversible path.
+func (c *Client) PathRecord(dgid ib.GID, pkey ib.PKey) (sa.PathRecord, error) {
+	req := sa.Request{
+		Method:        sa.MethodGet,
+		ComponentMask: sa.PathDGID | sa.PathSGID | sa.PathReversible | sa.PathNumbPath | sa.PathPKey,
+		Record:        &sa.PathRecord{DGID: dgid, SGID: c.cfg.PortGID, Reversible: true, NumbPath: 1, PKey: pkey},
+	}
+	_, data, err := c.do(req)
+	if err != nil {
+		return sa.PathRecord{}, err
+	}
+	p, err := sa.DecodePathRecord(data)
+	if err == nil && p.DGID != dgid {
+		err = fmt.Errorf("SA PathRecord for %v answered for %v", dgid, p.DGID)
+	}
+	return p, err
+}
+
+// GroupParams are what a join that may create its group offers: the
+// kernel's ipoib copies them from the broadcast group for every other
+// group (ipoib_mcast_join with create).
+type GroupParams struct {
+	QKey      ib.QKey
+	MTU, Rate sa.Selected
+	SL        uint8
+	FlowLabel uint32
+	HopLimit  uint8
+	TClass    uint8
+}
+
+// ParamsOf returns a group's parameters with exact selectors, for
+// creating another group like it.
+func ParamsOf(g sa.MCMemberRecord) *GroupParams {
+	return &GroupParams{QKey: g.QKey, MTU: sa.Selected{Selector: sa.Exactly, Value: g.MTU.Value},
+		Rate: sa.Selected{Selector: sa.Exactly, Value: g.Rate.Value}, SL: g.SL, FlowLabel: g.FlowLabel,
+		HopLimit: g.HopLimit, TClass: g.TClass}
+}
+
+// JoinRequest is one join of our port.
+type JoinRequest struct {
+	MGID  ib.GID
+	PKey  ib.PKey
+	State sa.JoinState // default FullMember
+	// Create, when set, offers the parameters a new group gets; an
+	// existing group must match them (else status 0x0200).
+	Create *GroupParams
+}
+
+// Join sets our membership in a group and returns the group as the SA
+// has it: its Q_Key, MLID, MTU and rate are what the interface must use.
+func (c *Client) Join(j JoinRequest) (sa.MCMemberRecord, error) {
+	if j.State == 0 {
+		j.State = sa.FullMember
+	}
+	rec := &sa.MCMemberRecord{MGID: j.MGID, PortGID: c.cfg.PortGID, PKey: j.PKey, JoinState: j.State}
+	mask := sa.MCMGID | sa.MCMPortGID | sa.MCMPKey | sa.MCMJoinState
+	if p := j.Create; p != nil {
+		rec.QKey, rec.MTU, rec.Rate, rec.SL = p.QKey, p.MTU, p.Rate, p.SL
+		rec.FlowLabel, rec.HopLimit, rec.TClass = p.FlowLabel, p.HopLimit, p.TClass
+		mask |= sa.MCMQKey | sa.MCMMTUSelector | sa.MCMMTU | sa.MCMTClass | sa.MCMRateSelector | sa.MCMRate |
+			sa.MCMSL | sa.MCMFlowLabel | sa.MCMHopLimit
+	}
+	_, data, err := c.do(sa.Request{Method: sa.MethodSet, ComponentMask: mask, Record: rec})
+	if err != nil {
+		return sa.MCMemberRecord{}, err
+	}
+	g, err := sa.DecodeMCMemberRecord(data)
+	if err == nil && g.MGID != j.MGID {
+		err = fmt.Errorf("SA join of %v answered for %v", j.MGID, g.MGID)
+	}
+	return g, err
+}
+
+// Leave ends our membership (the join states in state, default full).
+func (c *Client) Leave(mgid ib.GID, pkey ib.PKey, state sa.JoinState) error {
+	if state == 0 {
+		state = sa.FullMember
+	}
+	_, _, err := c.do(sa.Request{
+		Method:        sa.MethodDelete,
+		ComponentMask: sa.MCMGID | sa.MCMPortGID | sa.MCMJoinState,
+		Record:        &sa.MCMemberRecord{MGID: mgid, PortGID: c.cfg.PortGID, PKey: pkey, JoinState: state},
+	})
+	return err
+}

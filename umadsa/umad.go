@@ -1,0 +1,218 @@
+//go:build linux && rdma
+
+package umadsa
+
+/*
+#cgo LDFLAGS: -libumad
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/umad.h>
+
+static int sa_port(const char *ca, int port, unsigned *lid, unsigned *smlid, unsigned *smsl,
+		unsigned *state, unsigned char gid[16], uint16_t *pkey0) {
+	umad_port_t p;
+	int rc = umad_get_port(ca, port, &p);
+	if (rc < 0)
+		return rc;
+	*lid = p.base_lid;
+	*smlid = p.sm_lid;
+	*smsl = p.sm_sl;
+	*state = p.state;
+	memcpy(gid, &p.gid_prefix, 8);
+	memcpy(gid + 8, &p.port_guid, 8);
+	*pkey0 = p.pkeys_size > 0 && p.pkeys ? p.pkeys[0] : 0;
+	umad_release_port(&p);
+	return 0;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/sa"
+)
+
+// gsiQKey is QP1's well-known Q_Key; umad_set_addr takes it as an int.
+var gsiQKey = uint32(ib.GSIQKey)
+
+// PortInfo is what libibumad reports of a port.
+type PortInfo struct {
+	CA     string
+	Port   int
+	LID    uint16
+	SMLID  uint16
+	SMSL   uint8
+	State  int // 4: active
+	GID    ib.GID
+	PKey0  ib.PKey // the P_Key at index 0, which our MADs carry
+	Active bool
+}
+
+// UMAD is an SA agent on one port through libibumad: the calls ibsim's
+// libumad2sim.so intercepts, and the kernel's ib_umad on a real port.
+type UMAD struct {
+	ca     string
+	port   int
+	portID C.int
+	agent  C.int
+	sl     C.int // the SM's SL, which MADs to the SA use
+	smu    sync.Mutex
+	sbuf   unsafe.Pointer // umad_size() + 256, C memory
+	rbuf   unsafe.Pointer
+	once   sync.Once
+}
+
+var initOnce sync.Once
+var initErr error
+
+func umadInit() error {
+	initOnce.Do(func() {
+		if rc := C.umad_init(); rc < 0 {
+			initErr = fmt.Errorf("umad_init: %w", syscall.Errno(-rc))
+		}
+	})
+	return initErr
+}
+
+// QueryPort reads a port's LIDs, SM, state and GID (ca "" and port 0: the
+// first active port, as libibumad picks).
+func QueryPort(ca string, port int) (PortInfo, error) {
+	if err := umadInit(); err != nil {
+		return PortInfo{}, err
+	}
+	var cca *C.char
+	if ca != "" {
+		cca = C.CString(ca)
+		defer C.free(unsafe.Pointer(cca))
+	}
+	var lid, smlid, smsl, state C.unsigned
+	var gid [16]C.uchar
+	var pkey C.uint16_t
+	if rc := C.sa_port(cca, C.int(port), &lid, &smlid, &smsl, &state, &gid[0], &pkey); rc < 0 {
+		return PortInfo{}, fmt.Errorf("umad_get_port(%q, %d): %w", ca, port, syscall.Errno(-rc))
+	}
+	pi := PortInfo{CA: ca, Port: port, LID: uint16(lid), SMLID: uint16(smlid), SMSL: uint8(smsl), State: int(state),
+		PKey0: ib.PKey(pkey), Active: state == 4}
+	for i := range gid {
+		pi.GID[i] = byte(gid[i])
+	}
+	return pi, nil
+}
+
+// Open opens the port's umad device and registers an agent of the SA
+// class (version 2) for our requests' answers.
+func Open(ca string, port int) (*UMAD, error) {
+	if err := umadInit(); err != nil {
+		return nil, err
+	}
+	var cca *C.char
+	if ca != "" {
+		cca = C.CString(ca)
+		defer C.free(unsafe.Pointer(cca))
+	}
+	id := C.umad_open_port(cca, C.int(port))
+	if id < 0 {
+		return nil, fmt.Errorf("umad_open_port(%q, %d): %w", ca, port, syscall.Errno(-id))
+	}
+	// RMPP version 1: the MAD layer reassembles a GetTable's answer.
+	agent := C.umad_register(id, sa.MgmtClassSA, sa.ClassVersion, 1, nil)
+	if agent < 0 {
+		C.umad_close_port(id)
+		return nil, fmt.Errorf("umad_register (SA class): %w", syscall.Errno(-agent))
+	}
+	pi, err := QueryPort(ca, port)
+	if err != nil {
+		C.umad_close_port(id)
+		return nil, err
+	}
+	sz := C.umad_size() + sa.MADLen
+	u := &UMAD{ca: ca, port: port, portID: id, agent: agent, sl: C.int(pi.SMSL), sbuf: C.calloc(1, sz), rbuf: C.calloc(1, sz)}
+	return u, nil
+}
+
+// Send implements Transport.
+func (u *UMAD) Send(mad []byte, lid uint16, timeout time.Duration) error {
+	if len(mad) != sa.MADLen {
+		return fmt.Errorf("umad: a MAD is %d octets, not %d", sa.MADLen, len(mad))
+	}
+	u.smu.Lock()
+	defer u.smu.Unlock()
+	C.memset(u.sbuf, 0, C.umad_size())
+	C.memcpy(C.umad_get_mad(u.sbuf), unsafe.Pointer(&mad[0]), sa.MADLen)
+	C.umad_set_addr(u.sbuf, C.int(lid), 1, u.sl, C.int(int32(gsiQKey)))
+	C.umad_set_pkey(u.sbuf, 0)
+	if rc := C.umad_send(u.portID, u.agent, u.sbuf, sa.MADLen, C.int(timeout.Milliseconds()), 0); rc < 0 {
+		return fmt.Errorf("umad_send: %w", syscall.Errno(-rc))
+	}
+	return nil
+}
+
+// Recv implements Transport. It is called by one goroutine at a time (the
+// client's lock).
+func (u *UMAD) Recv(buf []byte, timeout time.Duration) (int, int, error) {
+	n := C.int(sa.MADLen)
+	ms := timeout.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	rc := C.umad_recv(u.portID, u.rbuf, &n, C.int(ms))
+	if rc < 0 {
+		if e := syscall.Errno(-rc); e == syscall.ETIMEDOUT || e == syscall.EAGAIN {
+			return 0, 0, ErrRecvTimeout
+		}
+		return 0, 0, fmt.Errorf("umad_recv: %w", syscall.Errno(-rc))
+	}
+	if n > sa.MADLen {
+		n = sa.MADLen
+	}
+	// A MAD is 256 octets on the wire, but ibsim hands over only what
+	// the SA filled (OpenSM sends a PathRecord answer as 120 octets):
+	// the rest is zero.
+	m := copy(buf, unsafe.Slice((*byte)(C.umad_get_mad(u.rbuf)), int(n)))
+	if m < sa.MADLen && len(buf) >= sa.MADLen {
+		clear(buf[m:sa.MADLen])
+		m = sa.MADLen
+	}
+	return m, int(C.umad_status(u.rbuf)), nil
+}
+
+// Close unregisters the agent and closes the port.
+func (u *UMAD) Close() error {
+	u.once.Do(func() {
+		C.umad_unregister(u.portID, u.agent)
+		C.umad_close_port(u.portID)
+		C.free(u.sbuf)
+		C.free(u.rbuf)
+	})
+	return nil
+}
+
+// NewPortClient opens an SA client on a port: its GID from the port, the
+// SM's LID read again for every request.
+func NewPortClient(ca string, port int, timeout time.Duration, retries int) (*Client, *UMAD, error) {
+	pi, err := QueryPort(ca, port)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := Open(ca, port)
+	if err != nil {
+		return nil, nil, err
+	}
+	smlid := func() (uint16, error) {
+		pi, err := QueryPort(ca, port)
+		return pi.SMLID, err
+	}
+	return New(u, Config{PortGID: pi.GID, SMLID: smlid, Timeout: timeout, Retries: retries}), u, nil
+}
+
+// Exit ends the process through C's exit, so that atexit handlers run:
+// ibsim's libumad2sim.so frees the simulated port's slot there, and a Go
+// os.Exit would skip it.
+func Exit(code int) { C.exit(C.int(code)) }
