@@ -3,10 +3,24 @@
 // MTUs together over an ib.Device, and runs the datapath.
 //
 // Goroutines: the TUN reader (transmit, which also reaps send
-// completions), the receive-completion loop, and one control goroutine that owns the neighbor
-// table and the connection manager. The datapath reads published neighbor
-// paths without locks and hands anything else to the control goroutine
-// through bounded channels.
+// completions), the receive-completion loop, and one control goroutine that
+// owns the neighbor table and the connection manager. The datapath reads
+// published neighbor paths without locks and hands anything else to the
+// control goroutine through bounded channels.
+//
+// Files, by concern:
+//   - iface.go: opening and closing; mode.go: the run-time mode switch
+//   - tx.go, rx.go, slots.go, packet.go: the datapath, one file per direction
+//   - control.go: the control goroutine's loop and timers
+//   - pending.go: packets waiting for a neighbor or a connection
+//   - resolve.go: ARP and ND; neighbors.go: what the neighbor state machine
+//     asks for, and the paths the datapath reads
+//   - conns.go: starting connections, and the manager's up/down callbacks;
+//     connfail.go: connections whose QP cannot send
+//   - addrs.go: our addresses and multicast groups; link.go: the link's MTU,
+//     up/down and carrier
+//   - unreach.go: ICMP unreachable; counters.go, dropreport.go, lograte.go,
+//     info.go: counters, drop reports, rate-limited logs, what `show` prints
 package ipoib
 
 import (

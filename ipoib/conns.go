@@ -1,0 +1,101 @@
+package ipoib
+
+import (
+	"time"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+)
+
+// Connections to neighbors: starting them, and the connection manager's
+// callbacks that move neighbors between UD and a connection.
+
+// backoff is when a peer that refused or lost a connection may be asked
+// again, and how long the next wait is.
+type backoff struct {
+	until time.Time
+	wait  time.Duration
+}
+
+// connecting reports whether a connection to e's peer is being set up.
+func (c *control) connecting(e *neigh.Entry) bool {
+	return c.i.mgr != nil && c.i.mgr.Connecting(e.Link)
+}
+
+// connect starts a connection to a resolved neighbor, unless the interface
+// is in datagram mode, the peer has no connected mode, or it recently
+// refused one.
+func (c *control) connect(e *neigh.Entry) {
+	i := c.i
+	if !e.Resolved() {
+		return
+	}
+	if i.mgr == nil || i.datagram.Load() {
+		c.flush(e) // no connection will come: what waits goes over UD
+		return
+	}
+	if b, ok := c.backoff[ib.LinkAddr{QPN: e.Link.QPN, GID: e.Link.GID}]; ok && c.now.Before(b.until) {
+		c.flush(e)
+		return
+	}
+	// What fits UD goes ahead of the REQ: the first packet to a peer does
+	// not wait for connection setup.
+	c.sendPending(e, true)
+	if _, err := i.mgr.Connect(c.now, e.Link); err != nil {
+		// No QP, the connection limit or the service failing: ours to fix.
+		i.log.Warn("connecting", "peer", e.Link, "peer_ip", e.IP, "err", err)
+	}
+	c.flush(e)
+}
+
+// connUp publishes a connection as the path of every neighbor on its peer.
+func (i *Interface) connUp(conn *cm.Connection) {
+	c := &i.ctl
+	delete(c.backoff, ib.LinkAddr{QPN: conn.Peer.QPN, GID: conn.Peer.GID})
+	for _, e := range i.neigh.ByClaim(conn.Peer) {
+		old := e.Link
+		c.apply(e, e.Proven(conn.Peer, c.now), old)
+	}
+	es := i.neigh.ByLink(conn.Peer)
+	for _, e := range es {
+		p := c.udPath(e.Link)
+		if p == nil || i.datagram.Load() { // datagram mode: a peer's connection carries only its sends
+			continue
+		}
+		p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+		c.publish(e, p)
+		c.flush(e)
+	}
+	i.log.Info("connection up", "peer", conn.Peer, "peer_ip", ipList(es), "qpn", conn.QP.Num(), "mtu", conn.MTU)
+}
+
+// connDown puts the neighbors of a lost connection back on UD.
+func (i *Interface) connDown(conn *cm.Connection, reason string) {
+	c := &i.ctl
+	es := i.neigh.ByLink(conn.Peer)
+	for _, e := range es {
+		if p := e.Path(); p != nil && p.QP == conn.QP {
+			c.publish(e, c.udPath(e.Link))
+		}
+	}
+	i.log.Info("connection down", "peer", conn.Peer, "peer_ip", ipList(es), "qpn", conn.QP.Num(), "reason", reason)
+}
+
+// connRefused backs off from a peer that refused or lost a connection and
+// checks its neighbors again: it may have restarted with a new address.
+func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
+	c := &i.ctl
+	key := ib.LinkAddr{QPN: peer.QPN, GID: peer.GID}
+	b := c.backoff[key]
+	b.wait = min(max(2*b.wait, connectBackoff), maxBackoff)
+	b.until = c.now.Add(b.wait)
+	c.backoff[key] = b
+	es := i.neigh.ByLink(peer)
+	for _, e := range es {
+		c.apply(e, e.Suspect(c.now), e.Link)
+		c.flush(e)
+	}
+	// A REJ or a timeout is the peer's doing: routine, counted by cm.
+	i.log.Info("connection refused", "peer", peer, "peer_ip", ipList(es), "reason", reason, "retry_in", b.wait)
+}

@@ -1,0 +1,193 @@
+package ipoib
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+)
+
+// What the neighbor state machine asks for, and the paths the datapath
+// reads: UD address handles, published paths and their host routes.
+
+// apply carries out what the neighbor state machine asked for e; old is
+// e's link address before the event.
+func (c *control) apply(e *neigh.Entry, a neigh.Action, old ib.LinkAddr) {
+	i := c.i
+	if a.Has(neigh.ActRefuted) {
+		i.ctr.inc(impostors)
+	}
+	if a.Has(neigh.ActResolved) {
+		c.resolved(e, old)
+	}
+	if a.Has(neigh.ActProbe) {
+		c.solicit(e)
+	}
+	if a.Has(neigh.ActFailPending) {
+		// Routine (a host down, a typo): counted, answered with ICMP.
+		i.log.Debug("neighbor did not answer", "peer_ip", e.IP, "dropped", len(e.Pending))
+		for _, p := range e.Pending {
+			c.unreachable(p.Slot, p.Len)
+		}
+		e.Pending = nil
+	}
+	if a.Has(neigh.ActConnect) {
+		c.connect(e)
+	}
+	if a.Has(neigh.ActForget) {
+		c.forget(e)
+	}
+}
+
+// udPath makes the UD path to a link address.
+func (c *control) udPath(link ib.LinkAddr) *neigh.Path {
+	ah := c.ah(link.GID)
+	if ah == nil {
+		return nil
+	}
+	return &neigh.Path{Link: link, AH: ah, MTU: c.i.udMTU}
+}
+
+// unicastAH is an address handle and when the control goroutine last
+// sent with it.
+type unicastAH struct {
+	ah   ib.AH
+	used time.Time
+}
+
+// Address handles of nodes no neighbor is at (those we only answered)
+// are closed when unused for ahIdle, once there are more than ahKeep.
+const (
+	ahKeep = 256
+	ahIdle = 5 * time.Second // far beyond any send's completion
+)
+
+// ah returns the address handle for gid, making it on first use.
+func (c *control) ah(gid ib.GID) ib.AH {
+	u := c.ahs[gid]
+	if u == nil {
+		ah, err := c.i.dev.CreateAH(ib.AHAttr{DestGID: gid})
+		if err != nil {
+			c.i.log.Warn("address handle", "gid", gid, "err", err)
+			return nil
+		}
+		u = &unicastAH{ah: ah}
+		c.ahs[gid] = u
+	}
+	u.used = c.now
+	return u.ah
+}
+
+// reapAHs closes the idle address handles no neighbor's path holds: the
+// nodes we only answered (whose underlay address a sender may forge).
+func (c *control) reapAHs() {
+	if len(c.ahs) <= ahKeep {
+		return
+	}
+	held := map[ib.GID]bool{}
+	for _, e := range c.i.neigh.All() {
+		if p := e.Path(); p != nil {
+			held[p.Link.GID] = true
+		}
+		held[e.Link.GID] = true
+	}
+	for gid, u := range c.ahs {
+		if held[gid] {
+			u.used = c.now // idle counts from when no path holds it
+			continue
+		}
+		if c.now.Sub(u.used) >= ahIdle {
+			_ = u.ah.Close()
+			delete(c.ahs, gid)
+		}
+	}
+}
+
+// heard applies a reply or an announcement for ip to its entry, if it has
+// one (neigh.Entry.Heard: a live entry is not redirected by one packet).
+func (c *control) heard(ip netip.Addr, link ib.LinkAddr) {
+	if e := c.i.neigh.Get(ip); e != nil {
+		old := e.Link
+		c.apply(e, e.Heard(link, c.now), old)
+	}
+}
+
+// learnFrom takes what a solicitation for one of our addresses tells: its
+// sender ip is at link. An entry in use hears it; otherwise it becomes a
+// candidate, bounded and rate-limited per node (neigh/learn.go), which costs
+// no route and no log line until our traffic uses it.
+func (c *control) learnFrom(ip netip.Addr, link, from ib.LinkAddr) {
+	i := c.i
+	if e := i.neigh.Get(ip); e != nil {
+		old := e.Link
+		c.apply(e, e.Heard(link, c.now), old)
+		return
+	}
+	switch i.neigh.Learn(ip, link, from.GID, c.now) {
+	case neigh.LearnedNew:
+		i.ctr.inc(learnCandidates)
+	case neigh.LearnedEvicted:
+		i.ctr.inc(learnCandidates)
+		i.ctr.inc(learnEvicted)
+	case neigh.LearnedLimited:
+		i.ctr.inc(learnLimited)
+	}
+}
+
+// resolved publishes the path to e's new link address (old: the one
+// before) and sends what waited for it.
+func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
+	link := e.Link
+	if old.GID != (ib.GID{}) && !old.SameNode(link) && c.i.mgr != nil {
+		c.i.mgr.Disconnect(c.now, old, "neighbor moved")
+	}
+	p := c.udPath(link)
+	if p == nil {
+		return
+	}
+	if c.i.mgr != nil && !c.i.datagram.Load() {
+		if conn := c.i.mgr.SendConnection(link); conn != nil {
+			p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+		}
+	}
+	// What waits goes first: the host route publish installs costs a
+	// netlink round trip.
+	e.SetPath(p)
+	if len(e.Pending) > 0 {
+		c.connect(e)
+	}
+	c.publish(e, p)
+}
+
+// publish gives the datapath a new path to e and installs the host route
+// that tells the kernel its MTU (unless the operator set one by hand).
+func (c *control) publish(e *neigh.Entry, p *neigh.Path) {
+	e.SetPath(p)
+	if p == nil {
+		return
+	}
+	// Set drops the route where p.MTU is not below the link's MTU, which
+	// it reads from the kernel: a smaller link MTU set by the operator
+	// caps every path.
+	installed, err := c.i.routes.Set(e.IP, p.MTU)
+	switch {
+	case err != nil:
+		c.i.log.Warn("per-destination MTU route", "dst", e.IP, "mtu", p.MTU, "err", err)
+	case !installed:
+		c.i.log.Debug("operator route left alone", "dst", e.IP)
+	}
+}
+
+// forget removes a neighbor and its connections.
+func (c *control) forget(e *neigh.Entry) {
+	for _, p := range c.i.neigh.Delete(e) {
+		c.i.drop(p.Slot, txDropNoNeigh)
+	}
+	if err := c.i.routes.Remove(e.IP); err != nil {
+		c.i.log.Warn("removing a route", "dst", e.IP, "err", err)
+	}
+	if c.i.mgr != nil && e.Link.GID != (ib.GID{}) && len(c.i.neigh.ByLink(e.Link)) == 0 {
+		c.i.mgr.Disconnect(c.now, e.Link, "neighbor expired")
+	}
+}

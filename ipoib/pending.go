@@ -1,0 +1,122 @@
+package ipoib
+
+import (
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/ud"
+)
+
+// Packets the datapath could not send on its own: the next hop, the queue
+// on its neighbor, and sending what waits once a path exists.
+
+// handlePending takes a packet the datapath could not send: it is queued on
+// its neighbor, and resolution or a connection is started.
+func (c *control) handlePending(p pendingPacket) {
+	i := c.i
+	hop, ok := c.nextHop(p.dst)
+	if !ok {
+		i.drop(p.slot, txDropNoRoute)
+		return
+	}
+	e, act := i.neigh.Create(hop, c.now)
+	if e == nil {
+		i.drop(p.slot, txDropNoNeigh)
+		return
+	}
+	if act != 0 {
+		// Made from what a solicitation taught: now it costs a route.
+		i.ctr.inc(learnUsed)
+		c.apply(e, act, ib.LinkAddr{})
+	}
+	if hop != p.dst && !c.noViaCache && !i.neigh.SetVia(p.dst, e) {
+		i.drop(p.slot, txDropNoNeigh)
+		return
+	}
+	if c.failedRecently(e) {
+		c.unreachable(p.slot, p.n)
+		return
+	}
+	if path := e.Path(); path != nil {
+		// Published since the datapath looked: send it now if it can go.
+		if c.send(p.slot, p.n, path) {
+			return
+		}
+	}
+	if !i.neigh.Queue(e, neigh.Pending{Slot: p.slot, Len: p.n}) {
+		i.drop(p.slot, txDropQueueFull)
+		return
+	}
+	i.ctr.inc(txQueued)
+	c.apply(e, e.Wanted(c.now), e.Link)
+}
+
+// nextHop returns the neighbor a packet to dst goes to: dst itself when it
+// is in one of our subnets, else the gateway of the kernel's route, which
+// must be a neighbor on this interface.
+func (c *control) nextHop(dst netip.Addr) (netip.Addr, bool) {
+	if _, ok := c.onLink(dst); ok {
+		return dst, true
+	}
+	routes, err := c.i.tun.Netlink().RouteGet(dst.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return netip.Addr{}, false
+	}
+	r := routes[0]
+	gw, ok := netip.AddrFromSlice(r.Gw)
+	if !ok || r.LinkIndex != c.i.tun.Index() {
+		return netip.Addr{}, false
+	}
+	gw = gw.Unmap()
+	if _, ok := c.onLink(gw); !ok {
+		return netip.Addr{}, false
+	}
+	return gw, true
+}
+
+// send posts a queued packet on path if it fits; false leaves it queued.
+func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
+	i := c.i
+	ipLen := n - ud.HeaderLen
+	switch {
+	case path.QP != nil && ipLen <= path.MTU:
+		i.ctr.inc(txConnected)
+		path.Packets.Add(1)
+		c.wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)}
+		if _, err := path.QP.PostSend(c.wr[:]); err != nil {
+			i.drop(slot, txDropPost)
+			i.connSendFailed(path.QP.Num(), ib.WCSuccess, false)
+		}
+		return true
+	case ipLen <= i.udMTU:
+		i.ctr.inc(txUD)
+		i.postUD(slot, n, path.AH, path.Link.QPN, &c.wr)
+		return true
+	}
+	return false
+}
+
+// flush sends what waits on e, keeping only what waits for a connection
+// that is still coming.
+func (c *control) flush(e *neigh.Entry) { c.sendPending(e, c.connecting(e)) }
+
+// sendPending sends what waits on e and fits its path; the rest waits (a
+// connection is coming) or is answered "too big".
+func (c *control) sendPending(e *neigh.Entry, waiting bool) {
+	path := e.Path()
+	if path == nil {
+		return
+	}
+	kept := e.Pending[:0]
+	for _, p := range e.Pending {
+		switch {
+		case c.send(p.Slot, p.Len, path):
+		case waiting:
+			kept = append(kept, p)
+		default:
+			c.i.tooBig(p.Slot, p.Len-ud.HeaderLen, path.MTU)
+		}
+	}
+	e.Pending = kept
+}
