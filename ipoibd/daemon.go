@@ -25,8 +25,9 @@ type daemon struct {
 	// pkeyHint says where a P_Key missing from the port's table comes from.
 	pkeyHint string
 
-	mu     sync.Mutex
-	ifaces []*served // the first, then the children in the order made
+	changing sync.Mutex // one child add or del at a time: checks hold until done
+	mu       sync.Mutex
+	ifaces   []*served // the first, then the children in the order made
 }
 
 // served is one interface and its control socket.
@@ -121,6 +122,8 @@ type childRequest struct {
 // partition's full-membership bit is set, and its name is the parent's
 // with the P_Key in four hex digits.
 func (d *daemon) addChild(r childRequest) (string, error) {
+	d.changing.Lock()
+	defer d.changing.Unlock()
 	pkey, err := ib.ParsePKey(r.PKey)
 	if err != nil {
 		return "", err
@@ -176,6 +179,8 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 // delChild removes a child named by name or P_Key: its connections are
 // disconnected (DREQs go out) and its interface removed.
 func (d *daemon) delChild(which string) (string, error) {
+	d.changing.Lock()
+	defer d.changing.Unlock()
 	d.mu.Lock()
 	var victim *served
 	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface.Name() == which })
