@@ -2,7 +2,9 @@
 // routes that carry the MTU negotiated with each peer (routes.go), and the
 // ICMP "fragmentation needed" / ICMPv6 "packet too big" errors written back
 // into the TUN device when a packet is larger than its path allows
-// (icmp.go). See DESIGN.md ("Data flow") and spec/ipoib-cm.md §7.4.
+// (icmp.go). See DESIGN.md ("Data flow") and spec/ipoib-cm.md §7.4. The
+// same file writes the "host unreachable" errors for packets whose
+// destination did not answer address resolution.
 package mtu
 
 import (

@@ -1,9 +1,13 @@
-// Package ud is the UD endpoint of an IPoIB interface: IPoIB encapsulation,
-// MGIDs; group membership and the UD send/receive path come later.
+// Package ud is what an IPoIB interface's UD side needs besides the queue
+// pair itself, which package ipoib holds with its send and receive paths.
 //
-// Today it holds the codecs of shared/spec/ipoib-wire.md that the datapath
-// runs on every UD packet: the 4-octet encapsulation header (§1), the
-// mapping of the broadcast group and of IPv4/IPv6 multicast groups to MGIDs
-// (§5) and the UD MTU (§6). None of them allocates, and every decoder error
-// is an *ib.FieldError naming the field.
+// It has the codecs of shared/spec/ipoib-wire.md that the datapath runs on
+// every packet: the 4-octet encapsulation header (§1, on UD and connected
+// payloads alike), the mapping of the broadcast group and of IPv4/IPv6
+// multicast groups to MGIDs (§5) and the UD MTU and receive buffer size
+// (§6). None of them allocates, and every decoder error is an
+// *ib.FieldError naming the field.
+//
+// KernelGroups (groups.go) reads the multicast groups the kernel has
+// joined on the interface, whose MGIDs the interface's UD QP attaches.
 package ud
