@@ -23,15 +23,6 @@ func (c *chanMADs) Close() error {
 	return nil
 }
 
-func counter(cs []ib.Counter, name string) (uint64, bool) {
-	for _, c := range cs {
-		if c.Name == name {
-			return c.Value, true
-		}
-	}
-	return 0, false
-}
-
 // MADEngine: received MADs reach the Engine only through Wake and Poll, on
 // the caller's goroutine; beyond the queue's bound they are counted, never
 // queued without limit; Close closes the transport once.
@@ -67,7 +58,7 @@ func TestMADEngineQueue(t *testing.T) {
 			if m.Stats.Received != tc.handled || m.Stats.Malformed != tc.handled {
 				t.Errorf("received %d malformed %d, want %d", m.Stats.Received, m.Stats.Malformed, tc.handled)
 			}
-			if v, ok := counter(m.Counters(), "mad_drop_queue_full"); !ok || v != tc.dropped {
+			if v, ok := counterOf(m.Counters(), "mad_drop_queue_full"); !ok || v != tc.dropped {
 				t.Errorf("mad_drop_queue_full = %d (%v), want %d", v, ok, tc.dropped)
 			}
 			m.Poll(time.Now()) // nothing left
