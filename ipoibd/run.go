@@ -45,6 +45,7 @@ type options struct {
 	port        int
 	cm          string
 	peers       string
+	metrics     string // --metrics-listen
 	version     bool
 	help        bool
 }
@@ -75,6 +76,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
 	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); each with an interface label (children too); and the Go runtime's and the process's")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVarP(&o.help, "help", "h", false, "print the whole usage and exit")
 	return fs
@@ -124,6 +126,11 @@ func run(args []string, out io.Writer) error {
 			return fmt.Errorf("--child %q: %w", c, err)
 		}
 	}
+	metricsSrv, err := startMetrics(o.metrics, d.interfaces, cfg.Log)
+	if err != nil {
+		_ = d.Close()
+		return err
+	}
 	iface := d.first()
 	if path := os.Getenv("IPOIBD_CPUPROFILE"); path != "" {
 		// A developer aid: profile the daemon until it exits.
@@ -167,6 +174,7 @@ func run(args []string, out io.Writer) error {
 	}
 	stopWatchdog()
 	notify.send("STOPPING=1")
+	_ = metricsSrv.Close()
 	return d.Close()
 }
 
@@ -215,6 +223,9 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return cfg, nil, choice, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	if err := checkMetricsListen(o.metrics); err != nil {
+		return cfg, nil, choice, err
 	}
 	cfg.Log = slog.New(logHandler(os.Stderr, level))
 	var err error

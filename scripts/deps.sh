@@ -61,6 +61,7 @@ if [ "$mode" != runtime ]; then
 	# unit's systemd-analyze security score.
 	want util-linux setpriv
 	want systemd systemd-analyze
+	want curl curl # scrapes --metrics-listen (ipoibd/metrics_test.go)
 	# The rxe test bed (scripts/rxe-testbed.sh).
 	want qemu-system-x86 qemu-system-x86_64
 	want debootstrap debootstrap
