@@ -76,6 +76,12 @@ func (i *Interface) connDown(conn *cm.Connection, reason string) {
 	es := i.neigh.ByLink(conn.Peer)
 	for _, e := range es {
 		if p := e.Path(); p != nil && p.QP == conn.QP {
+			if c.closing {
+				// Shutdown flushes every route next: a host route each
+				// would cost minutes at thousands of neighbors.
+				e.SetPath(c.udPath(e.Link))
+				continue
+			}
 			c.publish(e, c.udPath(e.Link))
 		}
 	}
