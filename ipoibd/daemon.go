@@ -74,10 +74,13 @@ func (d *daemon) add(cfg ipoib.Config) (*ipoib.Interface, error) {
 	return iface, nil
 }
 
-// first returns the interface the flags describe.
+// first returns the interface the flags describe (nil once closing).
 func (d *daemon) first() *ipoib.Interface {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if len(d.ifaces) == 0 {
+		return nil
+	}
 	return d.ifaces[0].iface
 }
 
@@ -97,7 +100,7 @@ func (d *daemon) children() []childInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := []childInfo{}
-	for _, s := range d.ifaces[1:] {
+	for _, s := range d.ifaces[min(1, len(d.ifaces)):] {
 		out = append(out, childInfo{Name: s.iface.Name(), PKey: uint16(s.iface.PKey())})
 	}
 	return out
