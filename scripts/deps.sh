@@ -72,6 +72,13 @@ if [ "$mode" != runtime ]; then
 	want libc6-dev /usr/include/stdlib.h
 	want libibverbs-dev /usr/include/infiniband/verbs.h
 	want librdmacm-dev /usr/include/rdma/rdma_cma.h
+	# The SA client's judge (umadsa/opensm_test.go): OpenSM on a fabric
+	# simulated by ibsim (ibsim-utils brings libumad2sim.so), checked with
+	# infiniband-diags; the client's cgo needs libibumad's header.
+	want libibumad-dev /usr/include/infiniband/umad.h
+	want ibsim-utils ibsim /usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so
+	want opensm opensm
+	want infiniband-diags saquery ibroute ibswitches
 fi
 [ "$list" = --list ] && exit 0
 
