@@ -46,7 +46,7 @@ var commonCodes = map[Status]string{
 
 var saCodes = map[Status]string{
 	StatusNoResources:     "ERR_NO_RESOURCES: the SA has no resources to complete the request",
-	StatusReqInvalid:      "ERR_REQ_INVALID: the request is invalid (for a join: a component conflicts with the group, e.g. its Q_Key, P_Key or MTU)",
+	StatusReqInvalid:      "ERR_REQ_INVALID: the request is invalid (a join whose Q_Key, P_Key or MTU conflicts with the group's; a leave of a port that is no member)",
 	StatusNoRecords:       "ERR_NO_RECORDS: no record matches the request",
 	StatusTooManyRecords:  "ERR_TOO_MANY_RECORDS: more than one record matches a Get",
 	StatusInvalidGID:      "ERR_REQ_INVALID_GID: a GID in the request is not valid",

@@ -102,6 +102,7 @@ func TestOpenSM(t *testing.T) {
 	}
 
 	t.Run("broadcast group", func(t *testing.T) {
+		f := f.on(t)
 		var g group
 		f.json("h2", &g, "join", bcastMGID)
 		// OpenSM pre-creates it (OSM_IPOIB_BROADCAST_MGRP_QKEY, the first
@@ -122,6 +123,7 @@ func TestOpenSM(t *testing.T) {
 	swLID := f.switchLID()
 	for _, mg := range []struct{ name, mgid string }{{"IPv4 group", v4MGID}, {"IPv6 group", v6MGID}} {
 		t.Run(mg.name, func(t *testing.T) {
+			f := f.on(t)
 			// h2 creates it like the broadcast group, as the kernel's ipoib
 			// does; h3 joins what is there.
 			var a, b group
@@ -147,6 +149,7 @@ func TestOpenSM(t *testing.T) {
 	}
 
 	t.Run("path records", func(t *testing.T) {
+		f := f.on(t)
 		for _, h := range []string{"h1", "h3", "h4"} {
 			var p struct {
 				DGID     string `json:"dgid"`
@@ -182,6 +185,7 @@ func TestOpenSM(t *testing.T) {
 	})
 
 	t.Run("wrong Q_Key", func(t *testing.T) {
+		f := f.on(t)
 		line := f.fail("h3", "--qkey", "0x1234", "join", bcastMGID)
 		if !strings.HasPrefix(line, "saclient: SA Set MCMemberRecord: status 0x0200 ERR_REQ_INVALID") {
 			t.Errorf("refused join said %q", line)
@@ -189,6 +193,7 @@ func TestOpenSM(t *testing.T) {
 	})
 
 	t.Run("no SM", func(t *testing.T) {
+		f := f.on(t)
 		f.stopSM()
 		t0 := time.Now()
 		line := f.fail("h2", "--timeout", "200ms", "--retries", "2", "path", gids["h3"])
@@ -203,6 +208,13 @@ func TestOpenSM(t *testing.T) {
 	})
 	t.Logf("build %v, fabric up %v, checks %v, total %v", built.Sub(start).Round(time.Millisecond),
 		up.Sub(built).Round(time.Millisecond), time.Since(up).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// on is the fabric for a subtest: its failures are the subtest's.
+func (f *fabric) on(t *testing.T) *fabric {
+	g := *f
+	g.t = t
+	return &g
 }
 
 type group struct {
