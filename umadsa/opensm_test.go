@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -244,7 +245,7 @@ func (f *fabric) up() {
 	}
 	f.ibsim = exec.Command("ibsim", "-n", "-s", net)
 	f.ibsim.Env = append(os.Environ(), "IBSIM_SOCKNAME="+f.sock)
-	f.ibsim.Stdout, f.ibsim.Stderr = nil, nil
+	f.ibsim.SysProcAttr = orphanKill()
 	if err := f.ibsim.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +267,7 @@ func (f *fabric) up() {
 	log := filepath.Join(f.dir, "osm.log")
 	f.osm = exec.Command("opensm", "-F", conf, "-f", log)
 	f.osm.Env = append(f.env("h1"), "OSM_TMP_DIR="+f.dir, "OSM_CACHE_DIR="+f.dir)
+	f.osm.SysProcAttr = orphanKill()
 	if err := f.osm.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -278,6 +280,10 @@ func (f *fabric) up() {
 		t.Fatalf("OpenSM did not bring the subnet up:\n%s", b)
 	}
 }
+
+// orphanKill has the kernel kill a daemon we start if the test binary
+// dies without its cleanups (go test's timeout panics, a SIGKILL).
+func orphanKill() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }
 
 func (f *fabric) stopSM() {
 	if f.osm != nil && f.osm.ProcessState == nil {
