@@ -28,6 +28,9 @@ import (
 // it for single records), MAD timeouts not simulated (it hands a send
 // back as timed out at once: the client keeps its own time), and a
 // client frees its slot only in C's exit (saclient leaves through it).
+// libumad2sim.so makes its fake sysfs as sys-PID in the working directory,
+// and only an orderly exit removes it: every simulated process runs in the
+// test's temporary directory.
 
 const umad2sim = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 
@@ -246,6 +249,7 @@ func (f *fabric) up() {
 	f.ibsim = exec.Command("ibsim", "-n", "-s", net)
 	f.ibsim.Env = append(os.Environ(), "IBSIM_SOCKNAME="+f.sock)
 	f.ibsim.SysProcAttr = orphanKill()
+	f.ibsim.Dir = f.dir
 	if err := f.ibsim.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +272,7 @@ func (f *fabric) up() {
 	f.osm = exec.Command("opensm", "-F", conf, "-f", log)
 	f.osm.Env = append(f.env("h1"), "OSM_TMP_DIR="+f.dir, "OSM_CACHE_DIR="+f.dir)
 	f.osm.SysProcAttr = orphanKill()
+	f.osm.Dir = f.dir
 	if err := f.osm.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +314,7 @@ func (f *fabric) env(host string) []string {
 // run runs cmd on node host, killed if it takes 20 s.
 func (f *fabric) run(host string, cmd *exec.Cmd) (string, string, error) {
 	cmd.Env = f.env(host)
+	cmd.Dir = f.dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
