@@ -2,36 +2,24 @@ package sa
 
 import (
 	"bytes"
-	"encoding/hex"
 	"sort"
-	"strings"
 	"testing"
 
-	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
-// unhex reads hex with spaces and | separators (for readability) and pads
-// it with zeros to a whole MAD.
+// unhex reads a golden vector (testutil.Unhex) and pads it with zeros to a
+// whole MAD.
 func unhex(t testing.TB, s string) []byte {
 	t.Helper()
-	s = strings.NewReplacer(" ", "", "\n", "", "\t", "", "|", "").Replace(s)
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testutil.Unhex(t, s)
 	if len(b) > MADLen {
 		t.Fatalf("golden of %d octets", len(b))
 	}
 	return append(b, make([]byte, MADLen-len(b))...)
 }
 
-func gid(s string) ib.GID {
-	g, err := ib.ParseGID(s)
-	if err != nil {
-		panic(err)
-	}
-	return g
-}
+var gid = testutil.MustGID
 
 // golden is one MAD written octet by octet from the layouts in IBA ch.15
 // (as umad_sa.h / umad_sa_mcm.h transcribe them), with the header and the

@@ -2,19 +2,17 @@ package sa
 
 import (
 	"bytes"
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
+// wantField checks one case's error in a subtest of its own.
 func wantField(t *testing.T, name string, err error, field string) {
 	t.Helper()
-	var fe *ib.FieldError
-	if !errors.As(err, &fe) || fe.Field != field {
-		t.Errorf("%s: error %v, want one naming field %q", name, err, field)
-	}
+	t.Run(name, func(t *testing.T) { testutil.WantField(t, err, "", field) })
 }
 
 func TestDecodeMADErrors(t *testing.T) {

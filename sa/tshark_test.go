@@ -4,11 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // TestTsharkDecodesSAMADs is the independent wire check: every golden MAD
@@ -19,10 +20,6 @@ import (
 // report nothing malformed. tshark 4.0 does not verify the ICRC, so it is
 // written as zero.
 func TestTsharkDecodesSAMADs(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Skip("tshark not installed")
-	}
 	gs := goldens(t)
 	names := goldenNames(gs)
 	var frames [][]byte
@@ -44,24 +41,17 @@ func TestTsharkDecodesSAMADs(t *testing.T) {
 		"infiniband.mcmemberrecord.joinstate", "infiniband.mcmemberrecord.proxyjoin"}
 	fields := append(append(append(append([]string{}, common...), path...), mcm...), "_ws.malformed", "_ws.expert.severity")
 
-	dir := t.TempDir()
-	file := filepath.Join(dir, "sa.pcap")
-	if err := os.WriteFile(file, pcap(frames), 0o644); err != nil {
+	file := filepath.Join(t.TempDir(), "sa.pcap")
+	if err := os.WriteFile(file, testutil.Pcap(testutil.LinkTypeEthernet, frames), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"-r", file, "-T", "fields", "-E", "separator=|"}
 	for _, f := range fields {
 		args = append(args, "-e", f)
 	}
-	cmd := exec.Command(tshark, args...)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("tshark: %v %s", err, err.(*exec.ExitError).Stderr)
-	}
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	lines := testutil.Tshark(t, args...)
 	if len(lines) != len(names) {
-		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(names), out)
+		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(names), strings.Join(lines, "\n"))
 	}
 	for i, line := range lines {
 		g := gs[names[i]]
@@ -161,24 +151,4 @@ func ibFrame(mad []byte) []byte {
 	be.PutUint32(x[16:], 1)
 	f = append(f, mad...)
 	return append(f, make([]byte, icrc)...)
-}
-
-// pcap writes a classic little-endian pcap of Ethernet frames.
-func pcap(frames [][]byte) []byte {
-	le := binary.LittleEndian
-	p := le.AppendUint32(nil, 0xa1b2c3d4)
-	p = le.AppendUint16(p, 2)
-	p = le.AppendUint16(p, 4)
-	p = le.AppendUint32(p, 0)
-	p = le.AppendUint32(p, 0)
-	p = le.AppendUint32(p, 65535)
-	p = le.AppendUint32(p, 1) // LINKTYPE_ETHERNET
-	for i, f := range frames {
-		p = le.AppendUint32(p, uint32(i))
-		p = le.AppendUint32(p, 0)
-		p = le.AppendUint32(p, uint32(len(f)))
-		p = le.AppendUint32(p, uint32(len(f)))
-		p = append(p, f...)
-	}
-	return p
 }

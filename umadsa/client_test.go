@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 	"github.com/ipoibd/ipoibd/sa"
 )
 
@@ -72,13 +72,7 @@ var (
 		Lifetime: sa.Selected{Selector: sa.Exactly, Value: 18}}
 )
 
-func gid(s string) ib.GID {
-	g, err := ib.ParseGID(s)
-	if err != nil {
-		panic(err)
-	}
-	return g
-}
+var gid = testutil.MustGID
 
 func newClient(f *fakeSA, smlid uint16) *Client {
 	return New(f, Config{PortGID: us, SMLID: func() (uint16, error) { return smlid, nil }, Timeout: time.Millisecond, Retries: 2})
