@@ -36,6 +36,11 @@ func openUMAD(fs sysfs, devDir string, cfg umadConfig) (*umadService, error) {
 		if loaded, holders := fs.cmHolders(); loaded && errors.Is(err, unix.EINVAL) {
 			return nil, CMLoadedError(holders)
 		}
+		if errors.Is(err, unix.EINVAL) {
+			// The MAD layer refuses a second agent for a class and method
+			// another process already receives.
+			return nil, fmt.Errorf("verbs: the CM class on QP1 of %s port %d is already taken (%s: %w): is another ipoibd --cm own serving this port? One daemon serves a port; add P_Key children to it with ipoibd child add", cfg.device, cfg.port, path, err)
+		}
 		return nil, fmt.Errorf("verbs: registering a CM agent on %s: %w", path, err)
 	}
 	s.agent = req.ID

@@ -102,6 +102,18 @@ for cmmode in rc uc; do
 	fi
 	pass "$mode-up"
 	check "$mode-show" sh -c "ip netns exec $NA ipoibd show | grep -q 'cm .*/dev/infiniband/umad' && ip netns exec $NA ipoibd show | grep -q 'connected mode advertised'"
+	if [ $cmmode = rc ]; then
+		# A second daemon on the same port: refused in one line, before it
+		# makes an interface, and the first one does not notice.
+		out=$(timeout 20 ipoibd --provider verbs --device "$A" --netns "$NA" --cm own --ifname ib1 --addr "$NET.9/24" 2>&1)
+		st=$?
+		line=$(echo "$out" | tail -n 1)
+		if [ $st = 1 ] && [[ $line == *"QP1 of $A port 1 is already taken"* ]] && ! ip netns exec $NA ip link show ib1 >/dev/null 2>&1; then
+			pass "$mode-second-daemon-refused"
+		else
+			fail "$mode-second-daemon-refused" "exit $st: $line"
+		fi
+	fi
 	# Both sides at the same instant, before either knows the other:
 	# ARP over UD both ways, then crossing REQs.
 	ip netns exec $NA ping -c 3 -i 0.2 -W 3 "$NET.2" >"$log/cross-a" 2>&1 &
