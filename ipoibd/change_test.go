@@ -28,7 +28,7 @@ func TestPKeyChildren(t *testing.T) {
 	c := newCluster(t, "child", 3)
 	child := func(k int) string { return fmt.Sprintf("172.16.%d.%d", c.net, k) }
 	child6 := func(k int) string { return fmt.Sprintf("fd01:%d::%d", c.net, k) }
-	c.start(1, "--softib-pkeys", "0xffff,0x8001")
+	c.start(1, "--softib-pkeys", "0xffff,0x8001,0x8002")
 	c.start(2, "--softib-pkeys", "0xffff,0x8001")
 	// h3 claims a child address on the default partition: it must not
 	// reach h1's child, which is on 0x8001.
@@ -97,13 +97,22 @@ func TestPKeyChildren(t *testing.T) {
 			t.Errorf("h1's child resolved h3 across partitions: %+v", n)
 		}
 	}
+	// Two children of one daemon are apart as well: h1's ib0.8002 cannot
+	// reach h2's ib0.8001, though h2 claims the 0x8002 child's subnet there.
+	other := func(k int) string { return fmt.Sprintf("172.17.%d.%d", c.net, k) }
+	c.on(1, binary, "child", "add", "0x8002", "--addr", other(1)+"/24")
+	c.on(2, "ip", "addr", "add", other(2)+"/24", "dev", "ib0.8001")
+	if out, err := c.try(1, "ping", "-c", "2", "-i", "0.2", "-W", "1", other(2)); err == nil {
+		t.Fatalf("h1's ib0.8002 reached h2's ib0.8001:\n%s", out)
+	}
+	c.ping(1, child(2), 1) // while ib0.8001 still works
 
 	// Operator mistakes get one clear line each.
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"child", "add", "0x8002"}, "--softib-pkeys"},
+		{[]string{"child", "add", "0x8003"}, "--softib-pkeys"},
 		{[]string{"child", "add", "0x0001"}, "ib0.8001 already serves P_Key 0x8001"},
 		{[]string{"child", "del", "ib0"}, "not a child"},
 		{[]string{"child", "del", "ib0.9"}, "no child"},
