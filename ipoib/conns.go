@@ -74,16 +74,20 @@ func (i *Interface) connUp(conn *cm.Connection) {
 func (i *Interface) connDown(conn *cm.Connection, reason string) {
 	c := &i.ctl
 	es := i.neigh.ByLink(conn.Peer)
+	var moved []*neigh.Entry
+	var ps []*neigh.Path
 	for _, e := range es {
 		if p := e.Path(); p != nil && p.QP == conn.QP {
-			if c.closing {
-				// Shutdown flushes every route next: a host route each
-				// would cost minutes at thousands of neighbors.
-				e.SetPath(c.udPath(e.Link))
-				continue
-			}
-			c.publish(e, c.udPath(e.Link))
+			moved, ps = append(moved, e), append(ps, c.udPath(e.Link))
 		}
+	}
+	if c.closing {
+		// Shutdown flushes every route next: no host route for UD.
+		for k, e := range moved {
+			e.SetPath(ps[k])
+		}
+	} else {
+		c.publishAll(moved, ps)
 	}
 	i.log.Info("connection down", "peer", conn.Peer, "peer_ip", ipList(es), "qpn", conn.QP.Num(), "reason", reason)
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/vishvananda/netlink"
 )
 
@@ -60,11 +61,14 @@ func (i *Interface) ownAddrs() []netip.Prefix {
 // compares its MTU with the link's now and takes its source from our
 // addresses now.
 func (c *control) republish() {
+	var es []*neigh.Entry
+	var ps []*neigh.Path
 	for _, e := range c.i.neigh.All() {
 		if p := e.Path(); p != nil {
-			c.publish(e, p)
+			es, ps = append(es, e), append(ps, p)
 		}
 	}
+	c.publishAll(es, ps)
 }
 
 // followPort sets the carrier from the port's state, when the provider can

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
 )
 
@@ -171,11 +172,37 @@ func (c *control) publish(e *neigh.Entry, p *neigh.Path) {
 	// it reads from the kernel: a smaller link MTU set by the operator
 	// caps every path.
 	installed, err := c.i.routes.Set(e.IP, p.MTU)
+	c.routeSet(e.IP, p.MTU, installed, err)
+}
+
+// publishAll is publish for many neighbors with one look at the routing
+// table: thousands at once (a peer with many addresses left, our
+// addresses or the link MTU changed) cost seconds with a look each.
+func (c *control) publishAll(es []*neigh.Entry, ps []*neigh.Path) {
+	var dests []mtu.Dest
+	var ips []netip.Addr
+	for k, e := range es {
+		e.SetPath(ps[k])
+		if ps[k] != nil {
+			dests = append(dests, mtu.Dest{Addr: e.IP, MTU: ps[k].MTU})
+			ips = append(ips, e.IP)
+		}
+	}
+	if len(dests) == 0 {
+		return
+	}
+	installed, errs := c.i.routes.SetMany(dests)
+	for k, d := range dests {
+		c.routeSet(ips[k], d.MTU, installed[k], errs[k])
+	}
+}
+
+func (c *control) routeSet(dst netip.Addr, mtu int, installed bool, err error) {
 	switch {
 	case err != nil:
-		c.i.log.Warn("per-destination MTU route", "dst", e.IP, "mtu", p.MTU, "err", err)
+		c.i.log.Warn("per-destination MTU route", "dst", dst, "mtu", mtu, "err", err)
 	case !installed:
-		c.i.log.Debug("operator route left alone", "dst", e.IP)
+		c.i.log.Debug("operator route left alone", "dst", dst)
 	}
 }
 

@@ -109,23 +109,109 @@ func NewRoutesAt(h *netlink.Handle, linkIndex int) *Routes {
 // mtu must be 68..65535 for IPv4 and 1280..65535 for IPv6. An IPv4-mapped
 // IPv6 address is taken as the IPv4 address; a zone is ignored.
 func (r *Routes) Set(dst netip.Addr, mtu int) (installed bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dst, family, err := checkSet(dst, mtu)
+	if err != nil {
+		return false, err
+	}
+	t, err := r.look(family)
+	if err != nil {
+		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
+	}
+	return r.set(t, dst, mtu)
+}
+
+// Dest is one destination of SetMany.
+type Dest struct {
+	Addr netip.Addr
+	MTU  int
+}
+
+// SetMany is Set for each destination, with one look at the routing table
+// per address family instead of one per destination: re-publishing
+// thousands of paths at once (a peer with many addresses left, our
+// addresses or the link MTU changed) must not cost a table dump each.
+// The destinations must be distinct. errs has one entry per destination.
+func (r *Routes) SetMany(dests []Dest) (installed []bool, errs []error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	installed, errs = make([]bool, len(dests)), make([]error, len(dests))
+	tables := map[int]*table{}
+	for k, d := range dests {
+		dst, family, err := checkSet(d.Addr, d.MTU)
+		if err != nil {
+			errs[k] = err
+			continue
+		}
+		t, ok := tables[family]
+		if !ok {
+			if t, err = r.look(family); err != nil {
+				errs[k] = fmt.Errorf("mtu: set route to %s: %w", dst, err)
+				continue
+			}
+			tables[family] = t
+		}
+		installed[k], errs[k] = r.set(t, dst, d.MTU)
+	}
+	return installed, errs
+}
+
+func checkSet(dst netip.Addr, mtu int) (netip.Addr, int, error) {
 	dst, family, err := hostAddr(dst)
 	if err != nil {
-		return false, fmt.Errorf("mtu: set route: %w", err)
+		return dst, 0, fmt.Errorf("mtu: set route: %w", err)
 	}
 	lo := 68
 	if family == netlink.FAMILY_V6 {
 		lo = 1280
 	}
 	if mtu < lo || mtu > 65535 {
-		return false, fmt.Errorf("mtu: set route to %s: mtu %d out of range %d..65535", dst, mtu, lo)
+		return dst, 0, fmt.Errorf("mtu: set route to %s: mtu %d out of range %d..65535", dst, mtu, lo)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	existing, err := r.hostRoutes(dst, family)
+	return dst, family, nil
+}
+
+// table is one look at the main routing table of one address family:
+// what Set decides from. r.mu is held while it is used, and each
+// destination is set at most once per look, so what Set changes never
+// makes the look wrong for what comes after.
+type table struct {
+	family  int
+	hosts   map[netip.Addr][]netlink.Route // host routes by destination, any link and protocol
+	links   []netlink.Route                // routes out of our link, but our host routes
+	linkMTU int
+	addrs   []netlink.Addr // our link's addresses, read when first needed
+	read    bool
+}
+
+func (r *Routes) look(family int) (*table, error) {
+	routes, err := r.h.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
+		return nil, fmt.Errorf("list routes: %w", err)
 	}
+	link, err := r.h.LinkByIndex(r.link)
+	if err != nil {
+		return nil, fmt.Errorf("link %d: %w", r.link, err)
+	}
+	t := &table{family: family, hosts: map[netip.Addr][]netlink.Route{}, linkMTU: link.Attrs().MTU}
+	for _, rt := range routes {
+		host := isHost(rt.Dst)
+		if host {
+			if p, ok := prefixOf(rt.Dst); ok {
+				t.hosts[p.Addr()] = append(t.hosts[p.Addr()], rt)
+			}
+		}
+		if rt.LinkIndex == r.link && !(host && r.isOurs(&rt)) {
+			t.links = append(t.links, rt)
+		}
+	}
+	return t, nil
+}
+
+// set is Set on a look at the table; r.mu is held.
+func (r *Routes) set(t *table, dst netip.Addr, mtu int) (installed bool, err error) {
+	existing := t.hosts[dst]
 	var ours *netlink.Route
 	for i := range existing {
 		if !r.isOurs(&existing[i]) {
@@ -133,15 +219,11 @@ func (r *Routes) Set(dst netip.Addr, mtu int) (installed bool, err error) {
 		}
 		ours = &existing[i]
 	}
-	link, err := r.h.LinkByIndex(r.link)
-	if err != nil {
-		return false, fmt.Errorf("mtu: set route to %s: link %d: %w", dst, r.link, err)
-	}
-	src, covered, err := r.source(dst, family)
+	src, covered, err := r.source(t, dst)
 	if err != nil {
 		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
 	}
-	if mtu >= link.Attrs().MTU || !covered {
+	if mtu >= t.linkMTU || !covered {
 		if ours != nil {
 			if err := r.del(ours); err != nil {
 				return false, fmt.Errorf("mtu: remove route to %s: %w", dst, err)
@@ -156,7 +238,7 @@ func (r *Routes) Set(dst netip.Addr, mtu int) (installed bool, err error) {
 	if ours != nil && ours.MTU == mtu && !ours.MTULock && ours.Gw.Equal(gw) && ours.Src.Equal(src) {
 		return true, nil
 	}
-	route := r.route(dst, family)
+	route := r.route(dst, t.family)
 	route.MTU = mtu
 	route.Src = src
 	if gw != nil {
@@ -269,17 +351,12 @@ func (r *Routes) gateway(dst netip.Addr) (net.IP, error) {
 // address with the longest prefix holding dst or, for a route via a
 // gateway, the gateway (as IPv4 picks for a route without prefsrc, and
 // IPv6's longest-match rule does). nil: none fits; the kernel chooses.
-func (r *Routes) source(dst netip.Addr, family int) (net.IP, bool, error) {
-	filter := &netlink.Route{LinkIndex: r.link, Table: unix.RT_TABLE_MAIN}
-	routes, err := r.h.RouteListFiltered(family, filter, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, false, fmt.Errorf("list routes: %w", err)
-	}
+func (r *Routes) source(t *table, dst netip.Addr) (net.IP, bool, error) {
 	var best *netlink.Route
 	bestBits := -1
-	for i := range routes {
-		rt := &routes[i]
-		if rt.Type != unix.RTN_UNICAST || (r.isOurs(rt) && isHost(rt.Dst)) {
+	for i := range t.links {
+		rt := &t.links[i]
+		if rt.Type != unix.RTN_UNICAST {
 			continue
 		}
 		bits := 0
@@ -304,13 +381,16 @@ func (r *Routes) source(dst netip.Addr, family int) (net.IP, bool, error) {
 	if gw, ok := netip.AddrFromSlice(best.Gw); ok && !gw.IsUnspecified() {
 		target = gw.Unmap()
 	}
-	addrs, err := r.h.AddrList(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: r.link}}, family)
-	if err != nil {
-		return nil, true, fmt.Errorf("list addresses: %w", err)
+	if !t.read {
+		addrs, err := r.h.AddrList(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: r.link}}, t.family)
+		if err != nil {
+			return nil, true, fmt.Errorf("list addresses: %w", err)
+		}
+		t.addrs, t.read = addrs, true
 	}
 	var src net.IP
 	srcBits := -1
-	for _, a := range addrs {
+	for _, a := range t.addrs {
 		if a.IPNet == nil || a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
 			continue
 		}

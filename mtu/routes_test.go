@@ -56,7 +56,26 @@ func hostRoutesIn(t *testing.T, n *testNS, family int, dst string) []netlink.Rou
 	return routes
 }
 
+// routeSetters are the two ways to set a route; TestRoutes holds both to
+// the same rules.
+var routeSetters = []struct {
+	name string
+	set  func(r *Routes, dst netip.Addr, mtu int) (bool, error)
+}{
+	{"Set", (*Routes).Set},
+	{"SetMany", func(r *Routes, dst netip.Addr, mtu int) (bool, error) {
+		ok, errs := r.SetMany([]Dest{{Addr: dst, MTU: mtu}})
+		return ok[0], errs[0]
+	}},
+}
+
 func TestRoutes(t *testing.T) {
+	for _, via := range routeSetters {
+		t.Run(via.name, func(t *testing.T) { testRoutes(t, via.set) })
+	}
+}
+
+func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) (bool, error)) {
 	for _, f := range routeFamilies {
 		t.Run(f.name, func(t *testing.T) {
 			n := newNS(t)
@@ -85,7 +104,7 @@ func TestRoutes(t *testing.T) {
 			}
 			set := func(t *testing.T, r *Routes, dst string, mtu int, want bool) {
 				t.Helper()
-				got, err := r.Set(netip.MustParseAddr(dst), mtu)
+				got, err := setRoute(r, netip.MustParseAddr(dst), mtu)
 				if err != nil || got != want {
 					t.Fatalf("Set(%s, %d) = %v, %v; want %v, nil", dst, mtu, got, err, want)
 				}
@@ -280,7 +299,7 @@ func TestRoutes(t *testing.T) {
 					{netip.MustParseAddr("ff02::1"), 2000},
 					{netip.IPv6Unspecified(), 2000},
 				} {
-					if ok, err := r.Set(c.dst, c.mtu); err == nil || ok {
+					if ok, err := setRoute(r, c.dst, c.mtu); err == nil || ok {
 						t.Errorf("Set(%v, %d) = %v, %v; want an error", c.dst, c.mtu, ok, err)
 					}
 				}
@@ -365,5 +384,48 @@ func TestRoutesPMTU(t *testing.T) {
 				t.Fatalf("Flush removed the operator's locked route")
 			}
 		})
+	}
+}
+
+// SetMany with thousands of destinations: each is installed, with the
+// source of its subnet, a bad one in between fails alone, and raising
+// them all to the link MTU removes every route.
+func TestSetMany(t *testing.T) {
+	n := newNS(t)
+	_, link := n.tun("tun0", 65520, "10.60.0.1/16", "fd60::1/64")
+	r := NewRoutesAt(n.nl, link.Attrs().Index)
+	var dests []Dest
+	for k := range 2000 {
+		dests = append(dests, Dest{Addr: netip.AddrFrom4([4]byte{10, 60, byte(1 + k/250), byte(1 + k%250)}), MTU: 4092})
+	}
+	dests = append(dests, Dest{Addr: netip.MustParseAddr("fd60::2"), MTU: 4092}, Dest{Addr: netip.MustParseAddr("10.60.0.9"), MTU: 67})
+	ok, errs := r.SetMany(dests)
+	for k, d := range dests {
+		if bad := d.MTU == 67; bad != (errs[k] != nil) || ok[k] == bad {
+			t.Fatalf("%v mtu %d: installed %v, err %v", d.Addr, d.MTU, ok[k], errs[k])
+		}
+	}
+	v4, err := n.nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: Protocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v4) != 2000 {
+		t.Fatalf("%d IPv4 routes of ours, want 2000", len(v4))
+	}
+	for _, rt := range v4 {
+		if rt.MTU != 4092 || !rt.Src.Equal(net.ParseIP("10.60.0.1")) {
+			t.Fatalf("route %v: mtu %d src %v", rt.Dst, rt.MTU, rt.Src)
+		}
+	}
+	if rs := hostRoutesIn(t, n, netlink.FAMILY_V6, "fd60::2"); len(rs) != 1 || rs[0].MTU != 4092 {
+		t.Fatalf("IPv6 route: %v", rs)
+	}
+	for k := range dests {
+		dests[k].MTU = 65520
+	}
+	r.SetMany(dests)
+	left, _ := n.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: Protocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if len(left) != 0 {
+		t.Fatalf("%d routes left at the link MTU", len(left))
 	}
 }
