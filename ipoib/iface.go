@@ -182,6 +182,42 @@ type ctlPacket struct {
 // New opens the interface: TUN, queue pairs, buffers. Nothing runs until
 // Start. On error everything already opened is closed again.
 func New(cfg Config) (_ *Interface, err error) {
+	i, err := settle(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			i.release()
+		}
+	}()
+	tunNetns, err := i.openNetns()
+	if err != nil {
+		return nil, err
+	}
+	if i.slots, err = newSlots(i.dev); err != nil {
+		return nil, err
+	}
+	if err = i.openQueues(); err != nil {
+		return nil, err
+	}
+	i.local.QPN, i.local.GID = i.udQP.Num(), i.port.GID
+	i.linkLocal = tun.LinkLocal(interfaceID(i.port.GID))
+	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns}); err != nil {
+		return nil, err
+	}
+	i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
+	if cfg.Mode == Connected {
+		if i.mgr, err = i.openCM(); err != nil {
+			return nil, err
+		}
+	}
+	return i, nil
+}
+
+// settle fills in cfg's defaults and checks it against the port: the
+// interface as it will be, with nothing opened yet.
+func settle(cfg Config) (*Interface, error) {
 	if cfg.Device == nil {
 		return nil, errors.New("ipoib: no device")
 	}
@@ -219,6 +255,14 @@ func New(cfg Config) (_ *Interface, err error) {
 	}
 	i.log = slog.New(i.logs.handler()).With("if", cfg.Name)
 	i.datagram.Store(cfg.Mode == Datagram)
+	if cfg.Mode == Connected {
+		if cfg.RC {
+			i.local.Flags |= ib.FlagRC
+		}
+		if cfg.UC {
+			i.local.Flags |= ib.FlagUC
+		}
+	}
 	i.mtu = cfg.MTU
 	if i.mtu == 0 {
 		i.mtu = i.udMTU
@@ -232,85 +276,69 @@ func New(cfg Config) (_ *Interface, err error) {
 	if i.mtu > ConnectedMTU || (cfg.Mode == Datagram && i.mtu > i.udMTU) {
 		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit", i.mtu, cfg.Mode)
 	}
-	defer func() {
-		if err != nil {
-			i.release()
-		}
-	}()
-	// The control goroutine may run on any thread; it follows the
-	// interface's namespace through this handle.
+	return i, nil
+}
+
+// openNetns opens the namespace the interface lives in; the control
+// goroutine, which may run on any thread, follows it through this handle.
+// It returns the handle for tun.Open: nil for the daemon's own namespace.
+func (i *Interface) openNetns() (*netns.NsHandle, error) {
+	var err error
 	var tunNetns *netns.NsHandle
-	switch {
-	case cfg.Netns == "":
+	switch name := i.cfg.Netns; {
+	case name == "":
 		i.netns, err = netns.Get()
-	case strings.Contains(cfg.Netns, "/"):
-		i.netns, err = netns.GetFromPath(cfg.Netns)
+	case strings.Contains(name, "/"):
+		i.netns, err = netns.GetFromPath(name)
 		tunNetns = &i.netns
 	default:
-		i.netns, err = netns.GetFromName(cfg.Netns)
+		i.netns, err = netns.GetFromName(name)
 		tunNetns = &i.netns
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ipoib: network namespace %q: %w", cfg.Netns, err)
+		return nil, fmt.Errorf("ipoib: network namespace %q: %w", i.cfg.Netns, err)
 	}
-	if i.slots, err = newSlots(i.dev); err != nil {
-		return nil, err
-	}
-	if err = i.openQueues(); err != nil {
-		return nil, err
-	}
-	if cfg.Mode == Connected {
-		if cfg.RC {
-			i.local.Flags |= ib.FlagRC
-		}
-		if cfg.UC {
-			i.local.Flags |= ib.FlagUC
-		}
-	}
-	i.local.QPN, i.local.GID = i.udQP.Num(), port.GID
-	i.linkLocal = tun.LinkLocal(interfaceID(port.GID))
-	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns}); err != nil {
-		return nil, err
-	}
-	i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
-	if cfg.Mode == Connected {
-		engine := cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, MaxConns: cfg.MaxConns}
-		svc := cfg.ConnService
-		if svc == nil {
-			svc = func(events func(cm.Event)) (cm.Service, error) {
-				engine.Event = events
-				if cfg.MADs != nil {
-					share, err := cfg.MADs.Open(i.local.QPN)
-					if err != nil {
-						return nil, err
-					}
-					engine.CommIDTag = share.Tag()
-					return cm.NewMADEngine(engine, share), nil
-				}
-				mads, err := i.dev.MADs()
+	return tunNetns, nil
+}
+
+// openCM makes the connection manager on the configured connection
+// service: by default ipoibd's CM engine on the port's QP1 (its share of
+// it when the port serves several interfaces).
+func (i *Interface) openCM() (*cm.Manager, error) {
+	cfg, port := i.cfg, i.port
+	engine := cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, MaxConns: cfg.MaxConns}
+	svc := cfg.ConnService
+	if svc == nil {
+		svc = func(events func(cm.Event)) (cm.Service, error) {
+			engine.Event = events
+			if cfg.MADs != nil {
+				share, err := cfg.MADs.Open(i.local.QPN)
 				if err != nil {
 					return nil, err
 				}
-				return cm.NewMADEngine(engine, mads), nil
+				engine.CommIDTag = share.Tag()
+				return cm.NewMADEngine(engine, share), nil
 			}
-		}
-		if i.mgr, err = cm.NewManager(cm.ManagerConfig{
-			Service:     svc,
-			PKey:        i.pkey,
-			Local:       i.local,
-			Policy:      cfg.Policy,
-			UC:          cfg.UC && !cfg.RC,
-			PathMTU:     port.ActiveMTU,
-			QPs:         qpFactory{i},
-			IdleTimeout: cfg.IdleTimeout,
-			Up:          i.connUp,
-			Down:        i.connDown,
-			Refused:     i.connRefused,
-		}); err != nil {
-			return nil, err
+			mads, err := i.dev.MADs()
+			if err != nil {
+				return nil, err
+			}
+			return cm.NewMADEngine(engine, mads), nil
 		}
 	}
-	return i, nil
+	return cm.NewManager(cm.ManagerConfig{
+		Service:     svc,
+		PKey:        i.pkey,
+		Local:       i.local,
+		Policy:      cfg.Policy,
+		UC:          cfg.UC && !cfg.RC,
+		PathMTU:     port.ActiveMTU,
+		QPs:         qpFactory{i},
+		IdleTimeout: cfg.IdleTimeout,
+		Up:          i.connUp,
+		Down:        i.connDown,
+		Refused:     i.connRefused,
+	})
 }
 
 // InNetns runs f on a thread in the interface's network namespace, for
