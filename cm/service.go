@@ -163,3 +163,44 @@ func (m *MADEngine) Counters() []ib.Counter {
 // Counters returns the engine's counters under the names the daemon shows
 // (with a "cm_" prefix), derived from EngineStats.
 func (e *Engine) Counters() []ib.Counter { return statCounters(&e.Stats) }
+
+// ServiceParams is what an IPoIB interface's connection service is made
+// for: the port, the partition, the interface's UD QPN (its RFC 4755
+// service ID) and where the service's events go.
+type ServiceParams struct {
+	Port     ib.PortAttr
+	PKey     ib.PKey
+	UDQPN    ib.QPN
+	MaxConns int
+	Events   func(Event)
+}
+
+func (p ServiceParams) engine() EngineConfig {
+	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, MaxConns: p.MaxConns, Event: p.Events}
+}
+
+// OwnService makes ipoibd's own connection service, the Engine, on the
+// interface's share of the port's QP1.
+func OwnService(qp1 *MADSplitter) func(ServiceParams) (Service, error) {
+	return func(p ServiceParams) (Service, error) {
+		share, err := qp1.Open(p.UDQPN)
+		if err != nil {
+			return nil, err
+		}
+		cfg := p.engine()
+		cfg.CommIDTag = share.Tag()
+		return NewMADEngine(cfg, share), nil
+	}
+}
+
+// DeviceService makes the Engine on the device's own MAD service, for a
+// port that serves one interface and nothing else.
+func DeviceService(dev ib.Device) func(ServiceParams) (Service, error) {
+	return func(p ServiceParams) (Service, error) {
+		mads, err := dev.MADs()
+		if err != nil {
+			return nil, err
+		}
+		return NewMADEngine(p.engine(), mads), nil
+	}
+}

@@ -130,3 +130,33 @@ func TestEngineCommIDTag(t *testing.T) {
 		}
 	}
 }
+
+// OwnService gives each interface of a port its engine on its own share
+// of QP1, choosing comm IDs with that share's tag, and refuses a second
+// service for one UD QPN.
+func TestOwnService(t *testing.T) {
+	s := NewMADSplitter(&chanMADs{in: make(chan ib.MAD)})
+	defer s.Close()
+	newService := OwnService(s)
+	params := func(qpn ib.QPN) ServiceParams {
+		return ServiceParams{Port: ib.PortAttr{GID: ib.GID{15: 1}}, PKey: ib.DefaultPKey, UDQPN: qpn, Events: func(Event) {}}
+	}
+	var tags []uint32
+	for _, qpn := range []ib.QPN{0x11, 0x22} {
+		svc, err := newService(params(qpn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := svc.Connect(time.Now(), ConnectParams{RemoteGID: ib.GID{15: 2}, ServiceID: IPoIBServiceID(0x33), LocalQPN: 9, PathMTU: ib.MTU2048})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tags = append(tags, c.LocalCommID>>24)
+	}
+	if tags[0] == tags[1] || tags[0] == 0 || tags[1] == 0 {
+		t.Errorf("comm ID tags %v: want two different, not 0", tags)
+	}
+	if _, err := newService(params(0x22)); err == nil {
+		t.Error("a second service for UD QPN 0x22")
+	}
+}

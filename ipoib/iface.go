@@ -94,15 +94,11 @@ type Config struct {
 	// the CM engine's half-open limits instead (256, 16 per peer), so REQs
 	// never completed cannot use it up.
 	MaxConns int
-	// ConnService makes the connection service, given the function its
-	// events go to (verbs --cm kernel: the kernel's CM through librdmacm).
-	// Nil: the cm Engine over the device's QP1 MADs (softib's QP1, or
-	// ib_umad on rdma-core ports).
-	ConnService func(events func(cm.Event)) (cm.Service, error)
-	// MADs, when set, is the port's QP1 shared with the other interfaces
-	// of the port (P_Key children): the CM engine takes its share of it
-	// instead of opening the device's MAD service, which a port has once.
-	MADs *cm.MADSplitter
+	// ConnService makes the connection service for the interface: ipoibd's
+	// CM engine on the port's QP1 (cm.OwnService, cm.DeviceService, the
+	// default) or the kernel's CM through librdmacm (verbs --cm kernel).
+	// The interface drives either the same way.
+	ConnService func(cm.ServiceParams) (cm.Service, error)
 	// Netns puts the interface in a network namespace: a name as `ip netns`
 	// knows it, or a path (default: the daemon's own).
 	Netns string
@@ -302,32 +298,17 @@ func (i *Interface) openNetns() (*netns.NsHandle, error) {
 }
 
 // openCM makes the connection manager on the configured connection
-// service: by default ipoibd's CM engine on the port's QP1 (its share of
-// it when the port serves several interfaces).
+// service.
 func (i *Interface) openCM() (*cm.Manager, error) {
 	cfg, port := i.cfg, i.port
-	engine := cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: i.pkey, MaxConns: cfg.MaxConns}
-	svc := cfg.ConnService
-	if svc == nil {
-		svc = func(events func(cm.Event)) (cm.Service, error) {
-			engine.Event = events
-			if cfg.MADs != nil {
-				share, err := cfg.MADs.Open(i.local.QPN)
-				if err != nil {
-					return nil, err
-				}
-				engine.CommIDTag = share.Tag()
-				return cm.NewMADEngine(engine, share), nil
-			}
-			mads, err := i.dev.MADs()
-			if err != nil {
-				return nil, err
-			}
-			return cm.NewMADEngine(engine, mads), nil
-		}
+	newService := cfg.ConnService
+	if newService == nil {
+		newService = cm.DeviceService(i.dev)
 	}
 	return cm.NewManager(cm.ManagerConfig{
-		Service:     svc,
+		Service: func(events func(cm.Event)) (cm.Service, error) {
+			return newService(cm.ServiceParams{Port: port, PKey: i.pkey, UDQPN: i.local.QPN, MaxConns: cfg.MaxConns, Events: events})
+		},
 		PKey:        i.pkey,
 		Local:       i.local,
 		Policy:      cfg.Policy,

@@ -47,7 +47,7 @@ func newDaemon(cfg ipoib.Config, dev ib.Device, choice cmChoice, pkeyHint string
 			return nil, err
 		}
 		d.mads = cm.NewMADSplitter(mads)
-		d.base.MADs = d.mads
+		d.base.ConnService = cm.OwnService(d.mads)
 	}
 	if _, err := d.add(d.base); err != nil {
 		d.Close()

@@ -315,8 +315,8 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 		}
 		cfg.Device, cfg.PKey = dev, pkey
 		if choice.Service == cmKernel {
-			cfg.ConnService = func(events func(cm.Event)) (cm.Service, error) {
-				return verbs.NewConnService(dev, events)
+			cfg.ConnService = func(p cm.ServiceParams) (cm.Service, error) {
+				return verbs.NewConnService(dev, p.Events)
 			}
 		}
 		// --cm own: the cm engine on the device's MADs (ib_umad), as on
