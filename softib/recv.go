@@ -118,18 +118,28 @@ func (q *qp) inPartition(p ib.PKey) bool {
 	return ok
 }
 
+// receiving reports whether the QP takes a packet now: in RTR or RTS, and
+// of its own partition (the port's table may hold others). A packet it
+// does not take is counted. q.mu is held.
+func (q *qp) receiving(pkey ib.PKey) bool {
+	switch {
+	case q.state != ib.StateRTR && q.state != ib.StateRTS:
+		q.dev.count(dropQPState)
+	case !q.pkey.Accepts(pkey):
+		q.dev.count(dropPKey)
+	default:
+		return true
+	}
+	return false
+}
+
 // recvUD lands a datagram in the next posted buffer, behind a GRH as verbs
 // does.
 func (q *qp) recvUD(p *Packet, src netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	d := q.dev
-	if q.state != ib.StateRTR && q.state != ib.StateRTS {
-		d.count(dropQPState)
-		return
-	}
-	if !q.pkey.Accepts(p.BTH.PKey) {
-		d.count(dropPKey) // another partition on the same port
+	if !q.receiving(p.BTH.PKey) {
 		return
 	}
 	if p.DETH.QKey != q.qkey {
@@ -187,12 +197,7 @@ func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	d := q.dev
-	if q.state != ib.StateRTR && q.state != ib.StateRTS {
-		d.count(dropQPState)
-		return
-	}
-	if !q.pkey.Accepts(p.BTH.PKey) {
-		d.count(dropPKey)
+	if !q.receiving(p.BTH.PKey) {
 		return
 	}
 	if !q.fromPeer(src, dst) {
