@@ -2,9 +2,12 @@
 # The benchmarks (make bench; root): in one run, on two network namespaces
 # made by scripts/cluster.sh (veth + bridge underlay at MTU 9000), measures
 # TCP throughput (iperf3, 1 and 4 streams, median of BENCH_REPS runs) and
-# ping RTT through ipoibd (RC, UC, datagram), a socat TUN-over-UDP tunnel,
-# wireguard-go and the bare veth underlay; the first-packet latency to a
-# fresh peer; CM connection setups per second (in process and over softib,
+# ping RTT through ipoibd (RC, UC, datagram at the UD MTU and at 2044, and
+# RC and datagram with 1460-octet TCP segments, iperf3 -M 1460), a socat
+# TUN-over-UDP tunnel, the newest wireguard-go (built from its Go module at
+# the latest version the module proxy has), Debian's wireguard-go and the
+# bare veth underlay, each also as a ratio to the veth; the first-packet
+# latency to a fresh peer; CM connection setups per second (in process and over softib,
 # with internal/cmload); the daemon's memory with many connections; and the
 # Go micro-benchmarks. Writes BENCHMARKS.md and prints the ratios.
 #
@@ -14,6 +17,9 @@
 #   BENCH_OUT      the report (default BENCHMARKS.md in the repository)
 #   BENCH_CONNS    peers for the memory runs (default "1000 10000")
 #   BENCH_GO_TIMEOUT  seconds a package's micro-benchmarks may take (default 180)
+#   BENCH_WG_MODULE   the newest wireguard-go's module query (default
+#                     golang.zx2c4.com/wireguard@latest; its root is the
+#                     wireguard-go main package)
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +30,7 @@ net=${BENCH_NET:-79}
 out=${BENCH_OUT:-$here/BENCHMARKS.md}
 go_secs=${BENCH_GO_TIMEOUT:-180}
 go_timeout=${go_secs}s
+wg_module=${BENCH_WG_MODULE:-golang.zx2c4.com/wireguard@latest}
 read -r -a conn_counts <<<"${BENCH_CONNS:-1000 10000}"
 max_conns=$(printf '%s\n' "${conn_counts[@]}" | sort -n | tail -n 1)
 export CLUSTER_NET=$net
@@ -52,7 +59,7 @@ tmp=$(mktemp -d /tmp/ipoibd-bench.XXXXXX)
 # reads a script as it runs it and the file may be edited meanwhile.
 cp "$here/scripts/cluster.sh" "$tmp/cluster.sh"
 cluster="$tmp/cluster.sh"
-pids=() # processes we started outside cluster.sh (socat, wireguard-go, iperf3 -s, cmload)
+pids=() # processes we started outside cluster.sh (socat, wireguard-go, cmload)
 
 # stop_pids ends the processes this script started, by pid, and waits.
 stop_pids() {
@@ -64,12 +71,22 @@ stop_pids() {
 	done
 	pids=()
 }
+iperf_srv="" # the iperf3 server of the measure running
+stop_iperf() {
+	[ -n "$iperf_srv" ] || return 0
+	kill "$iperf_srv" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$iperf_srv" 2>/dev/null || break; sleep 0.05; done
+	kill -KILL "$iperf_srv" 2>/dev/null || true
+	iperf_srv=""
+}
 fresh() { # fresh hosts for the next configuration
+	stop_iperf
 	stop_pids
 	"$cluster" down "$name"
 	"$cluster" up "$name" 2
 }
 cleanup() {
+	stop_iperf
 	stop_pids
 	"$cluster" down "$name" || true
 	rm -rf "$tmp"
@@ -86,6 +103,15 @@ trap 'on_err $LINENO' ERR
 
 say "building ipoibd and cmload"
 go build -o "$tmp/cmload" ./internal/cmload
+# The newest wireguard-go: Debian's predates its TUN offloads (GSO/GRO), so
+# it alone would flatter us. Built from the module proxy (GOFLAGS cleared:
+# the repository's own -mod or -buildvcs settings do not apply to it).
+say "building wireguard-go from $wg_module"
+GOFLAGS='' GOBIN="$tmp/wgnew" go install "$wg_module" || die "cannot build wireguard-go from $wg_module (needs the Go module proxy)"
+wg_new=$tmp/wgnew/wireguard
+wg_new_ver=$("$wg_new" --version | awk '/^wireguard-go/ {print $2}')
+wg_new_mod=$(go version -m "$wg_new" | awk '$1 == "mod" {print $3}')
+wg_deb_ver=$(wireguard-go --version | awk '/^wireguard-go/ {print $2}')
 "$cluster" down "$name" # leftovers of an interrupted run
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "n/a"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
@@ -94,9 +120,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.2f"
 declare -A tput1 tput4 runs1 runs4 rtt mdev mtu_of labels
 order=()
 
-# measure KEY LABEL MTU DST: ping then iperf3 from h1 to DST on h2.
+# measure KEY LABEL MTU DST [IPERF3 ARGS...]: ping then iperf3 from h1 to
+# DST on h2.
 measure() {
 	local key=$1 label=$2 mtu=$3 dst=$4 p r line
+	shift 4
 	order+=("$key")
 	mtu_of[$key]=$mtu
 	labels[$key]=$label
@@ -109,12 +137,12 @@ measure() {
 	rm -f "$tmp/iperf3.pid"
 	on 2 iperf3 -s -D -I "$tmp/iperf3.pid"
 	for _ in $(seq 50); do [ -s "$tmp/iperf3.pid" ] && break; sleep 0.05; done
-	pids+=("$(cat "$tmp/iperf3.pid")")
+	iperf_srv=$(cat "$tmp/iperf3.pid")
 	sleep 0.2
 	for p in 1 4; do
 		local vals=()
 		for ((r = 1; r <= reps; r++)); do
-			vals+=("$(on 1 iperf3 -c "$dst" -t "$secs" -P $p -J --connect-timeout 3000 |
+			vals+=("$(on 1 iperf3 -c "$dst" -t "$secs" -P $p -J --connect-timeout 3000 "$@" |
 				jq -r '.end.sum_received.bits_per_second / 1e9 * 100 | round / 100')")
 		done
 		if [ $p = 1 ]; then
@@ -126,6 +154,8 @@ measure() {
 		fi
 	done
 	say "$label: 1 stream ${tput1[$key]} Gbit/s (${runs1[$key]}), 4 streams ${tput4[$key]} Gbit/s (${runs4[$key]}), ping ${rtt[$key]}/${mdev[$key]} ms"
+	# The next measure on the same hosts starts its own server on the port.
+	stop_iperf
 }
 
 # --- 1 and 2: throughput and RTT, one configuration at a time ---------------
@@ -134,18 +164,26 @@ say "bare veth underlay (${secs}s × $reps × {1,4} streams per configuration)"
 fresh
 measure veth "bare veth underlay (the ceiling)" 9000 "10.$net.0.2"
 
-for mode in rc uc datagram; do
+# The 1460 rows: the same daemons, TCP segments of a 1500-octet Ethernet
+# packet (iperf3 -M 1460), what an application behind a 1500 MTU sends.
+for mode in rc uc datagram ud2044; do
 	fresh
 	case $mode in
 	rc) flags=() label="ipoibd connected mode, RC" ;;
 	uc) flags=(--cm-modes uc) label="ipoibd connected mode, UC" ;;
-	datagram) flags=(--mode datagram) label="ipoibd datagram mode (UD)" ;;
+	datagram) flags=(--mode datagram) label="ipoibd datagram mode (UD), the UD MTU" ;;
+	ud2044) flags=(--mode datagram --mtu 2044) label="ipoibd datagram mode (UD), the kernel's default datagram MTU" ;;
 	esac
 	"$cluster" start "$name" 1 "${flags[@]}"
 	"$cluster" start "$name" 2 "${flags[@]}"
 	m=$(on 1 cat /sys/class/net/ib0/mtu)
 	say "$label, MTU $m"
 	measure "$mode" "$label" "$m" "192.168.$net.2"
+	case $mode in rc | datagram)
+		say "$label, MTU $m, 1460-octet TCP segments"
+		measure "$mode-1460" "${label%, the UD MTU}, 1460-octet TCP segments (iperf3 -M 1460)" "$m" "192.168.$net.2" -M 1460
+		;;
+	esac
 done
 
 say "socat TUN over UDP, MTU 65000"
@@ -165,35 +203,45 @@ for k in 1 2; do
 done
 measure socat "socat TUN over UDP (no reliability)" 65000 "172.30.$net.2"
 
-say "wireguard-go, MTU 65475"
-fresh
-for k in 1 2; do
-	(umask 077 && wg genkey >"$tmp/wg$k.key")
-	wg pubkey <"$tmp/wg$k.key" >"$tmp/wg$k.pub"
-done
-for k in 1 2; do
-	# Distinct names: the UAPI sockets in /var/run/wireguard are shared by
-	# the namespaces.
-	(exec "$cluster" exec "$name" $k env WG_PROCESS_FOREGROUND=1 WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 \
-		wireguard-go -f "wgb$k") >"$tmp/wg$k.log" 2>&1 &
-	pids+=($!)
-done
-for k in 1 2; do
-	o=$((3 - k))
-	for _ in $(seq 100); do [ -S "/var/run/wireguard/wgb$k.sock" ] && break; sleep 0.05; done
-	on $k wg set "wgb$k" listen-port 51820 private-key "$tmp/wg$k.key" \
-		peer "$(cat "$tmp/wg$o.pub")" allowed-ips "172.31.$net.$o/32" endpoint "10.$net.0.$o:51820"
-	on $k ip addr add "172.31.$net.$k/24" dev "wgb$k"
-	on $k ip link set "wgb$k" mtu 65475 up
-done
-measure wg "wireguard-go $(wireguard-go --version | awk '/^wireguard-go/ {print $2}')" 65475 "172.31.$net.2"
+# wireguard KEY LABEL BINARY: a wireguard-go tunnel h1 ↔ h2 at MTU 65475
+# (interfaces KEY1 and KEY2), measured.
+wireguard() {
+	local key=$1 label=$2 bin=$3 k o dev
+	say "$label, MTU 65475"
+	fresh
+	for k in 1 2; do
+		(umask 077 && wg genkey >"$tmp/wg$k.key")
+		wg pubkey <"$tmp/wg$k.key" >"$tmp/wg$k.pub"
+	done
+	for k in 1 2; do
+		# Distinct names: the UAPI sockets in /var/run/wireguard are shared
+		# by the namespaces.
+		dev=$key$k
+		rm -f "/var/run/wireguard/$dev.sock"
+		(exec "$cluster" exec "$name" $k env WG_PROCESS_FOREGROUND=1 WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 \
+			"$bin" -f "$dev") >"$tmp/$dev.log" 2>&1 &
+		pids+=($!)
+	done
+	for k in 1 2; do
+		o=$((3 - k))
+		dev=$key$k
+		for _ in $(seq 100); do [ -S "/var/run/wireguard/$dev.sock" ] && break; sleep 0.05; done
+		on $k wg set "$dev" listen-port 51820 private-key "$tmp/wg$k.key" \
+			peer "$(cat "$tmp/wg$o.pub")" allowed-ips "172.31.$net.$o/32" endpoint "10.$net.0.$o:51820"
+		on $k ip addr add "172.31.$net.$k/24" dev "$dev"
+		on $k ip link set "$dev" mtu 65475 up
+	done
+	measure "$key" "$label" 65475 "172.31.$net.2"
+}
+wireguard wg "wireguard-go $wg_new_ver, the newest (module $wg_new_mod)" "$wg_new"
+wireguard wgdeb "wireguard-go $wg_deb_ver, Debian's package" wireguard-go
 
 # --- 3: first-packet latency to a fresh peer ------------------------------
 
 say "first-packet latency: 5 fresh ipoibd pairs"
 fresh
 first=() second=() first_lost=0
-for i in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
 	"$cluster" start "$name" 1
 	"$cluster" start "$name" 2
 	t=$(on 1 ping -c 2 -i 0.2 -W 5 "192.168.$net.2" || true)
@@ -312,6 +360,7 @@ udp_line=$(gb BenchmarkRawUDPNetns)
 # --- report ------------------------------------------------------------------
 
 gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
+ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}" "${tput4[$2]}")"; } # ratios KEY BASE: 1 / 4 streams
 {
 	echo "# Benchmarks"
 	echo
@@ -321,18 +370,19 @@ gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
 	echo "in brackets); ping: 100 × 0.01 s after three warm-up pings. Figures vary ±30 % from run to"
 	echo "run on these VMs: compare only within one run."
 	echo
-	echo "| path | MTU | TCP 1 stream, Gbit/s | TCP 4 streams, Gbit/s | ping avg / mdev, ms |"
-	echo "|---|---|---|---|---|"
+	echo "| path | MTU | TCP 1 stream, Gbit/s | ÷ veth | TCP 4 streams, Gbit/s | ÷ veth | ping avg / mdev, ms |"
+	echo "|---|---|---|---|---|---|---|"
 	for k in "${order[@]}"; do
-		echo "| ${labels[$k]} | ${mtu_of[$k]} | **${tput1[$k]}** (${runs1[$k]}) | **${tput4[$k]}** (${runs4[$k]}) | ${rtt[$k]} / ${mdev[$k]} |"
+		echo "| ${labels[$k]} | ${mtu_of[$k]} | **${tput1[$k]}** (${runs1[$k]}) | $(ratio "${tput1[$k]}" "${tput1[veth]}") | **${tput4[$k]}** (${runs4[$k]}) | $(ratio "${tput4[$k]}" "${tput4[veth]}") | ${rtt[$k]} / ${mdev[$k]} |"
 	done
 	echo
-	echo "Ratios of the medians (1 stream / 4 streams):"
+	echo "Ratios of the medians, 1 stream / 4 streams (the newest wireguard-go: $wg_new_ver; Debian's: $wg_deb_ver):"
 	echo
-	echo "| | ÷ socat | ÷ wireguard-go | ÷ veth |"
-	echo "|---|---|---|---|"
-	for k in rc uc datagram; do
-		echo "| ${labels[$k]} | $(ratio "${tput1[$k]}" "${tput1[socat]}") / $(ratio "${tput4[$k]}" "${tput4[socat]}") | $(ratio "${tput1[$k]}" "${tput1[wg]}") / $(ratio "${tput4[$k]}" "${tput4[wg]}") | $(ratio "${tput1[$k]}" "${tput1[veth]}") / $(ratio "${tput4[$k]}" "${tput4[veth]}") |"
+	echo "| | ÷ veth | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go |"
+	echo "|---|---|---|---|---|"
+	for k in "${order[@]}"; do
+		[ "$k" != veth ] || continue
+		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) |"
 	done
 	echo
 	echo "## First packet to a fresh peer"
@@ -392,7 +442,7 @@ gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
 	echo
 	echo "- CPUs (nproc): $(nproc); CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
 	echo "- kernel: $(uname -r); memory: $(awk '/^MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-	echo "- $(go version); $(iperf3 --version | head -n 1); socat $(socat -V | awk '/socat version/ {print $3}'); wireguard-go $(wireguard-go --version | awk '/^wireguard-go/ {print $2}')"
+	echo "- $(go version); $(iperf3 --version | head -n 1); socat $(socat -V | awk '/socat version/ {print $3}'); wireguard-go $wg_new_ver (module $wg_new_mod) and Debian's $wg_deb_ver"
 	echo "- load average (1, 5, 15 min) at the start: $load_start; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "  (other work on the machine during the run shows here and widens the spread)"
 	echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -401,12 +451,9 @@ gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
 mv "$tmp/report.md" "$out"
 
 echo
-say "ratios of the medians, 1 stream / 4 streams:"
-for k in rc uc datagram; do
-	printf '  %-28s ipoibd/socat %s / %s   ipoibd/wireguard-go %s / %s   ipoibd/veth %s / %s\n' "${labels[$k]}" \
-		"$(ratio "${tput1[$k]}" "${tput1[socat]}")" "$(ratio "${tput4[$k]}" "${tput4[socat]}")" \
-		"$(ratio "${tput1[$k]}" "${tput1[wg]}")" "$(ratio "${tput4[$k]}" "${tput4[wg]}")" \
-		"$(ratio "${tput1[$k]}" "${tput1[veth]}")" "$(ratio "${tput4[$k]}" "${tput4[veth]}")"
+say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the newest wireguard-go $wg_new_ver):"
+for k in "${order[@]}"; do
+	printf '  %-75s ÷ veth %-11s ÷ wireguard-go %s\n' "${labels[$k]}" "$(ratios "$k" veth)" "$(ratios "$k" wg)"
 done
 say "wrote $out"
 [ $gostatus = 0 ] || die "go test -bench failed: $gofailed (see $out)"
