@@ -3,38 +3,11 @@ package main
 import (
 	"fmt"
 	"net"
-	"runtime"
 	"testing"
 
-	"github.com/vishvananda/netns"
+	"github.com/ipoibd/ipoibd/internal/testnet"
 	"golang.org/x/sys/unix"
 )
-
-// inNetns runs f on a thread switched into the named network namespace.
-func inNetns(t *testing.T, name string, f func()) {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // a thread left in the wrong namespace would poison others
-		}
-	}()
-	f()
-}
 
 // TestBadInputIsCountedNotFatal feeds the daemon malformed IP from its own
 // kernel (through the TUN) and malformed datagrams from the fabric: each is
@@ -53,7 +26,7 @@ func TestBadInputIsCountedNotFatal(t *testing.T) {
 		make([]byte, 30),                          // zeros
 		append([]byte{0x60}, make([]byte, 20)...), // IPv6 header cut short
 	}
-	inNetns(t, c.name+"-h1", func() {
+	testnet.InNamed(t, c.name+"-h1", func() {
 		ifc, err := net.InterfaceByName("ib0")
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +49,7 @@ func TestBadInputIsCountedNotFatal(t *testing.T) {
 		make([]byte, 11),
 		append([]byte{0x64, 0x00, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 0}, make([]byte, 30)...), // BTH, bad ICRC
 	}
-	inNetns(t, c.name+"-h1", func() {
+	testnet.InNamed(t, c.name+"-h1", func() {
 		conn, err := net.Dial("udp", c.underlay(2)+":4791")
 		if err != nil {
 			t.Fatal(err)

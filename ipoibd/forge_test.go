@@ -16,6 +16,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/forge"
+	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/softib"
 	"golang.org/x/sys/unix"
@@ -90,7 +91,7 @@ func TestForgedPacketsDoNoHarm(t *testing.T) {
 		}
 		e.link[k] = la
 	}
-	inNetns(t, c.name+"-h"+strconv.Itoa(fAtk), func() {
+	testnet.InNamed(t, c.name+"-h"+strconv.Itoa(fAtk), func() {
 		var err error
 		if e.own, err = forge.Open(e.addr(fAtk)); err != nil {
 			t.Fatal(err)
@@ -147,7 +148,7 @@ func (e *forgeEnv) exactSpoof(t *testing.T) {
 	for try := 0; try < 5; try++ {
 		e.ready(t)
 		var sn *forge.Sniffer
-		inNetns(t, c.name+"-br", func() {
+		testnet.InNamed(t, c.name+"-br", func() {
 			var err error
 			if sn, err = forge.Sniff(fmt.Sprintf("%s-v%d", c.name, v)); err != nil {
 				t.Fatal(err)
@@ -582,7 +583,7 @@ type livePSNs struct{ ack, send softib.PSN }
 func (e *forgeEnv) livePSNs(t *testing.T, v int) livePSNs {
 	t.Helper()
 	var sn *forge.Sniffer
-	inNetns(t, e.c.name+"-br", func() {
+	testnet.InNamed(t, e.c.name+"-br", func() {
 		var err error
 		if sn, err = forge.Sniff(fmt.Sprintf("%s-v%d", e.c.name, v)); err != nil {
 			t.Fatal(err)
@@ -649,7 +650,7 @@ func (e *forgeEnv) forgedPayload(t *testing.T, v, i int) []byte {
 // datagram from the peer arrives.
 func (e *forgeEnv) openProbes(t *testing.T) {
 	for _, k := range []int{fh1, fh2} {
-		inNetns(t, fmt.Sprintf("%s-h%d", e.c.name, k), func() {
+		testnet.InNamed(t, fmt.Sprintf("%s-h%d", e.c.name, k), func() {
 			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -662,7 +663,7 @@ func (e *forgeEnv) openProbes(t *testing.T) {
 		t.Cleanup(func() { unix.Close(e.probe[k]) })
 	}
 	for _, k := range []int{fh1, fh2} {
-		inNetns(t, fmt.Sprintf("%s-h%d", e.c.name, peerOf(k)), func() {
+		testnet.InNamed(t, fmt.Sprintf("%s-h%d", e.c.name, peerOf(k)), func() {
 			conn, err := net.Dial("udp4", net.JoinHostPort(e.c.ip4(k), strconv.Itoa(forgeProbePort)))
 			if err != nil {
 				t.Fatal(err)

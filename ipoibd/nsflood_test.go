@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/ud"
@@ -64,7 +65,7 @@ func TestSolicitationFloodDoesNotStarveResolution(t *testing.T) {
 			c.on(3, "ip", "addr", "add", addr+"/24", "dev", "eth0")
 		}
 		var dev *softib.Device
-		inNetns(t, c.name+"-h3", func() {
+		testnet.InNamed(t, c.name+"-h3", func() {
 			dev, err = softib.Open(softib.Config{Addr: netip.MustParseAddr(addr)})
 		})
 		if err != nil {

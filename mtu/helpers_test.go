@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -80,23 +81,7 @@ func newNS(t *testing.T) *testNS {
 // f opens stay in the namespace.
 func (n *testNS) do(f func()) {
 	n.t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		n.t.Fatal(err)
-	}
-	defer orig.Close()
-	if err := netns.Set(n.h); err != nil {
-		runtime.UnlockOSThread()
-		n.t.Fatalf("enter netns: %v", err)
-	}
-	defer func() {
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	f()
+	testnet.InNamed(n.t, n.name, f)
 }
 
 // ip runs `ip -n ns args...` and returns its output.

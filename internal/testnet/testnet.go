@@ -125,22 +125,30 @@ func (n *Net) Loss(i int, percent int) {
 // opens stay in that namespace after it returns.
 func (n *Net) In(i int, f func()) {
 	n.t.Helper()
+	InNamed(n.t, n.Hosts[i].NS, f)
+}
+
+// InNamed runs f on an OS thread inside the network namespace that `ip
+// netns` knows as name: the one way the tests enter a namespace. Sockets
+// and TUN devices f opens stay in it after f returns.
+func InNamed(t testing.TB, name string, f func()) {
+	t.Helper()
 	runtime.LockOSThread()
 	self, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		runtime.UnlockOSThread()
-		n.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer self.Close()
-	target, err := os.Open("/run/netns/" + n.Hosts[i].NS)
+	target, err := os.Open("/run/netns/" + name)
 	if err != nil {
 		runtime.UnlockOSThread()
-		n.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
-		n.t.Fatalf("setns %s: %v", n.Hosts[i].NS, err)
+		t.Fatalf("setns %s: %v", name, err)
 	}
 	defer func() {
 		// A thread that cannot go home must not run other goroutines:
