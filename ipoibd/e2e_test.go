@@ -91,6 +91,18 @@ func TestConnectedAndDatagramHosts(t *testing.T) {
 // iperf3 runs a TCP test from host a to host b and returns Gbit/s.
 func iperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) float64 {
 	t.Helper()
+	return runIperf3(t, c, a, b, dst, seconds).gbps
+}
+
+// iperf3Result is what the sender's iperf3 reports of a TCP run: payload
+// octets sent and received, and the receiver's rate.
+type iperf3Result struct {
+	sent, received, gbps float64
+}
+
+// runIperf3 runs a TCP test from host a to host b.
+func runIperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) iperf3Result {
+	t.Helper()
 	c.on(b, "iperf3", "-s", "-1", "-D", "-B", dst)
 	var out string
 	var err error
@@ -107,7 +119,9 @@ func iperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) float64
 	}
 	var r struct {
 		End struct {
+			SumSent     struct{ Bytes float64 } `json:"sum_sent"`
 			SumReceived struct {
+				Bytes         float64 `json:"bytes"`
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
 		} `json:"end"`
@@ -115,7 +129,7 @@ func iperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) float64
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("iperf3 JSON: %v", err)
 	}
-	return r.End.SumReceived.BitsPerSecond / 1e9
+	return iperf3Result{sent: r.End.SumSent.Bytes, received: r.End.SumReceived.Bytes, gbps: r.End.SumReceived.BitsPerSecond / 1e9}
 }
 
 // TestIperf3 moves TCP through an RC connection at MTU 65520 and through

@@ -83,30 +83,8 @@ func scrapeMetrics(t *testing.T, c *cluster, k int, addr string) scrape {
 // octets the sender sent and the receiver received.
 func iperf3Bytes(t *testing.T, c *cluster, a, b int, dst string, seconds int) (sent, received float64) {
 	t.Helper()
-	c.on(b, "iperf3", "-s", "-1", "-D", "-B", dst)
-	var out string
-	var err error
-	// The server binds after daemonizing; a refused first connection is
-	// tried again (bounded).
-	for try := 0; try < 20; try++ {
-		if out, err = c.try(a, "iperf3", "-c", dst, "-t", fmt.Sprint(seconds), "-J"); err == nil || !strings.Contains(out, "refused") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("iperf3 to %s: %v\n%s", dst, err, out)
-	}
-	var r struct {
-		End struct {
-			SumSent     struct{ Bytes float64 } `json:"sum_sent"`
-			SumReceived struct{ Bytes float64 } `json:"sum_received"`
-		} `json:"end"`
-	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("iperf3 JSON: %v", err)
-	}
-	return r.End.SumSent.Bytes, r.End.SumReceived.Bytes
+	r := runIperf3(t, c, a, b, dst, seconds)
+	return r.sent, r.received
 }
 
 // TestMetricsEndToEnd: two daemons serve /metrics (on IPv4 and IPv6
