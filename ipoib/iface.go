@@ -153,6 +153,7 @@ type Interface struct {
 	rxBuf    rxBuffers
 	stopping atomic.Bool // Close has begun: drainRecv no longer touches the TUN
 	datagram atomic.Bool // datagram mode (SetMode): no connection is asked for
+	started  atomic.Bool // Start ran: Close must ask the control goroutine to shut down
 }
 
 type mcastDest struct {
@@ -435,6 +436,7 @@ func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
 
 // Start runs the datapath and the control goroutine.
 func (i *Interface) Start() {
+	i.started.Store(true)
 	i.ctl.init(i)
 	i.wg.Add(3)
 	go func() { defer i.wg.Done(); i.txLoop() }()
@@ -451,7 +453,9 @@ func (i *Interface) Start() {
 // removes the TUN interface with its addresses and routes.
 func (i *Interface) Close() {
 	i.closed.Do(func() {
-		i.do(func() { i.ctl.shutdown() })
+		if i.started.Load() {
+			i.do(func() { i.ctl.shutdown() })
+		}
 		i.rxMu.Lock() // a drain in progress finishes first
 		i.stopping.Store(true)
 		i.rxMu.Unlock()
