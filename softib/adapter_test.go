@@ -102,6 +102,22 @@ func poll(t *testing.T, c ib.CQ, n int, timeout time.Duration) []ib.Completion {
 	return out
 }
 
+// pollFor returns the completions c has within d, none if none came.
+func pollFor(c ib.CQ, d time.Duration) []ib.Completion {
+	buf := make([]ib.Completion, 64)
+	deadline := time.After(d)
+	for {
+		if k := c.Poll(buf); k > 0 {
+			return buf[:k]
+		}
+		select {
+		case <-c.Ready():
+		case <-deadline:
+			return nil
+		}
+	}
+}
+
 func fill(b []byte, seed int) {
 	for i := range b {
 		b[i] = byte(seed*7 + i*13)
