@@ -276,15 +276,15 @@ add_addrs() { # add_addrs N: h1 holds the first N load addresses
 }
 declare -A mem_hwm mem_rss mem_up mem_sps mem_med mem_ref mem_conns mem_procs
 base_rss=""
-# A simulated peer holds 4 file descriptors (its softib device's sockets,
-# epoll and eventfd): the open-files limit caps the peers of one cmload
-# process, so larger counts are split over several processes.
+# A simulated peer holds about 6 file descriptors (its softib device's
+# sockets, epoll, eventfd...): the open-files limit caps the peers of one
+# cmload process, so larger counts are split over several processes.
 fd_limit=$(ulimit -Hn)
 [ "$fd_limit" = unlimited ] && fd_limit=1048576
-# Planned at 5 a peer: at exactly 4 (20,000 open files, 4,975 peers a
-# process) the last peers of a process ran out ("netlinkrib: too many open
-# files" while opening their devices).
-per_proc=$(((fd_limit - 100) / 5))
+# Planned at 7 a peer: with a hard limit of 20,000 open files (not raisable
+# here) the first process ran out at its 3,332nd peer ("too many open
+# files" opening its device), both when planned at 4 and at 5 a peer.
+per_proc=$(((fd_limit - 100) / 7))
 addr_of() { echo "10.$net.$((128 + $1 / 254)).$(($1 % 254 + 1))"; } # the i-th load address
 for n in "${conn_counts[@]}"; do
 	add_addrs "$n"
@@ -418,7 +418,7 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 		echo "| $n | ${mem_up[$n]} / ${mem_conns[$n]} | ${mem_ref[$n]} | $((mem_hwm[$n] / 1024)) MiB | $((mem_rss[$n] / 1024)) MiB | $per |"
 	done
 	echo
-	echo "The load generator costs about 1.4 MiB and 4 file descriptors per simulated peer (one softib"
+	echo "The load generator costs about 1.4 MiB and 6 file descriptors per simulated peer (one softib"
 	echo "device each, with its receive buffers), so the open-files limit ($fd_limit) splits large counts"
 	echo "over several processes; opening N devices is quadratic in N (softib.Open looks its address"
 	echo "up in the full address list): the largest row takes minutes to open."
