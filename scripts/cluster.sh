@@ -52,7 +52,7 @@ start() {
 	shift 2
 	[ -x "$IPOIBD" ] || die "no ipoibd binary at $IPOIBD (run make build)"
 	net=$(cat "$rundir/$name/net")
-	local h addrs=() ifname=ib0 prev= ifns
+	local h addrs=() ifname=ib0 prev="" ifns
 	h=$(host "$name" "$k")
 	ifns=$h # where the interface (and its control socket) lives
 	for a in "$@"; do

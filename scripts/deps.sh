@@ -62,6 +62,7 @@ if [ "$mode" != runtime ]; then
 	want util-linux setpriv
 	want systemd systemd-analyze
 	want curl curl # scrapes --metrics-listen (ipoibd/metrics_test.go)
+	want shellcheck shellcheck # make lint checks the shell scripts
 	# The rxe test bed (scripts/rxe-testbed.sh).
 	want qemu-system-x86 qemu-system-x86_64
 	want debootstrap debootstrap

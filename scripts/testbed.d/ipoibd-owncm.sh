@@ -124,7 +124,7 @@ for cmmode in rc uc; do
 	check "$mode-ping4" ip netns exec $NA ping -c 3 -i 0.2 -W 3 "$NET.2"
 	check "$mode-ping6" ip netns exec $NB ping -c 3 -i 0.2 -W 3 "$NET6::1"
 	# 65000 octets only fit a connection (the UD MTU is the path MTU).
-	if out=$(ip netns exec $NA ping -c 5 -i 0.2 -W 3 -M do -s 65000 "$NET.2" 2>&1); then
+	if out=$(ip netns exec $NA ping -c 5 -i 0.2 -W 3 -M "do" -s 65000 "$NET.2" 2>&1); then
 		pass "$mode-ping-65000"
 		echo "$out" | tail -n 1
 	else
@@ -208,7 +208,7 @@ if ip netns add $SNS && ip netns add $VNS &&
 		if wait $pa && wait $pb; then pass softib-crossing-ping; else fail softib-crossing-ping "$(tail -n 2 "$log/x-a" "$log/x-b" | tr '\n' ' ')"; fi
 		check softib-ping4 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 "$N3.2"
 		check softib-ping6 ip netns exec $SNS ping -c 3 -i 0.2 -W 3 "$N6::1"
-		check softib-ping-65000 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 -M do -s 65000 "$N3.2"
+		check softib-ping-65000 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 -M "do" -s 65000 "$N3.2"
 		check softib-conn sh -c "ip netns exec $VNS ipoibd conn | grep -w RC | grep -q established"
 		ip netns exec $SNS iperf3 -s -D -1 >/dev/null 2>&1
 		until_ok 5 sh -c "ip netns exec $SNS ss -ltn | grep -q ':5201 '"

@@ -96,7 +96,7 @@ for cmmode in rc uc; do
 	check "$mode-show" sh -c 'ip netns exec ipa ipoibd show | grep -i librdmacm'
 	check "$mode-ping4" ip netns exec ipa ping -c 3 -i 0.2 -W 3 192.168.60.2
 	# 30000-octet pings only fit a connection (the UD MTU is the path MTU).
-	check "$mode-ping-large" ip netns exec ipa ping -c 3 -i 0.2 -W 3 -M do -s 30000 192.168.60.2
+	check "$mode-ping-large" ip netns exec ipa ping -c 3 -i 0.2 -W 3 -M "do" -s 30000 192.168.60.2
 	check "$mode-ping6" ip netns exec ipb ping -c 2 -i 0.2 -W 3 fd00:60::1
 	upper=$(echo "$cmmode" | tr a-z A-Z)
 	check "$mode-conn" sh -c "ip netns exec ipa ipoibd conn | grep -w $upper | grep -q established"

@@ -97,8 +97,8 @@ NRUN=0 NPASS=0
 
 # listening FILE PID: wait until sibpingpong says it listens (or died).
 listening() {
-	local i
-	for i in $(seq 200); do
+	local _
+	for _ in $(seq 200); do
 		[[ $(<"$1") == *"listening on"* ]] && return 0
 		kill -0 "$2" 2>/dev/null || return 1
 		sleep 0.05

@@ -95,7 +95,7 @@ setup() {
 		ip -n $NS link set lo up || return 1
 	# Static neighbours: rdma_cm resolves softib's MAC on the first REQ or
 	# REP, and an ARP exchange under emulation only adds delay.
-	local m0 m1 g g6 i
+	local m0 m1 g g6 _
 	m0=$(cat /sys/class/net/vcm0/address) m1=$(ip -n $NS -br link show vcm1 | awk '{print $3}')
 	ip neigh replace $S lladdr "$m1" dev vcm0 nud permanent &&
 		ip -n $NS neigh replace $K lladdr "$m0" dev vcm1 nud permanent &&
@@ -104,7 +104,7 @@ setup() {
 		rdma link add $DEV type rxe netdev vcm0 || return 1
 	g=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${K//./ })
 	g6=2001:0db8:0051:0000:0000:0000:0000:0001
-	for i in $(seq 50); do
+	for _ in $(seq 50); do
 		grep -qx "$g" "$cmdir"/gids/* 2>/dev/null && grep -qx "$g6" "$cmdir"/gids/* &&
 			[ -d "$cmdir/cm_rx_msgs" ] && return 0
 		sleep 0.2
@@ -131,8 +131,8 @@ sibcm_ns() { ip netns exec $NS sibcm -a "${s:-$S}" "$@"; }
 
 # wait_listen ADDR PORT: until rdma_cm has a listener on ADDR:PORT.
 wait_listen() {
-	local i
-	for i in $(seq 100); do
+	local _
+	for _ in $(seq 100); do
 		rdma resource show cm_id 2>/dev/null | grep -qE "state LISTEN.*src-addr \[?$1\]?:$2( |$)" && return 0
 		sleep 0.1
 	done
@@ -140,8 +140,8 @@ wait_listen() {
 }
 # wait_log FILE TEXT: until a background program says it is ready.
 wait_log() {
-	local i
-	for i in $(seq 100); do
+	local _
+	for _ in $(seq 100); do
 		grep -q "$2" "$1" 2>/dev/null && return 0
 		sleep 0.1
 	done
@@ -165,7 +165,7 @@ active() {
 	[ "$dreq" ] && want=(cm_rx_msgs/req:1 cm_tx_msgs/rep:1 cm_rx_msgs/rtu:1 cm_rx_msgs/dreq:1)
 	timeout 60 ucmatose -b "$k" -p "$port" -P "$ps" -C 10 -S "$size" >"$log/$name.ucmatose" 2>&1 &
 	spid=$!
-	pids+=($spid)
+	pids+=("$spid")
 	if ! wait_listen "$k" "$port"; then
 		fail "$name" "ucmatose did not listen on $k:$port" "$log/$name.ucmatose"
 		return
@@ -198,7 +198,7 @@ passive() { # passive NAME PORT [KADDR SADDR]
 	local name=$1 port=$2 k=${3:-$K} s=${4:-$S} lpid lrc crc
 	sibcm_ns -p $port -C 10 -S 100 --dreq listen >"$log/$name.sibcm" 2>&1 &
 	lpid=$!
-	pids+=($lpid)
+	pids+=("$lpid")
 	if ! wait_log "$log/$name.sibcm" "listening on"; then
 		fail "$name" "sibcm did not listen" "$log/$name.sibcm"
 		return
@@ -250,7 +250,7 @@ sibcm_ns -p 7473 --reject "$(
 	echo "${reasons[*]}"
 )" listen >"$log/rej.sibcm" 2>&1 &
 lpid=$!
-pids+=($lpid)
+pids+=("$lpid")
 if wait_log "$log/rej.sibcm" "listening on"; then
 	ourrej our-rej8-unlistened 7474 8
 	for r in "${reasons[@]}"; do ourrej "our-rej$r" 7473 "$r"; done
@@ -266,7 +266,7 @@ abandon() { # abandon NAME PORT MODE REASON
 	local name=$1 port=$2 mode=$3 r=$4 spid src
 	timeout 60 ucmatose -b $K -p "$port" -C 1 >"$log/$name.ucmatose" 2>&1 &
 	spid=$!
-	pids+=($spid)
+	pids+=("$spid")
 	if ! wait_listen $K "$port"; then
 		fail "$name" "ucmatose did not listen on $K:$port" "$log/$name.ucmatose"
 		return
