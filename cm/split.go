@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -97,23 +98,24 @@ func (s *MADSplitter) dispatch() {
 	}
 }
 
-// route picks the engine a MAD is for; s.mu is held.
+// route picks the engine a MAD is for; s.mu is held. It reads the few
+// fields it needs where every CM message keeps them and leaves checking
+// the rest to the engine, which decodes the MAD anyway.
 func (s *MADSplitter) route(m *ib.MAD) *SplitMADs {
-	if _, msg, err := DecodeMAD(m.Data[:]); err == nil {
-		var sub *SplitMADs
-		switch msg := msg.(type) {
-		case *REQ:
-			sub = s.byServiceID(msg.ServiceID)
-		case *SIDRREQ:
-			sub = s.byServiceID(msg.ServiceID)
-		default:
-			if id, ok := receiverCommID(msg); ok {
-				sub = s.subs[id>>24]
-			}
+	var sub *SplitMADs
+	h, err := DecodeMADHeader(m.Data[:])
+	body := m.Data[MADHeaderLen:]
+	if err == nil && h.MgmtClass == MgmtClassCM {
+		switch h.AttributeID {
+		case AttrREQ, AttrSIDRREQ:
+			sub = s.byServiceID(binary.BigEndian.Uint64(body[8:16]))
+		case AttrREP, AttrRTU, AttrREJ, AttrMRA, AttrDREQ, AttrDREP, AttrLAP, AttrAPR:
+			// The receiver's own comm ID, its "remote" one to the sender.
+			sub = s.subs[body[4]]
 		}
-		if sub != nil {
-			return sub
-		}
+	}
+	if sub != nil {
+		return sub
 	}
 	for _, sub := range s.subs {
 		if sub != nil {
@@ -134,29 +136,6 @@ func (s *MADSplitter) byServiceID(id uint64) *SplitMADs {
 		}
 	}
 	return nil
-}
-
-// receiverCommID is the communication ID a message names its receiver by.
-func receiverCommID(msg Message) (uint32, bool) {
-	switch msg := msg.(type) {
-	case *REP:
-		return msg.RemoteCommID, true
-	case *RTU:
-		return msg.RemoteCommID, true
-	case *REJ:
-		return msg.RemoteCommID, true
-	case *MRA:
-		return msg.RemoteCommID, true
-	case *DREQ:
-		return msg.RemoteCommID, true
-	case *DREP:
-		return msg.RemoteCommID, true
-	case *LAP:
-		return msg.RemoteCommID, true
-	case *APR:
-		return msg.RemoteCommID, true
-	}
-	return 0, false
 }
 
 // SplitMADs is one engine's share of a port's QP1; it implements

@@ -81,14 +81,7 @@ func (i *Interface) connDown(conn *cm.Connection, reason string) {
 			moved, ps = append(moved, e), append(ps, c.udPath(e.Link))
 		}
 	}
-	if c.closing {
-		// Shutdown flushes every route next: no host route for UD.
-		for k, e := range moved {
-			e.SetPath(ps[k])
-		}
-	} else {
-		c.publishAll(moved, ps)
-	}
+	c.publishAll(moved, ps)
 	i.log.Info("connection down", "peer", conn.Peer, "peer_ip", ipList(es), "qpn", conn.QP.Num(), "reason", reason)
 }
 

@@ -57,7 +57,6 @@ type control struct {
 	linkUp     bool // the TUN is administratively up (linkChanged)
 	carrier    bool // the TUN's carrier is on (followPort)
 	noViaCache bool // the route subscription failed: do not cache next hops
-	closing    bool // shutdown has begun
 }
 
 func (c *control) init(i *Interface) {
@@ -267,7 +266,6 @@ func (c *control) tick() {
 
 // shutdown disconnects every connection before the interface closes.
 func (c *control) shutdown() {
-	c.closing = true
 	if c.i.mgr != nil {
 		c.i.mgr.Close(time.Now())
 	}

@@ -316,8 +316,8 @@ func TestRNRWaitSurvivesAnACK(t *testing.T) {
 	q := qa.(*qp)
 	first := PSN(0xfffff0) // connect's send PSN for a
 	peer, local := q.destAddr, a.dev.fab.local
-	q.onAck(first.Add(1), RNRNAK(1, 0), peer, local) // the second message found no receive
-	q.onAck(first, ACK(1), peer, local)              // ...and the first one is acknowledged
+	q.onAck(ib.DefaultPKey, first.Add(1), RNRNAK(1, 0), peer, local) // the second message found no receive
+	q.onAck(ib.DefaultPKey, first, ACK(1), peer, local)              // ...and the first one is acknowledged
 	// The second message must be sent again after the RNR wait; the peer
 	// is gone, so it ends in a retry-exceeded error, not in silence.
 	wcs := poll(t, a.scq, 2, 3*time.Second)

@@ -68,9 +68,7 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 	case q.typ == ib.UD && p.BTH.Opcode.Transport() == ib.UD:
 		q.recvUD(p, src)
 	case p.BTH.Opcode == OpRCAck && q.typ == ib.RC:
-		if q.inPartition(p.BTH.PKey) {
-			q.onAck(p.BTH.PSN, p.AETH, src, dst)
-		}
+		q.onAck(p.BTH.PKey, p.BTH.PSN, p.AETH, src, dst)
 	case p.BTH.Opcode.Transport() == q.typ:
 		q.recvConnected(p, src, dst)
 	default:
@@ -104,18 +102,6 @@ func (d *Device) multicast(p *Packet, src, dst netip.Addr) {
 	for _, q := range members {
 		q.recvUD(p, src)
 	}
-}
-
-// inPartition is the QP's own P_Key check, for ACKs; receives check it
-// under the lock they already hold.
-func (q *qp) inPartition(p ib.PKey) bool {
-	q.mu.Lock()
-	ok := q.pkey.Accepts(p)
-	q.mu.Unlock()
-	if !ok {
-		q.dev.count(dropPKey)
-	}
-	return ok
 }
 
 // receiving reports whether the QP takes a packet now: in RTR or RTS, and

@@ -327,12 +327,16 @@ func (q *qp) retransmitFrom(psn PSN) {
 // outstanding, [acked, hi), means anything; others are stale (or forged)
 // and ignored. An RNR NAK or a sequence NAK only delays the QP; a fatal
 // NAK fails it.
-func (q *qp) onAck(psn PSN, aeth AETH, src, dst netip.Addr) {
+func (q *qp) onAck(pkey ib.PKey, psn PSN, aeth AETH, src, dst netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r := &q.req
 	if q.state != ib.StateRTS || q.typ != ib.RC {
 		q.dev.count(dropQPState)
+		return
+	}
+	if !q.pkey.Accepts(pkey) {
+		q.dev.count(dropPKey) // another partition on the same port
 		return
 	}
 	if !q.fromPeer(src, dst) {
