@@ -50,6 +50,7 @@ var dropNames = [numDropCauses]string{
 // goroutines at once, hence atomics.
 type deviceCounters struct {
 	rxPackets, rxBytes, txPackets, txBytes atomic.Uint64
+	txSends                                atomic.Uint64 // underlay sendmsg calls, a GSO train being one
 	drops                                  [numDropCauses]atomic.Uint64
 }
 
@@ -62,6 +63,7 @@ func (d *Device) Counters() []ib.Counter {
 		{Name: "rx_bytes", Value: d.ctr.rxBytes.Load()},
 		{Name: "tx_packets", Value: d.ctr.txPackets.Load()},
 		{Name: "tx_bytes", Value: d.ctr.txBytes.Load()},
+		{Name: "tx_sends", Value: d.ctr.txSends.Load()},
 	}
 	for c := range numDropCauses {
 		out = append(out, ib.Counter{Name: dropNames[c], Value: d.ctr.drops[c].Load()})

@@ -211,43 +211,93 @@ func trainSegSize(count uint32, segLen int) int {
 	return segLen
 }
 
-// postUD sends each datagram at once; UD completes on transmission.
+// postUD sends the datagrams at once; UD completes on transmission.
+// Consecutive datagrams of one size to one unicast destination (the
+// segments of a TCP super-packet) leave as one GSO train: one syscall
+// instead of one each.
 func (q *qp) postUD(wrs []ib.SendWR) (int, error) {
 	tx := txPool.Get().(*txMsg)
 	defer txPool.Put(tx)
 	mtu := q.dev.port.ActiveMTU.Bytes()
-	for i := range wrs {
+	for i := 0; i < len(wrs); {
 		wr := &wrs[i]
 		buf, err := wr.SGE.Bytes()
 		if err != nil {
 			return i, err
 		}
 		dest, ok := wr.AH.(*ah)
-		status := ib.WCSuccess
 		switch {
 		case !ok:
-			status = ib.WCLocalQPError
+			q.completeUD(wrs[i:i+1], ib.WCLocalQPError)
+			i++
+			continue
 		case len(buf) > mtu:
-			status = ib.WCLocalLengthError
-		default:
-			bth := BTH{Opcode: OpUDSendOnly, PKey: q.pkey, DestQP: wr.RemoteQPN & ib.QPNMask, PSN: q.req.next, SE: true}
-			if dest.attr.DestGID.IsMulticast() {
-				bth.DestQP = ib.MulticastQPN
-			}
-			q.req.next = q.req.next.Add(1)
-			deth := DETH{QKey: wr.RemoteQKey, SrcQP: q.num}
-			tx.reset()
-			q.dev.frame(tx, 0, &bth, &deth, buf, dest.to)
-			err := q.dev.fab.send(tx, dest.to, 0)
-			q.dev.countTx(tx, err)
-			q.ctr.txPackets.Add(1)
-			q.ctr.txBytes.Add(uint64(len(buf)))
-			q.ctr.txMessages.Add(1)
+			q.completeUD(wrs[i:i+1], ib.WCLocalLengthError)
+			i++
+			continue
 		}
-		q.sendCQ.push(&ib.Completion{ID: wr.ID, Status: status, Opcode: ib.WCSend, QPN: q.num})
+		tx.reset()
+		q.frameUD(tx, 0, wr, dest, buf)
+		segLen := tx.bytes
+		count, payload := 1, len(buf)
+		if !dest.attr.DestGID.IsMulticast() && len(buf) > 0 {
+			limit := min(maxTrainSegments, q.dev.fab.maxUDPPayload()/segLen)
+			count, payload = q.extendTrain(tx, wrs[i:], dest, len(buf), mtu, limit)
+		}
+		err = q.dev.fab.send(tx, dest.to, trainSegSize(uint32(count), segLen))
+		q.dev.countTx(tx, err)
+		q.ctr.txPackets.Add(uint64(count))
+		q.ctr.txBytes.Add(uint64(payload))
+		q.ctr.txMessages.Add(uint64(count))
+		q.completeUD(wrs[i:i+count], ib.WCSuccess)
+		i += count
 	}
 	q.sendCQ.signal()
 	return len(wrs), nil
+}
+
+// extendTrain frames, behind wrs[0] (already in tx), the work requests
+// that can share its GSO train: same destination, QPN and Q_Key, and the
+// same length as the first but for a shorter last one. It returns the
+// train's datagram count and payload octets.
+func (q *qp) extendTrain(tx *txMsg, wrs []ib.SendWR, dest *ah, size, mtu, limit int) (count, payload int) {
+	count, payload = 1, size
+	for count < len(wrs) && count < limit {
+		wr := &wrs[count]
+		next, ok := wr.AH.(*ah)
+		if !ok || next.to != dest.to || wr.RemoteQPN != wrs[0].RemoteQPN || wr.RemoteQKey != wrs[0].RemoteQKey {
+			break
+		}
+		buf, err := wr.SGE.Bytes()
+		if err != nil || len(buf) == 0 || len(buf) > size || len(buf) > mtu {
+			break
+		}
+		q.frameUD(tx, count, wr, next, buf)
+		count++
+		payload += len(buf)
+		if len(buf) < size {
+			break // GSO: only the last datagram may be shorter
+		}
+	}
+	return count, payload
+}
+
+// frameUD adds one UD SEND Only packet to tx as its seg-th datagram.
+func (q *qp) frameUD(tx *txMsg, seg int, wr *ib.SendWR, dest *ah, buf []byte) {
+	bth := BTH{Opcode: OpUDSendOnly, PKey: q.pkey, DestQP: wr.RemoteQPN & ib.QPNMask, PSN: q.req.next, SE: true}
+	if dest.attr.DestGID.IsMulticast() {
+		bth.DestQP = ib.MulticastQPN
+	}
+	q.req.next = q.req.next.Add(1)
+	deth := DETH{QKey: wr.RemoteQKey, SrcQP: q.num}
+	q.dev.frame(tx, seg, &bth, &deth, buf, dest.to)
+}
+
+// completeUD completes wrs with status.
+func (q *qp) completeUD(wrs []ib.SendWR, status ib.WCStatus) {
+	for k := range wrs {
+		q.sendCQ.push(&ib.Completion{ID: wrs[k].ID, Status: status, Opcode: ib.WCSend, QPN: q.num})
+	}
 }
 
 func (d *Device) countTx(tx *txMsg, err error) {
@@ -255,6 +305,7 @@ func (d *Device) countTx(tx *txMsg, err error) {
 		d.count(dropTxError)
 		return
 	}
+	d.ctr.txSends.Add(1)
 	d.ctr.txPackets.Add(uint64(tx.segments))
 	d.ctr.txBytes.Add(uint64(tx.bytes))
 }
