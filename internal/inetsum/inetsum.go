@@ -4,6 +4,7 @@ package inetsum
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"net/netip"
 )
 
@@ -13,6 +14,11 @@ import (
 // nothing carries out) give the same result after folding in a quarter of
 // the steps.
 func Add(sum uint64, b []byte) uint64 {
+	if len(b) >= 128 {
+		n := len(b) &^ 31
+		sum += uint64(bulk(b[:n]))
+		b = b[n:]
+	}
 	for len(b) >= 8 {
 		v := binary.BigEndian.Uint64(b)
 		sum += v>>32 + v&0xffffffff
@@ -38,6 +44,25 @@ func Fold(sum uint64) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return uint16(sum)
+}
+
+// bulk is the folded sum of b (a multiple of 32 octets) as big-endian
+// words, for the packet payloads the datapath sums. The one's complement
+// sum does not depend on byte order (RFC 1071 §2(B)), so it adds native
+// little-endian 64-bit words with carry, four per step, and swaps the
+// folded result: about twice as fast as Add's loop.
+func bulk(b []byte) uint16 {
+	var acc, c uint64
+	for len(b) >= 32 {
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[8:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[16:]), c)
+		acc, c = bits.Add64(acc, binary.LittleEndian.Uint64(b[24:]), c)
+		b = b[32:]
+	}
+	acc, c = bits.Add64(acc, c, 0)
+	acc += c // end-around carry; cannot carry again
+	return bits.ReverseBytes16(Fold(acc>>32 + acc&0xffffffff))
 }
 
 // Checksum is the checksum of b after the running sum: the complement of

@@ -31,3 +31,41 @@ func TestPseudoIPv6(t *testing.T) {
 		t.Errorf("pseudo-header sum %#04x, want %#04x", got, want)
 	}
 }
+
+// TestAddMatchesWordSum checks the fast path against the definition, at
+// every length around its thresholds and with sums that carry.
+func TestAddMatchesWordSum(t *testing.T) {
+	buf := make([]byte, 1100)
+	for i := range buf {
+		buf[i] = byte(i*37 + i>>3)
+	}
+	ones := make([]byte, 1100)
+	for i := range ones {
+		ones[i] = 0xff
+	}
+	for _, b := range [][]byte{buf, ones} {
+		for n := 0; n <= len(b); n++ {
+			var want uint64 = 0xfffe
+			for k := 0; k+1 < n; k += 2 {
+				want += uint64(b[k])<<8 | uint64(b[k+1])
+			}
+			if n%2 == 1 {
+				want += uint64(b[n-1]) << 8
+			}
+			if got := Fold(Add(0xfffe, b[:n])); got != Fold(want) {
+				t.Fatalf("%d octets: sum %#04x, want %#04x", n, got, Fold(want))
+			}
+		}
+	}
+}
+
+func BenchmarkAdd64K(b *testing.B) {
+	buf := make([]byte, 65480)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	b.SetBytes(int64(len(buf)))
+	for range b.N {
+		_ = Fold(Add(0, buf))
+	}
+}
