@@ -33,9 +33,10 @@ func TestBrokenConnectionIsReplaced(t *testing.T) {
 			}
 		}},
 		{"busy, a post refused", "post refused", func(t *testing.T, p *pair, broken ib.QPN) {
-			var wr [1]ib.SendWR
+			var sends sendBatch
 			slot := p.txSlot()
-			p.a.transmit(slot, p.packet(slot, 1000), 1000, &wr)
+			p.a.transmit(&sends, slot, p.packet(slot, 1000), 1000)
+			p.a.postBatch(&sends)
 			if p.a.ctr[txDropPost].Load() == 0 {
 				t.Error("the send on the broken QP was not refused")
 			}

@@ -46,7 +46,7 @@ type control struct {
 	connsAt    time.Time                    // when connections' QPs were last checked
 	connsEvery time.Duration                // connCheckInterval (tests change it)
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
-	wr         [1]ib.SendWR
+	sends      sendBatch
 	wc         [rxBatch]ib.Completion
 	now        time.Time
 	cmAsked    time.Time           // when armCM last asked the manager for its deadline

@@ -49,6 +49,9 @@ const (
 	txConnErrors         // connections whose QP could not send: torn down and connected again
 	txUnreachable        // ICMP host / ICMPv6 address unreachable written back for packets whose neighbor failed
 	txUnreachableLimited // such packets not answered: the rate limit (unreach.go) was reached
+	txSuperPackets       // TSO/USO super-packets from the TUN, cut into wire packets
+	txDropOffload        // super-packets or checksum requests from the TUN that do not parse
+	rxCoalesced          // super-packets written to the TUN, made of received TCP segments (GRO)
 	numCounters
 )
 
@@ -67,6 +70,7 @@ var counterNames = [numCounters]string{
 	learnCandidates: "learn_candidates", learnEvicted: "learn_evicted", learnLimited: "learn_rate_limited",
 	learnLinkMismatch: "learn_link_mismatch", learnUsed: "learn_used", txConnErrors: "tx_conn_errors",
 	txUnreachable: "tx_unreachable_sent", txUnreachableLimited: "tx_unreachable_limited",
+	txSuperPackets: "tx_super_packets", txDropOffload: "tx_drop_offload", rxCoalesced: "rx_coalesced",
 }
 
 type counters [numCounters]atomic.Uint64

@@ -102,7 +102,10 @@ type Config struct {
 	// Netns puts the interface in a network namespace: a name as `ip netns`
 	// knows it, or a path (default: the daemon's own).
 	Netns string
-	Log   *slog.Logger
+	// NoOffload keeps TSO, USO, checksum offload and receive coalescing
+	// off (for comparisons): every packet then crosses the TUN whole.
+	NoOffload bool
+	Log       *slog.Logger
 }
 
 // Interface is a running IPoIB interface.
@@ -200,9 +203,10 @@ func New(cfg Config) (_ *Interface, err error) {
 	}
 	i.local.QPN, i.local.GID = i.udQP.Num(), i.port.GID
 	i.linkLocal = tun.LinkLocal(interfaceID(i.port.GID))
-	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns}); err != nil {
+	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns, Offload: !cfg.NoOffload}); err != nil {
 		return nil, err
 	}
+	i.rxBuf.groOn, _ = i.tun.Offloads()
 	i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
 	if cfg.Mode == Connected {
 		if i.mgr, err = i.openCM(); err != nil {

@@ -26,15 +26,17 @@ type Info struct {
 	GID       string `json:"gid"`
 	// PortGUID ("0x" and 16 hex digits, as ibstat prints it) is the GID's
 	// low half; the IPv6 link-local address is made from it.
-	PortGUID  string   `json:"port_guid"`
-	PKey      uint16   `json:"pkey"`
-	Mode      string   `json:"mode"`
-	CMModes   string   `json:"cm_modes"`  // "" in datagram mode
-	Policy    string   `json:"cm_policy"` // "" in datagram mode
-	CM        string   `json:"cm"`        // the connection service in use; "" in datagram mode
-	MTU       int      `json:"mtu"`
-	UDMTU     int      `json:"ud_mtu"`
-	IBMTU     int      `json:"ib_mtu"`
+	PortGUID string `json:"port_guid"`
+	PKey     uint16 `json:"pkey"`
+	Mode     string `json:"mode"`
+	CMModes  string `json:"cm_modes"`  // "" in datagram mode
+	Policy   string `json:"cm_policy"` // "" in datagram mode
+	CM       string `json:"cm"`        // the connection service in use; "" in datagram mode
+	MTU      int    `json:"mtu"`
+	UDMTU    int    `json:"ud_mtu"`
+	IBMTU    int    `json:"ib_mtu"`
+	// Offloads the TUN uses: "tso,uso,gro", "tso,gro", or "" (off).
+	Offloads  string   `json:"offloads"`
 	Addrs     []string `json:"addrs"`
 	Groups    []string `json:"groups"` // IP multicast groups joined on the fabric (besides broadcast)
 	Neighbors int      `json:"neighbors"`
@@ -81,6 +83,7 @@ func (i *Interface) Show() Info {
 			Addrs: []string{}, Groups: []string{},
 			Mode: i.Mode().String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
+			Offloads: i.offloads(),
 		}
 		for _, a := range i.ctl.addrs {
 			info.Addrs = append(info.Addrs, a.String())
@@ -103,6 +106,17 @@ func (i *Interface) Show() Info {
 		}
 	})
 	return info
+}
+
+func (i *Interface) offloads() string {
+	tso, uso := i.tun.Offloads()
+	switch {
+	case tso && uso:
+		return "tso,uso,gro"
+	case tso:
+		return "tso,gro"
+	}
+	return ""
 }
 
 // Neighbors returns the neighbor table, sorted by address.

@@ -41,6 +41,7 @@ func (c *control) handlePending(p pendingPacket) {
 	if path := e.Path(); path != nil {
 		// Published since the datapath looked: send it now if it can go.
 		if c.send(p.slot, p.n, path) {
+			c.i.postBatch(&c.sends)
 			return
 		}
 	}
@@ -75,23 +76,18 @@ func (c *control) nextHop(dst netip.Addr) (netip.Addr, bool) {
 	return gw, true
 }
 
-// send posts a queued packet on path if it fits; false leaves it queued.
+// send queues a waiting packet in c.sends on path if it fits; false
+// leaves it waiting.
 func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
 	i := c.i
 	ipLen := n - ud.HeaderLen
 	switch {
 	case path.QP != nil && ipLen <= path.MTU:
-		i.ctr.inc(txConnected)
-		path.Packets.Add(1)
-		c.wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)}
-		if _, err := path.QP.PostSend(c.wr[:]); err != nil {
-			i.drop(slot, txDropPost)
-			i.connSendFailed(path.QP.Num(), ib.WCSuccess, false)
-		}
+		i.sendConnected(&c.sends, slot, n, path)
 		return true
 	case ipLen <= i.udMTU:
 		i.ctr.inc(txUD)
-		i.postUD(slot, n, path.AH, path.Link.QPN, &c.wr)
+		i.sendUD(&c.sends, slot, n, path.AH, path.Link.QPN)
 		return true
 	}
 	return false
@@ -118,5 +114,6 @@ func (c *control) sendPending(e *neigh.Entry, waiting bool) {
 			c.i.tooBig(p.Slot, p.Len-ud.HeaderLen, path.MTU)
 		}
 	}
+	c.i.postBatch(&c.sends)
 	e.Pending = kept
 }

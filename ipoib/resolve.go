@@ -185,17 +185,18 @@ func (c *control) sendControl(slot uint32, n int, to ib.LinkAddr, unicast bool, 
 			i.slots.free(slot)
 			return
 		}
-		i.postUD(slot, n, ah, to.QPN, &c.wr)
+		i.sendUD(&c.sends, slot, n, ah, to.QPN)
 	case group.IsValid() && group.IsMulticast():
 		m, ok := i.multicastDest(group)
 		if !ok {
 			i.slots.free(slot)
 			return
 		}
-		i.postUD(slot, n, m.ah, ib.MulticastQPN, &c.wr)
+		i.sendUD(&c.sends, slot, n, m.ah, ib.MulticastQPN)
 	default:
-		i.postUD(slot, n, i.bcast, ib.MulticastQPN, &c.wr)
+		i.sendUD(&c.sends, slot, n, i.bcast, ib.MulticastQPN)
 	}
+	i.postBatch(&c.sends)
 }
 
 func (c *control) ctlSlot() (uint32, []byte, bool) {

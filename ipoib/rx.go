@@ -2,6 +2,7 @@ package ipoib
 
 import (
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/offload"
 	"github.com/ipoibd/ipoibd/ud"
 )
 
@@ -60,6 +61,9 @@ func (i *Interface) drainRecv() {
 				nud++
 			}
 		}
+		// The TUN must have what the slots hold before they are posted
+		// again.
+		i.flushCoalesced()
 		if nud > 0 {
 			_, _ = i.udQP.PostRecv(udWRs[:nud])
 		}
@@ -75,6 +79,11 @@ type rxBuffers struct {
 	wc     [rxBatch]ib.Completion
 	udWRs  [rxBatch]ib.RecvWR
 	srqWRs [rxBatch]ib.RecvWR
+	// gro gathers the TCP segments of one flow in a batch of completions
+	// into one super-packet for the TUN (when offloads are on).
+	gro      offload.Coalescer
+	groOn    bool
+	groBytes uint64 // IP octets gro holds
 }
 
 // receive handles one received IPoIB message.
@@ -122,12 +131,60 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 		i.ctr.inc(rxDropMalformed)
 		return
 	}
+	i.deliver(pkt)
+}
+
+// deliver writes an IP packet to the TUN, or holds it to go with the
+// segments of its flow that follow in this batch.
+func (i *Interface) deliver(pkt []byte) {
+	r := &i.rxBuf
+	if r.groOn {
+		if r.gro.Add(pkt) {
+			r.groBytes += uint64(len(pkt))
+			return
+		}
+		if r.gro.Held() > 0 {
+			i.flushCoalesced()
+			if r.gro.Add(pkt) {
+				r.groBytes += uint64(len(pkt))
+				return
+			}
+		}
+	}
 	if _, err := i.tun.Write(pkt); err != nil {
 		i.ctr.inc(rxDropTUN)
 		return
 	}
 	i.ctr.inc(rxPackets)
 	i.ctr.add(rxBytes, uint64(len(pkt)))
+}
+
+// flushCoalesced writes what the coalescer holds: one packet as it came,
+// several as one super-packet. Counters count the packets received.
+func (i *Interface) flushCoalesced() {
+	r := &i.rxBuf
+	held := r.gro.Held()
+	if held == 0 {
+		return
+	}
+	bytes := r.groBytes
+	r.groBytes = 0
+	h, parts := r.gro.Flush()
+	var err error
+	if held == 1 {
+		_, err = i.tun.Write(parts[0])
+	} else {
+		_, err = i.tun.WriteGSO(h, parts)
+	}
+	if err != nil {
+		i.ctr.add(rxDropTUN, uint64(held))
+		return
+	}
+	if held > 1 {
+		i.ctr.inc(rxCoalesced)
+	}
+	i.ctr.add(rxPackets, uint64(held))
+	i.ctr.add(rxBytes, bytes)
 }
 
 // controlPacket copies an ARP or ND packet for the control goroutine.

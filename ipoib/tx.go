@@ -6,48 +6,101 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/offload"
 	"github.com/ipoibd/ipoibd/ud"
 )
 
 // txLoop reads packets from the TUN straight into free slots (after the
 // 4-octet IPoIB header) and posts them: over the neighbor's connection,
-// over UD, or to the control goroutine when the neighbor is not ready.
+// over UD, or to the control goroutine when the neighbor is not ready. A
+// super-packet (TSO/USO) is cut into wire packets first, and they post as
+// one list.
 func (i *Interface) txLoop() {
 	var (
-		wr [1]ib.SendWR
-		wc [rxBatch]ib.Completion
+		sends sendBatch
+		wc    [rxBatch]ib.Completion
+		h     offload.Hdr
 	)
 	for {
 		i.reapSends(&wc)
-		slot, ok := i.slots.tx.tryGet()
+		slot, ok := i.txSlot(&sends, &wc)
 		if !ok {
-			// Every slot is in flight: wait for completions. This is the
-			// backpressure that leaves packets queued in the kernel.
-			select {
-			case <-i.sendCQ.Ready():
-				continue
-			case <-i.done:
-				return
-			}
+			return
 		}
 		buf := i.slots.bytes(slot)
-		n, err := i.tun.Read(buf[ud.HeaderLen : ud.HeaderLen+ConnectedMTU])
+		n, err := i.tun.Read(buf[ud.HeaderLen:ud.HeaderLen+maxSuperPacket], &h)
 		if err != nil {
 			i.slots.tx.put(slot)
 			select {
 			case <-i.done:
-				return
 			default:
 				i.log.Error("reading the TUN device", "err", err)
-				return
 			}
+			return
 		}
-		i.transmit(slot, buf, n, &wr)
+		switch {
+		case h.GSOType != offload.GSONone:
+			i.transmitSegments(&sends, &wc, slot, &h, n)
+		case h.Flags&offload.FlagNeedsCsum != 0 && offload.Complete(h, buf[ud.HeaderLen:ud.HeaderLen+n]) != nil:
+			i.drop(slot, txDropOffload)
+		default:
+			i.transmit(&sends, slot, buf, n)
+		}
+		i.postBatch(&sends)
 	}
 }
 
+// maxSuperPacket is the longest packet the TUN hands over: an IP packet
+// of at most 64 KiB, a TSO super-packet included.
+const maxSuperPacket = 65535
+
+// txSlot returns a free transmit slot, waiting for send completions when
+// every slot is in flight: the backpressure that leaves packets queued in
+// the kernel. What sends has gathered is posted first, or the wait could
+// be for itself. false: the interface is closing.
+func (i *Interface) txSlot(sends *sendBatch, wc *[rxBatch]ib.Completion) (uint32, bool) {
+	for {
+		if slot, ok := i.slots.tx.tryGet(); ok {
+			return slot, true
+		}
+		i.postBatch(sends)
+		if i.reapSends(wc) {
+			continue
+		}
+		select {
+		case <-i.sendCQ.Ready():
+		case <-i.done:
+			return 0, false
+		}
+	}
+}
+
+// transmitSegments cuts the TSO/USO super-packet in slot into wire
+// packets of the size the kernel chose (its MSS for the path), each in a
+// slot of its own, with valid checksums: a peer sees what a NIC without
+// offloads would have sent.
+func (i *Interface) transmitSegments(sends *sendBatch, wc *[rxBatch]ib.Completion, slot uint32, h *offload.Hdr, n int) {
+	buf := i.slots.bytes(slot)
+	segs, err := offload.Split(*h, buf[ud.HeaderLen:ud.HeaderLen+n])
+	if err != nil || segs.MaxLen() > ConnectedMTU {
+		i.drop(slot, txDropOffload)
+		return
+	}
+	i.ctr.inc(txSuperPackets)
+	for k := range segs.Len() {
+		seg, ok := i.txSlot(sends, wc)
+		if !ok {
+			break
+		}
+		sbuf := i.slots.bytes(seg)
+		m := segs.Put(k, sbuf[ud.HeaderLen:])
+		i.transmit(sends, seg, sbuf, m)
+	}
+	i.slots.free(slot)
+}
+
 // transmit sends the n-octet IP packet in slot (at offset 4).
-func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
+func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 	pkt := buf[ud.HeaderLen : ud.HeaderLen+n]
 	etherType, dst, ok := ipDest(pkt)
 	if !ok {
@@ -76,7 +129,7 @@ func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
 			return
 		}
 		i.ctr.inc(txMulticast)
-		i.postUD(slot, msgLen, m.ah, ib.MulticastQPN, wr)
+		i.sendUD(sends, slot, msgLen, m.ah, ib.MulticastQPN)
 		return
 	}
 	e := i.neigh.Lookup(dst)
@@ -91,17 +144,11 @@ func (i *Interface) transmit(slot uint32, buf []byte, n int, wr *[1]ib.SendWR) {
 	case p.QP != nil && n > p.MTU:
 		i.tooBig(slot, n, p.MTU)
 	case p.QP != nil:
-		i.ctr.inc(txConnected)
-		p.Packets.Add(1)
-		wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, msgLen)}
-		if _, err := p.QP.PostSend(wr[:]); err != nil {
-			i.drop(slot, txDropPost)
-			i.connSendFailed(p.QP.Num(), ib.WCSuccess, false)
-		}
+		i.sendConnected(sends, slot, msgLen, p)
 	case n <= i.udMTU:
-		i.ctr.inc(txUD)
 		i.wantConnection(e, p)
-		i.postUD(slot, msgLen, p.AH, p.Link.QPN, wr)
+		i.ctr.inc(txUD)
+		i.sendUD(sends, slot, msgLen, p.AH, p.Link.QPN)
 	case i.mgr == nil || i.datagram.Load() || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0:
 		i.tooBig(slot, n, i.udMTU) // no connection can come
 	default:
@@ -138,13 +185,6 @@ func (i *Interface) wantConnection(e *neigh.Entry, p *neigh.Path) {
 		default:
 			e.WantConn.Store(false)
 		}
-	}
-}
-
-func (i *Interface) postUD(slot uint32, n int, ah ib.AH, qpn ib.QPN, wr *[1]ib.SendWR) {
-	wr[0] = ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: ib.DefaultIPoIBQKey}
-	if _, err := i.udQP.PostSend(wr[:]); err != nil {
-		i.drop(slot, txDropPost)
 	}
 }
 

@@ -253,6 +253,9 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 		}
 		fmt.Fprintf(w, "%s: %s mode, mtu %d (UD %d, IB %d), device %s (%s)\n", i.Name, i.Mode, i.MTU, i.UDMTU, i.IBMTU, i.Device, i.LinkLayer)
 		fmt.Fprintf(w, "    link/infiniband %s\n", i.LinkAddr)
+		if i.Offloads != "" {
+			fmt.Fprintf(w, "    tun offloads %s\n", i.Offloads)
+		}
 		fmt.Fprintf(w, "    gid %s port_guid %s pkey %v\n", i.GID, i.PortGUID, ib.PKey(i.PKey))
 		if i.CMModes != "" {
 			fmt.Fprintf(w, "    cm modes %s policy %s, %d connections\n", i.CMModes, i.Policy, i.Conns)

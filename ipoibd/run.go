@@ -46,6 +46,7 @@ type options struct {
 	cm          string
 	peers       string
 	metrics     string // --metrics-listen
+	offload     bool   // --tun-offload
 	version     bool
 	help        bool
 }
@@ -77,6 +78,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); each with an interface label (children too); and the Go runtime's and the process's")
+	fs.BoolVar(&o.offload, "tun-offload", true, "let the TUN hand over and take TCP/UDP super-packets of up to 64 KiB (TSO, USO, checksum offload, receive coalescing); ipoibd cuts them into standard IPoIB packets with valid checksums, so peers see no difference. --tun-offload=false moves every packet whole (for comparisons)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVarP(&o.help, "help", "h", false, "print the whole usage and exit")
 	return fs
@@ -228,6 +230,7 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 		return cfg, nil, choice, err
 	}
 	cfg.Log = slog.New(logHandler(os.Stderr, level))
+	cfg.NoOffload = !o.offload
 	var err error
 	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
 		return cfg, nil, choice, fmt.Errorf("--mode: %w", err)

@@ -72,6 +72,10 @@ func (c *Coalescer) Add(pkt []byte) bool {
 		if !v6 && pkt[6]&0x40 == 0 && binary.BigEndian.Uint16(pkt[4:]) != c.id {
 			return false
 		}
+	} else if t[13]&tcpPSH != 0 || len(pkt)+payload > maxMerged(v6) {
+		// Nothing could follow it (a 64 KiB RC packet, the end of a
+		// write): alone it goes, and the kernel checks it as usual.
+		return false
 	}
 	// Checked last, being the costly part. A segment is merged only when
 	// its checksum holds: the merged packet goes up with a checksum the
@@ -81,11 +85,7 @@ func (c *Coalescer) Add(pkt []byte) bool {
 	}
 	if c.n == 0 {
 		c.ipLen, c.hdrs, c.mss, c.total, c.v6 = ipLen, ipLen+thl, payload, len(pkt), v6
-		// The largest IPv4 total length, IPv6 payload length.
-		c.max = 0xffff
-		if v6 {
-			c.max += 40
-		}
+		c.max = maxMerged(v6)
 	} else {
 		c.total += payload
 	}
@@ -98,6 +98,15 @@ func (c *Coalescer) Add(pkt []byte) bool {
 	c.psh = t[13]&tcpPSH != 0
 	c.shut = c.psh || payload < c.mss || c.n == MaxParts
 	return true
+}
+
+// maxMerged is the longest merged packet: the largest IPv4 total length,
+// or IPv6 payload length plus the fixed header.
+func maxMerged(v6 bool) int {
+	if v6 {
+		return 0xffff + 40
+	}
+	return 0xffff
 }
 
 // candidate reports whether pkt may be merged at all, with its IP and TCP

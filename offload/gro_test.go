@@ -386,3 +386,33 @@ func BenchmarkCoalesce(b *testing.B) {
 		}
 	}
 }
+
+// A packet nothing could follow is not held, so its checksum is left to
+// the kernel instead of being summed twice: a segment with PSH (the end of
+// a write) and one with no room for a second of its size (RC's 64 KiB).
+func TestLoneSegmentsAreNotHeld(t *testing.T) {
+	a4 := spec{sport: 40000, dport: 5201, id: 100, seq: 1000, ack: 55, flags: tcpACK, win: 500, tcpOpts: tsOpts}
+	psh := a4
+	psh.flags |= tcpPSH
+	a6 := a4
+	a6.v6 = true
+	for _, tt := range []struct {
+		name string
+		pkt  []byte
+		held bool
+	}{
+		{"ACK, 1000 octets", segs(a4, 1000)[0], true},
+		{"PSH", segs(psh, 1000)[0], false},
+		{"IPv4, room for a second", segs(a4, 32700)[0], true},
+		{"IPv4, no room for a second", segs(a4, 32800)[0], false},
+		{"IPv6, room for a second", segs(a6, 32700)[0], true},
+		{"IPv6, no room for a second", segs(a6, 32800)[0], false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var c Coalescer
+			if got := c.Add(tt.pkt); got != tt.held {
+				t.Errorf("Add = %v, want %v", got, tt.held)
+			}
+		})
+	}
+}

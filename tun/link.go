@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"syscall"
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -16,21 +15,13 @@ import (
 // and `ip link` then see the port's state instead of a link that is always
 // up.
 func (d *Device) SetCarrier(on bool) error {
-	f, ok := d.ifce.ReadWriteCloser.(syscall.Conn)
-	if !ok {
-		return errors.New("tun: the device has no file descriptor")
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("tun: %s carrier: %w", d.Name(), err)
-	}
 	v := 0
 	if on {
 		v = 1
 	}
 	var ioErr error
 	// Control, unlike Fd, leaves the descriptor non-blocking.
-	err = rc.Control(func(fd uintptr) {
+	err := d.rc.Control(func(fd uintptr) {
 		ioErr = unix.IoctlSetPointerInt(int(fd), unix.TUNSETCARRIER, v)
 	})
 	if err == nil {

@@ -1,6 +1,8 @@
 // Package tun is the TUN device ipoibd exposes as its network interface:
-// created through songgao/water and configured through netlink (addresses,
-// MTU, transmit queue length, up). The device is not persistent, so closing
+// opened with a virtio-net header in front of every packet (which
+// songgao/water cannot do), so that the kernel may hand over and take TCP
+// and UDP super-packets of up to 64 KiB (see package offload), and
+// configured through netlink (addresses, MTU, transmit queue length, up). The device is not persistent, so closing
 // it removes the interface with every address and route the kernel hung on
 // it; nothing is left behind when the daemon exits, also after SIGKILL.
 package tun
@@ -12,8 +14,11 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
 
-	"github.com/songgao/water"
+	"github.com/ipoibd/ipoibd/offload"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -35,16 +40,46 @@ type Config struct {
 	// Netns is the network namespace to make the interface in (nil: the
 	// caller's). The daemon's other sockets stay where the daemon runs.
 	Netns *netns.NsHandle
+	// Offload asks the kernel for TSO/USO super-packets and checksum
+	// offload (see Device.Offloads); without it every packet arrives
+	// whole, checksummed and at most MTU long.
+	Offload bool
 }
 
-// Device is an open TUN interface. Read and Write move one IP packet each;
-// they may be called from different goroutines.
+// Device is an open TUN interface. Read takes one packet (or super-packet)
+// with its virtio-net header; Write and WriteGSO put one back. Reads come
+// from one goroutine; writes may come from several.
 type Device struct {
-	ifce  *water.Interface
-	nl    *netlink.Handle // bound to the namespace the device was made in
-	link  netlink.Link
-	index int
+	file     *os.File
+	rc       syscall.RawConn
+	name     string
+	offloads uint            // TUN_F_* the kernel accepted
+	nl       *netlink.Handle // bound to the namespace the device was made in
+	link     netlink.Link
+	index    int
+
+	// The poller calls readFn and writeFn; they are built once so that
+	// a read or write does not allocate a closure.
+	rmu    sync.Mutex
+	r      ioState
+	readFn func(fd uintptr) bool
+
+	wmu     sync.Mutex
+	w       ioState
+	writeFn func(fd uintptr) bool
 }
+
+// ioState is one readv or writev in progress.
+type ioState struct {
+	hdr   [offload.HdrLen]byte
+	iov   [maxParts + 1]unix.Iovec
+	niov  int
+	n     int
+	errno syscall.Errno
+}
+
+// maxParts bounds the buffers of one WriteGSO.
+const maxParts = 128
 
 // Open creates and configures the interface and brings it up. On error
 // nothing is left behind.
@@ -82,14 +117,13 @@ func Open(cfg Config) (*Device, error) {
 	if _, err := netlink.LinkByName(cfg.Name); err == nil {
 		return nil, fmt.Errorf("tun: interface %s already exists", cfg.Name)
 	}
-	ifce, err := water.New(water.Config{DeviceType: water.TUN, PlatformSpecificParams: water.PlatformSpecificParams{Name: cfg.Name}})
+	d, err := create(cfg.Name, cfg.Offload)
 	if err != nil {
 		if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("tun: creating %s needs CAP_NET_ADMIN (run as root): %w", cfg.Name, err)
 		}
 		return nil, fmt.Errorf("tun: creating %s: %w", cfg.Name, err)
 	}
-	d := &Device{ifce: ifce}
 	// Later calls may come from any thread, which may sit in another
 	// network namespace: netlink goes through a handle bound to this one.
 	// NewHandle opens its socket in this thread's namespace without a
@@ -98,22 +132,73 @@ func Open(cfg Config) (*Device, error) {
 	// without XFRM (minimal guests, some containers).
 	d.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		_ = ifce.Close()
+		_ = d.file.Close()
 		return nil, fmt.Errorf("tun: netlink: %w", err)
 	}
 	if err := d.configure(cfg); err != nil {
 		d.nl.Close()
-		_ = ifce.Close()
+		_ = d.file.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// Offloads the kernel may use when it hands packets to us. Checksum
+// offload comes with TSO; USO needs Linux 6.2, so it is asked for apart.
+const (
+	tsoOffloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+	usoOffloads = unix.TUN_F_USO4 | unix.TUN_F_USO6
+)
+
+// create opens /dev/net/tun as a TUN named name, without packet
+// information and with a virtio-net header, non-blocking so that the Go
+// poller serves it and Close wakes a blocked Read.
+func create(name string, wantOffload bool) (*Device, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("/dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	d := &Device{name: ifr.Name()}
+	if wantOffload {
+		for _, f := range []uint{tsoOffloads | usoOffloads, tsoOffloads} {
+			if unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(f)) == nil {
+				d.offloads = f
+				break
+			}
+		}
+	}
+	d.file = os.NewFile(uintptr(fd), "/dev/net/tun")
+	if d.rc, err = d.file.SyscallConn(); err != nil {
+		_ = d.file.Close()
+		return nil, err
+	}
+	d.readFn = d.r.readv
+	d.writeFn = d.w.writev
+	return d, nil
+}
+
+// Offloads reports whether the kernel hands us super-packets (TSO, and
+// USO where it can): then a read may need offload.Split or
+// offload.Complete before it goes on the wire.
+func (d *Device) Offloads() (tso, uso bool) {
+	return d.offloads&unix.TUN_F_TSO4 != 0, d.offloads&unix.TUN_F_USO4 != 0
 }
 
 // Netlink returns the netlink handle of the device's network namespace.
 func (d *Device) Netlink() *netlink.Handle { return d.nl }
 
 func (d *Device) configure(cfg Config) error {
-	link, err := d.nl.LinkByName(d.ifce.Name())
+	link, err := d.nl.LinkByName(d.name)
 	if err != nil {
 		return fmt.Errorf("tun: %s: %w", cfg.Name, err)
 	}
@@ -183,21 +268,115 @@ func (d *Device) Addrs() ([]netip.Prefix, error) {
 }
 
 // Name returns the interface name.
-func (d *Device) Name() string { return d.ifce.Name() }
+func (d *Device) Name() string { return d.name }
 
 // Index returns the interface index.
 func (d *Device) Index() int { return d.index }
 
-// Read reads one IP packet into b.
-func (d *Device) Read(b []byte) (int, error) { return d.ifce.Read(b) }
+// Read reads one IP packet, or a super-packet when offloads are on, into b
+// and its virtio-net header into h. It blocks until a packet comes or the
+// device is closed.
+func (d *Device) Read(b []byte, h *offload.Hdr) (int, error) {
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	r := &d.r
+	r.setIov(0, r.hdr[:])
+	r.setIov(1, b)
+	r.niov = 2
+	if err := d.rc.Read(d.readFn); err != nil {
+		return 0, err
+	}
+	if r.errno != 0 {
+		return 0, fmt.Errorf("tun: %s read: %w", d.name, r.errno)
+	}
+	if r.n < offload.HdrLen {
+		return 0, fmt.Errorf("tun: %s read: %d octets, shorter than the virtio-net header", d.name, r.n)
+	}
+	if err := h.Decode(r.hdr[:]); err != nil {
+		return 0, err
+	}
+	return r.n - offload.HdrLen, nil
+}
 
-// Write writes one IP packet.
-func (d *Device) Write(b []byte) (int, error) { return d.ifce.Write(b) }
+// Write writes one whole IP packet, its checksums already valid.
+func (d *Device) Write(b []byte) (int, error) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	w := &d.w
+	w.hdr = [offload.HdrLen]byte{}
+	w.setIov(0, w.hdr[:])
+	w.setIov(1, b)
+	w.niov = 2
+	return d.write()
+}
+
+// WriteGSO writes one packet made of parts (at most 128) with header h:
+// a super-packet the kernel takes as if it had come in that way
+// (offload.Coalescer makes them).
+func (d *Device) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
+	if len(parts) > maxParts {
+		return 0, fmt.Errorf("tun: %s write: %d parts, at most %d", d.name, len(parts), maxParts)
+	}
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	w := &d.w
+	h.Encode(w.hdr[:])
+	w.setIov(0, w.hdr[:])
+	w.niov = 1
+	for _, p := range parts {
+		if len(p) > 0 {
+			w.setIov(w.niov, p)
+			w.niov++
+		}
+	}
+	return d.write()
+}
+
+// write issues the writev d.w holds; d.wmu is held.
+func (d *Device) write() (int, error) {
+	if err := d.rc.Write(d.writeFn); err != nil {
+		return 0, err
+	}
+	if d.w.errno != 0 {
+		return 0, fmt.Errorf("tun: %s write: %w", d.name, d.w.errno)
+	}
+	return d.w.n - offload.HdrLen, nil
+}
+
+func (s *ioState) setIov(k int, b []byte) {
+	s.iov[k] = unix.Iovec{}
+	if len(b) > 0 {
+		s.iov[k].Base = &b[0]
+		s.iov[k].SetLen(len(b))
+	}
+}
+
+// readv and writev run inside the poller; they return false to be called
+// again once the descriptor is ready.
+func (s *ioState) readv(fd uintptr) bool  { return s.rw(unix.SYS_READV, fd) }
+func (s *ioState) writev(fd uintptr) bool { return s.rw(unix.SYS_WRITEV, fd) }
+
+func (s *ioState) rw(trap uintptr, fd uintptr) bool {
+	for {
+		n, _, errno := unix.Syscall(trap, fd, uintptr(unsafe.Pointer(&s.iov[0])), uintptr(s.niov))
+		switch errno {
+		case 0:
+			s.n, s.errno = int(n), 0
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		s.n, s.errno = 0, errno
+		return true
+	}
+}
 
 // Close removes the interface; blocked Reads return an error.
 func (d *Device) Close() error {
 	d.nl.Close()
-	return d.ifce.Close()
+	return d.file.Close()
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {

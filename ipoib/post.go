@@ -1,0 +1,57 @@
+package ipoib
+
+import (
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+)
+
+// sendBatch gathers consecutive work requests for one QP so that they post
+// as one list: one provider call for the segments of a super-packet, and
+// on softib one GSO train. The TUN reader and the control goroutine each
+// have their own.
+type sendBatch struct {
+	qp  ib.QP
+	n   int
+	wrs [64]ib.SendWR
+}
+
+// queue adds a work request, posting what the batch held first when it
+// was for another QP or is full.
+func (i *Interface) queue(b *sendBatch, qp ib.QP, wr ib.SendWR) {
+	if b.n > 0 && (b.qp != qp || b.n == len(b.wrs)) {
+		i.postBatch(b)
+	}
+	b.qp = qp
+	b.wrs[b.n] = wr
+	b.n++
+}
+
+// postBatch posts what b holds. Work requests the provider refused are
+// dropped and counted, and a connection that refuses is torn down.
+func (i *Interface) postBatch(b *sendBatch) {
+	if b.n == 0 {
+		return
+	}
+	posted, err := b.qp.PostSend(b.wrs[:b.n])
+	if err != nil {
+		for _, wr := range b.wrs[max(posted, 0):b.n] {
+			i.drop(uint32(wr.ID), txDropPost)
+		}
+		if b.qp != i.udQP {
+			i.connSendFailed(b.qp.Num(), ib.WCSuccess, false)
+		}
+	}
+	b.qp, b.n = nil, 0
+}
+
+// sendConnected queues an n-octet IPoIB message in slot on p's connection.
+func (i *Interface) sendConnected(b *sendBatch, slot uint32, n int, p *neigh.Path) {
+	i.ctr.inc(txConnected)
+	p.Packets.Add(1)
+	i.queue(b, p.QP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)})
+}
+
+// sendUD queues an n-octet IPoIB message in slot as a UD datagram.
+func (i *Interface) sendUD(b *sendBatch, slot uint32, n int, ah ib.AH, qpn ib.QPN) {
+	i.queue(b, i.udQP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: ib.DefaultIPoIBQKey})
+}
