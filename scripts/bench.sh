@@ -5,7 +5,9 @@
 # ping RTT through ipoibd (RC, UC, datagram at the UD MTU and at 2044, and
 # RC and datagram with 1460-octet TCP segments, iperf3 -M 1460), a socat
 # TUN-over-UDP tunnel, the newest wireguard-go (built from its Go module at
-# the latest version the module proxy has), Debian's wireguard-go and the
+# the latest version the module proxy has), Debian's wireguard-go, the TUN
+# relay limit (bench/relay: TUN → UDP GSO → UDP GRO → TUN with the TUN's
+# offloads and no protocol, the bound of a TUN-based driver here) and the
 # bare veth underlay, each also as a ratio to the veth; the first-packet
 # latency to a fresh peer; CM connection setups per second (in process and over softib,
 # with internal/cmload); the daemon's memory with many connections; and the
@@ -59,7 +61,7 @@ tmp=$(mktemp -d /tmp/ipoibd-bench.XXXXXX)
 # reads a script as it runs it and the file may be edited meanwhile.
 cp "$here/scripts/cluster.sh" "$tmp/cluster.sh"
 cluster="$tmp/cluster.sh"
-pids=() # processes we started outside cluster.sh (socat, wireguard-go, cmload)
+pids=() # processes we started outside cluster.sh (relay, socat, wireguard-go, cmload)
 
 # stop_pids ends the processes this script started, by pid, and waits.
 stop_pids() {
@@ -112,6 +114,10 @@ wg_new=$tmp/wgnew/wireguard
 wg_new_ver=$("$wg_new" --version | awk '/^wireguard-go/ {print $2}')
 wg_new_mod=$(go version -m "$wg_new" | awk '$1 == "mod" {print $3}')
 wg_deb_ver=$(wireguard-go --version | awk '/^wireguard-go/ {print $2}')
+# The relay is a module of its own (the daemon's does not need x/sys for
+# it); built like wireguard-go, without the repository's GOFLAGS.
+say "building the TUN relay limit (bench/relay)"
+GOFLAGS='' go build -C "$here/bench/relay" -buildvcs=false -o "$tmp/relay" .
 "$cluster" down "$name" # leftovers of an interrupted run
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "n/a"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
@@ -163,6 +169,25 @@ measure() {
 say "bare veth underlay (${secs}s × $reps × {1,4} streams per configuration)"
 fresh
 measure veth "bare veth underlay (the ceiling)" 9000 "10.$net.0.2"
+
+# The TUN relay limit: bench/relay moves each TUN read (virtio-net header
+# and packet, TSO and checksum offloads on) as one UDP GSO train of
+# 4096-octet datagrams to the peer's UDP_GRO socket and writes it to the
+# peer's TUN as it came, at ipoibd RC's MTU: the same bytes through the same
+# kernel interfaces as any TUN-based driver, with no protocol work.
+say "TUN relay limit, MTU 65520"
+fresh
+for k in 1 2; do
+	o=$((3 - k))
+	(exec "$cluster" exec "$name" $k "$tmp/relay" -tun rl0 -mtu 65520 \
+		-local "10.$net.0.$k:5556" -remote "10.$net.0.$o:5556") 2>"$tmp/relay$k.log" &
+	pids+=($!)
+done
+for k in 1 2; do
+	for _ in $(seq 100); do grep -q '^relay: ready' "$tmp/relay$k.log" && break; sleep 0.05; done
+	on $k ip addr add "172.29.$net.$k/24" dev rl0 || { cat "$tmp/relay$k.log" >&2; die "the relay on h$k did not make rl0"; }
+done
+measure relay "TUN relay limit (bench/relay: TUN offloads, UDP GSO/GRO, no protocol)" 65520 "172.29.$net.2"
 
 # The 1460 rows: the same daemons, TCP segments of a 1500-octet Ethernet
 # packet (iperf3 -M 1460), what an application behind a 1500 MTU sends.
@@ -373,6 +398,15 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 	echo "in brackets); ping: 100 × 0.01 s after three warm-up pings. Figures vary ±30 % from run to"
 	echo "run on these VMs: compare only within one run."
 	echo
+	echo "The TUN relay limit is bench/relay, a relay with no protocol at all: each TUN read (a"
+	echo "virtio-net header and a packet of up to 64 KiB, TSO and checksum offloads on, MTU 65520 as"
+	echo "ipoibd RC) goes as a UDP GSO train of 4096-octet datagrams to the peer's UDP_GRO socket,"
+	echo "which reads it whole and writes it to its TUN as it came (a train crosses this veth and"
+	echo "bridge whole up to 65,493 octets; the last octets of a longer read follow as a datagram of"
+	echo "their own). It moves the same bytes through the same kernel interfaces as a TUN-based"
+	echo "driver, one TUN queue and one thread each way, with none of a driver's work: the bare veth"
+	echo "is the ceiling of the machine, the relay that of such a driver."
+	echo
 	echo "| path | MTU | TCP 1 stream, Gbit/s | ÷ veth | TCP 4 streams, Gbit/s | ÷ veth | ping avg / mdev, ms |"
 	echo "|---|---|---|---|---|---|---|"
 	for k in "${order[@]}"; do
@@ -381,11 +415,11 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 	echo
 	echo "Ratios of the medians, 1 stream / 4 streams (the newest wireguard-go: $wg_new_ver; Debian's: $wg_deb_ver):"
 	echo
-	echo "| | ÷ veth | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go |"
-	echo "|---|---|---|---|---|"
+	echo "| | ÷ veth | ÷ TUN relay limit | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go |"
+	echo "|---|---|---|---|---|---|"
 	for k in "${order[@]}"; do
 		[ "$k" != veth ] || continue
-		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) |"
+		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) |"
 	done
 	echo
 	echo "## First packet to a fresh peer"
@@ -454,9 +488,9 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 mv "$tmp/report.md" "$out"
 
 echo
-say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the newest wireguard-go $wg_new_ver):"
+say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the TUN relay limit, ÷ the newest wireguard-go $wg_new_ver):"
 for k in "${order[@]}"; do
-	printf '  %-75s ÷ veth %-11s ÷ wireguard-go %s\n' "${labels[$k]}" "$(ratios "$k" veth)" "$(ratios "$k" wg)"
+	printf '  %-75s ÷ veth %-11s ÷ relay %-11s ÷ wireguard-go %s\n' "${labels[$k]}" "$(ratios "$k" veth)" "$(ratios "$k" relay)" "$(ratios "$k" wg)"
 done
 say "wrote $out"
 [ $gostatus = 0 ] || die "go test -bench failed: $gofailed (see $out)"
