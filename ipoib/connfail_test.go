@@ -33,10 +33,8 @@ func TestBrokenConnectionIsReplaced(t *testing.T) {
 			}
 		}},
 		{"busy, a post refused", "post refused", func(t *testing.T, p *pair, broken ib.QPN) {
-			var sends sendBatch
 			slot := p.txSlot()
-			p.a.transmit(&sends, slot, p.packet(slot, 1000), 1000)
-			p.a.postBatch(&sends)
+			p.send(slot, p.packet(slot, 1000), 1000)
 			if p.a.ctr[txDropPost].Load() == 0 {
 				t.Error("the send on the broken QP was not refused")
 			}

@@ -31,7 +31,7 @@ import (
 type pair struct {
 	a, b *Interface
 	sink netip.Addr
-	wc   [rxBatch]ib.Completion
+	r    *txReader // a's first queue's slots, taken as its reader takes them
 	net  *testnet.Net
 	logA *syncBuffer // a's log
 }
@@ -79,6 +79,7 @@ func newPair(tb testing.TB) *pair {
 		})
 	}
 	p := &pair{a: ifs[0], b: ifs[1], sink: netip.MustParseAddr("192.168.9.77"), net: n, logA: logA}
+	p.r = &txReader{slots: &p.a.slots.tx[0]}
 	// The sink is "at" b's link address; connect and wait for the RC path.
 	up := make(chan struct{})
 	p.a.do(func() {
@@ -112,13 +113,17 @@ func newPair(tb testing.TB) *pair {
 // txSlot takes a free TX slot as the TUN reader does, reaping completions
 // and waiting for them when every slot is in flight.
 func (p *pair) txSlot() uint32 {
-	for {
-		p.a.reapSends(&p.wc)
-		if slot, ok := p.a.slots.tx.tryGet(); ok {
-			return slot
-		}
-		<-p.a.sendCQ.Ready()
+	slot, ok := p.a.txSlot(p.r)
+	if !ok {
+		panic("the interface closed under the test")
 	}
+	return slot
+}
+
+// send transmits the n-octet packet in slot as the TUN reader does.
+func (p *pair) send(slot uint32, buf []byte, n int) {
+	p.a.transmit(&p.r.sends, slot, buf, n)
+	p.a.postBatch(&p.r.sends)
 }
 
 // packet writes an IPv4 header for an n-octet packet to dst into a TX slot.
@@ -136,14 +141,12 @@ func (p *pair) packet(slot uint32, n int) []byte {
 
 func benchmarkTransmit(b *testing.B, size int) {
 	p := newPair(b)
-	var sends sendBatch
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		slot := p.txSlot()
-		p.a.transmit(&sends, slot, p.packet(slot, size), size)
-		p.a.postBatch(&sends)
+		p.send(slot, p.packet(slot, size), size)
 	}
 	// Wait until the peer wrote them all, so that its work is in the time.
 	for p.b.ctr[rxPackets].Load() < uint64(b.N) && p.b.ctr[rxDropTUN].Load() == 0 {
@@ -169,11 +172,9 @@ func TestDatapathDoesNotAllocate(t *testing.T) {
 		t.Skip("the race detector allocates on its own")
 	}
 	p := newPair(t)
-	var sends sendBatch
 	send := func() {
 		slot := p.txSlot()
-		p.a.transmit(&sends, slot, p.packet(slot, 9000), 9000)
-		p.a.postBatch(&sends)
+		p.send(slot, p.packet(slot, 9000), 9000)
 	}
 	for range 1000 { // warm up: pools, maps, goroutine stacks
 		send()
@@ -231,12 +232,12 @@ func TestOffloadDatapathDoesNotAllocate(t *testing.T) {
 		t.Skip("the race detector allocates on its own")
 	}
 	p := newPair(t)
-	var sends sendBatch
 	send := func() {
 		slot := p.txSlot()
 		n, h := p.superPacket(slot, 60000, 8948)
-		p.a.transmitSegments(&sends, &p.wc, slot, &h, n)
-		p.a.postBatch(&sends)
+		p.r.hdr = h
+		p.a.transmitSegments(p.r, slot, n)
+		p.a.postBatch(&p.r.sends)
 	}
 	for range 1000 { // warm up: pools, rings, goroutine stacks
 		send()

@@ -71,6 +71,13 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("mode %q: want connected or datagram", s)
 }
 
+// TUN queue counts (Config.Queues). Each queue has numTx/queues transmit
+// slots, and a 64 KiB super-packet cut for UD takes 17 at once.
+const (
+	DefaultMaxQueues = 4
+	MaxQueues        = 8
+)
+
 // ConnectedMTU is the interface MTU in connected mode, as Linux uses.
 const ConnectedMTU = 65520
 
@@ -105,7 +112,11 @@ type Config struct {
 	// NoOffload keeps TSO, USO, checksum offload and receive coalescing
 	// off (for comparisons): every packet then crosses the TUN whole.
 	NoOffload bool
-	Log       *slog.Logger
+	// Queues is the number of TUN queues, each read by its own goroutine
+	// with its own transmit slots (default: one per CPU, at most
+	// DefaultMaxQueues; at most MaxQueues).
+	Queues int
+	Log    *slog.Logger
 }
 
 // Interface is a running IPoIB interface.
@@ -195,7 +206,7 @@ func New(cfg Config) (_ *Interface, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if i.slots, err = newSlots(i.dev); err != nil {
+	if i.slots, err = newSlots(i.dev, i.cfg.Queues); err != nil {
 		return nil, err
 	}
 	if err = i.openQueues(); err != nil {
@@ -203,7 +214,7 @@ func New(cfg Config) (_ *Interface, err error) {
 	}
 	i.local.QPN, i.local.GID = i.udQP.Num(), i.port.GID
 	i.linkLocal = tun.LinkLocal(interfaceID(i.port.GID))
-	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns, Offload: !cfg.NoOffload}); err != nil {
+	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns, Offload: !cfg.NoOffload, Queues: i.cfg.Queues}); err != nil {
 		return nil, err
 	}
 	i.rxBuf.groOn, _ = i.tun.Offloads()
@@ -227,6 +238,12 @@ func settle(cfg Config) (*Interface, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Queues == 0 {
+		cfg.Queues = min(runtime.NumCPU(), DefaultMaxQueues)
+	}
+	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
+		return nil, fmt.Errorf("ipoib: %d TUN queues: want 1 to %d", cfg.Queues, MaxQueues)
 	}
 	port := cfg.Device.Port()
 	if len(port.PKeys) == 0 {
@@ -442,8 +459,11 @@ func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
 func (i *Interface) Start() {
 	i.started.Store(true)
 	i.ctl.init(i)
-	i.wg.Add(3)
-	go func() { defer i.wg.Done(); i.txLoop() }()
+	i.wg.Add(2 + i.tun.Queues())
+	for q := range i.tun.Queues() {
+		r := &txReader{queue: q, slots: &i.slots.tx[q]}
+		go func() { defer i.wg.Done(); i.txLoop(r) }()
+	}
 	if h, ok := i.recvCQ.(ib.CQHandler); ok {
 		// Run to completion on the provider's receive goroutine: no
 		// thread wake-up between the fabric and the TUN.

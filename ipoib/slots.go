@@ -39,13 +39,15 @@ const (
 )
 
 type slots struct {
-	slab *ib.Slab
-	mr   ib.MR
-	tx   pool
-	ctl  pool
+	slab  *ib.Slab
+	mr    ib.MR
+	tx    []pool // one per TUN queue: its reader takes only from its own
+	txPer uint32 // slots in each
+	ctl   pool
 }
 
-func newSlots(dev ib.Device) (*slots, error) {
+// newSlots makes the slab with the transmit slots split among queues.
+func newSlots(dev ib.Device, queues int) (*slots, error) {
 	slab, err := ib.NewSlab(slabSize)
 	if err != nil {
 		return nil, err
@@ -55,8 +57,10 @@ func newSlots(dev ib.Device) (*slots, error) {
 		_ = slab.Close()
 		return nil, err
 	}
-	s := &slots{slab: slab, mr: mr}
-	s.tx.init(0, numTx)
+	s := &slots{slab: slab, mr: mr, tx: make([]pool, queues), txPer: numTx / uint32(queues)}
+	for q := range s.tx {
+		s.tx[q].init(uint32(q)*s.txPer, s.txPer)
+	}
 	s.ctl.init(firstCtl, numCtl)
 	return s, nil
 }
@@ -90,7 +94,7 @@ func (s *slots) recvSGE(i uint32) ib.SGE {
 // free returns a sent slot to its pool.
 func (s *slots) free(i uint32) {
 	if i < firstCtl {
-		s.tx.put(i)
+		s.tx[min(i/s.txPer, uint32(len(s.tx)-1))].put(i)
 	} else if i < firstSRQRx {
 		s.ctl.put(i)
 	}
@@ -105,9 +109,14 @@ func (s *slots) close() {
 type pool struct {
 	mu   sync.Mutex
 	free []uint32
+	// refilled is signalled when an empty pool gets a slot back: whoever
+	// reaped the completion (another reader, the control goroutine) may
+	// not be the one waiting for a slot.
+	refilled chan struct{}
 }
 
 func (p *pool) init(first, n uint32) {
+	p.refilled = make(chan struct{}, 1)
 	p.free = make([]uint32, 0, n)
 	for i := first + n; i > first; i-- {
 		p.free = append(p.free, i-1)
@@ -129,5 +138,12 @@ func (p *pool) tryGet() (uint32, bool) {
 func (p *pool) put(i uint32) {
 	p.mu.Lock()
 	p.free = append(p.free, i)
+	wasEmpty := len(p.free) == 1
 	p.mu.Unlock()
+	if wasEmpty {
+		select {
+		case p.refilled <- struct{}{}:
+		default:
+		}
+	}
 }

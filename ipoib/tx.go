@@ -10,43 +10,48 @@ import (
 	"github.com/ipoibd/ipoibd/ud"
 )
 
-// txLoop reads packets from the TUN straight into free slots (after the
-// 4-octet IPoIB header) and posts them: over the neighbor's connection,
-// over UD, or to the control goroutine when the neighbor is not ready. A
-// super-packet (TSO/USO) is cut into wire packets first, and they post as
-// one list.
-func (i *Interface) txLoop() {
-	var (
-		sends sendBatch
-		wc    [rxBatch]ib.Completion
-		h     offload.Hdr
-	)
+// txReader is one TUN queue's reader: its own transmit slots and scratch,
+// so that readers share nothing on the way to the QPs.
+type txReader struct {
+	queue int
+	slots *pool
+	sends sendBatch
+	wc    [rxBatch]ib.Completion
+	hdr   offload.Hdr
+}
+
+// txLoop reads packets from TUN queue r straight into free slots (after
+// the 4-octet IPoIB header) and posts them: over the neighbor's
+// connection, over UD, or to the control goroutine when the neighbor is
+// not ready. A super-packet (TSO/USO) is cut into wire packets first, and
+// they post as one list.
+func (i *Interface) txLoop(r *txReader) {
 	for {
-		i.reapSends(&wc)
-		slot, ok := i.txSlot(&sends, &wc)
+		i.reapSends(&r.wc)
+		slot, ok := i.txSlot(r)
 		if !ok {
 			return
 		}
 		buf := i.slots.bytes(slot)
-		n, err := i.tun.Read(buf[ud.HeaderLen:ud.HeaderLen+maxSuperPacket], &h)
+		n, err := i.tun.Read(r.queue, buf[ud.HeaderLen:ud.HeaderLen+maxSuperPacket], &r.hdr)
 		if err != nil {
-			i.slots.tx.put(slot)
+			r.slots.put(slot)
 			select {
 			case <-i.done:
 			default:
-				i.log.Error("reading the TUN device", "err", err)
+				i.log.Error("reading the TUN device", "queue", r.queue, "err", err)
 			}
 			return
 		}
 		switch {
-		case h.GSOType != offload.GSONone:
-			i.transmitSegments(&sends, &wc, slot, &h, n)
-		case h.Flags&offload.FlagNeedsCsum != 0 && offload.Complete(h, buf[ud.HeaderLen:ud.HeaderLen+n]) != nil:
+		case r.hdr.GSOType != offload.GSONone:
+			i.transmitSegments(r, slot, n)
+		case r.hdr.Flags&offload.FlagNeedsCsum != 0 && offload.Complete(r.hdr, buf[ud.HeaderLen:ud.HeaderLen+n]) != nil:
 			i.drop(slot, txDropOffload)
 		default:
-			i.transmit(&sends, slot, buf, n)
+			i.transmit(&r.sends, slot, buf, n)
 		}
-		i.postBatch(&sends)
+		i.postBatch(&r.sends)
 	}
 }
 
@@ -54,21 +59,22 @@ func (i *Interface) txLoop() {
 // of at most 64 KiB, a TSO super-packet included.
 const maxSuperPacket = 65535
 
-// txSlot returns a free transmit slot, waiting for send completions when
-// every slot is in flight: the backpressure that leaves packets queued in
-// the kernel. What sends has gathered is posted first, or the wait could
-// be for itself. false: the interface is closing.
-func (i *Interface) txSlot(sends *sendBatch, wc *[rxBatch]ib.Completion) (uint32, bool) {
+// txSlot returns a free slot of r's, waiting for send completions when
+// every one is in flight: the backpressure that leaves packets queued in
+// the kernel. What r gathered is posted first, or the wait could be for
+// itself. false: the interface is closing.
+func (i *Interface) txSlot(r *txReader) (uint32, bool) {
 	for {
-		if slot, ok := i.slots.tx.tryGet(); ok {
+		if slot, ok := r.slots.tryGet(); ok {
 			return slot, true
 		}
-		i.postBatch(sends)
-		if i.reapSends(wc) {
+		i.postBatch(&r.sends)
+		if i.reapSends(&r.wc) {
 			continue
 		}
 		select {
 		case <-i.sendCQ.Ready():
+		case <-r.slots.refilled:
 		case <-i.done:
 			return 0, false
 		}
@@ -79,22 +85,22 @@ func (i *Interface) txSlot(sends *sendBatch, wc *[rxBatch]ib.Completion) (uint32
 // packets of the size the kernel chose (its MSS for the path), each in a
 // slot of its own, with valid checksums: a peer sees what a NIC without
 // offloads would have sent.
-func (i *Interface) transmitSegments(sends *sendBatch, wc *[rxBatch]ib.Completion, slot uint32, h *offload.Hdr, n int) {
+func (i *Interface) transmitSegments(r *txReader, slot uint32, n int) {
 	buf := i.slots.bytes(slot)
-	segs, err := offload.Split(*h, buf[ud.HeaderLen:ud.HeaderLen+n])
+	segs, err := offload.Split(r.hdr, buf[ud.HeaderLen:ud.HeaderLen+n])
 	if err != nil || segs.MaxLen() > ConnectedMTU {
 		i.drop(slot, txDropOffload)
 		return
 	}
 	i.ctr.inc(txSuperPackets)
 	for k := range segs.Len() {
-		seg, ok := i.txSlot(sends, wc)
+		seg, ok := i.txSlot(r)
 		if !ok {
 			break
 		}
 		sbuf := i.slots.bytes(seg)
 		m := segs.Put(k, sbuf[ud.HeaderLen:])
-		i.transmit(sends, seg, sbuf, m)
+		i.transmit(&r.sends, seg, sbuf, m)
 	}
 	i.slots.free(slot)
 }

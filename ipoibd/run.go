@@ -47,6 +47,7 @@ type options struct {
 	peers       string
 	metrics     string // --metrics-listen
 	offload     bool   // --tun-offload
+	queues      int    // --tun-queues
 	version     bool
 	help        bool
 }
@@ -79,6 +80,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); each with an interface label (children too); and the Go runtime's and the process's")
 	fs.BoolVar(&o.offload, "tun-offload", true, "let the TUN hand over and take TCP/UDP super-packets of up to 64 KiB (TSO, USO, checksum offload, receive coalescing); ipoibd cuts them into standard IPoIB packets with valid checksums, so peers see no difference. --tun-offload=false moves every packet whole (for comparisons)")
+	fs.IntVar(&o.queues, "tun-queues", 0, fmt.Sprintf("TUN queues, each read by its own thread with its own buffers; the kernel keeps each flow on one queue (default: one per CPU, at most %d; at most %d)", ipoib.DefaultMaxQueues, ipoib.MaxQueues))
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.BoolVarP(&o.help, "help", "h", false, "print the whole usage and exit")
 	return fs
@@ -231,6 +233,10 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 	}
 	cfg.Log = slog.New(logHandler(os.Stderr, level))
 	cfg.NoOffload = !o.offload
+	if o.queues < 0 || o.queues > ipoib.MaxQueues {
+		return cfg, nil, choice, fmt.Errorf("--tun-queues %d: want 1 to %d (0: one per CPU)", o.queues, ipoib.MaxQueues)
+	}
+	cfg.Queues = o.queues
 	var err error
 	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
 		return cfg, nil, choice, fmt.Errorf("--mode: %w", err)

@@ -21,7 +21,7 @@ func (d *Device) SetCarrier(on bool) error {
 	}
 	var ioErr error
 	// Control, unlike Fd, leaves the descriptor non-blocking.
-	err := d.rc.Control(func(fd uintptr) {
+	err := d.queues[0].rc.Control(func(fd uintptr) {
 		ioErr = unix.IoctlSetPointerInt(int(fd), unix.TUNSETCARRIER, v)
 	})
 	if err == nil {

@@ -44,29 +44,39 @@ type Config struct {
 	// offload (see Device.Offloads); without it every packet arrives
 	// whole, checksummed and at most MTU long.
 	Offload bool
+	// Queues is the number of transmit queues (IFF_MULTI_QUEUE), each
+	// read by its own goroutine; the kernel keeps a flow on one queue, so
+	// its packets stay in order. Default 1, at most MaxQueues.
+	Queues int
 }
 
+// MaxQueues bounds Config.Queues.
+const MaxQueues = 16
+
 // Device is an open TUN interface. Read takes one packet (or super-packet)
-// with its virtio-net header; Write and WriteGSO put one back. Reads come
-// from one goroutine; writes may come from several.
+// with its virtio-net header from a queue; Write and WriteGSO put one back.
+// Each queue is read by one goroutine; writes may come from several.
 type Device struct {
-	file     *os.File
-	rc       syscall.RawConn
+	queues   []*queue
 	name     string
 	offloads uint            // TUN_F_* the kernel accepted
 	nl       *netlink.Handle // bound to the namespace the device was made in
 	link     netlink.Link
 	index    int
 
-	// The poller calls readFn and writeFn; they are built once so that
-	// a read or write does not allocate a closure.
-	rmu    sync.Mutex
-	r      ioState
-	readFn func(fd uintptr) bool
-
 	wmu     sync.Mutex
 	w       ioState
-	writeFn func(fd uintptr) bool
+	writeFn func(fd uintptr) bool // built once: a write allocates no closure
+}
+
+// queue is one file descriptor of the device. The poller calls readFn;
+// it is built once so that a read does not allocate a closure.
+type queue struct {
+	file   *os.File
+	rc     syscall.RawConn
+	mu     sync.Mutex
+	r      ioState
+	readFn func(fd uintptr) bool
 }
 
 // ioState is one readv or writev in progress.
@@ -117,7 +127,13 @@ func Open(cfg Config) (*Device, error) {
 	if _, err := netlink.LinkByName(cfg.Name); err == nil {
 		return nil, fmt.Errorf("tun: interface %s already exists", cfg.Name)
 	}
-	d, err := create(cfg.Name, cfg.Offload)
+	if cfg.Queues == 0 {
+		cfg.Queues = 1
+	}
+	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
+		return nil, fmt.Errorf("tun: %d queues: want 1 to %d", cfg.Queues, MaxQueues)
+	}
+	d, err := create(cfg.Name, cfg.Offload, cfg.Queues)
 	if err != nil {
 		if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("tun: creating %s needs CAP_NET_ADMIN (run as root): %w", cfg.Name, err)
@@ -132,12 +148,12 @@ func Open(cfg Config) (*Device, error) {
 	// without XFRM (minimal guests, some containers).
 	d.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		_ = d.file.Close()
+		d.closeQueues()
 		return nil, fmt.Errorf("tun: netlink: %w", err)
 	}
 	if err := d.configure(cfg); err != nil {
 		d.nl.Close()
-		_ = d.file.Close()
+		d.closeQueues()
 		return nil, err
 	}
 	return d, nil
@@ -150,26 +166,57 @@ const (
 	usoOffloads = unix.TUN_F_USO4 | unix.TUN_F_USO6
 )
 
-// create opens /dev/net/tun as a TUN named name, without packet
-// information and with a virtio-net header, non-blocking so that the Go
-// poller serves it and Close wakes a blocked Read.
-func create(name string, wantOffload bool) (*Device, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("/dev/net/tun: %w", err)
+// create opens /dev/net/tun as a TUN named name with n queues, without
+// packet information and with a virtio-net header, non-blocking so that
+// the Go poller serves it and Close wakes a blocked Read.
+func create(name string, wantOffload bool, n int) (*Device, error) {
+	d := &Device{name: name}
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if n > 1 {
+		flags |= unix.IFF_MULTI_QUEUE
 	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		_ = unix.Close(fd)
-		return nil, err
+	for range n {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			d.closeQueues()
+			return nil, fmt.Errorf("/dev/net/tun: %w", err)
+		}
+		if err := d.attach(fd, flags, wantOffload); err != nil {
+			_ = unix.Close(fd)
+			d.closeQueues()
+			return nil, err
+		}
+		q := &queue{file: os.NewFile(uintptr(fd), "/dev/net/tun")}
+		d.queues = append(d.queues, q)
+		if q.rc, err = q.file.SyscallConn(); err != nil {
+			d.closeQueues()
+			return nil, err
+		}
+		q.readFn = q.r.readv
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	d.writeFn = d.w.writev
+	return d, nil
+}
+
+// attach makes fd a queue of the device (the first one creates it) and
+// sets its offloads: the first queue finds out which the kernel accepts,
+// the others ask for the same.
+func (d *Device) attach(fd int, flags uint16, wantOffload bool) error {
+	ifr, err := unix.NewIfreq(d.name)
+	if err != nil {
+		return err
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		_ = unix.Close(fd)
-		return nil, err
+		return err
 	}
-	d := &Device{name: ifr.Name()}
-	if wantOffload {
+	d.name = ifr.Name()
+	switch {
+	case len(d.queues) > 0 && d.offloads != 0:
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(d.offloads)); err != nil {
+			return fmt.Errorf("offloads on queue %d: %w", len(d.queues), err)
+		}
+	case len(d.queues) == 0 && wantOffload:
 		for _, f := range []uint{tsoOffloads | usoOffloads, tsoOffloads} {
 			if unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(f)) == nil {
 				d.offloads = f
@@ -177,15 +224,17 @@ func create(name string, wantOffload bool) (*Device, error) {
 			}
 		}
 	}
-	d.file = os.NewFile(uintptr(fd), "/dev/net/tun")
-	if d.rc, err = d.file.SyscallConn(); err != nil {
-		_ = d.file.Close()
-		return nil, err
-	}
-	d.readFn = d.r.readv
-	d.writeFn = d.w.writev
-	return d, nil
+	return nil
 }
+
+func (d *Device) closeQueues() {
+	for _, q := range d.queues {
+		_ = q.file.Close()
+	}
+}
+
+// Queues returns the number of queues to read.
+func (d *Device) Queues() int { return len(d.queues) }
 
 // Offloads reports whether the kernel hands us super-packets (TSO, and
 // USO where it can): then a read may need offload.Split or
@@ -273,17 +322,18 @@ func (d *Device) Name() string { return d.name }
 // Index returns the interface index.
 func (d *Device) Index() int { return d.index }
 
-// Read reads one IP packet, or a super-packet when offloads are on, into b
-// and its virtio-net header into h. It blocks until a packet comes or the
-// device is closed.
-func (d *Device) Read(b []byte, h *offload.Hdr) (int, error) {
-	d.rmu.Lock()
-	defer d.rmu.Unlock()
-	r := &d.r
+// Read reads one IP packet, or a super-packet when offloads are on, from
+// queue q into b and its virtio-net header into h. It blocks until a
+// packet comes or the device is closed.
+func (d *Device) Read(q int, b []byte, h *offload.Hdr) (int, error) {
+	qu := d.queues[q]
+	qu.mu.Lock()
+	defer qu.mu.Unlock()
+	r := &qu.r
 	r.setIov(0, r.hdr[:])
 	r.setIov(1, b)
 	r.niov = 2
-	if err := d.rc.Read(d.readFn); err != nil {
+	if err := qu.rc.Read(qu.readFn); err != nil {
 		return 0, err
 	}
 	if r.errno != 0 {
@@ -334,7 +384,7 @@ func (d *Device) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
 
 // write issues the writev d.w holds; d.wmu is held.
 func (d *Device) write() (int, error) {
-	if err := d.rc.Write(d.writeFn); err != nil {
+	if err := d.queues[0].rc.Write(d.writeFn); err != nil {
 		return 0, err
 	}
 	if d.w.errno != 0 {
@@ -376,7 +426,13 @@ func (s *ioState) rw(trap uintptr, fd uintptr) bool {
 // Close removes the interface; blocked Reads return an error.
 func (d *Device) Close() error {
 	d.nl.Close()
-	return d.file.Close()
+	var err error
+	for _, q := range d.queues {
+		if e := q.file.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {
