@@ -191,12 +191,14 @@ measure relay "TUN relay limit (bench/relay: TUN offloads, UDP GSO/GRO, no proto
 
 # The 1460 rows: the same daemons, TCP segments of a 1500-octet Ethernet
 # packet (iperf3 -M 1460), what an application behind a 1500 MTU sends.
-for mode in rc uc datagram ud2044; do
+for mode in rc uc datagram datagram-nooffload ud2044; do
 	fresh
 	case $mode in
 	rc) flags=() label="ipoibd connected mode, RC" ;;
 	uc) flags=(--cm-modes uc) label="ipoibd connected mode, UC" ;;
 	datagram) flags=(--mode datagram) label="ipoibd datagram mode (UD), the UD MTU" ;;
+	# The same with the TUN's offloads off: what TSO and GRO buy.
+	datagram-nooffload) flags=(--mode datagram --tun-offload=false) label="ipoibd datagram mode (UD), the UD MTU, TUN offloads off" ;;
 	ud2044) flags=(--mode datagram --mtu 2044) label="ipoibd datagram mode (UD), the kernel's default datagram MTU" ;;
 	esac
 	"$cluster" start "$name" 1 "${flags[@]}"
