@@ -142,7 +142,7 @@ func (q *qp) pump() {
 			break
 		}
 		for Compare(r.sent, end) < 0 {
-			k := q.sendTrain(tx, e, r.sent)
+			k := q.sendTrain(tx, i, r.sent)
 			if k == 0 {
 				break
 			}
@@ -168,32 +168,57 @@ func (q *qp) pump() {
 	}
 }
 
-// sendTrain sends packets of message e starting at psn as one GSO train
-// and returns how many it sent.
-func (q *qp) sendTrain(tx *txMsg, e *sendEntry, psn PSN) uint32 {
-	idx := Distance(e.first, psn) // packet index inside the message
-	segLen := BTHLen + q.pmtu + 4
-	limit := min(maxTrainSegments, q.dev.fab.maxUDPPayload()/segLen)
+// sendTrain sends packets from psn on, in message i of the send queue and
+// those after it, as one GSO train, and returns how many it sent. A train
+// holds packets of one length but for a shorter last one, as GSO wants: the
+// full packets of a large message, or many small messages of one size (TCP
+// segments of one MSS), which would otherwise cost a send each.
+func (q *qp) sendTrain(tx *txMsg, i int, psn PSN) uint32 {
+	r := &q.req
+	limit := uint32(maxTrainSegments)
+	if q.typ == ib.RC {
+		limit = min(limit, uint32(max(1, maxOutstanding-int(Distance(r.acked, psn)))))
+	}
+	maxBytes := q.dev.fab.maxUDPPayload()
 	tx.reset()
-	count := uint32(0)
-	for idx < e.npkts && int(count) < limit {
-		off := int(idx) * q.pmtu
-		payload := e.buf[off:min(off+q.pmtu, len(e.buf))]
-		first, last := idx == 0, idx == e.npkts-1
-		bth := BTH{
-			Opcode: sendOpcode(q.typ, first, last),
-			PKey:   q.pkey,
-			DestQP: q.destQPN,
-			PSN:    psn.Add(count),
-			AckReq: q.typ == ib.RC && last,
-			SE:     last,
+	count, segLen := uint32(0), 0
+	for ; i < r.n && count < limit; i++ {
+		e := r.at(i)
+		idx := Distance(e.first, psn.Add(count)) // packet index inside the message
+		for idx < e.npkts {
+			off := int(idx) * q.pmtu
+			payload := e.buf[off:min(off+q.pmtu, len(e.buf))]
+			l := PacketLen(OpRCSendOnly, len(payload)) // BTH, payload, pad, ICRC: the same for every SEND
+			if count > 0 && (l > segLen || tx.bytes+l > maxBytes) {
+				return q.sendTrainNow(tx, count, segLen)
+			}
+			first, last := idx == 0, idx == e.npkts-1
+			bth := BTH{
+				Opcode: sendOpcode(q.typ, first, last),
+				PKey:   q.pkey,
+				DestQP: q.destQPN,
+				PSN:    psn.Add(count),
+				AckReq: q.typ == ib.RC && last,
+				SE:     last,
+			}
+			q.dev.frame(tx, int(count), &bth, nil, payload, q.destAddr)
+			count++
+			idx++
+			if count == 1 {
+				segLen = l
+			}
+			if l < segLen || count == limit {
+				return q.sendTrainNow(tx, count, segLen)
+			}
 		}
-		q.dev.frame(tx, int(count), &bth, nil, payload, q.destAddr)
-		count++
-		idx++
-		if last {
-			break
-		}
+	}
+	return q.sendTrainNow(tx, count, segLen)
+}
+
+// sendTrainNow sends the count packets framed in tx.
+func (q *qp) sendTrainNow(tx *txMsg, count uint32, segLen int) uint32 {
+	if count == 0 {
+		return 0
 	}
 	err := q.dev.fab.send(tx, q.destAddr, trainSegSize(count, segLen))
 	q.dev.countTx(tx, err)
