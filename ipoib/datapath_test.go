@@ -176,29 +176,41 @@ func TestDatapathDoesNotAllocate(t *testing.T) {
 		slot := p.txSlot()
 		p.send(slot, p.packet(slot, 9000), 9000)
 	}
-	for range 1000 { // warm up: pools, maps, goroutine stacks
-		send()
-	}
-	// Counted by hand: testing.AllocsPerRun would pin GOMAXPROCS to 1 and
-	// starve the receive goroutines this path depends on.
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range 2000 {
-		send()
-	}
-	runtime.ReadMemStats(&after)
-	allocs := float64(after.Mallocs-before.Mallocs) / 2000
+	allocs := allocsPer(1000, 2000, send)
 	// The receiver must have taken the packets through its TUN, too.
-	deadline := time.Now().Add(5 * time.Second)
-	for p.b.ctr[rxPackets].Load() < 3000 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if got := p.b.ctr[rxPackets].Load(); got < 3000 {
+	if got := p.received(3000); got < 3000 {
 		t.Fatalf("peer received %d of 3001 packets\nsender %v\nreceiver %v\nneighbors %+v\nconns a %+v\nconns b %+v", got, p.a.Stats(), p.b.Stats(), p.a.Neighbors(), p.a.Connections(), p.b.Connections())
 	}
 	if allocs > 0.01 {
 		t.Errorf("%.3f allocations per packet on the datapath, want 0", allocs)
 	}
+}
+
+// allocsPer calls f warm times (pools, rings, goroutine stacks fill up),
+// then counts the allocations of n more calls, per call. Counted by hand:
+// testing.AllocsPerRun would pin GOMAXPROCS to 1 and starve the receive
+// goroutines this path depends on.
+func allocsPer(warm, n int, f func()) float64 {
+	for range warm {
+		f()
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / float64(n)
+}
+
+// received waits up to 5 s for b to count want received packets and
+// returns how many it counted. The counter is the only sign; it is polled.
+func (p *pair) received(want uint64) uint64 {
+	deadline := time.Now().Add(5 * time.Second)
+	for p.b.ctr[rxPackets].Load() < want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return p.b.ctr[rxPackets].Load()
 }
 
 // superPacket writes a TCPv4 super-packet of n payload octets to the sink
@@ -239,22 +251,9 @@ func TestOffloadDatapathDoesNotAllocate(t *testing.T) {
 		p.a.transmitSegments(p.r, slot, n)
 		p.a.postBatch(&p.r.sends)
 	}
-	for range 1000 { // warm up: pools, rings, goroutine stacks
-		send()
-	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range 500 {
-		send()
-	}
-	runtime.ReadMemStats(&after)
-	allocs := float64(after.Mallocs-before.Mallocs) / 500
+	allocs := allocsPer(1000, 500, send)
 	const want = 1500 * 7 // segments
-	deadline := time.Now().Add(5 * time.Second)
-	for p.b.ctr[rxPackets].Load() < want && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if got := p.b.ctr[rxPackets].Load(); got < want {
+	if got := p.received(want); got < want {
 		t.Fatalf("peer received %d of %d segments\nsender %v\nreceiver %v", got, want, p.a.Stats(), p.b.Stats())
 	}
 	if got := p.a.ctr[txSuperPackets].Load(); got != 1500 {
