@@ -164,7 +164,9 @@ run() {
 		[ "$c" = counter ] && sc[$n]=$val
 	done <"$f.sib"
 	[ "$src" = 0 ] || why+="sibpingpong exit $src: $(grep -v '^counter ' "$f.sib" | tail -n 1); "
-	[ "$rc" = 0 ] || why+="ibv_${k}_pingpong exit $rc: $(tail -n 1 "$f.rdma"); "
+	# Its stdout (the addresses) is flushed at exit, after the error that
+	# went to stderr: show every line but the addresses.
+	[ "$rc" = 0 ] || why+="ibv_${k}_pingpong exit $rc: $(grep -v ' address: ' "$f.rdma" | tr '\n' ' ' | cut -c1-400); "
 	local took
 	took=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }')
 	# The run's counters. rxe counts rcvd_pkts only for packets that passed
@@ -175,7 +177,7 @@ run() {
 		((r1[$n] == 0)) || rd+="$n+${r1[$n]} "
 	done
 	for n in "${!sc[@]}"; do
-		((sc[$n] == 0)) || case $n in rx_packets | rx_bytes | tx_packets | tx_bytes | qp.tx_* | qp.rx_* | qp.acks_sent) ;; *) sd+="$n=${sc[$n]} " ;; esac
+		((sc[$n] == 0)) || case $n in rx_packets | rx_bytes | tx_packets | tx_bytes | tx_sends | qp.tx_* | qp.rx_* | qp.acks_sent) ;; *) sd+="$n=${sc[$n]} " ;; esac
 	done
 	if [ -n "$why" ]; then
 		fail "$name" "$why"
