@@ -15,9 +15,9 @@ type sendBatch struct {
 	wrs [64]ib.SendWR
 }
 
-// queue adds a work request, posting what the batch held first when it
+// addSend adds a work request, posting what the batch held first when it
 // was for another QP or is full.
-func (i *Interface) queue(b *sendBatch, qp ib.QP, wr ib.SendWR) {
+func (i *Interface) addSend(b *sendBatch, qp ib.QP, wr ib.SendWR) {
 	if b.n > 0 && (b.qp != qp || b.n == len(b.wrs)) {
 		i.postBatch(b)
 	}
@@ -48,10 +48,10 @@ func (i *Interface) postBatch(b *sendBatch) {
 func (i *Interface) sendConnected(b *sendBatch, slot uint32, n int, p *neigh.Path) {
 	i.ctr.inc(txConnected)
 	p.Packets.Add(1)
-	i.queue(b, p.QP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)})
+	i.addSend(b, p.QP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)})
 }
 
 // sendUD queues an n-octet IPoIB message in slot as a UD datagram.
 func (i *Interface) sendUD(b *sendBatch, slot uint32, n int, ah ib.AH, qpn ib.QPN) {
-	i.queue(b, i.udQP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: ib.DefaultIPoIBQKey})
+	i.addSend(b, i.udQP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: ib.DefaultIPoIBQKey})
 }
