@@ -3,8 +3,6 @@ package neigh
 import (
 	"encoding/binary"
 	"encoding/hex"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,11 +49,7 @@ func TestTsharkDecodesOurPackets(t *testing.T) {
 			strconv.Itoa(int(g.msg.Type)), "0", "1", g.msg.Target.String(), opt, lla, naFlags(g.msg)}, "|"))
 	}
 
-	dir := t.TempDir()
-	file := filepath.Join(dir, "nd.pcap")
-	if err := os.WriteFile(file, testutil.Pcap(testutil.LinkTypeLinuxSLL, frames), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testutil.WritePcap(t, "nd.pcap", testutil.LinkTypeLinuxSLL, frames)
 	fields := []string{
 		"arp.hw.type", "arp.hw.size", "arp.opcode", "arp.src.hw", "arp.src.proto_ipv4", "arp.dst.hw", "arp.dst.proto_ipv4",
 		"ipv6.src", "ipv6.dst", "ipv6.hlim", "icmpv6.type", "icmpv6.code", "icmpv6.checksum.status",
@@ -63,16 +57,7 @@ func TestTsharkDecodesOurPackets(t *testing.T) {
 		"icmpv6.nd.na.flag.r", "icmpv6.nd.na.flag.s", "icmpv6.nd.na.flag.o",
 		"_ws.malformed", "_ws.expert.severity",
 	}
-	args := []string{"-r", file, "-T", "fields", "-E", "separator=|"}
-	for _, f := range fields {
-		args = append(args, "-e", f)
-	}
-	lines := testutil.Tshark(t, args...)
-	if len(lines) != len(want) {
-		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
-	}
-	for i, line := range lines {
-		f := strings.Split(line, "|")
+	for i, f := range testutil.TsharkFields(t, file, len(frames), fields) {
 		var got string
 		if f[0] != "" {
 			got = strings.Join(append([]string{"arp"}, f[0:7]...), "|")

@@ -3,8 +3,6 @@ package sa
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,22 +39,11 @@ func TestTsharkDecodesSAMADs(t *testing.T) {
 		"infiniband.mcmemberrecord.joinstate", "infiniband.mcmemberrecord.proxyjoin"}
 	fields := append(append(append(append([]string{}, common...), path...), mcm...), "_ws.malformed", "_ws.expert.severity")
 
-	file := filepath.Join(t.TempDir(), "sa.pcap")
-	if err := os.WriteFile(file, testutil.Pcap(testutil.LinkTypeEthernet, frames), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-r", file, "-T", "fields", "-E", "separator=|"}
-	for _, f := range fields {
-		args = append(args, "-e", f)
-	}
-	lines := testutil.Tshark(t, args...)
-	if len(lines) != len(names) {
-		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(names), strings.Join(lines, "\n"))
-	}
-	for i, line := range lines {
+	file := testutil.WritePcap(t, "sa.pcap", testutil.LinkTypeEthernet, frames)
+	for i, row := range testutil.TsharkFields(t, file, len(frames), fields) {
 		g := gs[names[i]]
 		got := map[string]string{}
-		for j, v := range strings.Split(line, "|") {
+		for j, v := range row {
 			got[fields[j]] = v
 		}
 		want := map[string]string{
@@ -88,7 +75,7 @@ func TestTsharkDecodesSAMADs(t *testing.T) {
 			t.Errorf("%s: tshark reports malformed %q, expert %q", names[i], got["_ws.malformed"], got["_ws.expert.severity"])
 		}
 		if testing.Verbose() {
-			t.Logf("%s: %s", names[i], line)
+			t.Logf("%s: %s", names[i], strings.Join(row, "|"))
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,11 +79,7 @@ func TestTsharkDecodesRoCEv2(t *testing.T) {
 		raw = append(raw, b)
 	}
 
-	dir := t.TempDir()
-	file := filepath.Join(dir, "rocev2.pcap")
-	if err := os.WriteFile(file, testutil.Pcap(testutil.LinkTypeEthernet, raw), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := testutil.WritePcap(t, "rocev2.pcap", testutil.LinkTypeEthernet, raw)
 	// SOFTIB_TSHARK_PCAP=path keeps a copy of the capture to look at.
 	if keep := os.Getenv("SOFTIB_TSHARK_PCAP"); keep != "" {
 		if err := os.WriteFile(keep, testutil.Pcap(testutil.LinkTypeEthernet, raw), 0o644); err != nil {
@@ -99,19 +94,10 @@ func TestTsharkDecodesRoCEv2(t *testing.T) {
 		}
 	}
 	fields := slices.Sorted(maps.Keys(union))
-	args := []string{"-r", file, "-T", "fields", "-E", "separator=|", "-E", "occurrence=a"}
-	for _, f := range fields {
-		args = append(args, "-e", f)
-	}
-	lines := testutil.Tshark(t, args...)
-	if len(lines) != len(frames) {
-		t.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), len(frames), strings.Join(lines, "\n"))
-	}
-	for i, line := range lines {
+	for i, got := range testutil.TsharkFields(t, file, len(frames), fields, "-E", "occurrence=a") {
 		f := frames[i]
-		got := strings.Split(line, "|")
 		if len(got) != len(fields) {
-			t.Fatalf("frame %d (%s): %d fields, want %d: %s", i+1, f.name, len(got), len(fields), line)
+			t.Fatalf("frame %d (%s): %d fields, want %d: %s", i+1, f.name, len(got), len(fields), strings.Join(got, "|"))
 		}
 		ok := true
 		for j, name := range fields {
@@ -132,10 +118,7 @@ func TestTsharkDecodesRoCEv2(t *testing.T) {
 	if out := testutil.Tshark(t, "-r", file, "-Y", bad); len(out) != 0 {
 		t.Errorf("tshark reports malformed or expert findings:\n%s", strings.Join(out, "\n"))
 	}
-	cut := filepath.Join(dir, "truncated.pcap")
-	if err := os.WriteFile(cut, testutil.Pcap(testutil.LinkTypeEthernet, [][]byte{raw[0][:200]}), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cut := testutil.WritePcap(t, "truncated.pcap", testutil.LinkTypeEthernet, [][]byte{raw[0][:200]})
 	if out := testutil.Tshark(t, "-r", cut, "-Y", bad); len(out) != 1 {
 		t.Errorf("the filter %q does not flag a truncated frame: %q", bad, out)
 	}

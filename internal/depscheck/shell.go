@@ -352,15 +352,8 @@ loop:
 			}
 			p.pos++
 			ok = false
-		case c == '$':
-			if p.dollar() {
-				ok = false
-			} else {
-				lit.WriteByte('$')
-			}
-		case c == '`':
-			p.backtick()
-			ok = false
+		case c == '$' || c == '`':
+			ok = p.expansion(&lit) && ok
 		case c == '(' && assignPrefix.MatchString(p.src[start:p.pos]):
 			p.array()
 			ok = false
@@ -390,15 +383,8 @@ func (p *shParser) dquote(lit *strings.Builder) bool {
 				lit.WriteByte(p.src[p.pos+1])
 			}
 			p.pos += 2
-		case c == '$':
-			if p.dollar() {
-				ok = false
-			} else {
-				lit.WriteByte('$')
-			}
-		case c == '`':
-			p.backtick()
-			ok = false
+		case c == '$' || c == '`':
+			ok = p.expansion(lit) && ok
 		default:
 			lit.WriteByte(c)
 			p.pos++
@@ -406,6 +392,21 @@ func (p *shParser) dquote(lit *strings.Builder) bool {
 	}
 	p.pos++
 	return ok
+}
+
+// expansion reads the $... or `...` at p.pos; false if it expands to
+// something (then the word is no longer a known name). A lone '$' is a
+// literal one.
+func (p *shParser) expansion(lit *strings.Builder) bool {
+	if p.src[p.pos] == '`' {
+		p.backtick()
+		return false
+	}
+	if p.dollar() {
+		return false
+	}
+	lit.WriteByte('$')
+	return true
 }
 
 // dollar consumes an expansion at '$', scanning a command substitution's

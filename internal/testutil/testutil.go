@@ -10,6 +10,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode"
@@ -121,4 +122,36 @@ func Tshark(tb testing.TB, args ...string) []string {
 		return nil
 	}
 	return strings.Split(s, "\n")
+}
+
+// WritePcap writes frames as a pcap file called name in the test's
+// temporary directory and returns its path.
+func WritePcap(tb testing.TB, name string, linkType uint32, frames [][]byte) string {
+	tb.Helper()
+	file := filepath.Join(tb.TempDir(), name)
+	if err := os.WriteFile(file, Pcap(linkType, frames), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return file
+}
+
+// TsharkFields has tshark print fields of every frame in file, '|'
+// between them (opts are more tshark options, e.g. "-E", "occurrence=a"),
+// and returns a row of values per frame. It fails the test at once unless
+// there are as many rows as frames.
+func TsharkFields(tb testing.TB, file string, frames int, fields []string, opts ...string) [][]string {
+	tb.Helper()
+	args := append([]string{"-r", file, "-T", "fields", "-E", "separator=|"}, opts...)
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	lines := Tshark(tb, args...)
+	if len(lines) != frames {
+		tb.Fatalf("tshark printed %d lines for %d frames:\n%s", len(lines), frames, strings.Join(lines, "\n"))
+	}
+	rows := make([][]string, len(lines))
+	for i, l := range lines {
+		rows[i] = strings.Split(l, "|")
+	}
+	return rows
 }
