@@ -38,17 +38,9 @@ func childCommand(args []string, out io.Writer) error {
 		r.PKey = pos[0]
 		req = request{Cmd: "child-add", Child: &r}
 	}
-	raw, err := ask(*c.ifname, req)
-	if err != nil {
-		return err
-	}
-	if *c.asJSON {
-		_, err = out.Write(append(raw, '\n'))
-		return err
-	}
 	var reply childReply
-	if err := json.Unmarshal(raw, &reply); err != nil {
-		return fmt.Errorf("the daemon's answer: %w", err)
+	if printed, err := c.exchange(req, out, &reply); printed || err != nil {
+		return err
 	}
 	what := "added"
 	if verb == "del" {
@@ -65,18 +57,27 @@ func modeCommand(args []string, out io.Writer) error {
 	if done || err != nil {
 		return err
 	}
-	raw, err := ask(*c.ifname, request{Cmd: "mode", Name: pos[0]})
-	if err != nil {
-		return err
-	}
-	if *c.asJSON {
-		_, err = out.Write(append(raw, '\n'))
-		return err
-	}
 	var r modeReply
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return fmt.Errorf("the daemon's answer: %w", err)
+	if printed, err := c.exchange(request{Cmd: "mode", Name: pos[0]}, out, &r); printed || err != nil {
+		return err
 	}
 	_, err = fmt.Fprintf(out, "%s: %s mode, mtu %d\n", r.Name, r.Mode, r.MTU)
 	return err
+}
+
+// exchange sends req to the daemon. With -j it prints the answer as it
+// came and reports printed; otherwise it decodes the answer into reply.
+func (c *ifCommand) exchange(req request, out io.Writer, reply any) (printed bool, err error) {
+	raw, err := ask(*c.ifname, req)
+	if err != nil {
+		return false, err
+	}
+	if *c.asJSON {
+		_, err = out.Write(append(raw, '\n'))
+		return true, err
+	}
+	if err := json.Unmarshal(raw, reply); err != nil {
+		return false, fmt.Errorf("the daemon's answer: %w", err)
+	}
+	return false, nil
 }
