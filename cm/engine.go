@@ -70,15 +70,17 @@ func (t EventType) String() string { return enumName(eventNames, uint64(t), "Eve
 // that caused it, when one did.
 type Event struct {
 	Type EventType
-	Conn *Conn
+	Comm *Comm
 	REQ  *REQ
 	REP  *REP
 	REJ  *REJ
 }
 
-// Conn is one connection as the CM sees it. The consumer reads its fields
-// and keeps its own state in Context; the engine owns the rest.
-type Conn struct {
+// Comm is one communication, as IBA calls a connection as the CM sees it:
+// the state both sides' comm IDs identify, below the IPoIB Connection that
+// owns the QP. The consumer reads its fields and keeps its own state in
+// Context; the engine owns the rest.
+type Comm struct {
 	State        State
 	Active       bool // we sent the REQ
 	LocalCommID  uint32
@@ -205,9 +207,9 @@ type EngineStats struct {
 type Engine struct {
 	cfg       EngineConfig
 	listening map[uint64]bool
-	byLocal   map[uint32]*Conn   // every connection we know, by our comm ID
-	byRemote  map[remoteID]*Conn // by the peer's comm ID, to spot duplicate REQs
-	byQP      map[remoteQP]*Conn // established ones, by the peer's QP: the stale rule
+	byLocal   map[uint32]*Comm   // every connection we know, by our comm ID
+	byRemote  map[remoteID]*Comm // by the peer's comm ID, to spot duplicate REQs
+	byQP      map[remoteQP]*Comm // established ones, by the peer's QP: the stale rule
 	nextTID   uint64
 	halfOpen  int
 	// halfOpenFrom counts the half-open connections of each peer GID; it
@@ -261,9 +263,9 @@ func NewEngine(cfg EngineConfig) *Engine {
 	return &Engine{
 		cfg:          cfg,
 		listening:    map[uint64]bool{},
-		byLocal:      map[uint32]*Conn{},
-		byRemote:     map[remoteID]*Conn{},
-		byQP:         map[remoteQP]*Conn{},
+		byLocal:      map[uint32]*Comm{},
+		byRemote:     map[remoteID]*Comm{},
+		byQP:         map[remoteQP]*Comm{},
 		halfOpenFrom: map[ib.GID]int{},
 		// A random start, so a restarted node does not reuse the TIDs its
 		// peers may still remember.
@@ -296,11 +298,11 @@ type ConnectParams struct {
 }
 
 // Connect sends a REQ and returns the new connection in REQ-sent.
-func (e *Engine) Connect(now time.Time, p ConnectParams) (*Conn, error) {
+func (e *Engine) Connect(now time.Time, p ConnectParams) (*Comm, error) {
 	if e.full() {
 		return nil, ErrTooMany
 	}
-	c := &Conn{
+	c := &Comm{
 		Active: true, LocalQPN: p.LocalQPN, RemoteGID: p.RemoteGID,
 		ServiceID: p.ServiceID, Transport: p.Transport, RecvPSN: p.RecvPSN & 0xffffff,
 		PathMTU: p.PathMTU, RetryCount: p.RetryCount, RNRRetry: p.RNRRetry, ACKTimeout: p.ACKTimeout,
@@ -332,14 +334,14 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Conn, error) {
 // AcceptParams describe the REP answering a REQ.
 type AcceptParams struct {
 	LocalQPN    ib.QPN
-	RecvPSN     uint32 // our receive queue's start, the peer sends with it (0: keep Conn.RecvPSN)
+	RecvPSN     uint32 // our receive queue's start, the peer sends with it (0: keep Comm.RecvPSN)
 	RNRRetry    uint8  // the RNR retry count the requester's QP should use
 	PrivateData []byte
 }
 
 // Accept answers a REQ-received connection with a REP. The local QP must
 // already accept data: the peer may send before its RTU arrives.
-func (e *Engine) Accept(now time.Time, c *Conn, p AcceptParams) error {
+func (e *Engine) Accept(now time.Time, c *Comm, p AcceptParams) error {
 	if c.State != StateREQRcvd {
 		return ErrBadState
 	}
@@ -363,7 +365,7 @@ func (e *Engine) Accept(now time.Time, c *Conn, p AcceptParams) error {
 }
 
 // Reject refuses a REQ-received connection and forgets it.
-func (e *Engine) Reject(c *Conn, reason RejectReason, private []byte) error {
+func (e *Engine) Reject(c *Comm, reason RejectReason, private []byte) error {
 	if c.State != StateREQRcvd {
 		return ErrBadState
 	}
@@ -374,7 +376,7 @@ func (e *Engine) Reject(c *Conn, reason RejectReason, private []byte) error {
 
 // Ready finishes the active side after EvReply: it sends the RTU. The QP
 // must be in RTS.
-func (e *Engine) Ready(c *Conn) error {
+func (e *Engine) Ready(c *Comm) error {
 	if c.State != StateREPRcvd {
 		return ErrBadState
 	}
@@ -390,7 +392,7 @@ func (e *Engine) Ready(c *Conn) error {
 }
 
 // RejectReply refuses a REP (after EvReply) and forgets the connection.
-func (e *Engine) RejectReply(c *Conn, reason RejectReason, private []byte) error {
+func (e *Engine) RejectReply(c *Comm, reason RejectReason, private []byte) error {
 	if c.State != StateREPRcvd {
 		return ErrBadState
 	}
@@ -402,7 +404,7 @@ func (e *Engine) RejectReply(c *Conn, reason RejectReason, private []byte) error
 // Disconnect ends a connection: an established one with a DREQ (timewait
 // follows the DREP), one still being set up with a REJ. The consumer gets
 // EvDisconnected when the DREQ is answered or runs out of retries.
-func (e *Engine) Disconnect(now time.Time, c *Conn) {
+func (e *Engine) Disconnect(now time.Time, c *Comm) {
 	switch c.State {
 	case StateEstablished, StateREPSent:
 		e.sendDREQ(now, c)
@@ -435,7 +437,7 @@ func (e *Engine) Expire(now time.Time) {
 		switch {
 		case c.State == StateTimewait:
 			e.forget(c)
-			e.emit(Event{Type: EvTimewaitDone, Conn: c})
+			e.emit(Event{Type: EvTimewaitDone, Comm: c})
 		case c.retries < c.maxRetries:
 			c.retries++
 			c.deadline = now.Add(c.timeout)
@@ -443,13 +445,13 @@ func (e *Engine) Expire(now time.Time) {
 			e.sendLast(c)
 		case c.State == StateDREQSent:
 			e.timewait(now, c)
-			e.emit(Event{Type: EvDisconnected, Conn: c})
+			e.emit(Event{Type: EvDisconnected, Comm: c})
 		default: // REQ or REP unanswered
 			if c.State == StateREPSent || c.State == StateREQSent {
 				e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil, nil)
 			}
 			e.forget(c)
-			e.emit(Event{Type: EvTimeout, Conn: c})
+			e.emit(Event{Type: EvTimeout, Comm: c})
 		}
 	}
 }
@@ -546,7 +548,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		e.refuseREQ(src, tid, req, RejNoResources)
 		return
 	}
-	c := &Conn{
+	c := &Comm{
 		RemoteCommID: req.LocalCommID, RemoteQPN: req.LocalQPN,
 		RemoteGID: src, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
 		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: randomPSN(), PathMTU: req.PathMTU,
@@ -559,7 +561,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 	e.byLocal[c.LocalCommID] = c
 	e.byRemote[remoteID{c.RemoteGUID, c.RemoteCommID}] = c
 	e.setState(c, StateREQRcvd)
-	e.emit(Event{Type: EvRequest, Conn: c, REQ: req})
+	e.emit(Event{Type: EvRequest, Comm: c, REQ: req})
 }
 
 // refuseREQ answers a REQ the consumer never sees with a REJ for reason;
@@ -595,7 +597,7 @@ func reqFromItsSource(from ib.MADAddr, req *REQ) bool {
 
 // fromPeer reports whether a MAD comes from c's peer (or from nowhere we
 // can tell).
-func fromPeer(from ib.MADAddr, c *Conn) bool {
+func fromPeer(from ib.MADAddr, c *Comm) bool {
 	return from.GID == (ib.GID{}) || from.GID == c.RemoteGID
 }
 
@@ -621,7 +623,7 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 		}
 		e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, rep.LocalCommID, MsgREP, RejStaleConnection, nil, nil)
 		e.forget(c)
-		e.emit(Event{Type: EvTimeout, Conn: c})
+		e.emit(Event{Type: EvTimeout, Comm: c})
 		return
 	}
 	e.setState(c, StateREPRcvd)
@@ -630,7 +632,7 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 	c.RNRRetry = rep.RNRRetryCount
 	c.deadline = time.Time{}
 	e.byRemote[remoteID{c.RemoteGUID, c.RemoteCommID}] = c
-	e.emit(Event{Type: EvReply, Conn: c, REP: rep})
+	e.emit(Event{Type: EvReply, Comm: c, REP: rep})
 }
 
 func (e *Engine) handleRTU(from ib.MADAddr, rtu *RTU) {
@@ -645,14 +647,14 @@ func (e *Engine) handleRTU(from ib.MADAddr, rtu *RTU) {
 	}
 	e.establish(c)
 	c.deadline = time.Time{}
-	e.emit(Event{Type: EvEstablished, Conn: c})
+	e.emit(Event{Type: EvEstablished, Comm: c})
 }
 
 // rejected finds the connection a REJ names, as the kernel's
 // cm_acquire_rejected_id does: a REJ 4 (Timeout) by the sender's CA GUID
 // in its ARI and its Local Comm ID (the sender may not know ours); a REJ
 // of our REQ by our comm ID alone; any other by both comm IDs.
-func (e *Engine) rejected(rej *REJ) *Conn {
+func (e *Engine) rejected(rej *REJ) *Comm {
 	if rej.Reason == RejTimeout && rej.RejectInfoLength >= 8 {
 		guid := binary.BigEndian.Uint64(rej.ARI[:8])
 		if c := e.byRemote[remoteID{guid, rej.LocalCommID}]; c != nil {
@@ -682,13 +684,13 @@ func (e *Engine) handleREJ(now time.Time, from ib.MADAddr, rej *REJ) {
 	switch c.State {
 	case StateREQSent, StateREQRcvd, StateREPSent, StateREPRcvd:
 		e.forget(c)
-		e.emit(Event{Type: EvRejected, Conn: c, REJ: rej})
+		e.emit(Event{Type: EvRejected, Comm: c, REJ: rej})
 	case StateEstablished, StateDREQSent:
 		// IBA 12.9.7: a REJ naming an established connection (the peer gave
 		// up waiting for our RTU, or found the connection stale) ends it:
 		// timewait, and the consumer stops the QP.
 		e.timewait(now, c)
-		e.emit(Event{Type: EvDisconnected, Conn: c, REJ: rej})
+		e.emit(Event{Type: EvDisconnected, Comm: c, REJ: rej})
 	default:
 		e.Stats.Duplicate++
 	}
@@ -721,7 +723,7 @@ func (e *Engine) handleDREQ(now time.Time, from ib.MADAddr, tid uint64, dreq *DR
 	case StateEstablished, StateREPSent, StateDREQSent:
 		e.sendDREP(c.RemoteGID, tid, c.LocalCommID, c.RemoteCommID)
 		e.timewait(now, c)
-		e.emit(Event{Type: EvDisconnected, Conn: c})
+		e.emit(Event{Type: EvDisconnected, Comm: c})
 	case StateTimewait:
 		e.Stats.Duplicate++
 		e.sendDREP(c.RemoteGID, tid, c.LocalCommID, c.RemoteCommID)
@@ -739,24 +741,24 @@ func (e *Engine) handleDREP(now time.Time, from ib.MADAddr, drep *DREP) {
 		return
 	}
 	e.timewait(now, c)
-	e.emit(Event{Type: EvDisconnected, Conn: c})
+	e.emit(Event{Type: EvDisconnected, Comm: c})
 }
 
 // stale applies IBA 12.9.8.3.1 to an established connection whose remote
 // QP shows up in a new REQ or REP: the peer must have lost it, so we
 // disconnect it (DREQ until answered) and report it gone.
-func (e *Engine) stale(now time.Time, old *Conn) {
+func (e *Engine) stale(now time.Time, old *Comm) {
 	e.Stats.Stale++
 	e.sendDREQ(now, old)
-	e.emit(Event{Type: EvTimeout, Conn: old})
+	e.emit(Event{Type: EvTimeout, Comm: old})
 }
 
-func (e *Engine) establish(c *Conn) {
+func (e *Engine) establish(c *Comm) {
 	e.setState(c, StateEstablished)
 	e.byQP[remoteQP{c.RemoteGUID, c.RemoteQPN}] = c
 }
 
-func (e *Engine) sendDREQ(now time.Time, c *Conn) {
+func (e *Engine) sendDREQ(now time.Time, c *Comm) {
 	delete(e.byQP, remoteQP{c.RemoteGUID, c.RemoteQPN})
 	dreq := DREQ{LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID, RemoteQPN: c.RemoteQPN}
 	c.tid = e.newTID()
@@ -768,7 +770,7 @@ func (e *Engine) sendDREQ(now time.Time, c *Conn) {
 	e.sendLast(c)
 }
 
-func (e *Engine) timewait(now time.Time, c *Conn) {
+func (e *Engine) timewait(now time.Time, c *Comm) {
 	delete(e.byQP, remoteQP{c.RemoteGUID, c.RemoteQPN})
 	e.setState(c, StateTimewait)
 	c.lastValid = false
@@ -777,7 +779,7 @@ func (e *Engine) timewait(now time.Time, c *Conn) {
 
 // forget drops a connection that never got to timewait (rejected, timed
 // out while being set up).
-func (e *Engine) forget(c *Conn) {
+func (e *Engine) forget(c *Comm) {
 	delete(e.byLocal, c.LocalCommID)
 	if r := (remoteID{c.RemoteGUID, c.RemoteCommID}); e.byRemote[r] == c {
 		delete(e.byRemote, r)
@@ -799,7 +801,7 @@ func halfOpen(s State) bool {
 }
 
 // setState moves c to s, keeping the half-open counts.
-func (e *Engine) setState(c *Conn, s State) {
+func (e *Engine) setState(c *Comm, s State) {
 	was, is := halfOpen(c.State), halfOpen(s)
 	c.State = s
 	switch {
@@ -834,12 +836,12 @@ func (e *Engine) primaryPath(remote ib.GID, ackTimeout uint8) Path {
 	return p
 }
 
-func (e *Engine) arm(now time.Time, c *Conn, timeout time.Duration, retries int) {
+func (e *Engine) arm(now time.Time, c *Comm, timeout time.Duration, retries int) {
 	c.timeout, c.maxRetries, c.retries = timeout, retries, 0
 	c.deadline = now.Add(timeout)
 }
 
-func (e *Engine) sendLast(c *Conn) {
+func (e *Engine) sendLast(c *Comm) {
 	if c.lastValid {
 		e.send(c.RemoteGID, c.last[:])
 	}
@@ -863,7 +865,7 @@ func (e *Engine) sendREJ(to ib.GID, tid uint64, local, remote uint32, rejected M
 	}
 }
 
-func (e *Engine) sendMRA(c *Conn, what MsgType) {
+func (e *Engine) sendMRA(c *Comm, what MsgType) {
 	mra := MRA{LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID, MessageMRAed: what, ServiceTimeout: e.cfg.ResponseTimeout}
 	if mra.MarshalMAD(e.buf[:], c.tid) == nil {
 		e.send(c.RemoteGID, e.buf[:])

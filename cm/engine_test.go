@@ -260,7 +260,7 @@ const testService = 0x1000000000abcdef
 
 type evRec struct {
 	Type   EventType
-	Conn   *Conn
+	Comm   *Comm
 	State  State // the connection's state when reported
 	Reason RejectReason
 	At     time.Time
@@ -294,7 +294,7 @@ func newEngNode(f *fabric, i int, cfg EngineConfig) *engNode {
 }
 
 func (n *engNode) event(ev Event) {
-	r := evRec{Type: ev.Type, Conn: ev.Conn, State: ev.Conn.State, At: n.f.now}
+	r := evRec{Type: ev.Type, Comm: ev.Comm, State: ev.Comm.State, At: n.f.now}
 	if ev.REJ != nil {
 		r.Reason = ev.REJ.Reason
 	}
@@ -305,14 +305,14 @@ func (n *engNode) event(ev Event) {
 			n.f.tb.Errorf("EvRequest without its REQ")
 		}
 		if !n.noAccept {
-			n.accept(ev.Conn)
+			n.accept(ev.Comm)
 		}
 	case EvReply:
 		if ev.REP == nil {
 			n.f.tb.Errorf("EvReply without its REP")
 		}
 		if !n.noReady {
-			if err := n.e.Ready(ev.Conn); err != nil {
+			if err := n.e.Ready(ev.Comm); err != nil {
 				n.f.tb.Errorf("Ready: %v", err)
 			}
 		}
@@ -328,14 +328,14 @@ const (
 	testPassivePSN = 0x123456 // the passive side's receive PSN
 )
 
-func (n *engNode) accept(c *Conn) {
+func (n *engNode) accept(c *Comm) {
 	n.nextQPN++
 	if err := n.e.Accept(n.f.now, c, AcceptParams{LocalQPN: n.nextQPN, RecvPSN: testPassivePSN, RNRRetry: 7, PrivateData: []byte("rep-private")}); err != nil {
 		n.f.tb.Errorf("Accept: %v", err)
 	}
 }
 
-func (n *engNode) connect(to *engNode) *Conn {
+func (n *engNode) connect(to *engNode) *Comm {
 	n.f.tb.Helper()
 	n.nextQPN++
 	c, err := n.e.Connect(n.f.now, ConnectParams{
@@ -366,9 +366,9 @@ func (n *engNode) last(t EventType) *evRec {
 	return nil
 }
 
-// onlyConn returns the engine's single connection (nil if none, fails if
+// onlyComm returns the engine's single connection (nil if none, fails if
 // several).
-func onlyConn(tb testing.TB, e *Engine) *Conn {
+func onlyComm(tb testing.TB, e *Engine) *Comm {
 	tb.Helper()
 	if len(e.byLocal) > 1 {
 		tb.Fatalf("engine has %d connections, want at most 1", len(e.byLocal))
@@ -397,7 +397,7 @@ func TestEngineSetupAndTeardown(t *testing.T) {
 		t.Fatalf("after Connect: state %v active %v", ac.State, ac.Active)
 	}
 	f.drain()
-	bc := onlyConn(t, b.e)
+	bc := onlyComm(t, b.e)
 	if ac.State != StateEstablished || bc == nil || bc.State != StateEstablished {
 		t.Fatalf("after setup: active %v, passive %v", ac.State, bc)
 	}
@@ -568,7 +568,7 @@ func TestEngineLoss(t *testing.T) {
 				if w.connsA == 1 && ac.State != StateEstablished {
 					t.Errorf("active state %v", ac.State)
 				}
-				if bc := onlyConn(t, b.e); w.bEstablished != (bc != nil && bc.State == StateEstablished) {
+				if bc := onlyComm(t, b.e); w.bEstablished != (bc != nil && bc.State == StateEstablished) {
 					t.Errorf("passive connection %+v, want established %v", bc, w.bEstablished)
 				}
 				if a.e.Stats.Retransmitted != w.retransA || b.e.Stats.Retransmitted != w.retransB {
@@ -604,7 +604,7 @@ func TestEngineREJAfterEstablished(t *testing.T) {
 	f, a, b := pair(t)
 	ac := a.connect(b)
 	f.drain()
-	bc := onlyConn(t, b.e)
+	bc := onlyComm(t, b.e)
 	inject := func(to *engNode, from ib.GID, rej REJ) {
 		var m ib.MAD
 		if err := rej.MarshalMAD(m.Data[:], 77); err != nil {
@@ -645,7 +645,7 @@ func TestEngineDuplicates(t *testing.T) {
 		b.noAccept = true
 		ac := a.connect(b)
 		f.drain()
-		bc := onlyConn(t, b.e)
+		bc := onlyComm(t, b.e)
 		if bc == nil || bc.State != StateREQRcvd {
 			t.Fatalf("passive %+v", bc)
 		}
@@ -794,7 +794,7 @@ func TestEngineReorder(t *testing.T) {
 		f.drain()         // ... and draws a second RTU
 		f.deliver(rtu)    // then the first RTU arrives
 		f.drain()
-		bc := onlyConn(t, b.e)
+		bc := onlyComm(t, b.e)
 		if ac.State != StateEstablished || bc.State != StateEstablished || b.e.Stats.Duplicate != 1 {
 			t.Errorf("states %v %v, duplicates %d", ac.State, bc.State, b.e.Stats.Duplicate)
 		}
@@ -807,7 +807,7 @@ func TestEngineReorder(t *testing.T) {
 		rtu := f.take(func(w *wire) bool { return w.attr() == AttrRTU })
 		a.e.Disconnect(f.now, ac) // the active side is already done
 		f.drain()
-		bc := onlyConn(t, b.e)
+		bc := onlyComm(t, b.e)
 		if bc.State != StateTimewait || ac.State != StateTimewait {
 			t.Errorf("states %v %v, want timewait both", ac.State, bc.State)
 		}
@@ -851,7 +851,7 @@ func TestEngineRejects(t *testing.T) {
 		b.noAccept = true
 		a.connect(b)
 		f.drain()
-		bc := onlyConn(t, b.e)
+		bc := onlyComm(t, b.e)
 		if err := b.e.Reject(bc, RejConsumerReject, []byte{0, 0x12, 0x34, 0x56}); err != nil {
 			t.Fatal(err)
 		}
@@ -883,7 +883,7 @@ func TestEngineStale(t *testing.T) {
 	f, a, b := pair(t)
 	ac := a.connect(b)
 	f.drain()
-	bc := onlyConn(t, b.e)
+	bc := onlyComm(t, b.e)
 	// The active node forgot the connection (e.g. its DREQ was lost) and
 	// reconnects with the same QP number and a new comm ID.
 	req := decode[REQ](t, f.sent(a.gid, AttrREQ, false)[0])
@@ -921,7 +921,7 @@ func TestEngineStale(t *testing.T) {
 	if b.e.Stats.Stale != 1 || b.e.Stats.Rejected != 1 || bc.State != StateDREQSent || b.e.Conns() != 1 {
 		t.Errorf("stats %+v state %v conns %d", b.e.Stats, bc.State, b.e.Conns())
 	}
-	if e := b.last(EvTimeout); e == nil || e.Conn != bc {
+	if e := b.last(EvTimeout); e == nil || e.Comm != bc {
 		t.Errorf("passive events %v, want a timeout for the old connection", b.types())
 	}
 	f.drain()

@@ -71,7 +71,7 @@ type Connection struct {
 	// manager reads it to find idle connections.
 	Packets atomic.Uint64
 
-	cm       *Conn
+	cm       *Comm
 	sendable bool
 	up       bool
 	idleSeen uint64
@@ -420,10 +420,10 @@ func (m *Manager) Close(now time.Time) {
 }
 
 func (m *Manager) event(ev Event) {
-	c, _ := ev.Conn.Context.(*Connection)
+	c, _ := ev.Comm.Context.(*Connection)
 	switch ev.Type {
 	case EvRequest:
-		m.request(ev.Conn, ev.REQ)
+		m.request(ev.Comm, ev.REQ)
 	case EvReply:
 		m.reply(c, ev.REP)
 	case EvEstablished:
@@ -454,13 +454,13 @@ func (m *Manager) event(ev Event) {
 			return
 		}
 		m.setDown(c, "timeout")
-		if ev.Conn.State == StateIdle {
+		if ev.Comm.State == StateIdle {
 			m.remove(c)
 			_ = c.QP.Close()
 		} else { // stale: disconnecting until timewait ends
 			_ = c.QP.Modify(ib.QPModify{State: ib.StateError})
 		}
-		if c.Outgoing || ev.Conn.State != StateIdle { // as for REJs; a stale connection was in use
+		if c.Outgoing || ev.Comm.State != StateIdle { // as for REJs; a stale connection was in use
 			m.refused(c.Peer, "timeout")
 		}
 	case EvDisconnected:
@@ -481,7 +481,7 @@ func (m *Manager) event(ev Event) {
 // never tears a connection down by itself: anyone can send one, naming
 // any UD QPN; a peer restart is acted on once the new connection is
 // established (peerRestarted).
-func (m *Manager) request(cc *Conn, req *REQ) {
+func (m *Manager) request(cc *Comm, req *REQ) {
 	pd, err := DecodePrivateData(req.PrivateData[:])
 	if err != nil {
 		m.reject(cc, RejConsumerReject)
@@ -579,7 +579,7 @@ func (m *Manager) reply(c *Connection, rep *REP) {
 }
 
 // bringUp moves a QP through Init and RTR to RTS with what the CM agreed.
-func (m *Manager) bringUp(qp ib.QP, cc *Conn, recvPSN uint32) error {
+func (m *Manager) bringUp(qp ib.QP, cc *Comm, recvPSN uint32) error {
 	steps := []ib.QPModify{
 		{State: ib.StateInit, PKey: m.cfg.PKey},
 		{State: ib.StateRTR, DestGID: cc.RemoteGID, DestQPN: cc.RemoteQPN, PathMTU: cc.PathMTU, RecvPSN: recvPSN, MinRNRTmr: 1},
@@ -601,7 +601,7 @@ func (m *Manager) privateData() []byte {
 	return priv[:]
 }
 
-func (m *Manager) reject(cc *Conn, reason RejectReason) {
+func (m *Manager) reject(cc *Comm, reason RejectReason) {
 	var priv [IPoIBPrivateDataLen]byte
 	binary.BigEndian.PutUint32(priv[0:4], uint32(m.cfg.Local.QPN))
 	_ = m.svc.Reject(cc, reason, priv[:])

@@ -685,7 +685,7 @@ func TestManagerBadPeers(t *testing.T) {
 		b.noAccept = true
 		a.connect(mgrAddr(2))
 		f.drain()
-		bc := onlyConn(t, b.e)
+		bc := onlyComm(t, b.e)
 		var priv [8]byte
 		binary.BigEndian.PutUint32(priv[0:4], 0x200)
 		binary.BigEndian.PutUint32(priv[4:8], 4)
@@ -783,16 +783,16 @@ type linuxPeer struct {
 	e       *Engine
 	local   ib.LinkAddr
 	nextQPN ib.QPN
-	tx      map[ib.LinkAddr]*Conn // one sending connection per neighbor
-	txUp    map[*Conn]bool
-	rx      []*Conn
+	tx      map[ib.LinkAddr]*Comm // one sending connection per neighbor
+	txUp    map[*Comm]bool
+	rx      []*Comm
 	rejects int
 	reqs    []*REQ // REQs it received
 	reps    []*REP // REPs it received
 }
 
 func newLinuxPeer(f *fabric, i int) *linuxPeer {
-	l := &linuxPeer{f: f, local: mgrAddr(i), nextQPN: ib.QPN(0x10000 * i), tx: map[ib.LinkAddr]*Conn{}, txUp: map[*Conn]bool{}}
+	l := &linuxPeer{f: f, local: mgrAddr(i), nextQPN: ib.QPN(0x10000 * i), tx: map[ib.LinkAddr]*Comm{}, txUp: map[*Comm]bool{}}
 	l.e = NewEngine(EngineConfig{GID: l.local.GID, GUID: 0xa0a0 + uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 20, MaxRetries: 15,
 		Send: f.sender(l.local.GID), Event: l.event})
 	l.e.Listen(IPoIBServiceID(l.local.QPN))
@@ -822,7 +822,7 @@ func (l *linuxPeer) send(peer ib.LinkAddr) bool {
 	return false
 }
 
-func (l *linuxPeer) dropTx(c *Conn) {
+func (l *linuxPeer) dropTx(c *Comm) {
 	if k, ok := c.Context.(ib.LinkAddr); ok && l.tx[k] == c {
 		delete(l.tx, k)
 		delete(l.txUp, c)
@@ -835,27 +835,27 @@ func (l *linuxPeer) event(ev Event) {
 		l.reqs = append(l.reqs, ev.REQ)
 		// Accept every REQ; echo its RNR retry count; PSN random.
 		l.nextQPN++
-		if err := l.e.Accept(l.f.now, ev.Conn, AcceptParams{LocalQPN: l.nextQPN, RecvPSN: 0xabcdef, RNRRetry: ev.REQ.RNRRetryCount, PrivateData: l.priv()}); err != nil {
+		if err := l.e.Accept(l.f.now, ev.Comm, AcceptParams{LocalQPN: l.nextQPN, RecvPSN: 0xabcdef, RNRRetry: ev.REQ.RNRRetryCount, PrivateData: l.priv()}); err != nil {
 			l.f.tb.Errorf("linux accept: %v", err)
 		}
-		l.rx = append(l.rx, ev.Conn)
+		l.rx = append(l.rx, ev.Comm)
 	case EvReply:
 		l.reps = append(l.reps, ev.REP)
 		pd, err := DecodePrivateData(ev.REP.PrivateData[:])
 		if err != nil || pd.ReceiveMTU <= 4 {
-			_ = l.e.RejectReply(ev.Conn, RejConsumerReject, nil)
-			l.dropTx(ev.Conn)
+			_ = l.e.RejectReply(ev.Comm, RejConsumerReject, nil)
+			l.dropTx(ev.Comm)
 			return
 		}
-		if err := l.e.Ready(ev.Conn); err != nil {
+		if err := l.e.Ready(ev.Comm); err != nil {
 			l.f.tb.Errorf("linux ready: %v", err)
 		}
-		l.txUp[ev.Conn] = true
+		l.txUp[ev.Comm] = true
 	case EvRejected:
 		l.rejects++
-		l.dropTx(ev.Conn)
+		l.dropTx(ev.Comm)
 	case EvTimeout, EvTimewaitDone:
-		l.dropTx(ev.Conn)
+		l.dropTx(ev.Comm)
 	}
 }
 

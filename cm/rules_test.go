@@ -75,12 +75,12 @@ func testREQ(gid ib.GID, guid uint64, commID uint32, qpn ib.QPN) *REQ {
 }
 
 // establishedEngines: a connected to b, both established.
-func establishedEngines(t *testing.T) (*fabric, *engNode, *engNode, *Conn, *Conn) {
+func establishedEngines(t *testing.T) (*fabric, *engNode, *engNode, *Comm, *Comm) {
 	t.Helper()
 	f, a, b := pair(t)
 	ac := a.connect(b)
 	f.drain()
-	bc := onlyConn(t, b.e)
+	bc := onlyComm(t, b.e)
 	if ac.State != StateEstablished || bc == nil || bc.State != StateEstablished {
 		t.Fatalf("setup: states %v %v", ac.State, bc)
 	}
@@ -204,24 +204,24 @@ func TestEngineForeignMADs(t *testing.T) {
 		kind     AttrID
 		toActive bool // sent to a (the active side), else to b
 		fromPeer bool
-		msg      func(ac, bc *Conn) Message
+		msg      func(ac, bc *Comm) Message
 	}{
-		{AttrREJ, false, false, func(ac, bc *Conn) Message {
+		{AttrREJ, false, false, func(ac, bc *Comm) Message {
 			return &REJ{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID, MessageRejected: MsgOther, Reason: RejConsumerReject}
 		}},
-		{AttrDREQ, false, false, func(ac, bc *Conn) Message {
+		{AttrDREQ, false, false, func(ac, bc *Comm) Message {
 			return &DREQ{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID, RemoteQPN: bc.LocalQPN}
 		}},
-		{AttrDREP, false, false, func(ac, bc *Conn) Message { return &DREP{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID} }},
-		{AttrRTU, false, false, func(ac, bc *Conn) Message { return &RTU{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID} }},
-		{AttrMRA, false, false, func(ac, bc *Conn) Message {
+		{AttrDREP, false, false, func(ac, bc *Comm) Message { return &DREP{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID} }},
+		{AttrRTU, false, false, func(ac, bc *Comm) Message { return &RTU{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID} }},
+		{AttrMRA, false, false, func(ac, bc *Comm) Message {
 			return &MRA{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID, MessageMRAed: MsgREP, ServiceTimeout: 31}
 		}},
-		{AttrREP, true, false, func(ac, bc *Conn) Message {
+		{AttrREP, true, false, func(ac, bc *Comm) Message {
 			return &REP{LocalCommID: bc.LocalCommID, RemoteCommID: ac.LocalCommID, LocalQPN: bc.LocalQPN, LocalCAGUID: bc.RemoteGUID}
 		}},
 		// The control: the peer's own REJ ends the connection.
-		{AttrREJ, false, true, func(ac, bc *Conn) Message {
+		{AttrREJ, false, true, func(ac, bc *Comm) Message {
 			return &REJ{LocalCommID: ac.LocalCommID, RemoteCommID: bc.LocalCommID, MessageRejected: MsgOther, Reason: RejConsumerReject}
 		}},
 	} {
@@ -309,7 +309,7 @@ func TestEngineREJSentByReason(t *testing.T) {
 			b.noAccept = true
 			a.connect(b)
 			f.drain()
-			b.e.Reject(onlyConn(t, b.e), RejConsumerReject, nil)
+			b.e.Reject(onlyComm(t, b.e), RejConsumerReject, nil)
 			f.drain()
 		}},
 		{"rej_sent_timeout", func(a, b *engNode) *engNode { return a }, func(t *testing.T, f *fabric, a, b *engNode) {
@@ -424,7 +424,7 @@ func TestEngineREJTimeout(t *testing.T) {
 			b.noAccept = true
 			ac := a.connect(b)
 			f.drain()
-			bc := onlyConn(t, b.e)
+			bc := onlyComm(t, b.e)
 			a.e.Disconnect(f.now, ac) // the active side gives up before a REP
 			w := onlyWire(t, f.pending, AttrREJ)
 			f.pending = nil
@@ -454,17 +454,17 @@ func TestEngineREJTimeout(t *testing.T) {
 func TestEngineDuplicateREQ(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		setup  func(f *fabric, a, b *engNode, ac *Conn)
+		setup  func(f *fabric, a, b *engNode, ac *Comm)
 		state  State
 		answer AttrID
 	}{
-		{"consumer deciding", func(f *fabric, a, b *engNode, ac *Conn) {}, StateREQRcvd, AttrMRA},
-		{"REP sent", func(f *fabric, a, b *engNode, ac *Conn) {
-			b.e.Accept(f.now, onlyConn(f.tb, b.e), AcceptParams{LocalQPN: 9})
+		{"consumer deciding", func(f *fabric, a, b *engNode, ac *Comm) {}, StateREQRcvd, AttrMRA},
+		{"REP sent", func(f *fabric, a, b *engNode, ac *Comm) {
+			b.e.Accept(f.now, onlyComm(f.tb, b.e), AcceptParams{LocalQPN: 9})
 			f.pending = nil
 		}, StateREPSent, AttrREP},
-		{"timewait", func(f *fabric, a, b *engNode, ac *Conn) {
-			b.e.Accept(f.now, onlyConn(f.tb, b.e), AcceptParams{LocalQPN: 9})
+		{"timewait", func(f *fabric, a, b *engNode, ac *Comm) {
+			b.e.Accept(f.now, onlyComm(f.tb, b.e), AcceptParams{LocalQPN: 9})
 			f.drain()
 			a.e.Disconnect(f.now, ac)
 			f.drain()
@@ -477,7 +477,7 @@ func TestEngineDuplicateREQ(t *testing.T) {
 			reqWire := f.take(func(w *wire) bool { return w.attr() == AttrREQ })
 			f.deliver(reqWire)
 			tc.setup(f, a, b, ac)
-			bc := onlyConn(t, b.e)
+			bc := onlyComm(t, b.e)
 			if bc.State != tc.state {
 				t.Fatalf("setup: %v, want %v", bc.State, tc.state)
 			}
@@ -592,7 +592,7 @@ func TestEngineREQPath(t *testing.T) {
 		}
 		// The receiver takes it (its source check passes) and connects.
 		f.drain()
-		if b.e.Stats.SourceMismatch != 0 || onlyConn(t, b.e).State != StateEstablished {
+		if b.e.Stats.SourceMismatch != 0 || onlyComm(t, b.e).State != StateEstablished {
 			t.Errorf("hop limit %d: not accepted", tc.hopLimit)
 		}
 	}

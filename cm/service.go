@@ -11,7 +11,7 @@ import (
 // Service is how the Manager establishes connections: the Engine of this
 // package speaking CM MADs on a MAD transport (MADEngine: softib's QP1, or
 // ib_umad on rdma-core ports), or the kernel's CM reached through
-// librdmacm. Each keeps a connection as a *Conn whose exported fields it
+// librdmacm. Each keeps a connection as a *Comm whose exported fields it
 // fills (State, remote QPN and GID, path MTU, starting PSNs) and reports
 // through the events function it was made with; the Manager runs above
 // any of them without knowing which, and its owner drives every one the
@@ -20,17 +20,17 @@ type Service interface {
 	// Listen makes REQs for serviceID reach the Manager as EvRequest.
 	Listen(serviceID uint64) error
 	// Connect starts an outgoing connection in StateREQSent.
-	Connect(now time.Time, p ConnectParams) (*Conn, error)
+	Connect(now time.Time, p ConnectParams) (*Comm, error)
 	// Accept answers an EvRequest. The QP is already in RTS.
-	Accept(now time.Time, c *Conn, p AcceptParams) error
+	Accept(now time.Time, c *Comm, p AcceptParams) error
 	// Reject refuses an EvRequest.
-	Reject(c *Conn, reason RejectReason, private []byte) error
+	Reject(c *Comm, reason RejectReason, private []byte) error
 	// Ready finishes an outgoing connection after EvReply (the RTU).
-	Ready(c *Conn) error
+	Ready(c *Comm) error
 	// RejectReply refuses an EvReply.
-	RejectReply(c *Conn, reason RejectReason, private []byte) error
+	RejectReply(c *Comm, reason RejectReason, private []byte) error
 	// Disconnect ends a connection in any state.
-	Disconnect(now time.Time, c *Conn)
+	Disconnect(now time.Time, c *Comm)
 	// Next is when Expire must run next (zero: no timer).
 	Next() time.Time
 	// Expire runs the timers that are due.

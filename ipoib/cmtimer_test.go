@@ -16,14 +16,14 @@ type deadlineService struct {
 }
 
 func (s *deadlineService) Listen(uint64) error { return nil }
-func (s *deadlineService) Connect(time.Time, cm.ConnectParams) (*cm.Conn, error) {
+func (s *deadlineService) Connect(time.Time, cm.ConnectParams) (*cm.Comm, error) {
 	return nil, cm.ErrTooMany
 }
-func (s *deadlineService) Accept(time.Time, *cm.Conn, cm.AcceptParams) error   { return nil }
-func (s *deadlineService) Reject(*cm.Conn, cm.RejectReason, []byte) error      { return nil }
-func (s *deadlineService) Ready(*cm.Conn) error                                { return nil }
-func (s *deadlineService) RejectReply(*cm.Conn, cm.RejectReason, []byte) error { return nil }
-func (s *deadlineService) Disconnect(time.Time, *cm.Conn)                      {}
+func (s *deadlineService) Accept(time.Time, *cm.Comm, cm.AcceptParams) error   { return nil }
+func (s *deadlineService) Reject(*cm.Comm, cm.RejectReason, []byte) error      { return nil }
+func (s *deadlineService) Ready(*cm.Comm) error                                { return nil }
+func (s *deadlineService) RejectReply(*cm.Comm, cm.RejectReason, []byte) error { return nil }
+func (s *deadlineService) Disconnect(time.Time, *cm.Comm)                      {}
 func (s *deadlineService) Next() time.Time                                     { s.asked++; return s.next }
 func (s *deadlineService) Expire(time.Time)                                    {}
 func (s *deadlineService) Wake() <-chan struct{}                               { return nil }

@@ -23,7 +23,7 @@ import (
 // the Engine; RecvPSN, SendPSN and the path MTU are filled from the kernel
 // CM when the REP arrives (ConnectParams.RecvPSN and PathMTU cannot be
 // chosen: the kernel picks the PSN and takes the MTU from the path).
-func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Conn, error) {
+func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, error) {
 	if s.closed {
 		return nil, ib.ErrClosed
 	}
@@ -60,7 +60,7 @@ func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Conn, erro
 		s.destroy(id)
 		return nil, err
 	}
-	cn := &conn{id: id, step: stepAddr, priv: append([]byte(nil), priv...), c: &cm.Conn{
+	cn := &conn{id: id, step: stepAddr, priv: append([]byte(nil), priv...), c: &cm.Comm{
 		Active: true, LocalQPN: p.LocalQPN, RemoteGID: p.RemoteGID, ServiceID: p.ServiceID,
 		Transport: p.Transport, PathMTU: p.PathMTU, RetryCount: p.RetryCount, RNRRetry: p.RNRRetry,
 		ACKTimeout: p.ACKTimeout, Context: p.Context,
@@ -70,10 +70,10 @@ func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Conn, erro
 }
 
 // Accept answers a connection request with a REP (rdma_accept) carrying
-// the Manager's QP. The receive PSN is the kernel's (Conn.RecvPSN, which
+// the Manager's QP. The receive PSN is the kernel's (Comm.RecvPSN, which
 // the REP carries); p.RecvPSN may only repeat it.
-func (s *ConnService) Accept(now time.Time, c *cm.Conn, p cm.AcceptParams) error {
-	cn := s.byConn[c]
+func (s *ConnService) Accept(now time.Time, c *cm.Comm, p cm.AcceptParams) error {
+	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREQRcvd {
 		return cm.ErrBadState
 	}
@@ -93,8 +93,8 @@ func (s *ConnService) Accept(now time.Time, c *cm.Conn, p cm.AcceptParams) error
 // Reject refuses a connection request and forgets it. rdma_cm sends every
 // REJ with reason Consumer Reject (ucma_reject allows no other), whatever
 // reason says; the private data goes as given.
-func (s *ConnService) Reject(c *cm.Conn, reason cm.RejectReason, private []byte) error {
-	cn := s.byConn[c]
+func (s *ConnService) Reject(c *cm.Comm, reason cm.RejectReason, private []byte) error {
+	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREQRcvd {
 		return cm.ErrBadState
 	}
@@ -105,8 +105,8 @@ func (s *ConnService) Reject(c *cm.Conn, reason cm.RejectReason, private []byte)
 
 // Ready finishes an outgoing connection after EvReply: rdma_establish sends
 // the RTU. The QP must be in RTS.
-func (s *ConnService) Ready(c *cm.Conn) error {
-	cn := s.byConn[c]
+func (s *ConnService) Ready(c *cm.Comm) error {
+	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREPRcvd {
 		return cm.ErrBadState
 	}
@@ -115,7 +115,7 @@ func (s *ConnService) Ready(c *cm.Conn) error {
 		// connection after a failed Ready, so tell it the attempt is over.
 		s.ctr.fail("rdma_establish")
 		s.forget(cn)
-		s.later = append(s.later, cm.Event{Type: cm.EvTimeout, Conn: c})
+		s.later = append(s.later, cm.Event{Type: cm.EvTimeout, Comm: c})
 		s.signal()
 		return err
 	}
@@ -125,8 +125,8 @@ func (s *ConnService) Ready(c *cm.Conn) error {
 
 // RejectReply refuses a REP (after EvReply) and forgets the connection; the
 // REJ's reason is Consumer Reject, as with Reject.
-func (s *ConnService) RejectReply(c *cm.Conn, reason cm.RejectReason, private []byte) error {
-	cn := s.byConn[c]
+func (s *ConnService) RejectReply(c *cm.Comm, reason cm.RejectReason, private []byte) error {
+	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREPRcvd {
 		return cm.ErrBadState
 	}
@@ -139,8 +139,8 @@ func (s *ConnService) RejectReply(c *cm.Conn, reason cm.RejectReason, private []
 // DREQ (EvDisconnected follows, then EvTimewaitDone); one being set up is
 // refused or dropped at once and left in StateIdle without an event, as the
 // Engine leaves it.
-func (s *ConnService) Disconnect(now time.Time, c *cm.Conn) {
-	cn := s.byConn[c]
+func (s *ConnService) Disconnect(now time.Time, c *cm.Comm) {
+	cn := s.byComm[c]
 	if cn == nil {
 		return
 	}

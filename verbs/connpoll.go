@@ -94,7 +94,7 @@ func (s *ConnService) handle(ev cmEvent) {
 	case evEstablished:
 		if cn.c.State == cm.StateREPSent {
 			s.setState(cn, cm.StateEstablished)
-			s.events(cm.Event{Type: cm.EvEstablished, Conn: cn.c})
+			s.events(cm.Event{Type: cm.EvEstablished, Comm: cn.c})
 		}
 	case evRejected:
 		s.rejected(cn, ev)
@@ -180,7 +180,7 @@ func (s *ConnService) reply(cn *conn, ev cmEvent) {
 	s.setState(cn, cm.StateREPRcvd)
 	rep := &cm.REP{LocalQPN: ev.qpn, StartingPSN: c.SendPSN, RNRRetryCount: ev.rnrRetry, SRQ: ev.srq}
 	copy(rep.PrivateData[:], ev.priv)
-	s.events(cm.Event{Type: cm.EvReply, Conn: c, REP: rep})
+	s.events(cm.Event{Type: cm.EvReply, Comm: c, REP: rep})
 }
 
 // request takes a connection request on the listener: a new id, which the
@@ -217,7 +217,7 @@ func (s *ConnService) request(ev cmEvent) {
 	// Before the REP: the send PSN is the REQ's (the kernel CM took it),
 	// the receive PSN the one rdma_accept will put in the REP (the id's,
 	// which rdma_init_qp_attr reports for RTR).
-	c := &cm.Conn{
+	c := &cm.Comm{
 		RemoteQPN: ib.QPN(rtr.dest_qp_num) & ib.QPNMask, RemoteGID: gid, ServiceID: s.serviceID, Transport: tr,
 		SendPSN: uint32(rts.sq_psn) & 0xffffff, RecvPSN: uint32(rtr.rq_psn) & 0xffffff, PathMTU: ib.MTU(rtr.path_mtu),
 		RetryCount: ev.retry, RNRRetry: ev.rnrRetry,
@@ -239,7 +239,7 @@ func (s *ConnService) request(ev cmEvent) {
 		Primary: cm.Path{LocalGID: gid, RemoteGID: s.dev.port.GID, LocalACKTimeout: c.ACKTimeout},
 	}
 	copy(req.PrivateData[:], priv)
-	s.events(cm.Event{Type: cm.EvRequest, Conn: c, REQ: req})
+	s.events(cm.Event{Type: cm.EvRequest, Comm: c, REQ: req})
 }
 
 // refuse rejects a request the Manager never sees and destroys its id.
@@ -265,12 +265,12 @@ func (s *ConnService) rejected(cn *conn, ev cmEvent) {
 		// The kernel reports TIMEWAIT_EXIT only after DISCONNECTED
 		// (cma_ib_handler), so timewait ends here.
 		s.setState(cn, cm.StateTimewait)
-		s.events(cm.Event{Type: cm.EvDisconnected, Conn: cn.c, REJ: rej})
+		s.events(cm.Event{Type: cm.EvDisconnected, Comm: cn.c, REJ: rej})
 		s.timewaitDone(cn)
 	case cm.StateTimewait:
 	default:
 		s.forget(cn)
-		s.events(cm.Event{Type: cm.EvRejected, Conn: cn.c, REJ: rej})
+		s.events(cm.Event{Type: cm.EvRejected, Comm: cn.c, REJ: rej})
 	}
 }
 
@@ -282,7 +282,7 @@ func (s *ConnService) failed(cn *conn) {
 		return
 	}
 	s.forget(cn)
-	s.events(cm.Event{Type: cm.EvTimeout, Conn: cn.c})
+	s.events(cm.Event{Type: cm.EvTimeout, Comm: cn.c})
 }
 
 // disconnected takes a DREQ or the answer to ours. rdma_disconnect sends
@@ -300,7 +300,7 @@ func (s *ConnService) disconnected(cn *conn) {
 		answered = false
 	}
 	s.setState(cn, cm.StateTimewait)
-	s.events(cm.Event{Type: cm.EvDisconnected, Conn: cn.c})
+	s.events(cm.Event{Type: cm.EvDisconnected, Comm: cn.c})
 	if !answered {
 		s.timewaitDone(cn) // no timewait to wait for; destroying the id sends the DREP
 	}
@@ -312,5 +312,5 @@ func (s *ConnService) timewaitDone(cn *conn) {
 		return
 	}
 	s.forget(cn)
-	s.events(cm.Event{Type: cm.EvTimewaitDone, Conn: cn.c})
+	s.events(cm.Event{Type: cm.EvTimewaitDone, Comm: cn.c})
 }

@@ -48,7 +48,7 @@ type ConnService struct {
 	port      uint16
 
 	byID     map[cmID]*conn
-	byConn   map[*cm.Conn]*conn
+	byComm   map[*cm.Comm]*conn
 	halfOpen int
 	later    []cm.Event  // reports for the next Poll, from calls that must not report themselves
 	ev       *cmEventBuf // its own allocation: cgo checks the whole object a pointer points into
@@ -61,7 +61,7 @@ var _ cm.Service = (*ConnService)(nil)
 // conn is one rdma_cm id and the connection it carries.
 type conn struct {
 	id   cmID
-	c    *cm.Conn
+	c    *cm.Comm
 	step connStep
 	priv []byte // the REQ's private data, kept until rdma_connect
 }
@@ -115,7 +115,7 @@ func newConnService(dev ib.Device, events func(cm.Event)) (*ConnService, error) 
 	port := d.Port()
 	s := &ConnService{
 		dev: d, events: events, mode: modeFor(d.ethernet, port.GID), pkey: port.PKeys[0],
-		wake: make(chan struct{}, 1), byID: map[cmID]*conn{}, byConn: map[*cm.Conn]*conn{}, ev: new(cmEventBuf),
+		wake: make(chan struct{}, 1), byID: map[cmID]*conn{}, byComm: map[*cm.Comm]*conn{}, ev: new(cmEventBuf),
 	}
 	if s.mode == modeIPv6 && port.GID.Addr().IsLinkLocalUnicast() {
 		s.scope = d.ifindex
@@ -259,7 +259,7 @@ func (s *ConnService) Close() error {
 		cn.c.State = cm.StateIdle
 	}
 	clear(s.byID)
-	clear(s.byConn)
+	clear(s.byComm)
 	s.halfOpen, s.later = 0, nil
 	s.ctr.gauges(0, 0)
 	s.info.Lock()
@@ -275,7 +275,7 @@ func (s *ConnService) Close() error {
 // add records a new connection in state st.
 func (s *ConnService) add(cn *conn, st cm.State) {
 	s.byID[cn.id] = cn
-	s.byConn[cn.c] = cn
+	s.byComm[cn.c] = cn
 	s.setState(cn, st)
 }
 
@@ -306,7 +306,7 @@ func (s *ConnService) forget(cn *conn) {
 		return
 	}
 	delete(s.byID, cn.id)
-	delete(s.byConn, cn.c)
+	delete(s.byComm, cn.c)
 	s.setState(cn, cm.StateIdle)
 	_ = s.destroy(cn.id)
 }

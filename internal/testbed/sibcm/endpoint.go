@@ -74,7 +74,7 @@ func (e *endpoint) init() error {
 }
 
 // connect brings the QP to RTS with what the CM agreed.
-func (e *endpoint) connect(c *cm.Conn, mtu ib.MTU) error {
+func (e *endpoint) connect(c *cm.Comm, mtu ib.MTU) error {
 	steps := []ib.QPModify{
 		{State: ib.StateRTR, DestGID: c.RemoteGID, DestQPN: c.RemoteQPN, PathMTU: min(c.PathMTU, mtu), RecvPSN: c.RecvPSN, MinRNRTmr: 1},
 		{State: ib.StateRTS, SendPSN: c.SendPSN, Timeout: ackTimeout, RetryCount: 7, RNRRetry: c.RNRRetry},

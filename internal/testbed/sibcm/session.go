@@ -25,7 +25,7 @@ type session struct {
 	mads ib.MADService
 	eng  *cm.Engine
 
-	conn *cm.Conn
+	conn *cm.Comm
 	ep   *endpoint
 
 	rejected     int // REQs refused so far (listen --reject)
@@ -201,7 +201,7 @@ func randomPSN() uint32 {
 // event handles the engine's reports; it runs inside HandleMAD or Expire.
 func (s *session) event(ev cm.Event) {
 	now := time.Now()
-	c := ev.Conn
+	c := ev.Comm
 	switch ev.Type {
 	case cm.EvRequest:
 		s.request(now, c, ev.REQ)
@@ -226,7 +226,7 @@ func (s *session) event(ev cm.Event) {
 
 // request answers a REQ: refuse it (--reject), or check rdma_cm's header
 // and accept it on a new queue pair.
-func (s *session) request(now time.Time, c *cm.Conn, req *cm.REQ) {
+func (s *session) request(now time.Time, c *cm.Comm, req *cm.REQ) {
 	describeREQ(s, c, req)
 	ps, port, ok := splitServiceID(req.ServiceID)
 	if !ok || ps != s.cfg.ps || port != s.cfg.port {
@@ -291,7 +291,7 @@ func (s *session) request(now time.Time, c *cm.Conn, req *cm.REQ) {
 
 // reply handles the REP to our REQ: bring the QP up and send the RTU, or
 // refuse the REP (--abandon, --expect-reject).
-func (s *session) reply(now time.Time, c *cm.Conn, rep *cm.REP) {
+func (s *session) reply(now time.Time, c *cm.Comm, rep *cm.REP) {
 	s.logf("REP received: comm ID %#08x, QPN %v, PSN %#06x, CA GUID %#016x, RNR retry %d, target ACK delay %d, responder resources %d, initiator depth %d, SRQ %v, failover %d, end-to-end flow control %v",
 		rep.LocalCommID, rep.LocalQPN, rep.StartingPSN, rep.LocalCAGUID, rep.RNRRetryCount, rep.TargetACKDelay,
 		rep.ResponderResources, rep.InitiatorDepth, rep.SRQ, rep.FailoverAccepted, rep.EndToEndFlowControl)
@@ -437,7 +437,7 @@ func (s *session) close() {
 
 // describeREQ prints what the kernel puts in a REQ on RoCE: the fields a
 // kernel peer sets that our engine must take as they come.
-func describeREQ(s *session, c *cm.Conn, req *cm.REQ) {
+func describeREQ(s *session, c *cm.Comm, req *cm.REQ) {
 	p := &req.Primary
 	s.logf("REQ received from %v: service ID %#016x, comm ID %#08x, QPN %v, CA GUID %#016x, transport %v, PSN %#06x, path MTU %v, retry %d, RNR retry %d, CM response timeouts remote %d local %d, max CM retries %d, responder resources %d, initiator depth %d, SRQ %v, end-to-end flow control %v, P_Key %#04x",
 		c.RemoteGID, req.ServiceID, req.LocalCommID, req.LocalQPN, req.LocalCAGUID, req.TransportType, req.StartingPSN,
