@@ -25,7 +25,8 @@ import (
 // t0 is the fake clock's start.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// node is what the fabric drives: *Engine and *Manager both qualify.
+// node is what the fabric drives: *Engine and *mgrNode (a Manager polling
+// its service) both qualify.
 type node interface {
 	HandleMAD(now time.Time, m *ib.MAD)
 	Expire(now time.Time)

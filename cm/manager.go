@@ -182,12 +182,6 @@ func (m *Manager) Counters() []ib.Counter {
 	return append(statCounters(&m.Stats), m.svc.Counters()...)
 }
 
-// Engine returns the CM engine, or nil when another service is in use.
-func (m *Manager) Engine() *Engine {
-	e, _ := m.svc.(*Engine)
-	return e
-}
-
 func peerKey(a ib.LinkAddr) ib.LinkAddr { a.Flags = 0; return a }
 
 // Connections returns every connection, for display.
@@ -352,14 +346,6 @@ func (m *Manager) SendFailed(now time.Time, qpn ib.QPN) {
 				return
 			}
 		}
-	}
-}
-
-// HandleMAD passes a MAD received on QP1 to the engine.
-func (m *Manager) HandleMAD(now time.Time, mad *ib.MAD) {
-	m.now = now
-	if e := m.Engine(); e != nil {
-		e.HandleMAD(now, mad)
 	}
 }
 

@@ -94,6 +94,7 @@ func (f *fakeQPs) open() int {
 type mgrNode struct {
 	f       *fabric
 	m       *Manager
+	eng     *polledEngine // m's service
 	local   ib.LinkAddr
 	qps     *fakeQPs
 	ups     []*Connection
@@ -114,8 +115,11 @@ func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 	n := &mgrNode{f: f, local: mgrAddr(i), qps: &fakeQPs{next: ib.QPN(0x1000 * i)}}
 	ec := EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.sender(n.local.GID)}
 	cfg := ManagerConfig{
-		// The Engine alone: the fabric feeds it through the Manager's HandleMAD.
-		Service: func(ev func(Event)) (Service, error) { ec.Event = ev; return NewEngine(ec), nil },
+		Service: func(ev func(Event)) (Service, error) {
+			ec.Event = ev
+			n.eng = &polledEngine{Engine: NewEngine(ec)}
+			return n.eng, nil
+		},
 		PKey:    ib.DefaultPKey,
 		Local:   n.local,
 		Policy:  p,
@@ -138,9 +142,36 @@ func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 		panic(err) // the engine cannot fail to listen
 	}
 	n.m = m
-	f.add(n.local.GID, n.m)
+	f.add(n.local.GID, n)
 	return n
 }
+
+// polledEngine is the Engine with an input queue, as MADEngine is on a
+// MAD transport, without its receive goroutine: the fabric stays
+// deterministic.
+type polledEngine struct {
+	*Engine
+	in []ib.MAD
+}
+
+// Poll hands the queued MADs to the Engine.
+func (p *polledEngine) Poll(now time.Time) {
+	for len(p.in) > 0 {
+		m := p.in[0]
+		p.in = p.in[1:]
+		p.HandleMAD(now, &m)
+	}
+}
+
+// HandleMAD is the fabric delivering m to the node's transport: the
+// Manager polls its service for it, as ipoib does when Wake fires.
+func (n *mgrNode) HandleMAD(now time.Time, m *ib.MAD) {
+	n.eng.in = append(n.eng.in, *m)
+	n.m.Poll(now)
+}
+
+func (n *mgrNode) Expire(now time.Time) { n.m.Expire(now) }
+func (n *mgrNode) Next() time.Time      { return n.m.Next() }
 
 func (n *mgrNode) connect(peer ib.LinkAddr) {
 	n.f.tb.Helper()
@@ -367,8 +398,8 @@ func TestManagerCrossingRFC(t *testing.T) {
 				// Nothing else lingers: rejected attempts are forgotten and
 				// their QPs closed.
 				for _, n := range []*mgrNode{a, b} {
-					if n.m.Engine().Conns() != len(ea) || len(n.m.Connections()) != len(ea) || n.qps.open() != len(ea) {
-						fail("%v: engine conns %d, manager conns %d, open QPs %d", n.local.GID, n.m.Engine().Conns(), len(n.m.Connections()), n.qps.open())
+					if n.eng.Conns() != len(ea) || len(n.m.Connections()) != len(ea) || n.qps.open() != len(ea) {
+						fail("%v: engine conns %d, manager conns %d, open QPs %d", n.local.GID, n.eng.Conns(), len(n.m.Connections()), n.qps.open())
 					}
 				}
 			})
@@ -412,7 +443,7 @@ func TestManagerCrossingREJWire(t *testing.T) {
 			if s.b.m.Stats.CrossingRejected != 1 || s.a.m.Stats.CrossingAccepted != 1 {
 				t.Errorf("stats a %+v b %+v", s.a.m.Stats, s.b.m.Stats)
 			}
-			if c := s.b.m.Engine().Stats.RejSent.Of(RejConsumerReject); c != 1 {
+			if c := s.b.eng.Stats.RejSent.Of(RejConsumerReject); c != 1 {
 				t.Errorf("b counted %d consumer REJs sent", c)
 			}
 			// b's REQ carried a's service ID and b's private data.
@@ -461,8 +492,8 @@ func TestManagerCrossingREJLoss(t *testing.T) {
 				if len(a.established()) != 2 || len(b.established()) != 2 || len(a.ups) != 2 || len(b.ups) != 2 || len(a.downs)+len(b.downs) != 0 {
 					t.Fatalf("established %d %d ups %d %d downs %v %v", len(a.established()), len(b.established()), len(a.ups), len(b.ups), a.downs, b.downs)
 				}
-				if a.m.Engine().Conns() != 2 || b.m.Engine().Conns() != 2 || a.qps.open() != 2 || b.qps.open() != 2 {
-					t.Errorf("leftovers: engine conns %d %d open QPs %d %d", a.m.Engine().Conns(), b.m.Engine().Conns(), a.qps.open(), b.qps.open())
+				if a.eng.Conns() != 2 || b.eng.Conns() != 2 || a.qps.open() != 2 || b.qps.open() != 2 {
+					t.Errorf("leftovers: engine conns %d %d open QPs %d %d", a.eng.Conns(), b.eng.Conns(), a.qps.open(), b.qps.open())
 				}
 			})
 		}
@@ -561,11 +592,11 @@ func TestManagerPeerRestart(t *testing.T) {
 			if e := a2.established(); len(e) != 1 || len(a2.ups) != 1 {
 				t.Errorf("restarted a: established %d ups %d", len(e), len(a2.ups))
 			}
-			if oldQP.closed != 1 || b.m.Engine().Conns() != 1 || len(b.m.Connections()) != 1 {
-				t.Errorf("old QP closed %d, b engine conns %d, manager conns %d", oldQP.closed, b.m.Engine().Conns(), len(b.m.Connections()))
+			if oldQP.closed != 1 || b.eng.Conns() != 1 || len(b.m.Connections()) != 1 {
+				t.Errorf("old QP closed %d, b engine conns %d, manager conns %d", oldQP.closed, b.eng.Conns(), len(b.m.Connections()))
 			}
-			if sameQPN && b.m.Engine().Stats.Stale != 1 {
-				t.Errorf("reused QPN: stale %d", b.m.Engine().Stats.Stale)
+			if sameQPN && b.eng.Stats.Stale != 1 {
+				t.Errorf("reused QPN: stale %d", b.eng.Stats.Stale)
 			}
 		})
 	}
@@ -598,8 +629,8 @@ func TestManagerSendFailed(t *testing.T) {
 		t.Errorf("downs a %v b %v", a.downs, b.downs)
 	}
 	for _, n := range []*mgrNode{a, b} {
-		if n.m.Engine().Conns() != 0 || len(n.m.Connections()) != 0 || n.qps.open() != 0 {
-			t.Errorf("%v: conns %d %d open QPs %d", n.local.GID, n.m.Engine().Conns(), len(n.m.Connections()), n.qps.open())
+		if n.eng.Conns() != 0 || len(n.m.Connections()) != 0 || n.qps.open() != 0 {
+			t.Errorf("%v: conns %d %d open QPs %d", n.local.GID, n.eng.Conns(), len(n.m.Connections()), n.qps.open())
 		}
 	}
 }
@@ -636,8 +667,8 @@ func TestManagerIdle(t *testing.T) {
 			if n := len(f.sent(b.local.GID, AttrDREQ, true)); n != 1 {
 				t.Errorf("%d DREQs", n)
 			}
-			if len(a.downs) != 1 || a.m.Engine().Conns()+b.m.Engine().Conns() != 0 || a.qps.open()+b.qps.open() != 0 {
-				t.Errorf("a downs %v, conns %d %d", a.downs, a.m.Engine().Conns(), b.m.Engine().Conns())
+			if len(a.downs) != 1 || a.eng.Conns()+b.eng.Conns() != 0 || a.qps.open()+b.qps.open() != 0 {
+				t.Errorf("a downs %v, conns %d %d", a.downs, a.eng.Conns(), b.eng.Conns())
 			}
 		})
 	}
@@ -700,7 +731,7 @@ func TestManagerBadPeers(t *testing.T) {
 		if r := decode[REJ](t, rejs[0]); r.Reason != RejConsumerReject || r.MessageRejected != MsgREP {
 			t.Errorf("REJ %+v", r)
 		}
-		if len(a.ups) != 0 || len(a.refused) != 1 || a.qps.open() != 0 || a.m.Engine().Conns() != 0 {
+		if len(a.ups) != 0 || len(a.refused) != 1 || a.qps.open() != 0 || a.eng.Conns() != 0 {
 			t.Errorf("ups %d refused %v open QPs %d", len(a.ups), a.refused, a.qps.open())
 		}
 	})
@@ -745,8 +776,8 @@ func TestManagerThousandPeers(t *testing.T) {
 		p.connect(hub.local)
 	}
 	f.run(time.Minute)
-	if n := len(hub.established()); n != peers || len(hub.ups) != peers || hub.m.Engine().Conns() != peers {
-		t.Fatalf("hub: %d established, %d ups, %d engine conns", n, len(hub.ups), hub.m.Engine().Conns())
+	if n := len(hub.established()); n != peers || len(hub.ups) != peers || hub.eng.Conns() != peers {
+		t.Fatalf("hub: %d established, %d ups, %d engine conns", n, len(hub.ups), hub.eng.Conns())
 	}
 	refusedPeers := 0
 	for i, p := range ps {
@@ -757,18 +788,18 @@ func TestManagerThousandPeers(t *testing.T) {
 			refusedPeers++
 		}
 	}
-	t.Logf("%d peers were refused (half-open limit %d) and retried; hub rejected %d REQs", refusedPeers, 256, hub.m.Engine().Stats.Rejected)
-	if hub.m.Engine().halfOpen != 0 {
-		t.Errorf("hub half-open %d", hub.m.Engine().halfOpen)
+	t.Logf("%d peers were refused (half-open limit %d) and retried; hub rejected %d REQs", refusedPeers, 256, hub.eng.Stats.Rejected)
+	if hub.eng.halfOpen != 0 {
+		t.Errorf("hub half-open %d", hub.eng.halfOpen)
 	}
 	hub.m.Close(f.now)
 	f.run(time.Minute)
-	if hub.m.Engine().Conns() != 0 || len(hub.m.Connections()) != 0 || hub.qps.open() != 0 || len(hub.downs) != peers {
-		t.Errorf("hub after close: conns %d %d open QPs %d downs %d", hub.m.Engine().Conns(), len(hub.m.Connections()), hub.qps.open(), len(hub.downs))
+	if hub.eng.Conns() != 0 || len(hub.m.Connections()) != 0 || hub.qps.open() != 0 || len(hub.downs) != peers {
+		t.Errorf("hub after close: conns %d %d open QPs %d downs %d", hub.eng.Conns(), len(hub.m.Connections()), hub.qps.open(), len(hub.downs))
 	}
 	for i, p := range ps {
-		if p.m.Engine().Conns() != 0 || len(p.m.Connections()) != 0 || p.qps.open() != 0 || len(p.downs) != 1 {
-			t.Fatalf("peer %d after close: conns %d open QPs %d downs %v", i, p.m.Engine().Conns(), p.qps.open(), p.downs)
+		if p.eng.Conns() != 0 || len(p.m.Connections()) != 0 || p.qps.open() != 0 || len(p.downs) != 1 {
+			t.Fatalf("peer %d after close: conns %d open QPs %d downs %v", i, p.eng.Conns(), p.qps.open(), p.downs)
 		}
 	}
 }

@@ -623,7 +623,7 @@ func TestUnpredictableNumbers(t *testing.T) {
 		if g == hub.local.GID {
 			continue
 		}
-		for _, c := range nd.(*Manager).Connections() {
+		for _, c := range nd.(*mgrNode).m.Connections() {
 			passivePSN = append(passivePSN, c.cm.RecvPSN)
 		}
 	}
@@ -696,17 +696,17 @@ func TestManagerRestartAndReplace(t *testing.T) {
 			req := testREQ(a.local.GID, 0x0002c90300000001, 0x7777, 0x5555)
 			req.ServiceID = IPoIBServiceID(b.local.QPN)
 			_ = PrivateData{UDQPN: ud, ReceiveMTU: LinuxReceiveMTU}.Encode(req.PrivateData[:])
-			out := inject(t, f, b.m, a.local.GID, req, 0x123)
+			out := inject(t, f, b, a.local.GID, req, 0x123)
 			rep := decode[REP](t, onlyWire(t, out, AttrREP))
 			f.pending = slices.DeleteFunc(f.pending, func(w *wire) bool { return w.attr() == AttrREP })
 			if len(b.downs) != 0 || b.m.Stats.PeerRestarts != 0 {
 				t.Fatalf("the REQ alone: downs %v restarts %d", b.downs, b.m.Stats.PeerRestarts)
 			}
 			if tc.completes {
-				inject(t, f, b.m, a.local.GID, &RTU{LocalCommID: req.LocalCommID, RemoteCommID: rep.LocalCommID}, 0x123)
+				inject(t, f, b, a.local.GID, &RTU{LocalCommID: req.LocalCommID, RemoteCommID: rep.LocalCommID}, 0x123)
 			} else {
 				// The real a gets a REP for a REQ it never sent: REJ 6.
-				inject(t, f, a.m, b.local.GID, rep, 0x123)
+				inject(t, f, a, b.local.GID, rep, 0x123)
 			}
 			f.run(time.Minute)
 			restarted := tc.wantDowns != nil
@@ -731,8 +731,8 @@ func TestManagerRestartAndReplace(t *testing.T) {
 			if len(b.refused) != 0 {
 				t.Errorf("b sent a neighbor back to resolution: %v", b.refused)
 			}
-			if !tc.completes && (b.m.Engine().Conns() != 1 || a.m.Engine().Stats.Unknown.Of(AttrREP) != 1) {
-				t.Errorf("spoofed attempt left %d connections at b; a counted %d unknown REPs", b.m.Engine().Conns(), a.m.Engine().Stats.Unknown.Of(AttrREP))
+			if !tc.completes && (b.eng.Conns() != 1 || a.eng.Stats.Unknown.Of(AttrREP) != 1) {
+				t.Errorf("spoofed attempt left %d connections at b; a counted %d unknown REPs", b.eng.Conns(), a.eng.Stats.Unknown.Of(AttrREP))
 			}
 		})
 	}
@@ -755,8 +755,8 @@ func TestManagerDefaultPolicy(t *testing.T) {
 func TestManagerCounters(t *testing.T) {
 	f, a, b := establishedPair(t, PolicyLinux, nil, nil)
 	b.m.Stats.QPErrors = 7
-	b.m.Engine().Stats.SendErrors = 5
-	inject(t, f, b.m, a.local.GID, &DREP{LocalCommID: 1, RemoteCommID: 2}, 1)
+	b.eng.Stats.SendErrors = 5
+	inject(t, f, b, a.local.GID, &DREP{LocalCommID: 1, RemoteCommID: 2}, 1)
 	cs := b.m.Counters()
 	seen := map[string]bool{}
 	for _, c := range cs {

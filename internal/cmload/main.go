@@ -8,7 +8,8 @@
 // scripts/bench.sh adds them as /32s to eth0) and its own cm.Manager. A
 // device has only one MAD service and the daemon tells peers apart by GID,
 // so one device per peer is the simple and faithful choice; it costs four
-// file descriptors and one receive goroutine per peer.
+// file descriptors and two goroutines per peer (the MAD receiver and the
+// one polling the manager).
 //
 // It prints one JSON object on stdout when every connection is up, refused
 // or timed out, then holds the connections until SIGINT or SIGTERM (or
@@ -58,7 +59,6 @@ type result struct {
 type peer struct {
 	mu    sync.Mutex
 	dev   *softib.Device
-	mads  ib.MADService
 	cq    ib.CQ
 	srq   ib.SRQ
 	ud    ib.QP
@@ -86,6 +86,7 @@ type load struct {
 	reasons  map[string]int
 	finished chan struct{}
 	left     atomic.Int64
+	quit     chan struct{} // closed by close: the peers stop polling
 }
 
 func main() {
@@ -120,7 +121,7 @@ func run() error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 
-	l := &load{target: dst, slots: make(chan struct{}, *inflight), reasons: map[string]int{}, finished: make(chan struct{})}
+	l := &load{target: dst, slots: make(chan struct{}, *inflight), reasons: map[string]int{}, finished: make(chan struct{}), quit: make(chan struct{})}
 	l.left.Store(int64(*n))
 	res := result{Peers: *n}
 
@@ -239,14 +240,11 @@ func (l *load) open(a netip.Addr, flags ib.LinkFlags) (*peer, error) {
 	if p.ud, err = dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: p.cq, RecvCQ: p.cq, MaxSend: 1, MaxRecv: 1}); err != nil {
 		return fail(err)
 	}
-	if p.mads, err = dev.MADs(); err != nil {
-		return fail(err)
-	}
 	port := dev.Port()
 	local := ib.LinkAddr{Flags: flags, QPN: p.ud.Num(), GID: port.GID}
 	if p.mgr, err = cm.NewManager(cm.ManagerConfig{
 		Service: func(ev func(cm.Event)) (cm.Service, error) {
-			return cm.NewEngine(cm.EngineConfig{GID: port.GID, GUID: port.GUID, PKey: port.PKeys[0], Send: p.mads.Send, Event: ev}), nil
+			return cm.DeviceService(dev)(cm.ServiceParams{Port: port, PKey: port.PKeys[0], UDQPN: local.QPN, Events: ev})
 		},
 		PKey:    port.PKeys[0],
 		Local:   local,
@@ -258,10 +256,17 @@ func (l *load) open(a netip.Addr, flags ib.LinkFlags) (*peer, error) {
 	}); err != nil {
 		return fail(err)
 	}
+	// The service queues the MADs it receives until the manager polls it,
+	// as the daemon does when Wake fires.
 	go func() {
-		for mad := range p.mads.Recv() {
+		for {
+			select {
+			case <-p.mgr.Wake():
+			case <-l.quit:
+				return
+			}
 			p.mu.Lock()
-			p.mgr.HandleMAD(time.Now(), &mad)
+			p.mgr.Poll(time.Now())
 			p.mu.Unlock()
 		}
 	}()
@@ -321,11 +326,14 @@ func (l *load) timers(stop chan struct{}) {
 }
 
 func (l *load) close() {
+	close(l.quit)
 	for _, p := range l.peers {
 		if p == nil {
 			continue
 		}
-		_ = p.mads.Close()
+		p.mu.Lock()
+		_ = p.mgr.Service().Close()
+		p.mu.Unlock()
 		_ = p.dev.Close()
 	}
 }
