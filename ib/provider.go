@@ -173,9 +173,10 @@ type QPModify struct {
 	PKey PKey // Init
 	QKey QKey // Init, UD only
 
-	DestGID   GID // RTR, RC/UC
-	DestQPN   QPN // RTR, RC/UC
-	PathMTU   MTU // RTR, RC/UC
+	DestGID   GID  // RTR, RC/UC
+	DestQPN   QPN  // RTR, RC/UC
+	PathMTU   MTU  // RTR, RC/UC
+	Path      Path // RTR, RC/UC: InfiniBand addressing (zero: GID only, as on RoCE)
 	RecvPSN   uint32
 	MinRNRTmr uint8 // RTR, RC: the RNR NAK timer code this QP asks senders to wait
 
@@ -328,7 +329,42 @@ type Completion struct {
 // AHAttr describes a UD destination.
 type AHAttr struct {
 	DestGID GID
+	Path    Path // InfiniBand addressing (zero: GID only, as on RoCE)
 }
+
+// Path is how packets reach a destination on an InfiniBand subnet, as the
+// subnet administrator's PathRecord (or, for a multicast group, its
+// MCMemberRecord) says: the local route header's fields and whether a
+// global route header goes with them. The zero value (DLID 0, which is no
+// valid LID) means GID addressing alone with a GRH on every packet: what
+// RoCE and softib use, where there are no LIDs. Providers on an Ethernet
+// link layer ignore it.
+type Path struct {
+	// DLID is the destination's LID (a multicast group's MLID for a
+	// multicast AH): the LRH's DLID, what switches forward by.
+	DLID uint16
+	// SL is the service level (4 bits): the LRH's SL, which the fabric
+	// maps to a virtual lane.
+	SL uint8
+	// StaticRate is the IBA rate code (6 bits: 2 = 2.5 Gb/s, 3 = 10, 4 =
+	// 30, 5 = 5, 6 = 20, 7 = 40, ...) the sender paces this destination's
+	// packets to; 0 sends at the port's rate.
+	StaticRate uint8
+	// SrcPathBits are the low bits of our LID (under the port's LMC, 7
+	// bits at most) that make the LRH's SLID, choosing one of our paths.
+	SrcPathBits uint8
+	// GRH says whether packets carry a global route header, needed to
+	// leave the subnet and for multicast; HopLimit, TrafficClass and
+	// FlowLabel (20 bits) are its fields.
+	GRH          bool
+	HopLimit     uint8
+	TrafficClass uint8
+	FlowLabel    uint32
+}
+
+// LIDRouted reports whether p names a LID, i.e. is not the GID-only zero
+// value.
+func (p Path) LIDRouted() bool { return p.DLID != 0 }
 
 // AH is an address handle.
 type AH interface {
