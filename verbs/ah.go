@@ -5,6 +5,7 @@ package verbs
 /*
 #include <string.h>
 #include <infiniband/verbs.h>
+#include "ibpath.h"
 
 // A global (GRH-routed) address handle: on RoCE the kernel resolves the
 // destination MAC from the GID, multicast GIDs included.
@@ -16,6 +17,14 @@ static struct ibv_ah *ipoibd_create_ah(struct ibv_pd *pd, const uint8_t *dgid, u
 	a.grh.sgid_index = sgid_index;
 	a.grh.hop_limit = hop_limit;
 	a.port_num = port;
+	return ibv_create_ah(pd, &a);
+}
+
+// An InfiniBand address handle from a path (ipoibd_ib_path fills it).
+static struct ibv_ah *ipoibd_create_ib_ah(struct ibv_pd *pd, const uint8_t *dgid, uint8_t sgid_index, uint8_t port, const struct ipoibd_ib_path *p) {
+	struct ibv_ah_attr a;
+	memset(&a, 0, sizeof a);
+	ipoibd_ib_av(&a, dgid, sgid_index, port, p);
 	return ibv_create_ah(pd, &a);
 }
 */
@@ -40,13 +49,20 @@ type ah struct {
 }
 
 // CreateAH makes an address handle for UD sends to attr.DestGID (a port
-// GID or a multicast GID).
+// GID or a multicast GID). On an InfiniBand port a path naming a LID
+// addresses it by LID, SL and rate, with a GRH only if the path asks.
 func (d *Device) CreateAH(attr ib.AHAttr) (ib.AH, error) {
 	if d.closed.Load() {
 		return nil, ib.ErrClosed
 	}
 	gid := wireGID(d.port.GID, attr.DestGID)
-	h, err := C.ipoibd_create_ah(d.pd, (*C.uint8_t)(unsafe.Pointer(&gid[0])), C.uint8_t(d.gidIndex), C.uint8_t(d.hopLimit(gid)), C.uint8_t(d.portNum))
+	var h *C.struct_ibv_ah
+	var err error
+	if p, ok := d.ibPath(attr.Path); ok {
+		h, err = C.ipoibd_create_ib_ah(d.pd, (*C.uint8_t)(unsafe.Pointer(&gid[0])), C.uint8_t(d.gidIndex), C.uint8_t(d.portNum), &p)
+	} else {
+		h, err = C.ipoibd_create_ah(d.pd, (*C.uint8_t)(unsafe.Pointer(&gid[0])), C.uint8_t(d.gidIndex), C.uint8_t(d.hopLimit(gid)), C.uint8_t(d.portNum))
+	}
 	if h == nil {
 		return nil, verbError(fmt.Sprintf("ibv_create_ah %v", gid), cgoErrno(err))
 	}
@@ -66,6 +82,24 @@ func (d *Device) hopLimit(gid ib.GID) int {
 		return 1
 	}
 	return 64
+}
+
+// ibPath is p for the C helpers when the port is InfiniBand and p names a
+// LID; otherwise (RoCE, or the zero path) the GID-only address is used as
+// before, so a RoCE port never sees the path.
+func (d *Device) ibPath(p ib.Path) (C.struct_ipoibd_ib_path, bool) {
+	if d.ethernet || !p.LIDRouted() {
+		return C.struct_ipoibd_ib_path{}, false
+	}
+	grh := 0
+	if p.GRH {
+		grh = 1
+	}
+	return C.struct_ipoibd_ib_path{
+		dlid: C.uint16_t(p.DLID), sl: C.uint8_t(p.SL & 0xf), static_rate: C.uint8_t(p.StaticRate & 0x3f),
+		src_path_bits: C.uint8_t(p.SrcPathBits & 0x7f), grh: C.uint8_t(grh), hop_limit: C.uint8_t(p.HopLimit),
+		traffic_class: C.uint8_t(p.TrafficClass), flow_label: C.uint32_t(p.FlowLabel & 0xfffff),
+	}, true
 }
 
 func (a *ah) Attr() ib.AHAttr { return a.attr }

@@ -5,6 +5,7 @@ package verbs
 /*
 #include <string.h>
 #include <infiniband/verbs.h>
+#include "ibpath.h"
 
 // The transitions of ib.QPModify, one helper each so that Go passes plain
 // values and never a struct with unions. All return 0 or an errno value.
@@ -26,18 +27,25 @@ static int ipoibd_qp_init(struct ibv_qp *qp, uint16_t pkey_index, uint8_t port, 
 	return ibv_modify_qp(qp, &a, mask);
 }
 
+// ib is NULL for the GID-only address (RoCE); otherwise the InfiniBand
+// path, and hop_limit is unused.
 static int ipoibd_qp_rtr(struct ibv_qp *qp, const uint8_t *dgid, uint8_t sgid_index, uint8_t hop_limit,
-		uint8_t port, uint32_t dest_qpn, uint32_t rq_psn, int path_mtu, uint8_t min_rnr_timer) {
+		uint8_t port, uint32_t dest_qpn, uint32_t rq_psn, int path_mtu, uint8_t min_rnr_timer,
+		const struct ipoibd_ib_path *ib) {
 	struct ibv_qp_attr a;
 	int mask = IBV_QP_STATE;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTR;
-	if (qp->qp_type != IBV_QPT_UD) {
+	if (qp->qp_type != IBV_QPT_UD && ib != NULL) {
+		ipoibd_ib_av(&a.ah_attr, dgid, sgid_index, port, ib);
+	} else if (qp->qp_type != IBV_QPT_UD) {
 		a.ah_attr.is_global = 1;
 		memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
 		a.ah_attr.grh.sgid_index = sgid_index;
 		a.ah_attr.grh.hop_limit = hop_limit;
 		a.ah_attr.port_num = port;
+	}
+	if (qp->qp_type != IBV_QPT_UD) {
 		a.dest_qp_num = dest_qpn;
 		a.rq_psn = rq_psn;
 		a.path_mtu = (enum ibv_mtu)path_mtu;
@@ -109,8 +117,12 @@ func (q *qp) Modify(m ib.QPModify) error {
 		}
 		mtu := min(m.PathMTU, q.dev.port.ActiveMTU)
 		gid := m.DestGID
+		var path *C.struct_ipoibd_ib_path
+		if p, ok := q.dev.ibPath(m.Path); ok {
+			path = &p
+		}
 		rc = C.ipoibd_qp_rtr(q.qp, (*C.uint8_t)(unsafe.Pointer(&gid[0])), C.uint8_t(q.dev.gidIndex), C.uint8_t(q.dev.hopLimit(gid)),
-			C.uint8_t(q.dev.portNum), C.uint32_t(m.DestQPN&ib.QPNMask), C.uint32_t(m.RecvPSN&0xffffff), C.int(mtu), C.uint8_t(m.MinRNRTmr&31))
+			C.uint8_t(q.dev.portNum), C.uint32_t(m.DestQPN&ib.QPNMask), C.uint32_t(m.RecvPSN&0xffffff), C.int(mtu), C.uint8_t(m.MinRNRTmr&31), path)
 	case ib.StateRTS:
 		if from == ib.StateRTS {
 			return nil // verbs cannot change the PSN or retry limits of a QP in RTS
