@@ -8,7 +8,7 @@ import (
 func addGoldenSeeds(f *testing.F) {
 	gs := goldens(f)
 	for _, name := range goldenNames(gs) {
-		w := unhex(f, gs[name].hex)
+		w := gs[name].mad(f)
 		f.Add(w)
 		f.Add(w[:MADLen-1])
 		f.Add(w[:HeaderLen])

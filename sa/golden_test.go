@@ -8,17 +8,6 @@ import (
 	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
-// unhex reads a golden vector (testutil.Unhex) and pads it with zeros to a
-// whole MAD.
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	b := testutil.Unhex(t, s)
-	if len(b) > MADLen {
-		t.Fatalf("golden of %d octets", len(b))
-	}
-	return append(b, make([]byte, MADLen-len(b))...)
-}
-
 var gid = testutil.MustGID
 
 // golden is one MAD written octet by octet from the layouts in IBA ch.15
@@ -29,6 +18,17 @@ type golden struct {
 	hdr  Header
 	rec  Record
 	resv map[int]byte // reserved bits of the record, by record octet
+}
+
+// mad is the golden's MAD: its vector (testutil.Unhex) padded with zeros,
+// since a vector stops where its record does.
+func (g golden) mad(tb testing.TB) []byte {
+	tb.Helper()
+	b := testutil.Unhex(tb, g.hex)
+	if len(b) > MADLen {
+		tb.Fatalf("golden of %d octets", len(b))
+	}
+	return append(b, make([]byte, MADLen-len(b))...)
 }
 
 var (
@@ -152,7 +152,7 @@ func TestGoldenDecode(t *testing.T) {
 	gs := goldens(t)
 	for _, name := range goldenNames(gs) {
 		g := gs[name]
-		h, data, err := DecodeMAD(unhex(t, g.hex))
+		h, data, err := DecodeMAD(g.mad(t))
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -183,7 +183,7 @@ func TestGoldenEncode(t *testing.T) {
 	gs := goldens(t)
 	for _, name := range goldenNames(gs) {
 		g := gs[name]
-		want := unhex(t, g.hex)
+		want := g.mad(t)
 		// Stale octets must not survive in reserved places or after the
 		// record, and nothing past the MAD may be written.
 		b := bytes.Repeat([]byte{0xee}, MADLen+8)
@@ -222,7 +222,7 @@ func TestEveryRecordBitCarriedOrReserved(t *testing.T) {
 		if g.resv == nil {
 			continue
 		}
-		wire := unhex(t, g.hex)
+		wire := g.mad(t)
 		rec := wire[HeaderLen : HeaderLen+g.rec.Len()]
 		for i := range rec {
 			for m := byte(0x80); m != 0; m >>= 1 {

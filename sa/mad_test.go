@@ -9,14 +9,8 @@ import (
 	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
-// wantField checks one case's error in a subtest of its own.
-func wantField(t *testing.T, name string, err error, field string) {
-	t.Helper()
-	t.Run(name, func(t *testing.T) { testutil.WantField(t, err, "", field) })
-}
-
 func TestDecodeMADErrors(t *testing.T) {
-	w := unhex(t, goldens(t)["path get"].hex)
+	w := goldens(t)["path get"].mad(t)
 	edit := func(at map[int]byte) []byte {
 		b := bytes.Clone(w)
 		for i, v := range at {
@@ -39,11 +33,13 @@ func TestDecodeMADErrors(t *testing.T) {
 		{"class version 1", edit(map[int]byte{2: 1}), "ClassVersion"},
 	}
 	for _, tt := range tests {
-		_, data, err := DecodeMAD(tt.wire)
-		wantField(t, tt.name, err, tt.field)
-		if data != nil {
-			t.Errorf("%s: data returned with the error", tt.name)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			_, data, err := DecodeMAD(tt.wire)
+			testutil.WantField(t, err, "", tt.field)
+			if data != nil {
+				t.Error("data returned with the error")
+			}
+		})
 	}
 	// The header comes back with a framing error, to match the answer by TID.
 	h, _, err := DecodeMAD(edit(map[int]byte{2: 1}))
@@ -76,28 +72,31 @@ func TestEncodeFieldErrors(t *testing.T) {
 		{"mcm join state", &MCMemberRecord{JoinState: 16}, "JoinState"},
 	}
 	for _, tt := range tests {
-		b := bytes.Repeat([]byte{0xee}, MADLen)
-		err := Request{Method: MethodGet, Record: tt.rec}.MarshalMAD(b)
-		wantField(t, tt.name, err, tt.field)
-		if !bytes.Equal(b, bytes.Repeat([]byte{0xee}, MADLen)) {
-			t.Errorf("%s: wrote the buffer despite the error", tt.name)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			b := bytes.Repeat([]byte{0xee}, MADLen)
+			err := Request{Method: MethodGet, Record: tt.rec}.MarshalMAD(b)
+			testutil.WantField(t, err, "", tt.field)
+			if !bytes.Equal(b, bytes.Repeat([]byte{0xee}, MADLen)) {
+				t.Error("wrote the buffer despite the error")
+			}
+		})
 	}
-	short := []struct {
-		name string
-		err  error
+	others := []struct {
+		name  string
+		err   error
+		field string
 	}{
-		{"path buffer", (&PathRecord{}).Encode(make([]byte, PathRecordLen-1))},
-		{"mcm buffer", (&MCMemberRecord{}).Encode(make([]byte, MCMemberRecordLen-1))},
-		{"header buffer", Header{}.Encode(make([]byte, HeaderLen-1))},
-		{"MAD buffer", Request{Record: &PathRecord{}}.MarshalMAD(make([]byte, MADLen-1))},
+		{"path buffer", (&PathRecord{}).Encode(make([]byte, PathRecordLen-1)), "buffer"},
+		{"mcm buffer", (&MCMemberRecord{}).Encode(make([]byte, MCMemberRecordLen-1)), "buffer"},
+		{"header buffer", Header{}.Encode(make([]byte, HeaderLen-1)), "buffer"},
+		{"MAD buffer", Request{Record: &PathRecord{}}.MarshalMAD(make([]byte, MADLen-1)), "buffer"},
+		{"no record", Request{}.MarshalMAD(make([]byte, MADLen)), "record"},
+		{"RRespTime", Header{RMPP: RMPP{RespTime: 32}}.Encode(make([]byte, HeaderLen)), "RRespTime"},
+		{"RMPPFlags", Header{RMPP: RMPP{Flags: 8}}.Encode(make([]byte, HeaderLen)), "RMPPFlags"},
 	}
-	for _, s := range short {
-		wantField(t, s.name, s.err, "buffer")
+	for _, tt := range others {
+		t.Run(tt.name, func(t *testing.T) { testutil.WantField(t, tt.err, "", tt.field) })
 	}
-	wantField(t, "no record", Request{}.MarshalMAD(make([]byte, MADLen)), "record")
-	wantField(t, "RRespTime", Header{RMPP: RMPP{RespTime: 32}}.Encode(make([]byte, HeaderLen)), "RRespTime")
-	wantField(t, "RMPPFlags", Header{RMPP: RMPP{Flags: 8}}.Encode(make([]byte, HeaderLen)), "RMPPFlags")
 	if _, err := DecodePathRecord(make([]byte, PathRecordLen-1)); err == nil {
 		t.Error("short PathRecord decoded")
 	}

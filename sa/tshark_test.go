@@ -22,7 +22,7 @@ func TestTsharkDecodesSAMADs(t *testing.T) {
 	names := goldenNames(gs)
 	var frames [][]byte
 	for _, n := range names {
-		frames = append(frames, ibFrame(unhex(t, gs[n].hex)))
+		frames = append(frames, ibFrame(gs[n].mad(t)))
 	}
 	common := []string{"infiniband.mad.mgmtclass", "infiniband.mad.method", "infiniband.mad.status", "infiniband.mad.transactionid",
 		"infiniband.mad.attributeid", "infiniband.rmpp.rmppversion", "infiniband.sa.attributeoffset", "infiniband.sa.componentmask"}
