@@ -17,7 +17,7 @@ import (
 // new ones.
 func (c *control) refreshAddrs() {
 	i := c.i
-	addrs, err := i.tun.Addrs()
+	addrs, err := i.netdev.Addrs()
 	if err != nil {
 		i.log.Warn("reading addresses", "err", err)
 		return
@@ -70,7 +70,7 @@ func (c *control) syncGroups() {
 			add(neigh.SolicitedNode(p.Addr()))
 		}
 	}
-	kernel, err := i.kernelGroups()
+	kernel, err := i.netdev.Groups()
 	if err != nil {
 		i.log.Warn("reading the kernel's multicast groups", "err", err)
 	}

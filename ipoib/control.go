@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/mtu"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // Timers of the control goroutine (resolution's own are neigh's).
@@ -76,27 +73,9 @@ func (i *Interface) controlLoop() {
 	c := &i.ctl
 	tick := time.NewTicker(tickInterval)
 	defer tick.Stop()
-	addrUpdates := make(chan netlink.AddrUpdate, 16)
-	linkUpdates := make(chan netlink.LinkUpdate, 16)
-	routeUpdates := make(chan netlink.RouteUpdate, 64)
 	stop := make(chan struct{})
 	defer close(stop)
-	// Subscriptions in the TUN's namespace, whatever thread runs this.
-	// Without --netns it is the daemon's own, and entering it (setns)
-	// would need CAP_SYS_ADMIN, which the service unit does not grant.
-	var ns *netns.NsHandle
-	if i.cfg.Netns != "" {
-		ns = &i.netns
-	}
-	if err := netlink.AddrSubscribeWithOptions(addrUpdates, stop, netlink.AddrSubscribeOptions{Namespace: ns}); err != nil {
-		i.log.Warn("address changes will not be followed", "err", err)
-	}
-	if err := netlink.LinkSubscribeWithOptions(linkUpdates, stop, netlink.LinkSubscribeOptions{Namespace: ns}); err != nil {
-		i.log.Warn("link changes (MTU, down/up) will not be followed", "err", err)
-	}
-	if err := netlink.RouteSubscribeWithOptions(routeUpdates, stop, netlink.RouteSubscribeOptions{Namespace: ns}); err != nil {
-		i.log.Warn("route changes will not be followed", "err", err)
-	}
+	linkEvents := i.netdev.Watch(stop)
 	// The connection service: its input (MADs, the kernel CM's events)
 	// wakes the loop, and its timers run when its Next says.
 	var cmWake <-chan struct{}
@@ -141,36 +120,9 @@ func (i *Interface) controlLoop() {
 		case now := <-cmTimer.C:
 			c.now, cmAt = now, time.Time{}
 			i.mgr.Expire(c.now)
-		case u, ok := <-addrUpdates:
-			if !ok {
-				// netlink gave up on the subscription: read the
-				// addresses on every tick instead.
-				i.log.Warn("address subscription ended; polling addresses")
-				addrUpdates, c.pollAddrs = nil, true
-				continue
-			}
-			if u.LinkIndex == i.tun.Index() {
-				c.refreshAddrs()
-			}
-		case u, ok := <-linkUpdates:
-			if !ok {
-				i.log.Warn("link subscription ended; MTU and down/up are no longer followed")
-				linkUpdates = nil
-				continue
-			}
+		case u := <-linkEvents:
 			c.now = time.Now()
-			c.linkChanged(u)
-		case u, ok := <-routeUpdates:
-			// Our own MTU host routes change nothing about next hops. If
-			// the subscription ends, next hops are no longer cached.
-			if !ok {
-				i.log.Warn("route subscription ended; next hops are looked up per packet")
-				routeUpdates, c.noViaCache = nil, true
-				continue
-			}
-			if u.Protocol != mtu.Protocol {
-				i.neigh.ClearVia()
-			}
+			c.followLink(u)
 		case now := <-tick.C:
 			c.now = now
 			c.tick()

@@ -37,7 +37,6 @@ import (
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/tun"
 	"github.com/ipoibd/ipoibd/ud"
@@ -116,6 +115,8 @@ type Config struct {
 	// with its own transmit slots (default: one per CPU, at most
 	// DefaultMaxQueues; at most MaxQueues).
 	Queues int
+	// Netdev opens the interface in the kernel (default OpenTUN).
+	Netdev func(tun.Config) (Netdev, error)
 	Log    *slog.Logger
 }
 
@@ -131,7 +132,7 @@ type Interface struct {
 
 	linkLocal netip.Prefix // RFC 4391's, from the port GID
 
-	tun    *tun.Device
+	netdev Netdev
 	netns  netns.NsHandle // the namespace the interface lives in
 	slots  *slots
 	sendCQ ib.CQ
@@ -142,7 +143,7 @@ type Interface struct {
 
 	neigh  *neigh.Table
 	mgr    *cm.Manager // nil in datagram mode
-	routes *mtu.Routes // per-destination MTUs (host routes where a path's is below the link's)
+	routes Routes      // per-destination MTUs (host routes where a path's is below the link's)
 
 	// Datapath → control.
 	pending   chan pendingPacket
@@ -214,11 +215,15 @@ func New(cfg Config) (_ *Interface, err error) {
 	}
 	i.local.QPN, i.local.GID = i.udQP.Num(), i.port.GID
 	i.linkLocal = tun.LinkLocal(interfaceID(i.port.GID))
-	if i.tun, err = tun.Open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns, Offload: !cfg.NoOffload, Queues: i.cfg.Queues}); err != nil {
+	open := cfg.Netdev
+	if open == nil {
+		open = OpenTUN
+	}
+	if i.netdev, err = open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns, Offload: !cfg.NoOffload, Queues: i.cfg.Queues}); err != nil {
 		return nil, err
 	}
-	i.rxBuf.groOn, _ = i.tun.Offloads()
-	i.routes = mtu.NewRoutesAt(i.tun.Netlink(), i.tun.Index())
+	i.rxBuf.groOn, _ = i.netdev.Offloads()
+	i.routes = i.netdev.Routes()
 	if cfg.Mode == Connected {
 		if i.mgr, err = i.openCM(); err != nil {
 			return nil, err
@@ -346,36 +351,12 @@ func (i *Interface) openCM() (*cm.Manager, error) {
 
 // InNetns runs f on a thread in the interface's network namespace, for
 // what is bound to a namespace when made (sockets, /proc/thread-self/net).
-// Without --netns that is the daemon's own and f runs as is. The thread
-// that entered another namespace stays locked, so the runtime discards it
-// afterwards instead of reusing it.
+// Without --netns that is the daemon's own and f runs as is.
 func (i *Interface) InNetns(f func() error) error {
 	if i.cfg.Netns == "" {
 		return f()
 	}
-	done := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(i.netns); err != nil {
-			done <- fmt.Errorf("entering the interface's network namespace: %w", err)
-			return
-		}
-		done <- f()
-	}()
-	return <-done
-}
-
-// kernelGroups reads the multicast groups the kernel joined on the TUN.
-func (i *Interface) kernelGroups() (groups []netip.Addr, err error) {
-	procNet := "/proc/net"
-	if i.cfg.Netns != "" {
-		procNet = "/proc/thread-self/net"
-	}
-	err = i.InNetns(func() error {
-		groups, err = ud.KernelGroups(procNet, i.tun.Name())
-		return err
-	})
-	return groups, err
+	return inNetns(&i.netns, f)
 }
 
 // interfaceID is the IPv6 interface identifier of an IPoIB interface (RFC
@@ -459,8 +440,8 @@ func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
 func (i *Interface) Start() {
 	i.started.Store(true)
 	i.ctl.init(i)
-	i.wg.Add(2 + i.tun.Queues())
-	for q := range i.tun.Queues() {
+	i.wg.Add(2 + i.netdev.Queues())
+	for q := range i.netdev.Queues() {
 		r := &txReader{queue: q, slots: &i.slots.tx[q]}
 		go func() { defer i.wg.Done(); i.txLoop(r) }()
 	}
@@ -484,7 +465,7 @@ func (i *Interface) Close() {
 		i.stopping.Store(true)
 		i.rxMu.Unlock()
 		close(i.done)
-		_ = i.tun.Close() // unblocks the TUN reader
+		_ = i.netdev.Close() // unblocks the TUN reader
 		i.wg.Wait()
 		i.release()
 	})
@@ -492,8 +473,8 @@ func (i *Interface) Close() {
 
 // release closes what New opened, in reverse order.
 func (i *Interface) release() {
-	if i.tun != nil {
-		_ = i.tun.Close()
+	if i.netdev != nil {
+		_ = i.netdev.Close()
 	}
 	if i.mgr != nil {
 		_ = i.mgr.Service().Close()
@@ -532,7 +513,7 @@ func (i *Interface) do(f func()) {
 func (i *Interface) LinkAddr() ib.LinkAddr { return i.local }
 
 // Name returns the interface name.
-func (i *Interface) Name() string { return i.tun.Name() }
+func (i *Interface) Name() string { return i.netdev.Name() }
 
 // PKey returns the interface's partition key.
 func (i *Interface) PKey() ib.PKey { return i.pkey }

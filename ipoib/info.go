@@ -109,7 +109,7 @@ func (i *Interface) Show() Info {
 }
 
 func (i *Interface) offloads() string {
-	tso, uso := i.tun.Offloads()
+	tso, uso := i.netdev.Offloads()
 	switch {
 	case tso && uso:
 		return "tso,uso,gro"

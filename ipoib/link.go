@@ -1,12 +1,10 @@
 package ipoib
 
 import (
-	"net"
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/vishvananda/netlink"
 )
 
 // This file follows the interface's link as an operator changes it, and its
@@ -17,22 +15,43 @@ import (
 //     our host routes are put back;
 //   - LOWER_UP follows the port (softib: its underlay interface).
 
-// linkChanged applies a link notification for the TUN.
-func (c *control) linkChanged(u netlink.LinkUpdate) {
+// followLink applies one change Netdev.Watch reports. When a kind of
+// change is no longer reported: addresses are read on every tick instead,
+// next hops are no longer cached, and the MTU and up/down no longer
+// followed.
+func (c *control) followLink(u LinkEvent) {
 	i := c.i
-	a := u.Link.Attrs()
-	if a == nil || a.Index != i.tun.Index() {
-		return
+	switch u.Change {
+	case AddrsChanged:
+		c.refreshAddrs()
+	case LinkState:
+		c.linkChanged(u)
+	case RoutesChanged:
+		i.neigh.ClearVia()
+	case AddrsUnwatched:
+		i.log.Warn("address changes are not followed; polling addresses", "err", u.Err)
+		c.pollAddrs = true
+	case LinkUnwatched:
+		i.log.Warn("link changes (MTU, down/up) are not followed", "err", u.Err)
+	case RoutesUnwatched:
+		i.log.Warn("route changes are not followed; next hops are looked up per packet", "err", u.Err)
+		c.noViaCache = true
+		i.neigh.ClearVia()
 	}
+}
+
+// linkChanged applies a change of the link's MTU or up/down state.
+func (c *control) linkChanged(u LinkEvent) {
+	i := c.i
 	republish := false
-	if a.MTU > 0 && a.MTU != i.mtu {
-		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", a.MTU)
-		i.mtu = a.MTU
+	if u.MTU > 0 && u.MTU != i.mtu {
+		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)
+		i.mtu = u.MTU
 		republish = true
 	}
-	up := a.Flags&net.FlagUp != 0
+	up := u.Up
 	if up && !c.linkUp {
-		n, err := i.tun.EnsureAddrs(i.ownAddrs())
+		n, err := i.netdev.EnsureAddrs(i.ownAddrs())
 		if err != nil {
 			i.log.Warn("restoring addresses after link up", "err", err)
 		}
@@ -83,7 +102,7 @@ func (c *control) followPort() {
 	if active == c.carrier {
 		return
 	}
-	if err := i.tun.SetCarrier(active); err != nil {
+	if err := i.netdev.SetCarrier(active); err != nil {
 		i.log.Warn("setting the carrier", "err", err)
 		return
 	}

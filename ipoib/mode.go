@@ -42,7 +42,7 @@ func (c *control) setMode(m Mode) error {
 	if m == Datagram {
 		mtu = min(i.mtu, i.udMTU)
 	}
-	if err := i.tun.SetMTU(mtu); err != nil {
+	if err := i.netdev.SetMTU(mtu); err != nil {
 		return fmt.Errorf("setting the MTU to %d: %w", mtu, err)
 	}
 	i.datagram.Store(m == Datagram)

@@ -60,16 +60,10 @@ func (c *control) nextHop(dst netip.Addr) (netip.Addr, bool) {
 	if _, ok := c.onLink(dst); ok {
 		return dst, true
 	}
-	routes, err := c.i.tun.Netlink().RouteGet(dst.AsSlice())
-	if err != nil || len(routes) == 0 {
+	gw, ok := c.i.netdev.Gateway(dst)
+	if !ok {
 		return netip.Addr{}, false
 	}
-	r := routes[0]
-	gw, ok := netip.AddrFromSlice(r.Gw)
-	if !ok || r.LinkIndex != c.i.tun.Index() {
-		return netip.Addr{}, false
-	}
-	gw = gw.Unmap()
 	if _, ok := c.onLink(gw); !ok {
 		return netip.Addr{}, false
 	}

@@ -151,7 +151,7 @@ func (i *Interface) deliver(pkt []byte) {
 			}
 		}
 	}
-	if _, err := i.tun.Write(pkt); err != nil {
+	if _, err := i.netdev.Write(pkt); err != nil {
 		i.ctr.inc(rxDropTUN)
 		return
 	}
@@ -172,9 +172,9 @@ func (i *Interface) flushCoalesced() {
 	h, parts := r.gro.Flush()
 	var err error
 	if held == 1 {
-		_, err = i.tun.Write(parts[0])
+		_, err = i.netdev.Write(parts[0])
 	} else {
-		_, err = i.tun.WriteGSO(h, parts)
+		_, err = i.netdev.WriteGSO(h, parts)
 	}
 	if err != nil {
 		i.ctr.add(rxDropTUN, uint64(held))

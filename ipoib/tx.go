@@ -33,7 +33,7 @@ func (i *Interface) txLoop(r *txReader) {
 			return
 		}
 		buf := i.slots.bytes(slot)
-		n, err := i.tun.Read(r.queue, buf[ud.HeaderLen:ud.HeaderLen+maxSuperPacket], &r.hdr)
+		n, err := i.netdev.Read(r.queue, buf[ud.HeaderLen:ud.HeaderLen+maxSuperPacket], &r.hdr)
 		if err != nil {
 			r.slots.put(slot)
 			select {
@@ -172,7 +172,7 @@ func (i *Interface) tooBig(slot uint32, n, pathMTU int) {
 	end := ud.HeaderLen + n
 	m, err := mtu.TooBig(buf[end:], buf[ud.HeaderLen:end], pathMTU, netip.Addr{})
 	if err == nil {
-		if _, err = i.tun.Write(buf[end : end+m]); err == nil {
+		if _, err = i.netdev.Write(buf[end : end+m]); err == nil {
 			i.ctr.inc(txICMPTooBig)
 		}
 	}

@@ -54,7 +54,7 @@ func (c *control) unreachable(slot uint32, n int) {
 	if c.unreach.take(c.now, unreachRate, unreachBurst) {
 		buf := i.slots.bytes(slot)
 		if m, err := mtu.Unreachable(buf[n:], buf[ud.HeaderLen:n], netip.Addr{}); err == nil {
-			if _, err := i.tun.Write(buf[n : n+m]); err == nil {
+			if _, err := i.netdev.Write(buf[n : n+m]); err == nil {
 				i.ctr.inc(txUnreachable)
 			}
 		}
