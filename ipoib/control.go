@@ -105,12 +105,12 @@ func (i *Interface) controlLoop() {
 			c.connect(e)
 		case m := <-i.rxReply:
 			c.now = time.Now()
-			c.handleControlPacket(&m)
+			c.handleNeighPacket(&m)
 		case m := <-i.rxSolicit:
 			// Learning waits for what resolution of traffic needs.
 			c.urgent()
 			c.now = time.Now()
-			c.handleControlPacket(&m)
+			c.handleNeighPacket(&m)
 		case f := <-i.sendFail:
 			c.now = time.Now()
 			c.sendFailed(f)
@@ -145,7 +145,7 @@ func (c *control) urgent() {
 			c.handlePending(p)
 		case m := <-i.rxReply:
 			c.now = time.Now()
-			c.handleControlPacket(&m)
+			c.handleNeighPacket(&m)
 		case f := <-i.sendFail:
 			c.now = time.Now()
 			c.sendFailed(f)

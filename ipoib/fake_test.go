@@ -313,13 +313,13 @@ func TestFakeDrops(t *testing.T) {
 	ns[6], ns[40] = 58, 135
 	rawTo := func(from, to *fakeHost, raw []byte) {
 		from.do(func() {
-			slot, buf, ok := from.ctl.ctlSlot()
+			slot, buf, ok := from.ctl.neighSlot()
 			if !ok {
 				t.Error("no control slot")
 				return
 			}
 			n := copy(buf, raw)
-			from.ctl.sendControl(slot, n, to.local, true, netip.Addr{})
+			from.ctl.sendNeigh(slot, n, to.local, true, netip.Addr{})
 		})
 	}
 	for _, tc := range []struct {

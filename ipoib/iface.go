@@ -1,6 +1,7 @@
-// Package ipoib is one IPoIB interface: it wires the TUN device, the UD
-// endpoint, neighbor resolution, the connection manager and per-destination
-// MTUs together over an ib.Device, and runs the datapath.
+// Package ipoib is one IPoIB interface: it wires the kernel's network
+// device (a TUN, behind Netdev), the UD endpoint, neighbor resolution, the
+// connection manager and per-destination MTUs together over an ib.Device,
+// and runs the datapath.
 //
 // Goroutines: the TUN reader (transmit, which also reaps send
 // completions), the receive-completion loop, and one control goroutine that
@@ -10,6 +11,9 @@
 //
 // Files, by concern:
 //   - iface.go: opening and closing; mode.go: the run-time mode switch
+//   - netdev.go: the kernel side, Packets and Link: a TUN device and its
+//     netlink in the daemon, a channel-backed fake in tests (fake_test.go
+//     runs the interface's behaviours as an ordinary user)
 //   - tx.go, rx.go, slots.go, packet.go: the datapath, one file per direction
 //   - control.go: the control goroutine's loop and timers
 //   - pending.go: packets waiting for a neighbor or a connection
@@ -148,8 +152,8 @@ type Interface struct {
 	// Datapath → control.
 	pending   chan pendingPacket
 	wantConn  chan *neigh.Entry
-	rxReply   chan ctlPacket // ARP replies, NAs: answers our traffic waits for
-	rxSolicit chan ctlPacket // ARP requests, NSs and the rest: learning
+	rxReply   chan neighPacket // ARP replies, NAs: answers our traffic waits for
+	rxSolicit chan neighPacket // ARP requests, NSs and the rest: learning
 	sendFail  chan sendFailure
 	requests  chan func()
 
@@ -183,8 +187,8 @@ type pendingPacket struct {
 	dst  netip.Addr
 }
 
-// ctlPacket is an ARP or ND packet copied off the receive path.
-type ctlPacket struct {
+// neighPacket is an ARP or ND packet copied off the receive path.
+type neighPacket struct {
 	etherType uint16
 	n         int
 	src       ib.LinkAddr // UD source: QPN and GID
@@ -267,8 +271,8 @@ func settle(cfg Config) (*Interface, error) {
 		udMTU:     ud.MTUForIB(port.ActiveMTU),
 		pending:   make(chan pendingPacket, 1024),
 		wantConn:  make(chan *neigh.Entry, 256),
-		rxReply:   make(chan ctlPacket, 256),
-		rxSolicit: make(chan ctlPacket, 256),
+		rxReply:   make(chan neighPacket, 256),
+		rxSolicit: make(chan neighPacket, 256),
 		sendFail:  make(chan sendFailure, 64),
 		requests:  make(chan func()),
 		mcastAHs:  map[netip.Addr]mcastDest{},
@@ -393,7 +397,7 @@ func (i *Interface) openQueues() error {
 	if i.srq, err = i.dev.CreateSRQ(ib.SRQAttr{MaxWR: numSRQRx, Limit: numSRQRx / 4}); err != nil {
 		return err
 	}
-	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.recvCQ, MaxSend: numTx + numCtl, MaxRecv: numUDRx}); err != nil {
+	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.recvCQ, MaxSend: numTx + numNeighTx, MaxRecv: numUDRx}); err != nil {
 		return err
 	}
 	for _, m := range []ib.QPModify{

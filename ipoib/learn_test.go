@@ -18,16 +18,16 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 	node := ib.LinkAddr{Flags: ib.FlagRC, QPN: 0x4242, GID: ib.GIDFromAddr(netip.MustParseAddr("10.77.0.50"))}
 	other := node
 	other.GID[15]++ // another node: a claim the sender cannot make
-	arp := func(sender netip.Addr, hw ib.LinkAddr, target netip.Addr) ctlPacket {
-		m := ctlPacket{etherType: ud.EtherTypeARP, n: neigh.ARPLen, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
+	arp := func(sender netip.Addr, hw ib.LinkAddr, target netip.Addr) neighPacket {
+		m := neighPacket{etherType: ud.EtherTypeARP, n: neigh.ARPLen, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
 		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: hw, SenderIP: sender, TargetIP: target}
 		if err := a.Encode(m.data[:]); err != nil {
 			t.Fatal(err)
 		}
 		return m
 	}
-	ns := func(src netip.Addr, hw ib.LinkAddr, target netip.Addr) ctlPacket {
-		m := ctlPacket{etherType: ud.EtherTypeIPv6, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
+	ns := func(src netip.Addr, hw ib.LinkAddr, target netip.Addr) neighPacket {
+		m := neighPacket{etherType: ud.EtherTypeIPv6, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
 		// DAD (from ::) carries no link address.
 		nm := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: target, LinkAddr: hw, HasLinkAddr: !src.IsUnspecified()}
 		n, err := nm.EncodeIPv6(m.data[:], src, neigh.SolicitedNode(target))
@@ -39,7 +39,7 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name      string
-		pkt       ctlPacket
+		pkt       neighPacket
 		counter   counter
 		candidate netip.Addr // learned, or the zero Addr
 	}{
@@ -56,7 +56,7 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 			entries, routes := 0, 0
 			var cand *neigh.CandidateInfo
 			p.a.do(func() {
-				p.a.ctl.handleControlPacket(&tc.pkt)
+				p.a.ctl.handleNeighPacket(&tc.pkt)
 				entries = len(p.a.neigh.All())
 				for _, c := range p.a.neigh.Candidates() {
 					if c.IP == tc.candidate {
@@ -80,13 +80,13 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 	}
 	// One node teaches LearnBurst at once; the rest are answered, not learned.
 	limited := p.a.ctr[learnLimited].Load()
-	var burst []ctlPacket
+	var burst []neighPacket
 	for k := range 2 * neigh.LearnBurst {
 		burst = append(burst, arp(netip.AddrFrom4([4]byte{192, 168, 9, byte(100 + k)}), node, ours4))
 	}
 	p.a.do(func() {
 		for k := range burst {
-			p.a.ctl.handleControlPacket(&burst[k])
+			p.a.ctl.handleNeighPacket(&burst[k])
 		}
 	})
 	// Two were taught above, by the same node.

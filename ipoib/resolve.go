@@ -50,8 +50,8 @@ func (c *control) announce(ip netip.Addr) {
 	}
 }
 
-// handleControlPacket processes an ARP or ND packet from the fabric.
-func (c *control) handleControlPacket(m *ctlPacket) {
+// handleNeighPacket processes an ARP or ND packet from the fabric.
+func (c *control) handleNeighPacket(m *neighPacket) {
 	pkt := m.data[:m.n]
 	if m.etherType == ud.EtherTypeARP {
 		c.handleARP(pkt, m.src)
@@ -146,7 +146,7 @@ func (c *control) handleND(pkt []byte, from ib.LinkAddr) {
 }
 
 func (c *control) sendARP(a *neigh.ARP, to ib.LinkAddr, unicast bool) {
-	slot, buf, ok := c.ctlSlot()
+	slot, buf, ok := c.neighSlot()
 	if !ok {
 		return
 	}
@@ -156,11 +156,11 @@ func (c *control) sendARP(a *neigh.ARP, to ib.LinkAddr, unicast bool) {
 	}
 	_ = ud.PutHeader(buf, ud.EtherTypeARP)
 	c.i.ctr.inc(arpOut)
-	c.sendControl(slot, ud.HeaderLen+neigh.ARPLen, to, unicast, netip.Addr{})
+	c.sendNeigh(slot, ud.HeaderLen+neigh.ARPLen, to, unicast, netip.Addr{})
 }
 
 func (c *control) sendND(m *neigh.NeighborMessage, src, dst netip.Addr, to ib.LinkAddr, unicast bool) {
-	slot, buf, ok := c.ctlSlot()
+	slot, buf, ok := c.neighSlot()
 	if !ok {
 		return
 	}
@@ -171,12 +171,12 @@ func (c *control) sendND(m *neigh.NeighborMessage, src, dst netip.Addr, to ib.Li
 	}
 	_ = ud.PutHeader(buf, ud.EtherTypeIPv6)
 	c.i.ctr.inc(ndOut)
-	c.sendControl(slot, ud.HeaderLen+n, to, unicast, dst)
+	c.sendNeigh(slot, ud.HeaderLen+n, to, unicast, dst)
 }
 
-// sendControl posts a control packet: unicast to a link address, to the
+// sendNeigh posts an ARP or ND packet: unicast to a link address, to the
 // multicast group of group (IPv6), or to the broadcast group.
-func (c *control) sendControl(slot uint32, n int, to ib.LinkAddr, unicast bool, group netip.Addr) {
+func (c *control) sendNeigh(slot uint32, n int, to ib.LinkAddr, unicast bool, group netip.Addr) {
 	i := c.i
 	switch {
 	case unicast:
@@ -199,10 +199,10 @@ func (c *control) sendControl(slot uint32, n int, to ib.LinkAddr, unicast bool, 
 	i.postBatch(&c.sends)
 }
 
-func (c *control) ctlSlot() (uint32, []byte, bool) {
-	slot, ok := c.i.slots.ctl.tryGet()
+func (c *control) neighSlot() (uint32, []byte, bool) {
+	slot, ok := c.i.slots.neigh.tryGet()
 	if !ok && c.i.reapSends(&c.wc) {
-		slot, ok = c.i.slots.ctl.tryGet()
+		slot, ok = c.i.slots.neigh.tryGet()
 	}
 	if !ok {
 		c.i.ctr.inc(ctlDropBusy)

@@ -189,7 +189,7 @@ func (i *Interface) flushCoalesced() {
 
 // controlPacket copies an ARP or ND packet for the control goroutine.
 func (i *Interface) controlPacket(etherType uint16, pkt []byte, c *ib.Completion) {
-	var m ctlPacket
+	var m neighPacket
 	if len(pkt) > len(m.data) {
 		i.ctr.inc(rxDropMalformed)
 		return

@@ -24,18 +24,18 @@ const (
 // grow with the number of peers. UD has no flow control: its ring must
 // absorb a TCP burst while the receive loop writes to the TUN.
 const (
-	numTx    = 256
-	numCtl   = 32
-	numSRQRx = 256
-	numUDRx  = 2048
+	numTx      = 256
+	numNeighTx = 32
+	numSRQRx   = 256
+	numUDRx    = 2048
 )
 
 const (
-	firstCtl   = numTx
-	firstSRQRx = firstCtl + numCtl
-	firstUDRx  = firstSRQRx + numSRQRx
-	numSlots   = firstUDRx + numUDRx
-	slabSize   = firstUDRx*slotSize + numUDRx*udSlotSize
+	firstNeighTx = numTx
+	firstSRQRx   = firstNeighTx + numNeighTx
+	firstUDRx    = firstSRQRx + numSRQRx
+	numSlots     = firstUDRx + numUDRx
+	slabSize     = firstUDRx*slotSize + numUDRx*udSlotSize
 )
 
 type slots struct {
@@ -43,7 +43,7 @@ type slots struct {
 	mr    ib.MR
 	tx    []pool // one per TUN queue: its reader takes only from its own
 	txPer uint32 // slots in each
-	ctl   pool
+	neigh pool   // ARP and ND sends of the control goroutine
 }
 
 // newSlots makes the slab with the transmit slots split among queues.
@@ -61,7 +61,7 @@ func newSlots(dev ib.Device, queues int) (*slots, error) {
 	for q := range s.tx {
 		s.tx[q].init(uint32(q)*s.txPer, s.txPer)
 	}
-	s.ctl.init(firstCtl, numCtl)
+	s.neigh.init(firstNeighTx, numNeighTx)
 	return s, nil
 }
 
@@ -93,10 +93,10 @@ func (s *slots) recvSGE(i uint32) ib.SGE {
 
 // free returns a sent slot to its pool.
 func (s *slots) free(i uint32) {
-	if i < firstCtl {
+	if i < firstNeighTx {
 		s.tx[min(i/s.txPer, uint32(len(s.tx)-1))].put(i)
 	} else if i < firstSRQRx {
-		s.ctl.put(i)
+		s.neigh.put(i)
 	}
 }
 
