@@ -14,7 +14,9 @@
 //   - netdev.go: the kernel side, Packets and Link: a TUN device and its
 //     netlink in the daemon, a channel-backed fake in tests (fake_test.go
 //     runs the interface's behaviours as an ordinary user)
-//   - tx.go, rx.go, slots.go, packet.go: the datapath, one file per direction
+//   - tx.go, rx.go: the datapath, one file per direction; post.go: posting
+//     sends in batches and reaping their completions; slots.go: the
+//     registered packet buffers; packet.go: reading IP headers
 //   - control.go: the control goroutine's loop and timers
 //   - pending.go: packets waiting for a neighbor or a connection
 //   - resolve.go: ARP and ND; neighbors.go: what the neighbor state machine

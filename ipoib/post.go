@@ -55,3 +55,32 @@ func (i *Interface) sendConnected(b *sendBatch, slot uint32, n int, p *neigh.Pat
 func (i *Interface) sendUD(b *sendBatch, slot uint32, n int, ah ib.AH, qpn ib.QPN) {
 	i.addSend(b, i.udQP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: ib.DefaultIPoIBQKey})
 }
+
+// reapSends takes send completions off the CQ: their slots go back to the
+// pools, and failures on a connection go to the control goroutine. It is
+// called where a slot is needed (the TUN reader, the control goroutine),
+// not from a goroutine of its own: a wakeup per send costs more than the
+// send on these machines. It reports whether it found any.
+func (i *Interface) reapSends(wc *[rxBatch]ib.Completion) bool {
+	found := false
+	for {
+		n := i.sendCQ.Poll(wc[:])
+		if n == 0 {
+			return found
+		}
+		found = true
+		for k := range wc[:n] {
+			c := &wc[k]
+			i.slots.free(uint32(c.ID))
+			if c.Status == ib.WCSuccess {
+				continue
+			}
+			i.ctr.inc(txErrors)
+			// Flushes follow an error already reported, or our own
+			// teardown.
+			if c.Status != ib.WCFlushError && c.QPN != i.local.QPN {
+				i.connSendFailed(c.QPN, c.Status, true)
+			}
+		}
+	}
+}

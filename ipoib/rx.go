@@ -115,11 +115,11 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 	pkt := msg[ud.HeaderLen:]
 	switch etherType {
 	case ud.EtherTypeARP:
-		i.controlPacket(etherType, pkt, c)
+		i.neighToControl(etherType, pkt, c)
 		return
 	case ud.EtherTypeIPv6:
 		if isND(pkt) {
-			i.controlPacket(etherType, pkt, c)
+			i.neighToControl(etherType, pkt, c)
 			return
 		}
 	case ud.EtherTypeIPv4:
@@ -187,8 +187,8 @@ func (i *Interface) flushCoalesced() {
 	i.ctr.add(rxBytes, bytes)
 }
 
-// controlPacket copies an ARP or ND packet for the control goroutine.
-func (i *Interface) controlPacket(etherType uint16, pkt []byte, c *ib.Completion) {
+// neighToControl copies an ARP or ND packet for the control goroutine.
+func (i *Interface) neighToControl(etherType uint16, pkt []byte, c *ib.Completion) {
 	var m neighPacket
 	if len(pkt) > len(m.data) {
 		i.ctr.inc(rxDropMalformed)
@@ -208,34 +208,5 @@ func (i *Interface) controlPacket(etherType uint16, pkt []byte, c *ib.Completion
 	case i.rxSolicit <- m:
 	default:
 		i.ctr.inc(ctlDropSolicitBusy)
-	}
-}
-
-// reapSends takes send completions off the CQ: their slots go back to the
-// pools, and failures on a connection go to the control goroutine. It is
-// called where a slot is needed (the TUN reader, the control goroutine),
-// not from a goroutine of its own: a wakeup per send costs more than the
-// send on these machines. It reports whether it found any.
-func (i *Interface) reapSends(wc *[rxBatch]ib.Completion) bool {
-	found := false
-	for {
-		n := i.sendCQ.Poll(wc[:])
-		if n == 0 {
-			return found
-		}
-		found = true
-		for k := range wc[:n] {
-			c := &wc[k]
-			i.slots.free(uint32(c.ID))
-			if c.Status == ib.WCSuccess {
-				continue
-			}
-			i.ctr.inc(txErrors)
-			// Flushes follow an error already reported, or our own
-			// teardown.
-			if c.Status != ib.WCFlushError && c.QPN != i.local.QPN {
-				i.connSendFailed(c.QPN, c.Status, true)
-			}
-		}
 	}
 }
