@@ -1,0 +1,14 @@
+// Package sapath keeps the path records an InfiniBand IPoIB interface
+// addresses its unicast peers by: one per destination GID, asked of the
+// subnet administrator, refreshed, and retried with back-off when the SA
+// does not answer. It converts a record into the ib.Path of address
+// handles and RC/UC RTR transitions and into the cm.Path of a REQ, as the
+// kernel does.
+//
+// The Cache is a plain state machine in the style of cm.Engine: its owner
+// (an event loop) asks it with Lookup, starts the queries Due returns,
+// hands the answers to Done and wakes at Next. It never starts a
+// goroutine or reads a clock. The queries themselves block for up to the
+// SA client's timeouts, so they run elsewhere: Worker runs them one at a
+// time on its own goroutine.
+package sapath
