@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -37,28 +36,14 @@ func newNS(t *testing.T) *testNS {
 	_, _ = rand.Read(id[:])
 	n := &testNS{t: t, name: "ipoibd-mtu-" + hex.EncodeToString(id[:])}
 
-	runtime.LockOSThread()
-	orig, err := netns.Get()
+	if out, err := exec.Command("ip", "netns", "add", n.name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = netns.DeleteNamed(n.name) })
+	h, err := netns.GetFromName(n.name)
 	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("current netns: %v", err)
+		t.Fatalf("open netns %s: %v", n.name, err)
 	}
-	h, err := netns.NewNamed(n.name) // also moves this thread into it
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = netns.DeleteNamed(n.name)
-	})
-	if err := netns.Set(orig); err != nil {
-		// A thread that cannot go home must not run other goroutines:
-		// staying locked makes the runtime end it with this goroutine.
-		t.Fatalf("back to own netns: %v", err)
-	}
-	orig.Close()
-	runtime.UnlockOSThread()
 	n.h = h
 	t.Cleanup(func() { h.Close() })
 
