@@ -4,9 +4,9 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // Our addresses and the multicast groups the kernel joined: what we answer
@@ -58,7 +58,7 @@ func (c *control) syncGroups() {
 	c.groupsAt = c.now
 	want := map[ib.GID]netip.Addr{}
 	add := func(group netip.Addr) {
-		if mgid, err := ud.MulticastMGID(group, i.pkey, ud.LinkLocal); err == nil {
+		if mgid, err := encap.MulticastMGID(group, i.pkey, encap.LinkLocal); err == nil {
 			want[mgid] = group
 		}
 	}

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/offload"
 	"github.com/ipoibd/ipoibd/softib"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // The per-packet path measured without the kernel's TCP in the way: a
@@ -130,7 +130,7 @@ func (p *pair) send(slot uint32, buf []byte, n int) {
 // packet writes an IPv4 header for an n-octet packet to dst into a TX slot.
 func (p *pair) packet(slot uint32, n int) []byte {
 	buf := p.a.slots.bytes(slot)
-	ip := buf[ud.HeaderLen : ud.HeaderLen+n]
+	ip := buf[encap.HeaderLen : encap.HeaderLen+n]
 	ip[0] = 0x45
 	binary.BigEndian.PutUint16(ip[2:4], uint16(n))
 	ip[8], ip[9] = 64, 253 // TTL, protocol for experiments
@@ -226,7 +226,7 @@ func (p *pair) received(want uint64) uint64 {
 // and virtio-net header.
 func (p *pair) superPacket(slot uint32, n, mss int) (int, offload.Hdr) {
 	buf := p.a.slots.bytes(slot)
-	ip := buf[ud.HeaderLen : ud.HeaderLen+40+n]
+	ip := buf[encap.HeaderLen : encap.HeaderLen+40+n]
 	clear(ip[:40])
 	ip[0] = 0x45
 	binary.BigEndian.PutUint16(ip[2:4], uint16(len(ip)))

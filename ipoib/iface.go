@@ -42,10 +42,10 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/tun"
-	"github.com/ipoibd/ipoibd/ud"
 	"github.com/vishvananda/netns"
 )
 
@@ -270,7 +270,7 @@ func settle(cfg Config) (*Interface, error) {
 	}
 	i := &Interface{
 		cfg: cfg, dev: cfg.Device, port: port, pkey: pkey,
-		udMTU:     ud.MTUForIB(port.ActiveMTU),
+		udMTU:     encap.MTUForIB(port.ActiveMTU),
 		pending:   make(chan pendingPacket, 1024),
 		wantConn:  make(chan *neigh.Entry, 256),
 		rxReply:   make(chan neighPacket, 256),
@@ -425,7 +425,7 @@ func (i *Interface) openQueues() error {
 	if _, err := i.srq.PostRecv(wrs); err != nil {
 		return err
 	}
-	mgid := ud.BroadcastMGID(i.pkey, ud.LinkLocal)
+	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
 	if err := i.dev.AttachMulticast(i.udQP, mgid); err != nil {
 		return fmt.Errorf("ipoib: joining the broadcast group %v: %w", mgid, err)
 	}

@@ -4,9 +4,9 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // TestSolicitationsTeachCandidates hands a's control goroutine ARP
@@ -19,7 +19,7 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 	other := node
 	other.GID[15]++ // another node: a claim the sender cannot make
 	arp := func(sender netip.Addr, hw ib.LinkAddr, target netip.Addr) neighPacket {
-		m := neighPacket{etherType: ud.EtherTypeARP, n: neigh.ARPLen, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
+		m := neighPacket{etherType: encap.EtherTypeARP, n: neigh.ARPLen, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
 		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: hw, SenderIP: sender, TargetIP: target}
 		if err := a.Encode(m.data[:]); err != nil {
 			t.Fatal(err)
@@ -27,7 +27,7 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 		return m
 	}
 	ns := func(src netip.Addr, hw ib.LinkAddr, target netip.Addr) neighPacket {
-		m := neighPacket{etherType: ud.EtherTypeIPv6, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
+		m := neighPacket{etherType: encap.EtherTypeIPv6, src: ib.LinkAddr{QPN: node.QPN, GID: node.GID}}
 		// DAD (from ::) carries no link address.
 		nm := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: target, LinkAddr: hw, HasLinkAddr: !src.IsUnspecified()}
 		n, err := nm.EncodeIPv6(m.data[:], src, neigh.SolicitedNode(target))

@@ -6,10 +6,10 @@ import (
 	"net/netip"
 	"runtime"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/offload"
 	"github.com/ipoibd/ipoibd/tun"
-	"github.com/ipoibd/ipoibd/ud"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -127,7 +127,7 @@ func (t *tunNetdev) Groups() (groups []netip.Addr, err error) {
 		procNet = "/proc/thread-self/net"
 	}
 	err = inNetns(t.ns, func() error {
-		groups, err = ud.KernelGroups(procNet, t.Name())
+		groups, err = encap.KernelGroups(procNet, t.Name())
 		return err
 	})
 	return groups, err

@@ -3,7 +3,7 @@ package ipoib
 import (
 	"net/netip"
 
-	"github.com/ipoibd/ipoibd/ud"
+	"github.com/ipoibd/ipoibd/encap"
 )
 
 // IP header facts the datapath needs; it reads them straight from the slot.
@@ -29,12 +29,12 @@ func ipDest(p []byte) (etherType uint16, dst netip.Addr, ok bool) {
 		if len(p) < ipv4HeaderLen {
 			return 0, netip.Addr{}, false
 		}
-		return ud.EtherTypeIPv4, netip.AddrFrom4([4]byte(p[16:20])), true
+		return encap.EtherTypeIPv4, netip.AddrFrom4([4]byte(p[16:20])), true
 	case 6:
 		if len(p) < ipv6HeaderLen {
 			return 0, netip.Addr{}, false
 		}
-		return ud.EtherTypeIPv6, netip.AddrFrom16([16]byte(p[24:40])), true
+		return encap.EtherTypeIPv6, netip.AddrFrom16([16]byte(p[24:40])), true
 	}
 	return 0, netip.Addr{}, false
 }
@@ -50,7 +50,7 @@ func isND(p []byte) bool {
 // ARP reply, a neighbor advertisement): what resolution of our own traffic
 // waits for, handled before solicitations.
 func isReply(etherType uint16, p []byte) bool {
-	if etherType == ud.EtherTypeARP {
+	if etherType == encap.EtherTypeARP {
 		return len(p) > arpOpOffset+1 && p[arpOpOffset] == 0 && p[arpOpOffset+1] == arpOpReply
 	}
 	return len(p) > ipv6HeaderLen && p[ipv6HeaderLen] == icmpv6NA

@@ -3,9 +3,9 @@ package ipoib
 import (
 	"net/netip"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // Packets the datapath could not send on its own: the next hop, the queue
@@ -74,7 +74,7 @@ func (c *control) nextHop(dst netip.Addr) (netip.Addr, bool) {
 // leaves it waiting.
 func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
 	i := c.i
-	ipLen := n - ud.HeaderLen
+	ipLen := n - encap.HeaderLen
 	switch {
 	case path.QP != nil && ipLen <= path.MTU:
 		i.sendConnected(&c.sends, slot, n, path)
@@ -105,7 +105,7 @@ func (c *control) sendPending(e *neigh.Entry, waiting bool) {
 		case waiting:
 			kept = append(kept, p)
 		default:
-			c.i.tooBig(p.Slot, p.Len-ud.HeaderLen, path.MTU)
+			c.i.tooBig(p.Slot, p.Len-encap.HeaderLen, path.MTU)
 		}
 	}
 	c.i.postBatch(&c.sends)

@@ -3,9 +3,9 @@ package ipoib
 import (
 	"net/netip"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // Address resolution over UD: ARP for IPv4, neighbor discovery with the
@@ -53,7 +53,7 @@ func (c *control) announce(ip netip.Addr) {
 // handleNeighPacket processes an ARP or ND packet from the fabric.
 func (c *control) handleNeighPacket(m *neighPacket) {
 	pkt := m.data[:m.n]
-	if m.etherType == ud.EtherTypeARP {
+	if m.etherType == encap.EtherTypeARP {
 		c.handleARP(pkt, m.src)
 		return
 	}
@@ -150,13 +150,13 @@ func (c *control) sendARP(a *neigh.ARP, to ib.LinkAddr, unicast bool) {
 	if !ok {
 		return
 	}
-	if err := a.Encode(buf[ud.HeaderLen:]); err != nil {
+	if err := a.Encode(buf[encap.HeaderLen:]); err != nil {
 		c.i.slots.free(slot)
 		return
 	}
-	_ = ud.PutHeader(buf, ud.EtherTypeARP)
+	_ = encap.PutHeader(buf, encap.EtherTypeARP)
 	c.i.ctr.inc(arpOut)
-	c.sendNeigh(slot, ud.HeaderLen+neigh.ARPLen, to, unicast, netip.Addr{})
+	c.sendNeigh(slot, encap.HeaderLen+neigh.ARPLen, to, unicast, netip.Addr{})
 }
 
 func (c *control) sendND(m *neigh.NeighborMessage, src, dst netip.Addr, to ib.LinkAddr, unicast bool) {
@@ -164,14 +164,14 @@ func (c *control) sendND(m *neigh.NeighborMessage, src, dst netip.Addr, to ib.Li
 	if !ok {
 		return
 	}
-	n, err := m.EncodeIPv6(buf[ud.HeaderLen:], src, dst)
+	n, err := m.EncodeIPv6(buf[encap.HeaderLen:], src, dst)
 	if err != nil {
 		c.i.slots.free(slot)
 		return
 	}
-	_ = ud.PutHeader(buf, ud.EtherTypeIPv6)
+	_ = encap.PutHeader(buf, encap.EtherTypeIPv6)
 	c.i.ctr.inc(ndOut)
-	c.sendNeigh(slot, ud.HeaderLen+n, to, unicast, dst)
+	c.sendNeigh(slot, encap.HeaderLen+n, to, unicast, dst)
 }
 
 // sendNeigh posts an ARP or ND packet: unicast to a link address, to the

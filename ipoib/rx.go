@@ -1,9 +1,9 @@
 package ipoib
 
 import (
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/offload"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // rxBatch is how many completions one poll takes.
@@ -107,22 +107,22 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 		}
 		msg = buf[:c.ByteLen]
 	}
-	etherType, err := ud.ParseHeader(msg)
+	etherType, err := encap.ParseHeader(msg)
 	if err != nil {
 		i.ctr.inc(rxDropMalformed)
 		return
 	}
-	pkt := msg[ud.HeaderLen:]
+	pkt := msg[encap.HeaderLen:]
 	switch etherType {
-	case ud.EtherTypeARP:
+	case encap.EtherTypeARP:
 		i.neighToControl(etherType, pkt, c)
 		return
-	case ud.EtherTypeIPv6:
+	case encap.EtherTypeIPv6:
 		if isND(pkt) {
 			i.neighToControl(etherType, pkt, c)
 			return
 		}
-	case ud.EtherTypeIPv4:
+	case encap.EtherTypeIPv4:
 	default:
 		i.ctr.inc(rxDropEtherType)
 		return

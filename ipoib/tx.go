@@ -3,11 +3,11 @@ package ipoib
 import (
 	"net/netip"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/offload"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // txReader is one TUN queue's reader: its own transmit slots and scratch,
@@ -33,7 +33,7 @@ func (i *Interface) txLoop(r *txReader) {
 			return
 		}
 		buf := i.slots.bytes(slot)
-		n, err := i.netdev.Read(r.queue, buf[ud.HeaderLen:ud.HeaderLen+maxSuperPacket], &r.hdr)
+		n, err := i.netdev.Read(r.queue, buf[encap.HeaderLen:encap.HeaderLen+maxSuperPacket], &r.hdr)
 		if err != nil {
 			r.slots.put(slot)
 			select {
@@ -46,7 +46,7 @@ func (i *Interface) txLoop(r *txReader) {
 		switch {
 		case r.hdr.GSOType != offload.GSONone:
 			i.transmitSegments(r, slot, n)
-		case r.hdr.Flags&offload.FlagNeedsCsum != 0 && offload.Complete(r.hdr, buf[ud.HeaderLen:ud.HeaderLen+n]) != nil:
+		case r.hdr.Flags&offload.FlagNeedsCsum != 0 && offload.Complete(r.hdr, buf[encap.HeaderLen:encap.HeaderLen+n]) != nil:
 			i.drop(slot, txDropOffload)
 		default:
 			i.transmit(&r.sends, slot, buf, n)
@@ -87,7 +87,7 @@ func (i *Interface) txSlot(r *txReader) (uint32, bool) {
 // offloads would have sent.
 func (i *Interface) transmitSegments(r *txReader, slot uint32, n int) {
 	buf := i.slots.bytes(slot)
-	segs, err := offload.Split(r.hdr, buf[ud.HeaderLen:ud.HeaderLen+n])
+	segs, err := offload.Split(r.hdr, buf[encap.HeaderLen:encap.HeaderLen+n])
 	if err != nil || segs.MaxLen() > ConnectedMTU {
 		i.drop(slot, txDropOffload)
 		return
@@ -99,7 +99,7 @@ func (i *Interface) transmitSegments(r *txReader, slot uint32, n int) {
 			break
 		}
 		sbuf := i.slots.bytes(seg)
-		m := segs.Put(k, sbuf[ud.HeaderLen:])
+		m := segs.Put(k, sbuf[encap.HeaderLen:])
 		i.transmit(&r.sends, seg, sbuf, m)
 	}
 	i.slots.free(slot)
@@ -107,20 +107,20 @@ func (i *Interface) transmitSegments(r *txReader, slot uint32, n int) {
 
 // transmit sends the n-octet IP packet in slot (at offset 4).
 func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
-	pkt := buf[ud.HeaderLen : ud.HeaderLen+n]
+	pkt := buf[encap.HeaderLen : encap.HeaderLen+n]
 	etherType, dst, ok := ipDest(pkt)
 	if !ok {
 		i.drop(slot, txDropMalformed)
 		return
 	}
-	if etherType == ud.EtherTypeIPv6 && isND(pkt) {
+	if etherType == encap.EtherTypeIPv6 && isND(pkt) {
 		// The daemon resolves neighbors itself; the kernel's own ND
 		// (it sees a link without addresses) must not reach the fabric.
 		i.drop(slot, txDropKernelND)
 		return
 	}
-	_ = ud.PutHeader(buf, etherType)
-	msgLen := ud.HeaderLen + n
+	_ = encap.PutHeader(buf, etherType)
+	msgLen := encap.HeaderLen + n
 	i.ctr.inc(txPackets)
 	i.ctr.add(txBytes, uint64(n))
 
@@ -169,8 +169,8 @@ func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 // kernel lowers its path MTU; the ICMP is built in the slot after the packet.
 func (i *Interface) tooBig(slot uint32, n, pathMTU int) {
 	buf := i.slots.bytes(slot)
-	end := ud.HeaderLen + n
-	m, err := mtu.TooBig(buf[end:], buf[ud.HeaderLen:end], pathMTU, netip.Addr{})
+	end := encap.HeaderLen + n
+	m, err := mtu.TooBig(buf[end:], buf[encap.HeaderLen:end], pathMTU, netip.Addr{})
 	if err == nil {
 		if _, err = i.netdev.Write(buf[end : end+m]); err == nil {
 			i.ctr.inc(txICMPTooBig)
@@ -235,7 +235,7 @@ func (i *Interface) multicastDest(dst netip.Addr) (mcastDest, bool) {
 	if m, ok := i.mcastAHs[dst]; ok {
 		return m, true
 	}
-	mgid, err := ud.MulticastMGID(dst, i.pkey, ud.LinkLocal)
+	mgid, err := encap.MulticastMGID(dst, i.pkey, encap.LinkLocal)
 	if err != nil {
 		return mcastDest{}, false
 	}

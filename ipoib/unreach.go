@@ -4,9 +4,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // Answers to packets whose neighbor did not resolve. Like the kernel's
@@ -53,7 +53,7 @@ func (c *control) unreachable(slot uint32, n int) {
 	i := c.i
 	if c.unreach.take(c.now, unreachRate, unreachBurst) {
 		buf := i.slots.bytes(slot)
-		if m, err := mtu.Unreachable(buf[n:], buf[ud.HeaderLen:n], netip.Addr{}); err == nil {
+		if m, err := mtu.Unreachable(buf[n:], buf[encap.HeaderLen:n], netip.Addr{}); err == nil {
 			if _, err := i.netdev.Write(buf[n : n+m]); err == nil {
 				i.ctr.inc(txUnreachable)
 			}

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/softib"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // TestSolicitationFloodDoesNotStarveResolution: a third host on the
@@ -285,17 +285,17 @@ func (f *flooder) solicitation(buf []byte, k int) (int, error) {
 		claim.GID[15] ^= 0x5a
 	}
 	m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: f.target, LinkAddr: claim, HasLinkAddr: true}
-	l, err := m.EncodeIPv6(buf[ud.HeaderLen:], netip.AddrFrom16(src), neigh.SolicitedNode(f.target))
+	l, err := m.EncodeIPv6(buf[encap.HeaderLen:], netip.AddrFrom16(src), neigh.SolicitedNode(f.target))
 	if err != nil {
 		return 0, err
 	}
-	_ = ud.PutHeader(buf, ud.EtherTypeIPv6)
-	return ud.HeaderLen + l, nil
+	_ = encap.PutHeader(buf, encap.EtherTypeIPv6)
+	return encap.HeaderLen + l, nil
 }
 
 // junk is a datagram of an EtherType IPoIB does not carry.
 func (f *flooder) junk(buf []byte, k int) (int, error) {
-	_ = ud.PutHeader(buf, 0x88b5) // IEEE local experimental
+	_ = encap.PutHeader(buf, 0x88b5) // IEEE local experimental
 	return 64, nil
 }
 

@@ -14,10 +14,10 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // TestTsharkDecodesRoCEv2 is an independent wire check of the RoCEv2
@@ -184,21 +184,21 @@ func tsharkFrames(t *testing.T) []tsharkFrame {
 		Op: neigh.ARPRequest, SenderHW: hwA,
 		SenderIP: netip.MustParseAddr("10.0.0.1"), TargetIP: netip.MustParseAddr("10.0.0.2"),
 	}
-	arpMsg := make([]byte, ud.HeaderLen+neigh.ARPLen)
-	if err := ud.PutHeader(arpMsg, ud.EtherTypeARP); err != nil {
+	arpMsg := make([]byte, encap.HeaderLen+neigh.ARPLen)
+	if err := encap.PutHeader(arpMsg, encap.EtherTypeARP); err != nil {
 		t.Fatal(err)
 	}
-	if err := arp.Encode(arpMsg[ud.HeaderLen:]); err != nil {
+	if err := arp.Encode(arpMsg[encap.HeaderLen:]); err != nil {
 		t.Fatal(err)
 	}
 	llA := netip.MustParseAddr("fe80::202:c903:a:bcde")
 	llB := netip.MustParseAddr("fe80::202:c903:b:1234")
 	ns := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: llB, LinkAddr: hwA, HasLinkAddr: true}
-	nsMsg := make([]byte, ud.HeaderLen+40+ns.Len())
-	if err := ud.PutHeader(nsMsg, ud.EtherTypeIPv6); err != nil {
+	nsMsg := make([]byte, encap.HeaderLen+40+ns.Len())
+	if err := encap.PutHeader(nsMsg, encap.EtherTypeIPv6); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.EncodeIPv6(nsMsg[ud.HeaderLen:], llA, neigh.SolicitedNode(llB)); err != nil {
+	if _, err := ns.EncodeIPv6(nsMsg[encap.HeaderLen:], llA, neigh.SolicitedNode(llB)); err != nil {
 		t.Fatal(err)
 	}
 	hwAWire := hwA.Bytes()

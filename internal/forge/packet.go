@@ -12,9 +12,9 @@ import (
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/softib"
-	"github.com/ipoibd/ipoibd/ud"
 )
 
 // Port is the UDP port forged packets come from and go to: RoCEv2's.
@@ -122,7 +122,7 @@ func IPoIBUDP(src, dst netip.Addr, port uint16, data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("forge: IPoIBUDP wants IPv4 addresses, have %v and %v", src, dst)
 	}
 	b := make([]byte, 4+softib.IPv4HeaderLen+softib.UDPHeaderLen+len(data))
-	if err := ud.PutHeader(b, ud.EtherTypeIPv4); err != nil {
+	if err := encap.PutHeader(b, encap.EtherTypeIPv4); err != nil {
 		return nil, err
 	}
 	ip := b[4:]

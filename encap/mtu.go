@@ -1,4 +1,4 @@
-package ud
+package encap
 
 import "github.com/ipoibd/ipoibd/ib"
 

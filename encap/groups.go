@@ -1,4 +1,4 @@
-package ud
+package encap
 
 import (
 	"bufio"

@@ -1,5 +1,5 @@
-// Package ud is what an IPoIB interface's UD side needs besides the queue
-// pair itself, which package ipoib holds with its send and receive paths.
+// Package encap is IPoIB's encapsulation (RFC 4391) as the interface's
+// datapath needs it; the queue pairs that carry it are package ipoib's.
 //
 // It has the codecs of shared/spec/ipoib-wire.md that the datapath runs on
 // every packet: the 4-octet encapsulation header (§1, on UD and connected
@@ -10,4 +10,4 @@
 //
 // KernelGroups (groups.go) reads the multicast groups the kernel has
 // joined on the interface, whose MGIDs the interface's UD QP attaches.
-package ud
+package encap
