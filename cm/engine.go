@@ -98,7 +98,12 @@ type Comm struct {
 	RetryCount       uint8
 	RNRRetry         uint8
 	ACKTimeout       uint8
-	Context          any
+	// Address is the InfiniBand addressing of the QP's RTR: on the active
+	// side the SA's path (ConnectParams.Address), on the passive side the
+	// REQ's primary path when it names LIDs. Zero (GID only) on RoCE and
+	// softib.
+	Address ib.Path
+	Context any
 
 	tid        uint64
 	last       [MADLen]byte // the last request or reply we sent, for retries and duplicates
@@ -284,15 +289,19 @@ func (e *Engine) Conns() int { return len(e.byLocal) }
 
 // ConnectParams describe an outgoing REQ.
 type ConnectParams struct {
-	RemoteGID   ib.GID
-	ServiceID   uint64
-	LocalQPN    ib.QPN
-	Transport   TransportType // TransportRC or TransportUC
-	RecvPSN     uint32        // our receive queue's start (the REQ's PSN is the peer's send PSN)
-	PathMTU     ib.MTU
-	RetryCount  uint8
-	RNRRetry    uint8
-	ACKTimeout  uint8
+	RemoteGID  ib.GID
+	ServiceID  uint64
+	LocalQPN   ib.QPN
+	Transport  TransportType // TransportRC or TransportUC
+	RecvPSN    uint32        // our receive queue's start (the REQ's PSN is the peer's send PSN)
+	PathMTU    ib.MTU
+	RetryCount uint8
+	RNRRetry   uint8
+	ACKTimeout uint8
+	// Primary, when set, is the REQ's primary path as the SA gave it (an
+	// InfiniBand port); nil sends the routed path RoCE and softib use.
+	Primary     *Path
+	Address     ib.Path // the QP's IB addressing to the peer (see Comm.Address)
 	PrivateData []byte
 	Context     any
 }
@@ -306,7 +315,12 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Comm, error) {
 		Active: true, LocalQPN: p.LocalQPN, RemoteGID: p.RemoteGID,
 		ServiceID: p.ServiceID, Transport: p.Transport, RecvPSN: p.RecvPSN & 0xffffff,
 		PathMTU: p.PathMTU, RetryCount: p.RetryCount, RNRRetry: p.RNRRetry, ACKTimeout: p.ACKTimeout,
-		Context: p.Context,
+		Address: p.Address, Context: p.Context,
+	}
+	primary := e.primaryPath(p.RemoteGID, p.ACKTimeout)
+	if p.Primary != nil {
+		primary = *p.Primary
+		primary.LocalGID, primary.RemoteGID = e.cfg.GID, p.RemoteGID
 	}
 	req := REQ{
 		ServiceID: p.ServiceID, LocalCAGUID: e.cfg.GUID, LocalQPN: p.LocalQPN,
@@ -314,7 +328,7 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Comm, error) {
 		TransportType: p.Transport, StartingPSN: c.RecvPSN, RetryCount: p.RetryCount,
 		PKey: e.cfg.PKey, PathMTU: p.PathMTU, RNRRetryCount: p.RNRRetry,
 		MaxCMRetries: e.cfg.MaxRetries & 0xf, SRQ: true,
-		Primary: e.primaryPath(p.RemoteGID, p.ACKTimeout),
+		Primary: primary,
 	}
 	copy(req.PrivateData[:], p.PrivateData)
 	c.LocalCommID = e.newCommID()
@@ -553,6 +567,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		RemoteGID: src, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
 		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: randomPSN(), PathMTU: req.PathMTU,
 		RetryCount: req.RetryCount, RNRRetry: req.RNRRetryCount, ACKTimeout: req.Primary.LocalACKTimeout,
+		Address:    addressOf(&req.Primary),
 		tid:        tid,
 		repTimeout: min(max(req.LocalCMResponseTimeout, minREPTimeout), e.cfg.ResponseTimeout),
 		repRetries: min(req.MaxCMRetries, e.cfg.MaxRetries),
@@ -834,6 +849,20 @@ func (e *Engine) primaryPath(remote ib.GID, ackTimeout uint8) Path {
 	// the ports' LIDs, which a RoCE or softib port does not have either.)
 	p.LocalLID, p.RemoteLID = 0xffff, 0xffff
 	return p
+}
+
+// addressOf is how the passive side reaches the peer when the REQ's path
+// names LIDs (an InfiniBand subnet): the peer's LID is the path's local
+// one, and a GRH goes with a hop limit above 0, as the kernel builds an
+// address from a path (ib_init_ah_attr_from_path). A routed path
+// (permissive LIDs, as RoCE, softib and our routed REQs have it) gives the
+// zero ib.Path: the GID alone.
+func addressOf(p *Path) ib.Path {
+	if p.LocalLID == 0 || p.LocalLID >= 0xc000 {
+		return ib.Path{}
+	}
+	return ib.Path{DLID: p.LocalLID, SL: p.SL, StaticRate: p.PacketRate, GRH: p.HopLimit > 0,
+		HopLimit: p.HopLimit, TrafficClass: p.TrafficClass, FlowLabel: p.FlowLabel}
 }
 
 func (e *Engine) arm(now time.Time, c *Comm, timeout time.Duration, retries int) {

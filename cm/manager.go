@@ -106,7 +106,23 @@ type ManagerConfig struct {
 	// Refused is told when a connection attempt to peer failed (rejected,
 	// timed out): the neighbor should be resolved again.
 	Refused func(peer ib.LinkAddr, reason string)
+	// PathTo, on an InfiniBand port, gives the SA's path to a peer's GID:
+	// our REQs carry it and our QPs use its LIDs, SL and rate. Nil on RoCE
+	// and softib, where REQs carry the routed path.
+	PathTo func(gid ib.GID) (IBPath, bool)
 }
+
+// IBPath is one peer's path on an InfiniBand subnet, from the SA's
+// PathRecord (package sapath makes it).
+type IBPath struct {
+	REQ     Path    // the REQ's primary path
+	Address ib.Path // the QP's addressing to the peer
+	MTU     ib.MTU
+}
+
+// ErrNoPath: PathTo knows no path to the peer yet; the caller asks the SA
+// and connects once it answered.
+var ErrNoPath = errors.New("cm: no path record for the peer yet")
 
 // ManagerStats counts the manager's decisions. Each tagged field is a
 // counter under its tag's name (see Counters).
@@ -290,18 +306,29 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 			}
 		}
 	}
+	var path IBPath
+	if m.cfg.PathTo != nil {
+		if path, ok = m.cfg.PathTo(peer.GID); !ok {
+			return true, ErrNoPath
+		}
+	}
 	qp, err := m.newQP(tr)
 	if err != nil {
 		return true, err
 	}
 	c := &Connection{Peer: peer, QP: qp, Outgoing: true, Since: now}
 	c.Peer.Flags = flagFor(tr)
-	cc, err := m.svc.Connect(now, ConnectParams{
+	p := ConnectParams{
 		RemoteGID: peer.GID, ServiceID: IPoIBServiceID(peer.QPN), LocalQPN: qp.Num(),
 		Transport: tr, RecvPSN: randomPSN(), PathMTU: m.cfg.PathMTU,
 		RetryCount: 7, RNRRetry: 7, ACKTimeout: ackTimeout,
 		PrivateData: m.privateData(), Context: c,
-	})
+	}
+	if m.cfg.PathTo != nil {
+		p.Primary, p.Address, p.ACKTimeout = &path.REQ, path.Address, path.REQ.LocalACKTimeout
+		p.PathMTU = min(p.PathMTU, path.MTU)
+	}
+	cc, err := m.svc.Connect(now, p)
 	if err != nil {
 		_ = qp.Close()
 		return true, err
@@ -566,10 +593,16 @@ func (m *Manager) reply(c *Connection, rep *REP) {
 
 // bringUp moves a QP through Init and RTR to RTS with what the CM agreed.
 func (m *Manager) bringUp(qp ib.QP, cc *Comm, recvPSN uint32) error {
+	// On an InfiniBand path the ACK timeout follows its packet lifetime,
+	// as the REQ said; elsewhere ours.
+	timeout := uint8(ackTimeout)
+	if cc.Address.LIDRouted() {
+		timeout = cc.ACKTimeout
+	}
 	steps := []ib.QPModify{
 		{State: ib.StateInit, PKey: m.cfg.PKey},
-		{State: ib.StateRTR, DestGID: cc.RemoteGID, DestQPN: cc.RemoteQPN, PathMTU: cc.PathMTU, RecvPSN: recvPSN, MinRNRTmr: 1},
-		{State: ib.StateRTS, SendPSN: cc.SendPSN, Timeout: ackTimeout, RetryCount: 7, RNRRetry: cc.RNRRetry},
+		{State: ib.StateRTR, DestGID: cc.RemoteGID, DestQPN: cc.RemoteQPN, PathMTU: cc.PathMTU, RecvPSN: recvPSN, MinRNRTmr: 1, Path: cc.Address},
+		{State: ib.StateRTS, SendPSN: cc.SendPSN, Timeout: timeout, RetryCount: 7, RNRRetry: cc.RNRRetry},
 	}
 	for _, s := range steps {
 		if err := qp.Modify(s); err != nil {

@@ -1069,3 +1069,42 @@ func TestManagerConnCountersKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestManagerIBPath: on an InfiniBand port (PathTo set) our REQ carries the
+// SA's path and our QP its LIDs, SL and rate; the passive side addresses
+// its QP from the REQ's path; without a path yet, Connect says so and
+// opens nothing.
+func TestManagerIBPath(t *testing.T) {
+	path := IBPath{
+		REQ:     Path{LocalLID: 0x11, RemoteLID: 0x22, SL: 3, PacketRate: 7, SubnetLocal: true, LocalACKTimeout: 19},
+		Address: ib.Path{DLID: 0x22, SL: 3, StaticRate: 7},
+		MTU:     ib.MTU2048,
+	}
+	known := true
+	pathTo := func(c *ManagerConfig) {
+		c.PathTo = func(ib.GID) (IBPath, bool) { return path, known }
+	}
+	f, a, b := establishedPair(t, PolicyLinux, pathTo, nil)
+	ca, cb := a.established()[0], b.established()[0]
+	checkQP(t, ca)
+	checkQP(t, cb)
+	rtrA, rtsA := ca.QP.(*fakeQP).mods[1], ca.QP.(*fakeQP).mods[2]
+	if rtrA.Path != path.Address || rtrA.PathMTU != ib.MTU2048 || rtsA.Timeout != 19 {
+		t.Errorf("active QP: RTR path %+v MTU %v, RTS timeout %d; want %+v, MTU 2048, 19", rtrA.Path, rtrA.PathMTU, rtsA.Timeout, path.Address)
+	}
+	// b answers over the REQ's path: a's LID is the path's local one.
+	rtrB, rtsB := cb.QP.(*fakeQP).mods[1], cb.QP.(*fakeQP).mods[2]
+	if want := (ib.Path{DLID: 0x11, SL: 3, StaticRate: 7}); rtrB.Path != want || rtsB.Timeout != 19 {
+		t.Errorf("passive QP: RTR path %+v, RTS timeout %d; want %+v and 19", rtrB.Path, rtsB.Timeout, want)
+	}
+
+	known = false
+	qps := a.qps.next
+	c := newMgrNode(f, 3, PolicyLinux, nil)
+	if ok, err := a.m.Connect(f.now, c.local); !ok || !errors.Is(err, ErrNoPath) {
+		t.Errorf("Connect without a path: %v %v, want ErrNoPath", ok, err)
+	}
+	if a.m.Connecting(c.local) || a.qps.next != qps {
+		t.Errorf("Connect without a path left a connection in setup (%v) or made %d QPs", a.m.Connecting(c.local), a.qps.next-qps)
+	}
+}

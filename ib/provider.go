@@ -51,8 +51,9 @@ type Device interface {
 	// CreateAH makes an address handle for UD sends; the caller owns it.
 	CreateAH(attr AHAttr) (AH, error)
 	// AttachMulticast makes the UD QP receive datagrams sent to mgid; called
-	// by the UD endpoint when the kernel joins a group.
-	AttachMulticast(qp QP, mgid GID) error
+	// by the UD endpoint when the kernel joins a group. mlid is the group's
+	// LID on InfiniBand, from the SA's join (0 on RoCE).
+	AttachMulticast(qp QP, mgid GID, mlid uint16) error
 	// DetachMulticast undoes AttachMulticast.
 	DetachMulticast(qp QP, mgid GID) error
 	// MADs opens the QP1 management-datagram service the CM engine uses; one

@@ -81,7 +81,7 @@ func (c *control) syncGroups() {
 		if _, ok := c.groups[mgid]; ok {
 			continue
 		}
-		if err := i.dev.AttachMulticast(i.udQP, mgid); err != nil {
+		if err := i.dev.AttachMulticast(i.udQP, mgid, 0); err != nil {
 			i.log.Warn("joining a multicast group", "group", group, "err", err)
 			continue
 		}

@@ -426,7 +426,7 @@ func (i *Interface) openQueues() error {
 		return err
 	}
 	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
-	if err := i.dev.AttachMulticast(i.udQP, mgid); err != nil {
+	if err := i.dev.AttachMulticast(i.udQP, mgid, 0); err != nil {
 		return fmt.Errorf("ipoib: joining the broadcast group %v: %w", mgid, err)
 	}
 	if i.bcast, err = i.dev.CreateAH(ib.AHAttr{DestGID: mgid}); err != nil {

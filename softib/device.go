@@ -284,8 +284,9 @@ func (d *Device) underlayGroup(mgid ib.GID) netip.Addr {
 	return ib.IPv4Group(mgid).Addr()
 }
 
-// AttachMulticast makes a UD QP a member of the group.
-func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
+// AttachMulticast makes a UD QP a member of the group; softib has no LIDs,
+// so mlid is not used.
+func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID, mlid uint16) error {
 	q, ok := iq.(*qp)
 	if !ok || q.dev != d || q.typ != ib.UD {
 		return errors.New("softib: multicast needs a UD QP of this device")

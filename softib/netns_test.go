@@ -215,7 +215,7 @@ func TestUDMulticastThreeHosts(t *testing.T) {
 		qps := make([]ib.QP, 3)
 		for i, h := range hosts {
 			qps[i] = udQP(t, h, 0x0b1b)
-			if err := h.dev.AttachMulticast(qps[i], mgid); err != nil {
+			if err := h.dev.AttachMulticast(qps[i], mgid, 0); err != nil {
 				t.Fatal(err)
 			}
 			for k := range 16 {

@@ -24,12 +24,13 @@ func isMulticastGID(g ib.GID) bool {
 	return g.IsMulticast() || g.IsIPv4Mapped() && g.Addr().IsMulticast()
 }
 
-// AttachMulticast makes a UD QP receive datagrams sent to mgid. On RoCE
+// AttachMulticast makes a UD QP receive datagrams sent to mgid, whose
+// MLID on InfiniBand comes from the SA's join (0 on RoCE). On RoCE
 // the port's network interface also joins the IP group: an adapter that
 // receives through the host's IP stack (soft-RoCE) gets no group traffic
 // the stack is not a member of. rdma_cm makes the same join (IGMP) for
 // its multicast on RoCE.
-func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
+func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID, mlid uint16) error {
 	q, err := d.udQP(iq, mgid)
 	if err != nil {
 		return err
@@ -40,13 +41,14 @@ func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
 		return ib.ErrClosed
 	}
 	mgid = wireGID(d.port.GID, mgid)
-	if q.groups[mgid] > 0 {
+	if a := q.groups[mgid]; a.refs > 0 {
 		// Two IPoIB groups may hash to one IPv4 group: attach once.
-		q.groups[mgid]++
+		a.refs++
+		q.groups[mgid] = a
 		return nil
 	}
 	g := mgid
-	if rc := C.ibv_attach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), 0); rc != 0 {
+	if rc := C.ibv_attach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), C.uint16_t(mlid)); rc != 0 {
 		return verbError(fmt.Sprintf("ibv_attach_mcast QP %v to %v", q.num, mgid), errnoValue(rc))
 	}
 	if d.ethernet {
@@ -58,9 +60,9 @@ func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID) error {
 		}
 	}
 	if q.groups == nil {
-		q.groups = map[ib.GID]int{}
+		q.groups = map[ib.GID]attachment{}
 	}
-	q.groups[mgid] = 1
+	q.groups[mgid] = attachment{refs: 1, mlid: mlid}
 	return nil
 }
 
@@ -76,20 +78,29 @@ func (d *Device) DetachMulticast(iq ib.QP, mgid ib.GID) error {
 		return ib.ErrClosed
 	}
 	mgid = wireGID(d.port.GID, mgid)
-	switch q.groups[mgid] {
+	a := q.groups[mgid]
+	switch a.refs {
 	case 0:
 		return fmt.Errorf("verbs: QP %v is not attached to %v", q.num, mgid)
 	case 1:
 		return q.detachLocked(mgid)
 	}
-	q.groups[mgid]--
+	a.refs--
+	q.groups[mgid] = a
 	return nil
+}
+
+// attachment is a UD QP's membership in one group: how many attaches
+// share it, and the MLID detaching must name.
+type attachment struct {
+	refs int
+	mlid uint16
 }
 
 // detachLocked leaves one group for good; q.mu is held.
 func (q *qp) detachLocked(mgid ib.GID) error {
 	g := mgid
-	if rc := C.ibv_detach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), 0); rc != 0 {
+	if rc := C.ibv_detach_mcast(q.qp, (*C.union_ibv_gid)(unsafe.Pointer(&g)), C.uint16_t(q.groups[mgid].mlid)); rc != 0 {
 		return verbError(fmt.Sprintf("ibv_detach_mcast QP %v from %v", q.num, mgid), errnoValue(rc))
 	}
 	delete(q.groups, mgid)

@@ -48,7 +48,7 @@ type qp struct {
 	mu     sync.Mutex // Modify, State, Close, multicast
 	state  ib.QPState // last state set (the adapter may have moved to ERROR since)
 	closed bool
-	groups map[ib.GID]int // attached multicast GIDs (as sent on the wire), by attach count
+	groups map[ib.GID]attachment // attached multicast GIDs (as sent on the wire)
 }
 
 var qpTypes = map[ib.QPType]C.enum_ibv_qp_type{ib.RC: C.IBV_QPT_RC, ib.UC: C.IBV_QPT_UC, ib.UD: C.IBV_QPT_UD}

@@ -295,7 +295,7 @@ func TestUDMulticast(t *testing.T) {
 		q ib.QP
 	}{{a, qa}, {b, qb}}
 	for _, s := range ends {
-		if err := s.e.dev.AttachMulticast(s.q, mgid); err != nil {
+		if err := s.e.dev.AttachMulticast(s.q, mgid, 0); err != nil {
 			t.Fatal(err)
 		}
 		if n := counter(s.e.dev.Counters(), "ip_join_errors"); n != 0 {
