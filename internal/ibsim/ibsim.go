@@ -1,0 +1,283 @@
+//go:build linux
+
+// Package ibsim runs the real OpenSM on an InfiniBand fabric simulated by
+// ibsim, for tests to judge our SA clients by: each test gets a fabric of
+// its own, runs programs as its nodes (with ibsim's libumad2sim.so
+// preloaded, so their libibumad calls reach the simulator) and reads the
+// subnet back with infiniband-diags. Only tests import it.
+//
+// Simulator facts the tests live with: one CA port per process (SIM_HOST
+// names the node), at most ten clients at once, no RMPP (saquery's tables
+// stop at 200 octets: ask it for single records), MAD timeouts not
+// simulated (a send comes back as timed out at once), and a client frees
+// its slot only in C's exit: a Go program run as a node must leave through
+// it (umadsa.Exit), not os.Exit. libumad2sim.so makes its fake sysfs as
+// sys-PID in the working directory and only an orderly exit removes it, so
+// every simulated process runs in the fabric's temporary directory.
+package ibsim
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Umad2sim is the library that points a program's libibumad at the
+// simulator (ibsim-utils installs it).
+const Umad2sim = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
+
+// Topology is the fabric: one 8-port switch, sw1, with HCA hN on its
+// port N (N = 1-4). OpenSM runs on h1.
+const Topology = `Switch	8 "sw1"
+[1]	"h1"[1]
+[2]	"h2"[1]
+[3]	"h3"[1]
+[4]	"h4"[1]
+
+Hca	1 "h1"
+[1]	"sw1"[1]
+
+Hca	1 "h2"
+[1]	"sw1"[2]
+
+Hca	1 "h3"
+[1]	"sw1"[3]
+
+Hca	1 "h4"
+[1]	"sw1"[4]
+`
+
+// How long the fabric may take to come up, and a program run on it.
+const (
+	upTimeout  = 10 * time.Second
+	runTimeout = 20 * time.Second
+)
+
+// Need skips the test unless ibsim, OpenSM, libumad2sim.so and the given
+// things are installed: a command, or a file when it starts with "/".
+func Need(t testing.TB, things ...string) {
+	t.Helper()
+	for _, c := range append([]string{"ibsim", "opensm", Umad2sim}, things...) {
+		var err error
+		if strings.HasPrefix(c, "/") {
+			_, err = os.Stat(c)
+		} else {
+			_, err = exec.LookPath(c)
+		}
+		if err != nil {
+			t.Skipf("%s missing (scripts/deps.sh installs it)", c)
+		}
+	}
+}
+
+// Fabric is one running simulator with OpenSM on it.
+type Fabric struct {
+	dir  string // the test's temporary directory, where every node runs
+	sock string // IBSIM_SOCKNAME: the simulator's, apart from any other's
+	osm  *exec.Cmd
+}
+
+// Up starts ibsim on the Topology and OpenSM on h1 and returns once
+// OpenSM says "SUBNET UP". Both are killed (SIGKILL: OpenSM's own exit
+// can hang on a simulator already gone) when the test ends, however it
+// ends.
+func Up(t testing.TB) *Fabric {
+	t.Helper()
+	f := &Fabric{dir: t.TempDir(), sock: fmt.Sprintf("ipoibd-ibsim-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
+	net := filepath.Join(f.dir, "net")
+	if err := os.WriteFile(net, []byte(Topology), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sim := exec.Command("ibsim", "-n", "-s", net)
+	sim.Env = append(os.Environ(), "IBSIM_SOCKNAME="+f.sock)
+	f.start(t, sim)
+	// ibsim says it is ready before it binds its sockets, and they are
+	// abstract (no file to watch): poll for the control socket.
+	for end := time.Now().Add(upTimeout); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile("/proc/net/unix")
+		if bytes.Contains(b, []byte("@"+f.sock+":ctl")) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("ibsim did not come up")
+		}
+	}
+	// Our own configuration, not /etc/opensm's: no sweeps after the
+	// first, and a log flushed line by line to our pipe, for "SUBNET UP"
+	// to be seen when it happens.
+	conf := filepath.Join(f.dir, "opensm.conf")
+	if err := os.WriteFile(conf, []byte("force_log_flush TRUE\nsweep_interval 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := &watch{want: []byte("SUBNET UP"), seen: make(chan struct{})}
+	f.osm = exec.Command("opensm", "-F", conf, "-f", "stdout")
+	f.osm.Env = append(f.Env("h1"), "OSM_TMP_DIR="+f.dir, "OSM_CACHE_DIR="+f.dir)
+	f.osm.Stdout = log
+	f.start(t, f.osm)
+	select {
+	case <-log.seen:
+	case <-time.After(upTimeout):
+		t.Fatalf("OpenSM did not bring the subnet up:\n%s", log)
+	}
+	return f
+}
+
+// start runs a daemon in the fabric's directory, killed at the end of the
+// test, or by the kernel if the test binary dies without its cleanups (go
+// test's timeout panics, a SIGKILL).
+func (f *Fabric) start(t testing.TB, cmd *exec.Cmd) {
+	cmd.Dir = f.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stop(cmd) })
+}
+
+func stop(cmd *exec.Cmd) {
+	if cmd.ProcessState == nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+// StopSM kills OpenSM, leaving a subnet without a subnet manager.
+func (f *Fabric) StopSM() { stop(f.osm) }
+
+// watch keeps a daemon's output and closes seen when want first appears.
+type watch struct {
+	want []byte
+	seen chan struct{}
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func (w *watch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	was := bytes.Contains(w.buf.Bytes(), w.want)
+	w.buf.Write(p)
+	if !was && bytes.Contains(w.buf.Bytes(), w.want) {
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *watch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// Env is what a program on node host needs to reach the simulator.
+func (f *Fabric) Env(host string) []string {
+	return append(os.Environ(), "IBSIM_SOCKNAME="+f.sock, "SIM_HOST="+host, "LD_PRELOAD="+Umad2sim)
+}
+
+// Run runs cmd as node host, in the fabric's directory, killed if it takes
+// 20 s. What cmd.Env holds is added to the node's environment.
+func (f *Fabric) Run(host string, cmd *exec.Cmd) (stdout, stderr string, err error) {
+	cmd.Env = append(f.Env(host), cmd.Env...)
+	cmd.Dir = f.dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		return "", "", err
+	}
+	kill := time.AfterFunc(runTimeout, func() { cmd.Process.Kill() })
+	err = cmd.Wait()
+	kill.Stop()
+	return out.String(), errb.String(), err
+}
+
+// Output runs cmd as node host and returns its standard output; it fails
+// the test if cmd fails.
+func (f *Fabric) Output(t testing.TB, host string, cmd *exec.Cmd) string {
+	t.Helper()
+	what := describe(host, cmd)
+	out, errs, err := f.Run(host, cmd)
+	if err != nil {
+		t.Fatalf("%s: %v: %s%s", what, err, out, errs)
+	}
+	return out
+}
+
+// JSON runs cmd as node host and decodes what it prints into v (nil:
+// the output is not wanted); it fails the test if either fails.
+func (f *Fabric) JSON(t testing.TB, host string, v any, cmd *exec.Cmd) {
+	t.Helper()
+	what := describe(host, cmd)
+	out := f.Output(t, host, cmd)
+	if v == nil {
+		return
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("%s printed %q: %v", what, out, err)
+	}
+}
+
+// describe names cmd run as node host for a test's messages: the node,
+// the environment cmd adds, the program's name and its arguments.
+func describe(host string, cmd *exec.Cmd) string {
+	w := append([]string{host + ":"}, cmd.Env...)
+	w = append(w, filepath.Base(cmd.Args[0]))
+	return strings.Join(append(w, cmd.Args[1:]...), " ")
+}
+
+// SwitchLID is sw1's LID, as ibswitches finds it.
+func (f *Fabric) SwitchLID(t testing.TB) string {
+	t.Helper()
+	out := f.Output(t, "h4", exec.Command("ibswitches"))
+	m := regexp.MustCompile(`"sw1".* lid (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("ibswitches: no sw1:\n%s", out)
+	}
+	return m[1]
+}
+
+// MulticastPorts reads ibroute -M's row for mlid on the switch with LID
+// swLID: the switch ports it forwards to, "" when it has no row.
+func (f *Fabric) MulticastPorts(t testing.TB, swLID string, mlid uint16) string {
+	t.Helper()
+	out := f.Output(t, "h4", exec.Command("ibroute", "-M", swLID))
+	var header string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "Ports:") {
+			header = l
+		}
+		if !strings.HasPrefix(l, fmt.Sprintf("0x%04x ", mlid)) {
+			continue
+		}
+		// An x under a port number in the header is a member port.
+		var ports []string
+		for i, c := range header {
+			if c >= '0' && c <= '9' && (i+1 >= len(header) || header[i+1] == ' ') && i < len(l) && l[i] == 'x' {
+				j := strings.LastIndex(header[:i+1], " ")
+				ports = append(ports, header[j+1:i+1])
+			}
+		}
+		return strings.Join(ports, " ")
+	}
+	return ""
+}
+
+// Dump reads saquery's "name....value" lines.
+func Dump(s string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if i := strings.Index(l, ".."); i > 0 {
+			m[l[:i]] = strings.TrimLeft(l[i:], ".")
+		}
+	}
+	return m
+}
