@@ -34,9 +34,11 @@ deps-proof:
 # Unit tests with the fuzz seed corpora (internal/depscheck among them: every
 # command called comes from a fresh machine or deps.sh), the tshark wire check
 # and the end-to-end tests (root: they make TUN devices and network
-# namespaces), then the real-kernel RDMA test bed.
+# namespaces); the OpenSM judges of the SA client's users, which link
+# libibumad (tag rdma); then the real-kernel RDMA test bed.
 test: lint deps-proof
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags rdma -run OpenSM ./sapath/ ./ipoib/
 	GO=$(GO) scripts/rxe-testbed.sh
 
 # Debian's kernel under QEMU with two soft-RoCE devices (root; TESTBED_SKIP=1 skips).

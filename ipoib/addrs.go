@@ -7,6 +7,7 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/sa"
 )
 
 // Our addresses and the multicast groups the kernel joined: what we answer
@@ -77,8 +78,16 @@ func (c *control) syncGroups() {
 	for _, g := range kernel {
 		add(g)
 	}
+	c.wantGroups = want
 	for mgid, group := range want {
 		if _, ok := c.groups[mgid]; ok {
+			continue
+		}
+		if s := c.subnet; s != nil {
+			// On InfiniBand the SA's join comes first; joined attaches.
+			if _, ok := s.asked[mgid]; !ok {
+				s.ask(groupJob{group: group, mgid: mgid, state: sa.FullMember})
+			}
 			continue
 		}
 		if err := i.dev.AttachMulticast(i.udQP, mgid, 0); err != nil {
@@ -93,6 +102,10 @@ func (c *control) syncGroups() {
 				i.log.Warn("leaving a multicast group", "group", group, "err", err)
 			}
 			delete(c.groups, mgid)
+			if s := c.subnet; s != nil {
+				delete(c.groupRecs, mgid)
+				s.ask(groupJob{group: group, mgid: mgid, state: sa.FullMember, leave: true})
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"errors"
 	"time"
 
 	"github.com/ipoibd/ipoibd/cm"
@@ -42,7 +43,10 @@ func (c *control) connect(e *neigh.Entry) {
 	// What fits UD goes ahead of the REQ: the first packet to a peer does
 	// not wait for connection setup.
 	c.sendPending(e, true)
-	if _, err := i.mgr.Connect(c.now, e.Link); err != nil {
+	if _, err := i.mgr.Connect(c.now, e.Link); errors.Is(err, cm.ErrNoPath) {
+		// On InfiniBand: connected once the SA's path came (pathAnswered).
+		i.log.Debug("connecting: no path record yet", "peer", e.Link, "peer_ip", e.IP)
+	} else if err != nil {
 		// No QP, the connection limit or the service failing: ours to fix.
 		i.log.Warn("connecting", "peer", e.Link, "peer_ip", e.IP, "err", err)
 	}

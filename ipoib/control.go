@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/sa"
+	"github.com/ipoibd/ipoibd/sapath"
 )
 
 // Timers of the control goroutine (resolution's own are neigh's).
@@ -38,6 +40,10 @@ type control struct {
 	addrs      []netip.Prefix
 	broadcasts atomic.Pointer[[]netip.Addr] // read by the datapath
 	groups     map[ib.GID]netip.Addr        // IP multicast groups the UD QP joined, by MGID
+	wantGroups map[ib.GID]netip.Addr        // the groups it should be in (syncGroups)
+	groupRecs  map[ib.GID]sa.MCMemberRecord // Subnet: the SA's answers to our joins, send-only ones too
+	subnet     *subnet                      // nil without Config.Subnet
+	retired    []*unicastAH                 // replaced address handles, closed once idle (reapAHs)
 	groupsAt   time.Time                    // when the kernel's groups were last read
 	ahs        map[ib.GID]*unicastAH        // unicast address handles
 	connsAt    time.Time                    // when connections' QPs were last checked
@@ -59,6 +65,9 @@ type control struct {
 func (c *control) init(i *Interface) {
 	c.i = i
 	c.groups = map[ib.GID]netip.Addr{}
+	c.wantGroups = map[ib.GID]netip.Addr{}
+	c.groupRecs = map[ib.GID]sa.MCMemberRecord{}
+	c.subnet = i.startSubnet()
 	c.ahs = map[ib.GID]*unicastAH{}
 	c.backoff = map[ib.LinkAddr]backoff{}
 	c.connsEvery = connCheckInterval
@@ -85,6 +94,11 @@ func (i *Interface) controlLoop() {
 	var cmAt time.Time // when cmTimer fires; zero: stopped
 	if i.mgr != nil {
 		cmWake = i.mgr.Wake()
+	}
+	var pathResults <-chan sapath.Result
+	var groupResults <-chan groupResult
+	if c.subnet != nil {
+		pathResults, groupResults = c.subnet.pathW.Results(), c.subnet.results
 	}
 	for {
 		if i.mgr != nil {
@@ -120,6 +134,15 @@ func (i *Interface) controlLoop() {
 		case now := <-cmTimer.C:
 			c.now, cmAt = now, time.Time{}
 			i.mgr.Expire(c.now)
+		case r := <-pathResults:
+			c.now = time.Now()
+			c.pathAnswered(r)
+		case r := <-groupResults:
+			c.now = time.Now()
+			c.joined(r)
+		case dst := <-i.wantGroup:
+			c.now = time.Now()
+			c.sendOnlyJoin(dst)
 		case u := <-linkEvents:
 			c.now = time.Now()
 			c.followLink(u)
@@ -204,6 +227,7 @@ func (c *control) tick() {
 		c.reapAHs()
 		c.followPort()
 	}
+	c.subnetTick()
 	if c.now.Sub(c.connsAt) >= c.connsEvery {
 		c.checkConns(connCheckBatch)
 	}

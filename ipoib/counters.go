@@ -52,6 +52,10 @@ const (
 	txSuperPackets       // TSO/USO super-packets from the TUN, cut into wire packets
 	txDropOffload        // super-packets or checksum requests from the TUN that do not parse
 	rxCoalesced          // super-packets written to the TUN, made of received TCP segments (GRO)
+	subnetJoins          // multicast joins the SA granted (InfiniBand; the broadcast group's is not counted)
+	subnetJoinFailures   // multicast joins the SA refused or did not answer
+	txDropJoining        // multicast packets to a group whose send-only join (InfiniBand) is under way
+	txDropNoPath         // unicast ARP/ND answers dropped: no path record (InfiniBand) to the node yet
 	numCounters
 )
 
@@ -71,6 +75,8 @@ var counterNames = [numCounters]string{
 	learnLinkMismatch: "learn_link_mismatch", learnUsed: "learn_used", txConnErrors: "tx_conn_errors",
 	txUnreachable: "tx_unreachable_sent", txUnreachableLimited: "tx_unreachable_limited",
 	txSuperPackets: "tx_super_packets", txDropOffload: "tx_drop_offload", rxCoalesced: "rx_coalesced",
+	subnetJoins: "sa_joins", subnetJoinFailures: "sa_join_failures", txDropJoining: "tx_drop_joining",
+	txDropNoPath: "tx_drop_no_path",
 }
 
 type counters [numCounters]atomic.Uint64
@@ -91,7 +97,7 @@ func isDropCounter(k counter) bool {
 	switch k {
 	case txDropMalformed, txDropNoNeigh, txDropQueueFull, txDropTooBig, txDropNoRoute, txDropPost,
 		txErrors, rxDropMalformed, rxDropEtherType, rxDropTUN, rxErrors, ctlDropBusy, ctlDropSolicitBusy,
-		learnLimited, learnLinkMismatch, txConnErrors:
+		learnLimited, learnLinkMismatch, txConnErrors, subnetJoinFailures, txDropJoining, txDropNoPath:
 		return true
 	}
 	return false

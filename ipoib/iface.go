@@ -45,6 +45,7 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/sa"
 	"github.com/ipoibd/ipoibd/tun"
 	"github.com/vishvananda/netns"
 )
@@ -121,6 +122,11 @@ type Config struct {
 	// with its own transmit slots (default: one per CPU, at most
 	// DefaultMaxQueues; at most MaxQueues).
 	Queues int
+	// Subnet is the port's subnet administrator on InfiniBand (subnet.go):
+	// the broadcast join's Q_Key, MTU and MLID, the other groups' joins and
+	// the unicast paths come from it. Nil on RoCE and softib, and with the
+	// kernel's CM, whose rdma_cm does this.
+	Subnet Subnet
 	// Netdev opens the interface in the kernel (default OpenTUN).
 	Netdev func(tun.Config) (Netdev, error)
 	Log    *slog.Logger
@@ -134,7 +140,11 @@ type Interface struct {
 	pkey  ib.PKey
 	local ib.LinkAddr
 	udMTU int // largest IP packet over UD
-	mtu   int // interface MTU (the control goroutine follows the link's)
+	qkey  ib.QKey
+	// bcastGroup is the broadcast group as the SA's join answered (zero
+	// without a Subnet).
+	bcastGroup sa.MCMemberRecord
+	mtu        int // interface MTU (the control goroutine follows the link's)
 
 	linkLocal netip.Prefix // RFC 4391's, from the port GID
 
@@ -161,6 +171,8 @@ type Interface struct {
 
 	mcastMu  sync.Mutex
 	mcastAHs map[netip.Addr]mcastDest
+	// wantGroup asks the control goroutine for a send-only join (Subnet).
+	wantGroup chan netip.Addr
 
 	ctr    counters
 	log    *slog.Logger
@@ -212,6 +224,11 @@ func New(cfg Config) (_ *Interface, err error) {
 	tunNetns, err := i.openNetns()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Subnet != nil {
+		if err = i.joinBroadcast(); err != nil {
+			return nil, err
+		}
 	}
 	if i.slots, err = newSlots(i.dev, i.cfg.Queues); err != nil {
 		return nil, err
@@ -278,6 +295,8 @@ func settle(cfg Config) (*Interface, error) {
 		sendFail:  make(chan sendFailure, 64),
 		requests:  make(chan func()),
 		mcastAHs:  map[netip.Addr]mcastDest{},
+		wantGroup: make(chan netip.Addr, 64),
+		qkey:      ib.DefaultIPoIBQKey,
 		neigh:     neigh.NewTable(8, 65536),
 		logs:      newLogLimiter(cfg.Log.Handler(), logBurst, logWindow),
 		done:      make(chan struct{}),
@@ -349,6 +368,7 @@ func (i *Interface) openCM() (*cm.Manager, error) {
 		PathMTU:     port.ActiveMTU,
 		QPs:         qpFactory{i},
 		IdleTimeout: cfg.IdleTimeout,
+		PathTo:      i.pathTo(),
 		Up:          i.connUp,
 		Down:        i.connDown,
 		Refused:     i.connRefused,
@@ -403,7 +423,7 @@ func (i *Interface) openQueues() error {
 		return err
 	}
 	for _, m := range []ib.QPModify{
-		{State: ib.StateInit, PKey: i.pkey, QKey: ib.DefaultIPoIBQKey},
+		{State: ib.StateInit, PKey: i.pkey, QKey: i.qkey},
 		{State: ib.StateRTR},
 		{State: ib.StateRTS},
 	} {
@@ -426,10 +446,14 @@ func (i *Interface) openQueues() error {
 		return err
 	}
 	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
-	if err := i.dev.AttachMulticast(i.udQP, mgid, 0); err != nil {
+	if err := i.dev.AttachMulticast(i.udQP, mgid, i.bcastGroup.MLID); err != nil {
 		return fmt.Errorf("ipoib: joining the broadcast group %v: %w", mgid, err)
 	}
-	if i.bcast, err = i.dev.CreateAH(ib.AHAttr{DestGID: mgid}); err != nil {
+	bcast := ib.AHAttr{DestGID: mgid}
+	if i.cfg.Subnet != nil {
+		bcast.Path = groupPath(i.bcastGroup)
+	}
+	if i.bcast, err = i.dev.CreateAH(bcast); err != nil {
 		return err
 	}
 	return nil
@@ -473,6 +497,7 @@ func (i *Interface) Close() {
 		close(i.done)
 		_ = i.netdev.Close() // unblocks the TUN reader
 		i.wg.Wait()
+		i.ctl.subnet.close()
 		i.release()
 	})
 }

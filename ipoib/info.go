@@ -35,6 +35,12 @@ type Info struct {
 	MTU      int    `json:"mtu"`
 	UDMTU    int    `json:"ud_mtu"`
 	IBMTU    int    `json:"ib_mtu"`
+	// QKey is the UD QP's; BcastMLID the broadcast group's LID, and
+	// Subnet "sa" when the SA's joins and paths are in use (InfiniBand),
+	// else 0 and "".
+	QKey      uint32 `json:"qkey"`
+	BcastMLID uint16 `json:"bcast_mlid"`
+	Subnet    string `json:"subnet"`
 	// Offloads the TUN uses: "tso,uso,gro", "tso,gro", or "" (off).
 	Offloads  string   `json:"offloads"`
 	Addrs     []string `json:"addrs"`
@@ -83,7 +89,10 @@ func (i *Interface) Show() Info {
 			Addrs: []string{}, Groups: []string{},
 			Mode: i.Mode().String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
-			Offloads: i.offloads(),
+			Offloads: i.offloads(), QKey: uint32(i.qkey), BcastMLID: i.bcastGroup.MLID,
+		}
+		if i.cfg.Subnet != nil {
+			info.Subnet = "sa"
 		}
 		for _, a := range i.ctl.addrs {
 			info.Addrs = append(info.Addrs, a.String())
@@ -186,6 +195,12 @@ func (i *Interface) Stats() []ib.Counter {
 		// ones included: a peer leaving takes nothing off a total.
 		for _, c := range i.mgr.ConnCounters() {
 			c.Name = "conn_" + c.Name
+			out = append(out, c)
+		}
+	})
+	i.do(func() {
+		for _, c := range i.ctl.pathCounters() {
+			c.Name = "sa_" + c.Name
 			out = append(out, c)
 		}
 	})

@@ -64,11 +64,20 @@ const (
 	ahIdle = 5 * time.Second // far beyond any send's completion
 )
 
-// ah returns the address handle for gid, making it on first use.
+// ah returns the address handle for gid, making it on first use; on
+// InfiniBand (a Subnet) that waits for the SA's path: nil until then.
 func (c *control) ah(gid ib.GID) ib.AH {
 	u := c.ahs[gid]
 	if u == nil {
-		ah, err := c.i.dev.CreateAH(ib.AHAttr{DestGID: gid})
+		attr := ib.AHAttr{DestGID: gid}
+		if c.subnet != nil {
+			p, ok := c.unicastPath(gid)
+			if !ok {
+				return nil
+			}
+			attr.Path = p.AH
+		}
+		ah, err := c.i.dev.CreateAH(attr)
 		if err != nil {
 			c.i.log.Warn("address handle", "gid", gid, "err", err)
 			return nil
@@ -83,6 +92,15 @@ func (c *control) ah(gid ib.GID) ib.AH {
 // reapAHs closes the idle address handles no neighbor's path holds: the
 // nodes we only answered (whose underlay address a sender may forge).
 func (c *control) reapAHs() {
+	kept := c.retired[:0]
+	for _, u := range c.retired {
+		if c.now.Sub(u.used) >= ahIdle {
+			_ = u.ah.Close()
+		} else {
+			kept = append(kept, u)
+		}
+	}
+	c.retired = kept
 	if len(c.ahs) <= ahKeep {
 		return
 	}

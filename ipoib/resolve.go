@@ -183,6 +183,9 @@ func (c *control) sendNeigh(slot uint32, n int, to ib.LinkAddr, unicast bool, gr
 		ah := c.ah(to.GID)
 		if ah == nil {
 			i.slots.free(slot)
+			if c.subnet != nil {
+				i.ctr.inc(txDropNoPath) // the solicitor asks again once the path came
+			}
 			return
 		}
 		i.sendUD(&c.sends, slot, n, ah, to.QPN)
@@ -190,6 +193,9 @@ func (c *control) sendNeigh(slot uint32, n int, to ib.LinkAddr, unicast bool, gr
 		m, ok := i.multicastDest(group)
 		if !ok {
 			i.slots.free(slot)
+			if c.subnet != nil {
+				i.ctr.inc(txDropJoining) // asked again after ProbeInterval
+			}
 			return
 		}
 		i.sendUD(&c.sends, slot, n, m.ah, ib.MulticastQPN)

@@ -126,6 +126,10 @@ func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 
 	if dst.IsMulticast() || i.isBroadcast(dst) {
 		m, ok := i.multicastDest(dst)
+		if !ok && i.cfg.Subnet != nil {
+			i.drop(slot, txDropJoining)
+			return
+		}
 		if !ok {
 			i.drop(slot, txDropNoRoute)
 			return
@@ -234,6 +238,15 @@ func (i *Interface) multicastDest(dst netip.Addr) (mcastDest, bool) {
 	defer i.mcastMu.Unlock()
 	if m, ok := i.mcastAHs[dst]; ok {
 		return m, true
+	}
+	if i.cfg.Subnet != nil {
+		// On InfiniBand only the SA's join makes a group's address
+		// (subnet.go): ask for a send-only one.
+		select {
+		case i.wantGroup <- dst:
+		default:
+		}
+		return mcastDest{}, false
 	}
 	mgid, err := encap.MulticastMGID(dst, i.pkey, encap.LinkLocal)
 	if err != nil {

@@ -256,7 +256,10 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 		if i.Offloads != "" {
 			fmt.Fprintf(w, "    tun offloads %s\n", i.Offloads)
 		}
-		fmt.Fprintf(w, "    gid %s port_guid %s pkey %v\n", i.GID, i.PortGUID, ib.PKey(i.PKey))
+		fmt.Fprintf(w, "    gid %s port_guid %s pkey %v qkey %#x\n", i.GID, i.PortGUID, ib.PKey(i.PKey), i.QKey)
+		if i.Subnet != "" {
+			fmt.Fprintf(w, "    subnet %s, broadcast mlid %#04x\n", i.Subnet, i.BcastMLID)
+		}
 		if i.CMModes != "" {
 			fmt.Fprintf(w, "    cm modes %s policy %s, %d connections\n", i.CMModes, i.Policy, i.Conns)
 			fmt.Fprintf(w, "    cm %s\n", i.Info.CM)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"sync"
@@ -224,6 +225,9 @@ func (d *daemon) Close() error {
 	var errs []error
 	if d.mads != nil {
 		errs = append(errs, d.mads.Close())
+	}
+	if c, ok := d.base.Subnet.(io.Closer); ok {
+		errs = append(errs, c.Close())
 	}
 	errs = append(errs, d.dev.Close())
 	return errors.Join(errs...)

@@ -19,6 +19,7 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/umadsa"
 	"github.com/ipoibd/ipoibd/verbs"
 	"github.com/spf13/pflag"
 )
@@ -329,7 +330,16 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 			}
 		}
 		// --cm own: the cm engine on the device's MADs (ib_umad), as on
-		// softib.
+		// softib. On InfiniBand the SA's joins and paths are ours too: no
+		// rdma_cm asks for them.
+		if dev.Port().LinkLayer == "InfiniBand" && choice.Service == cmOwn {
+			sub, err := umadsa.OpenPortClient(o.device, o.port)
+			if err != nil {
+				_ = dev.Close()
+				return cfg, nil, choice, fmt.Errorf("the subnet administrator's client on %s port %d: %w", o.device, o.port, err)
+			}
+			cfg.Subnet = sub
+		}
 		return cfg, dev, choice, nil
 	}
 	return cfg, nil, choice, fmt.Errorf("--provider %q: want softib or verbs", o.provider)

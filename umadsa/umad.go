@@ -216,3 +216,22 @@ func NewPortClient(ca string, port int, timeout time.Duration, retries int) (*Cl
 // ibsim's libumad2sim.so frees the simulated port's slot there, and a Go
 // os.Exit would skip it.
 func Exit(code int) { C.exit(C.int(code)) }
+
+// PortClient is an SA client on a port with the umad handle it owns.
+type PortClient struct {
+	*Client
+	u *UMAD
+}
+
+// OpenPortClient opens an SA client on a port with the default timeouts
+// and retries, for the daemon.
+func OpenPortClient(ca string, port int) (*PortClient, error) {
+	c, u, err := NewPortClient(ca, port, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &PortClient{Client: c, u: u}, nil
+}
+
+// Close closes the umad handle.
+func (p *PortClient) Close() error { return p.u.Close() }

@@ -1,0 +1,283 @@
+package ipoib
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/encap"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/sa"
+	"github.com/ipoibd/ipoibd/sapath"
+	"github.com/ipoibd/ipoibd/umadsa"
+)
+
+// Subnet services of an InfiniBand port (Config.Subnet). On InfiniBand
+// nothing reaches a peer without the subnet administrator: the broadcast
+// group's join gives the Q_Key, MTU and MLID the interface must use, every
+// other group must be joined before its traffic flows, and every unicast
+// address handle and connection needs the PathRecord's LIDs, SL and rate.
+// The SA's answers can take seconds (or never come), so they are asked on
+// goroutines of their own and the control goroutine only takes results:
+// the broadcast join alone is asked in New, which cannot go on without it.
+
+// Subnet is the SA of the port; *umadsa.Client is one. Nil on RoCE and
+// softib ports, and with the kernel's CM, whose rdma_cm does the same.
+type Subnet interface {
+	Join(j umadsa.JoinRequest) (sa.MCMemberRecord, error)
+	Leave(mgid ib.GID, pkey ib.PKey, state sa.JoinState) error
+	sapath.Querier
+}
+
+// groupJob is one join or leave for the group worker.
+type groupJob struct {
+	group netip.Addr // the IP group (or broadcast address) mgid maps
+	mgid  ib.GID
+	state sa.JoinState // FullMember, or SendOnlyNonMember for a group we only send to
+	leave bool
+}
+
+// groupResult is a join's answer (leaves have none).
+type groupResult struct {
+	groupJob
+	rec sa.MCMemberRecord
+	err error
+}
+
+// subnet is the control goroutine's state of the subnet services.
+type subnet struct {
+	sa      Subnet
+	paths   *sapath.Cache
+	pathW   *sapath.Worker
+	jobs    chan groupJob
+	results chan groupResult
+	asked   map[ib.GID]sa.JoinState // joins under way
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// joinBroadcast joins the broadcast group through the SA, as the kernel's
+// ipoib does before the interface carries anything: the UD QP takes its
+// Q_Key, attaches with its MLID, and the UD MTU is at most its MTU.
+func (i *Interface) joinBroadcast() error {
+	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
+	g, err := i.cfg.Subnet.Join(umadsa.JoinRequest{MGID: mgid, PKey: i.pkey})
+	if err != nil {
+		return fmt.Errorf("ipoib: joining the broadcast group %v through the SA: %w", mgid, err)
+	}
+	mtu := g.MTU.MTU()
+	if !mtu.Valid() {
+		return fmt.Errorf("ipoib: the SA's broadcast group %v has MTU code %d, not an IB MTU", mgid, g.MTU.Value)
+	}
+	i.bcastGroup = g
+	i.qkey = g.QKey
+	if m := encap.MTUForIB(mtu); m < i.udMTU {
+		i.udMTU = m
+		if i.cfg.MTU == 0 && i.cfg.Mode == Datagram {
+			i.mtu = m
+		}
+	}
+	if i.cfg.Mode == Datagram && i.mtu > i.udMTU {
+		return fmt.Errorf("ipoib: MTU %d is above the broadcast group's UD MTU %d", i.mtu, i.udMTU)
+	}
+	return nil
+}
+
+// groupPath is how a multicast AH reaches a group on InfiniBand: its MLID,
+// with a GRH (multicast always has one) carrying the group's fields.
+func groupPath(g sa.MCMemberRecord) ib.Path {
+	return ib.Path{DLID: g.MLID, SL: g.SL, StaticRate: g.Rate.Value, GRH: true,
+		HopLimit: g.HopLimit, TrafficClass: g.TClass, FlowLabel: g.FlowLabel}
+}
+
+// startSubnet starts the workers; nil without a Subnet.
+func (i *Interface) startSubnet() *subnet {
+	if i.cfg.Subnet == nil {
+		return nil
+	}
+	s := &subnet{
+		sa:      i.cfg.Subnet,
+		paths:   sapath.New(sapath.Config{}),
+		pathW:   sapath.NewWorker(i.cfg.Subnet, i.pkey),
+		jobs:    make(chan groupJob, 256),
+		results: make(chan groupResult, 256),
+		asked:   map[ib.GID]sa.JoinState{},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go s.runGroups(i)
+	return s
+}
+
+// runGroups asks the SA for joins and leaves, one at a time.
+func (s *subnet) runGroups(i *Interface) {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case j := <-s.jobs:
+			if j.leave {
+				if err := s.sa.Leave(j.mgid, i.pkey, j.state); err != nil {
+					i.log.Debug("leaving a multicast group", "mgid", j.mgid, "err", err)
+				}
+				continue
+			}
+			r := groupResult{groupJob: j}
+			req := umadsa.JoinRequest{MGID: j.mgid, PKey: i.pkey, State: j.state}
+			if j.state == sa.FullMember {
+				// A new group is made like the broadcast group, as the
+				// kernel's ipoib makes it.
+				req.Create = umadsa.ParamsOf(i.bcastGroup)
+			}
+			r.rec, r.err = s.sa.Join(req)
+			select {
+			case s.results <- r:
+			case <-s.stop:
+				return
+			}
+		}
+	}
+}
+
+// close stops the workers; a question under way ends first.
+func (s *subnet) close() {
+	if s == nil {
+		return
+	}
+	close(s.stop)
+	s.pathW.Close()
+	<-s.done
+}
+
+// ask queues a join or leave; a full queue leaves it for the next group
+// sync to ask again.
+func (s *subnet) ask(j groupJob) bool {
+	select {
+	case s.jobs <- j:
+		if !j.leave {
+			s.asked[j.mgid] = j.state
+		}
+		return true
+	default:
+		return false
+	}
+}
+
+// joined takes a join's answer: a full member's group is attached with its
+// MLID, and either kind gets the address handle sends to it use.
+func (c *control) joined(r groupResult) {
+	i, s := c.i, c.subnet
+	delete(s.asked, r.mgid)
+	if r.err != nil {
+		i.ctr.inc(subnetJoinFailures)
+		i.log.Warn("joining a multicast group through the SA", "mgid", r.mgid, "state", r.state, "err", r.err)
+		return
+	}
+	i.ctr.inc(subnetJoins)
+	if r.state == sa.FullMember {
+		if _, wanted := c.wantGroups[r.mgid]; !wanted {
+			s.ask(groupJob{group: r.group, mgid: r.mgid, state: r.state, leave: true})
+			return
+		}
+		if err := i.dev.AttachMulticast(i.udQP, r.mgid, r.rec.MLID); err != nil {
+			i.log.Warn("joining a multicast group", "group", r.group, "err", err)
+			return
+		}
+		c.groups[r.mgid] = r.group
+	}
+	c.groupRecs[r.mgid] = r.rec
+	ah, err := i.dev.CreateAH(ib.AHAttr{DestGID: r.mgid, Path: groupPath(r.rec)})
+	if err != nil {
+		i.log.Warn("address handle for a multicast group", "mgid", r.mgid, "err", err)
+		return
+	}
+	i.mcastMu.Lock()
+	if old, ok := i.mcastAHs[r.group]; ok {
+		c.retired = append(c.retired, &unicastAH{ah: old.ah, used: c.now})
+	}
+	i.mcastAHs[r.group] = mcastDest{ah: ah, mgid: r.mgid}
+	i.mcastMu.Unlock()
+}
+
+// sendOnlyJoin asks for a send-only join of the group dst maps to, so that
+// our packets to a group we are not in (a neighbor solicitation to a
+// peer's solicited-node group) may flow; the datapath drops until then.
+func (c *control) sendOnlyJoin(dst netip.Addr) {
+	s := c.subnet
+	mgid, err := encap.MulticastMGID(dst, c.i.pkey, encap.LinkLocal)
+	if err != nil {
+		return
+	}
+	if _, ok := s.asked[mgid]; ok {
+		return
+	}
+	if _, ok := c.groupRecs[mgid]; ok {
+		return
+	}
+	s.ask(groupJob{group: dst, mgid: mgid, state: sa.SendOnlyNonMember})
+}
+
+// unicastPath is the SA's path to gid: ok false while it is being asked.
+func (c *control) unicastPath(gid ib.GID) (sapath.Path, bool) {
+	s := c.subnet
+	p, ok := s.paths.Lookup(gid, c.now)
+	s.pathW.Ask(s.paths.Due(c.now)...)
+	return p, ok
+}
+
+// pathAnswered takes a PathRecord answer. A neighbor that waited for it
+// is published now; one whose path changed gets a new address handle.
+func (c *control) pathAnswered(r sapath.Result) {
+	s := c.subnet
+	old, had := s.paths.Lookup(r.DGID, c.now)
+	s.paths.Done(r.DGID, r.Record, r.Err, c.now)
+	now, ok := s.paths.Lookup(r.DGID, c.now)
+	if !ok || had && old.AH == now.AH {
+		return
+	}
+	if u := c.ahs[r.DGID]; u != nil {
+		u.used = c.now
+		c.retired = append(c.retired, u) // sends may still name it
+		delete(c.ahs, r.DGID)
+	}
+	for _, e := range c.i.neigh.All() {
+		if e.Resolved() && e.Link.GID == r.DGID {
+			c.resolved(e, e.Link)
+		}
+	}
+}
+
+// pathTo is the connection manager's PathTo with a Subnet (nil without):
+// it runs on the control goroutine, which drives the manager.
+func (i *Interface) pathTo() func(ib.GID) (cm.IBPath, bool) {
+	if i.cfg.Subnet == nil {
+		return nil
+	}
+	return i.ctl.pathTo
+}
+
+// pathTo is the cached path to gid, if any.
+func (c *control) pathTo(gid ib.GID) (cm.IBPath, bool) {
+	p, ok := c.unicastPath(gid)
+	if !ok {
+		return cm.IBPath{}, false
+	}
+	return cm.IBPath{REQ: p.CM, Address: p.AH, MTU: p.MTU}, true
+}
+
+// subnetTick asks what is due (refreshes, retries).
+func (c *control) subnetTick() {
+	if s := c.subnet; s != nil {
+		s.pathW.Ask(s.paths.Due(c.now)...)
+	}
+}
+
+// pathCounters are the path cache's counters, for Stats: zero without a
+// Subnet, so that the names are the same on every port.
+func (c *control) pathCounters() []ib.Counter {
+	if c.subnet == nil {
+		return (&sapath.Stats{}).Counters()
+	}
+	return c.subnet.paths.Stats.Counters()
+}

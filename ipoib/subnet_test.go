@@ -1,0 +1,240 @@
+package ipoib
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ipoibd/ipoibd/encap"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/sa"
+	"github.com/ipoibd/ipoibd/umadsa"
+)
+
+// fakeSA is a subnet administrator for every host of a test: it hands out
+// the broadcast group with its Q_Key, MLIDs for new groups, and path
+// records to the GIDs it was told about. The real one (OpenSM) judges
+// package umadsa and sapath; here the interface's use of the answers is
+// what is checked.
+type fakeSA struct {
+	mu       sync.Mutex
+	qkey     ib.QKey
+	mtu      ib.MTU
+	joins    []umadsa.JoinRequest
+	leaves   []ib.GID
+	paths    map[ib.GID]uint16 // DGID -> DLID
+	queries  map[ib.GID]int
+	failing  map[ib.GID]bool // path queries to these fail
+	joinErr  error
+	nextMLID uint16
+	groups   map[ib.GID]uint16
+}
+
+func newFakeSA(qkey ib.QKey) *fakeSA {
+	return &fakeSA{qkey: qkey, mtu: ib.MTU2048, paths: map[ib.GID]uint16{}, queries: map[ib.GID]int{}, failing: map[ib.GID]bool{},
+		nextMLID: 0xc001, groups: map[ib.GID]uint16{}}
+}
+
+func (f *fakeSA) Join(j umadsa.JoinRequest) (sa.MCMemberRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.joins = append(f.joins, j)
+	if f.joinErr != nil {
+		return sa.MCMemberRecord{}, f.joinErr
+	}
+	mlid, ok := f.groups[j.MGID]
+	switch {
+	case ok:
+	case j.MGID == encap.BroadcastMGID(j.PKey, encap.LinkLocal):
+		mlid = 0xc000
+	default:
+		mlid = f.nextMLID
+		f.nextMLID++
+	}
+	f.groups[j.MGID] = mlid
+	return sa.MCMemberRecord{MGID: j.MGID, QKey: f.qkey, MLID: mlid, PKey: j.PKey, JoinState: j.State,
+		MTU: sa.Selected{Selector: sa.Exactly, Value: uint8(f.mtu)}, SL: 2, Rate: sa.Selected{Selector: sa.Exactly, Value: 3}}, nil
+}
+
+func (f *fakeSA) Leave(mgid ib.GID, pkey ib.PKey, state sa.JoinState) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leaves = append(f.leaves, mgid)
+	return nil
+}
+
+func (f *fakeSA) PathRecord(dgid ib.GID, pkey ib.PKey) (sa.PathRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queries[dgid]++
+	dlid, ok := f.paths[dgid]
+	switch {
+	case f.failing[dgid]:
+		return sa.PathRecord{}, errors.New("fake SA: busy")
+	case !ok:
+		return sa.PathRecord{}, errors.New("fake SA: no path")
+	}
+	return sa.PathRecord{DGID: dgid, DLID: dlid, SLID: 1, SL: 5, PKey: pkey, Reversible: true, NumbPath: 1,
+		MTU: sa.Selected{Selector: sa.Exactly, Value: uint8(ib.MTU4096)}, Rate: sa.Selected{Selector: sa.Exactly, Value: 6},
+		Lifetime: sa.Selected{Selector: sa.Exactly, Value: 16}}, nil
+}
+
+func (f *fakeSA) setJoinErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.joinErr = err
+}
+
+func (f *fakeSA) setFailing(gid ib.GID, fail bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing[gid] = fail
+}
+
+func (f *fakeSA) queried(gid ib.GID) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queries[gid]
+}
+
+// joinedAs reports whether a joined mgid in state.
+func (f *fakeSA) joinedAs(mgid ib.GID, state sa.JoinState) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(f.joins, func(j umadsa.JoinRequest) bool { return j.MGID == mgid && j.State == state })
+}
+
+// subnetHosts are fake hosts whose ports the SA serves, at LIDs 0x10+k;
+// those from outside on are not its.
+func subnetHosts(t *testing.T, port uint16, f *fakeSA, n, outside int) []*fakeHost {
+	mods := make([]func(*Config), n)
+	for k := range outside {
+		mods[k] = func(c *Config) { c.Subnet = f }
+	}
+	h := newFakeHosts(t, port, n, mods...)
+	f.mu.Lock()
+	for k, x := range h {
+		f.paths[x.local.GID] = uint16(0x10 + k)
+	}
+	f.mu.Unlock()
+	return h
+}
+
+// TestSubnetBroadcastJoin: with a subnet administrator the interface takes
+// the broadcast group's Q_Key, MLID and MTU from its join; hosts that did
+// talk (softib drops a datagram with another Q_Key), and one that kept the
+// default Q_Key cannot reach them.
+func TestSubnetBroadcastJoin(t *testing.T) {
+	f := newFakeSA(0x12345678)
+	h := subnetHosts(t, 24801, f, 3, 2)
+	a, b, c := h[0], h[1], h[2]
+	info := a.Show()
+	if info.QKey != 0x12345678 || info.BcastMLID != 0xc000 || info.Subnet != "sa" || info.UDMTU != encap.MTUForIB(ib.MTU2048) {
+		t.Errorf("show: qkey %#x mlid %#x subnet %q UD MTU %d; want the join's 0x12345678, 0xc000, sa, %d",
+			info.QKey, info.BcastMLID, info.Subnet, info.UDMTU, encap.MTUForIB(ib.MTU2048))
+	}
+	out := packetTo(a.ip4, b.ip4, 1500, 1)
+	a.send(out)
+	if got := b.next(t); string(got) != string(out) {
+		t.Fatalf("b got %d octets, want a's packet", len(got))
+	}
+
+	// A host outside the SA's word keeps Q_Key 0x0B1B: its ARP never
+	// gets past a's Q_Key check.
+	if c.Show().QKey != uint32(ib.DefaultIPoIBQKey) || c.Show().Subnet != "" {
+		t.Errorf("without a Subnet: %+v, want the default Q_Key and no subnet", c.Show())
+	}
+	dropped := func() uint64 {
+		for _, k := range a.Stats() {
+			if k.Name == "dev_rx_drop_qkey" {
+				return k.Value
+			}
+		}
+		return 0
+	}
+	before, arps := dropped(), a.count(arpIn)
+	c.send(packetTo(c.ip4, a.ip4, 100, 2))
+	waitFor(t, "a drops c's ARP on its Q_Key", func() bool { return dropped() > before })
+	if a.count(arpIn) != arps {
+		t.Error("a took an ARP sent with another Q_Key")
+	}
+
+	f.setJoinErr(errors.New("no answer"))
+	_, err := New(Config{Name: "ib1", Device: a.dev, Netdev: newFakeNetdev().open, Subnet: f, Queues: 1})
+	if err == nil || !strings.Contains(err.Error(), "broadcast group") {
+		t.Errorf("New with a failing broadcast join: %v, want an error naming the broadcast group", err)
+	}
+}
+
+// TestSubnetPaths: unicast traffic waits for the SA's path record (one
+// query per peer, then the cache), and a query the SA fails is asked
+// again with back-off, counted, until it answers.
+func TestSubnetPaths(t *testing.T) {
+	f := newFakeSA(0x0b1b)
+	h := subnetHosts(t, 24802, f, 2, 2)
+	a, b := h[0], h[1]
+	f.setFailing(b.local.GID, true)
+	out := packetTo(a.ip4, b.ip4, 1000, 1)
+	a.send(out)
+	stat := func(x *fakeHost, name string) uint64 {
+		for _, c := range x.Stats() {
+			if c.Name == name {
+				return c.Value
+			}
+		}
+		t.Fatalf("no counter %s", name)
+		return 0
+	}
+	waitFor(t, "a's path query to b fails", func() bool { return stat(a, "sa_path_query_failures") > 0 })
+	if len(b.nd.out) != 0 {
+		t.Fatal("b got a's packet without a path record")
+	}
+	f.setFailing(b.local.GID, false)
+	if got := b.next(t); string(got) != string(out) {
+		t.Fatalf("b got %d octets, want a's packet once the SA answered", len(got))
+	}
+	for k := range 20 {
+		a.send(packetTo(a.ip4, b.ip4, 1000, byte(2+k)))
+		b.next(t)
+	}
+	if n := f.queried(b.local.GID); n < 2 || n > 4 {
+		t.Errorf("a asked the SA %d times for b's path, want the failed tries and one answer", n)
+	}
+	var attr ib.AHAttr
+	a.do(func() { attr = a.ctl.ahs[b.local.GID].ah.Attr() })
+	if attr.Path.DLID != 0x11 || attr.Path.SL != 5 || attr.Path.StaticRate != 6 {
+		t.Errorf("a's address handle to b: %+v, want the path record's DLID 0x11, SL 5, rate 6", attr.Path)
+	}
+}
+
+// TestSubnetGroups: the IPv6 groups the interface needs are joined as a
+// full member through the SA before they are attached, and a group we
+// only send to (a peer's solicited-node group) gets a send-only join: the
+// first solicitation waits for it, a later one resolves.
+func TestSubnetGroups(t *testing.T) {
+	f := newFakeSA(0x0b1b)
+	h := subnetHosts(t, 24803, f, 2, 2)
+	a, b := h[0], h[1]
+	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
+	waitFor(t, "a joins all-nodes", func() bool { return f.joinedAs(allNodesMGID, sa.FullMember) })
+	out := packetTo(a.ip6, b.ip6, 1000, 1)
+	a.send(out)
+	if got := b.next(t); string(got) != string(out) {
+		t.Fatalf("b got %d octets, want a's IPv6 packet", len(got))
+	}
+	bSolicited, _ := encap.MulticastMGID(neigh.SolicitedNode(b.ip6), a.pkey, encap.LinkLocal)
+	if !f.joinedAs(bSolicited, sa.SendOnlyNonMember) {
+		t.Error("a sent to b's solicited-node group without a send-only join")
+	}
+	if a.count(txDropJoining) == 0 {
+		t.Error("tx_drop_joining 0: the first solicitation went before the join")
+	}
+	a.do(func() {
+		if _, ok := a.ctl.groups[allNodesMGID]; !ok {
+			t.Error("all-nodes joined but not attached")
+		}
+	})
+}
