@@ -29,6 +29,10 @@ type PortAttr struct {
 	ActiveMTU MTU    // largest path MTU the port supports
 	LinkLayer string // "InfiniBand" or "Ethernet" (RoCE, softib)
 	GUID      uint64 // node (CA) GUID, the CM's identity of this adapter
+	// LMC is the port's LID mask count (InfiniBand): how many low bits of
+	// its LID choose among its paths. ACKDelay is the CA's local ACK delay
+	// code, which a REQ's Local ACK Timeout must cover. 0 elsewhere.
+	LMC, ACKDelay uint8
 }
 
 // Device is one adapter port. The interface opens it at start and closes it

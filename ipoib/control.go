@@ -245,5 +245,8 @@ func (c *control) shutdown() {
 	if c.i.mgr != nil {
 		c.i.mgr.Close(time.Now())
 	}
+	if c.subnet != nil {
+		c.leaveAll()
+	}
 	_ = c.i.routes.Flush()
 }

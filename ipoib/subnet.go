@@ -3,6 +3,7 @@ package ipoib
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/encap"
@@ -97,7 +98,7 @@ func (i *Interface) startSubnet() *subnet {
 	}
 	s := &subnet{
 		sa:      i.cfg.Subnet,
-		paths:   sapath.New(sapath.Config{}),
+		paths:   sapath.New(sapath.Config{LMC: i.port.LMC, ACKDelay: i.port.ACKDelay}),
 		pathW:   sapath.NewWorker(i.cfg.Subnet, i.pkey),
 		jobs:    make(chan groupJob, 256),
 		results: make(chan groupResult, 256),
@@ -116,7 +117,10 @@ func (s *subnet) runGroups(i *Interface) {
 		select {
 		case <-s.stop:
 			return
-		case j := <-s.jobs:
+		case j, ok := <-s.jobs:
+			if !ok {
+				return // closed once drained: the interface is closing
+			}
 			if j.leave {
 				if err := s.sa.Leave(j.mgid, i.pkey, j.state); err != nil {
 					i.log.Debug("leaving a multicast group", "mgid", j.mgid, "err", err)
@@ -140,14 +144,35 @@ func (s *subnet) runGroups(i *Interface) {
 	}
 }
 
-// close stops the workers; a question under way ends first.
+// leaveAll asks to leave every group the interface joined, the broadcast
+// group last, as the kernel's ipoib leaves them when its interface goes
+// down: the SM need not wait for the port to go before it prunes them.
+func (c *control) leaveAll() {
+	s := c.subnet
+	for mgid, rec := range c.groupRecs {
+		s.ask(groupJob{mgid: mgid, state: rec.JoinState, leave: true})
+	}
+	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember, leave: true})
+}
+
+// leaveWait bounds how long closing waits for the leaves: an SM that does
+// not answer must not hold up a daemon that stops.
+const leaveWait = 2 * time.Second
+
+// close lets the group worker finish what is queued (the leaves) for at
+// most leaveWait, then stops both workers; a question under way ends
+// first. Only after the control goroutine ended: nothing asks any more.
 func (s *subnet) close() {
 	if s == nil {
 		return
 	}
+	close(s.jobs)
+	select {
+	case <-s.done:
+	case <-time.After(leaveWait):
+	}
 	close(s.stop)
 	s.pathW.Close()
-	<-s.done
 }
 
 // ask queues a join or leave; a full queue leaves it for the next group

@@ -238,3 +238,23 @@ func TestSubnetGroups(t *testing.T) {
 		}
 	})
 }
+
+// TestSubnetLeavesOnClose: closing the interface leaves what it joined,
+// the broadcast group last, as the kernel's ipoib does when it goes down.
+func TestSubnetLeavesOnClose(t *testing.T) {
+	f := newFakeSA(0x0b1b)
+	a := subnetHosts(t, 24804, f, 1, 1)[0]
+	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
+	waitFor(t, "a joins all-nodes", func() bool {
+		var ok bool
+		a.do(func() { _, ok = a.ctl.groups[allNodesMGID] })
+		return ok
+	})
+	a.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	bcast := encap.BroadcastMGID(a.pkey, encap.LinkLocal)
+	if !slices.Contains(f.leaves, allNodesMGID) || len(f.leaves) == 0 || f.leaves[len(f.leaves)-1] != bcast {
+		t.Errorf("left %v on close, want all-nodes %v among them and the broadcast group %v last", f.leaves, allNodesMGID, bcast)
+	}
+}

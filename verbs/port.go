@@ -41,6 +41,7 @@ func (d *Device) queryDevice() error {
 		return verbError("ibv_query_device "+d.cfg.Device, errnoValue(rc))
 	}
 	d.port.GUID = uint64(C.ipoibd_be64toh(C.uint64_t(a.node_guid)))
+	d.port.ACKDelay = uint8(a.local_ca_ack_delay)
 	d.limits = limits{maxQPWR: int(a.max_qp_wr), maxCQE: int(a.max_cqe), maxSRQWR: int(a.max_srq_wr), ports: int(a.phys_port_cnt)}
 	if d.cfg.Port > d.limits.ports {
 		return fmt.Errorf("verbs: %s has %d port(s), not %d", d.cfg.Device, d.limits.ports, d.cfg.Port)
@@ -64,6 +65,7 @@ func (d *Device) queryPort() error {
 	if d.ethernet {
 		d.port.LinkLayer = "Ethernet"
 	}
+	d.port.LMC = uint8(pa.lmc)
 	d.port.ActiveMTU = ib.MTU(pa.active_mtu)
 	if !d.port.ActiveMTU.Valid() {
 		return fmt.Errorf("verbs: %s port %d reports active MTU code %d", d.cfg.Device, d.portNum, pa.active_mtu)
