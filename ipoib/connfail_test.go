@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -125,13 +126,7 @@ func (p *pair) pingOut(dst string, count int) (string, error) {
 // awaitCounter waits until i's counter k reaches want.
 func awaitCounter(t *testing.T, i *Interface, k counter, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for i.ctr[k].Load() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %d after 10 s, want %d", counterNames[k], i.ctr[k].Load(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, fmt.Sprintf("%s reaches %d", counterNames[k], want), func() bool { return i.ctr[k].Load() >= want })
 }
 
 // TestAddressHandlesOfAnsweredNodesAreReaped: answering solicitations from

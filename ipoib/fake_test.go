@@ -13,6 +13,7 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/inetsum"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/offload"
 	"github.com/ipoibd/ipoibd/softib"
 )
 
@@ -91,7 +92,7 @@ func packetTo(src, dst netip.Addr, size int, seq byte) []byte {
 }
 
 // send hands the interface a packet as the kernel would.
-func (h *fakeHost) send(p []byte) { h.nd.in <- p }
+func (h *fakeHost) send(p []byte) { h.nd.in <- fakePacket{b: p} }
 
 // next returns the next packet the interface wrote to the kernel.
 func (h *fakeHost) next(t *testing.T) []byte {
@@ -140,6 +141,18 @@ func (h *fakeHost) neighbor(ip netip.Addr) (NeighInfo, bool) {
 }
 
 func (h *fakeHost) count(k counter) uint64 { return h.ctr[k].Load() }
+
+// stat is the value of the counter named name in h's Stats.
+func (h *fakeHost) stat(t *testing.T, name string) uint64 {
+	t.Helper()
+	for _, c := range h.Stats() {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	t.Fatalf("no counter %s in stats", name)
+	return 0
+}
 
 // TestFakeResolvesAndDelivers: the first packet to a peer waits for
 // resolution (ARP, or ND for IPv6) and is then delivered whole; the peer
@@ -322,22 +335,47 @@ func TestFakeDrops(t *testing.T) {
 			from.ctl.sendNeigh(slot, n, to.local, true, netip.Addr{})
 		})
 	}
+	fill := func(h *fakeHost) { // the kernel takes nothing more
+		for len(h.nd.out) < cap(h.nd.out) {
+			h.nd.out <- nil
+		}
+	}
+	drain := func(h *fakeHost) {
+		for len(h.nd.out) > 0 {
+			<-h.nd.out
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		do   func()
 		at   *fakeHost
 		k    counter
+		undo func() // before the check that nothing else happened
 	}{
-		{"not IP from the kernel", func() { a.send([]byte{0x20, 1, 2, 3, 4, 5, 6, 7}) }, a, txDropMalformed},
-		{"neighbor solicitation from the kernel", func() { a.send(ns) }, a, txDropKernelND},
-		{"unknown EtherType from the fabric", func() { rawTo(b, a, []byte{0x88, 0xb5, 0, 0, 1, 2, 3, 4}) }, a, rxDropEtherType},
-		{"short ARP from the fabric", func() { rawTo(b, a, []byte{0x08, 0x06, 0, 0, 0, 0x20, 8, 0}) }, a, rxDropMalformed},
-		{"short IPoIB header from the fabric", func() { rawTo(b, a, []byte{0x08}) }, a, rxDropMalformed},
+		{"not IP from the kernel", func() { a.send([]byte{0x20, 1, 2, 3, 4, 5, 6, 7}) }, a, txDropMalformed, nil},
+		{"neighbor solicitation from the kernel", func() { a.send(ns) }, a, txDropKernelND, nil},
+		{"unknown EtherType from the fabric", func() { rawTo(b, a, []byte{0x88, 0xb5, 0, 0, 1, 2, 3, 4}) }, a, rxDropEtherType, nil},
+		{"short ARP from the fabric", func() { rawTo(b, a, []byte{0x08, 0x06, 0, 0, 0, 0x20, 8, 0}) }, a, rxDropMalformed, nil},
+		{"short IPoIB header from the fabric", func() { rawTo(b, a, []byte{0x08}) }, a, rxDropMalformed, nil},
+		{"super-packet that does not parse", func() {
+			a.nd.in <- fakePacket{b: packetTo(a.ip4, b.ip4, 3000, 1), h: offload.Hdr{GSOType: offload.GSOTCPv4, GSOSize: 1000}}
+		}, a, txDropOffload, nil},
+		{"the kernel refuses a packet", func() {
+			fill(b)
+			a.send(packetTo(a.ip4, b.ip4, 100, 1))
+		}, b, rxDropTUN, func() { drain(b) }},
+		{"neighbor table full (last: it stays full)", func() {
+			a.do(func() { a.neigh.MaxEntries = len(a.neigh.All()) })
+			a.send(packetTo(a.ip4, netip.MustParseAddr("10.9.0.77"), 100, 1))
+		}, a, txDropNoNeigh, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.at.count(tc.k)
 			tc.do()
 			waitFor(t, counterNames[tc.k]+" counted", func() bool { return tc.at.count(tc.k) == before+1 })
+			if tc.undo != nil {
+				tc.undo()
+			}
 			tc.at.quiet(t)
 		})
 	}

@@ -18,7 +18,7 @@ import (
 // root, so the interface runs as an ordinary user.
 type fakeNetdev struct {
 	name   string
-	in     chan []byte
+	in     chan fakePacket
 	out    chan []byte
 	events chan LinkEvent
 	closed chan struct{}
@@ -35,6 +35,13 @@ type fakeNetdev struct {
 
 var errFakeClosed = errors.New("fake netdev closed")
 
+// fakePacket is what the kernel hands over: a packet and its virtio-net
+// header (zero: a whole packet).
+type fakePacket struct {
+	b []byte
+	h offload.Hdr
+}
+
 // openFake returns the Config.Netdev that makes f the interface's netdev,
 // configured as tun.Open would configure a TUN.
 func (f *fakeNetdev) open(cfg tun.Config) (Netdev, error) {
@@ -48,7 +55,7 @@ func (f *fakeNetdev) open(cfg tun.Config) (Netdev, error) {
 
 func newFakeNetdev() *fakeNetdev {
 	return &fakeNetdev{
-		in: make(chan []byte, 64), out: make(chan []byte, 1024), events: make(chan LinkEvent, 16),
+		in: make(chan fakePacket, 64), out: make(chan []byte, 1024), events: make(chan LinkEvent, 16),
 		closed: make(chan struct{}), gateways: map[netip.Prefix]netip.Addr{}, routes: map[netip.Addr]int{},
 	}
 }
@@ -60,8 +67,8 @@ func (f *fakeNetdev) Name() string              { return f.name }
 func (f *fakeNetdev) Read(q int, b []byte, h *offload.Hdr) (int, error) {
 	select {
 	case p := <-f.in:
-		*h = offload.Hdr{}
-		return copy(b, p), nil
+		*h = p.h
+		return copy(b, p.b), nil
 	case <-f.closed:
 		return 0, errFakeClosed
 	}

@@ -30,21 +30,9 @@ import (
 // MTU and MLID from OpenSM's answer and joins the IPv6 groups it needs,
 // which OpenSM then lists with the node as a member and programs into the
 // switch. The datapath runs over softib (ibsim forwards no datapath); the
-// test binary is the node's process, run again with childEnv set, and
-// leaves through C's exit so that the simulator frees its slot.
+// test binary is the node's process, run again (ibsim.Main).
 
-const childEnv = "IPOIBD_IPOIB_SUBNET_CHILD"
-
-func TestMain(m *testing.M) {
-	if k := os.Getenv(childEnv); k != "" {
-		if err := subnetChild(k); err != nil {
-			fmt.Fprintln(os.Stderr, "ipoib child:", err)
-			umadsa.Exit(1)
-		}
-		umadsa.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { ibsim.Main(m, subnetChild, umadsa.Exit) }
 
 // childReport is what the child prints.
 type childReport struct {
@@ -149,8 +137,8 @@ func TestOpenSMJudgesSubnetUse(t *testing.T) {
 // when its process leaves) until the test ends and closes its stdin.
 func node(t *testing.T, f *ibsim.Fabric, host, k string) childReport {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(f.Env(host), childEnv+"="+k)
+	cmd := ibsim.Child(k)
+	cmd.Env = append(f.Env(host), cmd.Env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -147,17 +147,9 @@ func TestSubnetBroadcastJoin(t *testing.T) {
 	if c.Show().QKey != uint32(ib.DefaultIPoIBQKey) || c.Show().Subnet != "" {
 		t.Errorf("without a Subnet: %+v, want the default Q_Key and no subnet", c.Show())
 	}
-	dropped := func() uint64 {
-		for _, k := range a.Stats() {
-			if k.Name == "dev_rx_drop_qkey" {
-				return k.Value
-			}
-		}
-		return 0
-	}
-	before, arps := dropped(), a.count(arpIn)
+	before, arps := a.stat(t, "dev_rx_drop_qkey"), a.count(arpIn)
 	c.send(packetTo(c.ip4, a.ip4, 100, 2))
-	waitFor(t, "a drops c's ARP on its Q_Key", func() bool { return dropped() > before })
+	waitFor(t, "a drops c's ARP on its Q_Key", func() bool { return a.stat(t, "dev_rx_drop_qkey") > before })
 	if a.count(arpIn) != arps {
 		t.Error("a took an ARP sent with another Q_Key")
 	}
@@ -179,16 +171,7 @@ func TestSubnetPaths(t *testing.T) {
 	f.setFailing(b.local.GID, true)
 	out := packetTo(a.ip4, b.ip4, 1000, 1)
 	a.send(out)
-	stat := func(x *fakeHost, name string) uint64 {
-		for _, c := range x.Stats() {
-			if c.Name == name {
-				return c.Value
-			}
-		}
-		t.Fatalf("no counter %s", name)
-		return 0
-	}
-	waitFor(t, "a's path query to b fails", func() bool { return stat(a, "sa_path_query_failures") > 0 })
+	waitFor(t, "a's path query to b fails", func() bool { return a.stat(t, "sa_path_query_failures") > 0 })
 	if len(b.nd.out) != 0 {
 		t.Fatal("b got a's packet without a path record")
 	}

@@ -21,21 +21,9 @@ import (
 // ibsim (internal/ibsim) answers a path query that goes through the cache
 // and its worker as an event loop drives them, and saquery -p, asked
 // independently, must know the same path. The test binary is its own
-// client: run again with childEnv set as a simulated node, it leaves
-// through C's exit, which frees the simulator's slot.
+// client, run again as a simulated node (ibsim.Main).
 
-const childEnv = "IPOIBD_SAPATH_CHILD"
-
-func TestMain(m *testing.M) {
-	if arg := os.Getenv(childEnv); arg != "" {
-		if err := child(arg); err != nil {
-			fmt.Fprintln(os.Stderr, "sapath child:", err)
-			umadsa.Exit(1)
-		}
-		umadsa.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { ibsim.Main(m, child, umadsa.Exit) }
 
 // child prints its port ("port") or the path to a GID as the cache
 // converted it.
@@ -132,8 +120,4 @@ func TestOpenSM(t *testing.T) {
 
 // client is this test binary run again as a node's client with arg: "port"
 // or a GID to ask the path to (see child).
-func client(arg string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = []string{childEnv + "=" + arg}
-	return cmd
-}
+func client(arg string) *exec.Cmd { return ibsim.Child(arg) }

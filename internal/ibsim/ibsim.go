@@ -281,3 +281,32 @@ func Dump(s string) map[string]string {
 	}
 	return m
 }
+
+// childEnv marks a test binary run again as a simulated node's process.
+const childEnv = "IPOIBD_IBSIM_CHILD"
+
+// Main is a test package's TestMain for tests whose SA client must run in
+// a simulated node's process: the test binary run again by Child. In that
+// process it runs child with Child's argument and leaves through exit,
+// which must be C's (umadsa.Exit): ibsim's libumad2sim.so frees the node's
+// slot in an atexit handler that Go's os.Exit skips. Otherwise it runs
+// the tests.
+func Main(m *testing.M, child func(arg string) error, exit func(code int)) {
+	arg, ok := os.LookupEnv(childEnv)
+	if !ok {
+		os.Exit(m.Run())
+	}
+	if err := child(arg); err != nil {
+		fmt.Fprintln(os.Stderr, "ibsim child:", err)
+		exit(1)
+	}
+	exit(0)
+}
+
+// Child is the test binary run again as a node's process with arg (see
+// Main); Run, Output and JSON run it as a given node.
+func Child(arg string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = []string{childEnv + "=" + arg}
+	return cmd
+}
