@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 func udQP(t *testing.T, h *host, qkey ib.QKey) ib.QP {
@@ -43,7 +44,7 @@ func TestUDUnicastAndQKeyCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := a.slot(0, 2044)
-	fill(a.bytes(msg), 5)
+	testutil.Fill(a.bytes(msg), 5)
 	send := func(qkey ib.QKey) {
 		if _, err := qa.PostSend([]ib.SendWR{{ID: 1, SGE: msg, AH: ah, RemoteQPN: qb.Num(), RemoteQKey: qkey}}); err != nil {
 			t.Fatal(err)
@@ -63,7 +64,7 @@ func TestUDUnicastAndQKeyCheck(t *testing.T) {
 		t.Errorf("GRH not filled: % x", got[:40])
 	}
 	want := make([]byte, 2044)
-	fill(want, 5)
+	testutil.Fill(want, 5)
 	if string(got[ib.GRHLen:]) != string(want) {
 		t.Error("payload corrupted")
 	}
@@ -147,7 +148,7 @@ func TestRNRRecovery(t *testing.T) {
 	b := newHost(t, "127.0.0.2", 14794)
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
 	s := a.slot(0, 10000)
-	fill(a.bytes(s), 9)
+	testutil.Fill(a.bytes(s), 9)
 	if _, err := qa.PostSend([]ib.SendWR{{ID: 7, SGE: s}}); err != nil {
 		t.Fatal(err)
 	}
@@ -220,13 +221,13 @@ func TestUCDelivers(t *testing.T) {
 	}
 	for i := range 8 {
 		s := a.slot(i, 5000*(i+1))
-		fill(a.bytes(s), i)
+		testutil.Fill(a.bytes(s), i)
 		qa.PostSend([]ib.SendWR{{ID: uint64(i), SGE: s}})
 	}
 	poll(t, a.scq, 8, time.Second)
 	for i, wc := range poll(t, b.rcq, 8, 2*time.Second) {
 		want := make([]byte, 5000*(i+1))
-		fill(want, i)
+		testutil.Fill(want, i)
 		if wc.Status != ib.WCSuccess || int(wc.ByteLen) != len(want) || string(b.bytes(b.slot(i, len(want)))) != string(want) {
 			t.Fatalf("message %d: %+v", i, wc)
 		}
@@ -278,7 +279,7 @@ func TestBadInputDuringTransfer(t *testing.T) {
 	}
 	for i := range n {
 		s := a.slot(i, 1000+i*300)
-		fill(a.bytes(s), i)
+		testutil.Fill(a.bytes(s), i)
 		qa.PostSend([]ib.SendWR{{ID: uint64(i), SGE: s}})
 		for _, ds := range bad {
 			for _, d := range ds {
@@ -289,7 +290,7 @@ func TestBadInputDuringTransfer(t *testing.T) {
 	wcs := poll(t, b.rcq, n, 10*time.Second)
 	for i, wc := range wcs {
 		want := make([]byte, 1000+i*300)
-		fill(want, i)
+		testutil.Fill(want, i)
 		if wc.Status != ib.WCSuccess || string(b.bytes(b.slot(i, len(want)))) != string(want) {
 			t.Fatalf("message %d: %+v", i, wc)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // host is one test adapter with its memory, CQs and a slot allocator.
@@ -118,12 +119,6 @@ func pollFor(c ib.CQ, d time.Duration) []ib.Completion {
 	}
 }
 
-func fill(b []byte, seed int) {
-	for i := range b {
-		b[i] = byte(seed*7 + i*13)
-	}
-}
-
 func TestRCMessagesInOrder(t *testing.T) {
 	a := newHost(t, "127.0.0.1", 14791)
 	b := newHost(t, "127.0.0.2", 14791)
@@ -140,7 +135,7 @@ func TestRCMessagesInOrder(t *testing.T) {
 	for posted < total {
 		n := sizes[posted%len(sizes)]
 		s := a.slot(posted, n)
-		fill(a.bytes(s), posted)
+		testutil.Fill(a.bytes(s), posted)
 		if _, err := qa.PostSend([]ib.SendWR{{ID: uint64(posted), SGE: s}}); err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +154,7 @@ func TestRCMessagesInOrder(t *testing.T) {
 			t.Fatalf("message %d: %d octets, want %d", i, wc.ByteLen, n)
 		}
 		want := make([]byte, n)
-		fill(want, i)
+		testutil.Fill(want, i)
 		if got := b.bytes(b.slot(i, n)); !bytes.Equal(got, want) {
 			t.Fatalf("message %d corrupted", i)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // TestSecondDeviceOnAnAddressIsRefused: a second device on an underlay
@@ -41,7 +42,7 @@ func TestSecondDeviceOnAnAddressIsRefused(t *testing.T) {
 	}
 	for i := range n {
 		s := a.slot(i, 4096)
-		fill(a.bytes(s), i)
+		testutil.Fill(a.bytes(s), i)
 		if _, err := qa.PostSend([]ib.SendWR{{ID: uint64(i), SGE: s}}); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testnet"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // hostIn opens a test adapter inside host i of a namespace network.
@@ -227,7 +228,7 @@ func TestUDMulticastThreeHosts(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := hosts[0].slot(1, 1000)
-		fill(hosts[0].bytes(s), 3)
+		testutil.Fill(hosts[0].bytes(s), 3)
 		// UD multicast may lose a datagram, and the underlay's group joins
 		// (IGMP/MLD through the bridge) may still be settling on a loaded
 		// machine: the datagram goes again until every member has had it.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // noiseRecord is one forged response, decoded from four fuzz octets:
@@ -79,7 +80,7 @@ func noiseSize(i int) int { return 8 + i*1237%9000 }
 var noisePort = uint16(20000 + os.Getpid()%20000)
 
 func noiseStamp(b []byte, i int) {
-	fill(b, i)
+	testutil.Fill(b, i)
 	binary.LittleEndian.PutUint32(b, uint32(i))
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // Sends posted together leave in as few GSO trains as the rule "one
@@ -43,7 +44,7 @@ func TestRCTrains(t *testing.T) {
 			wrs := make([]ib.SendWR, len(tc.sizes))
 			for k, size := range tc.sizes {
 				wrs[k] = ib.SendWR{ID: uint64(k), SGE: a.slot(k, size)}
-				fill(a.bytes(wrs[k].SGE), k+size)
+				testutil.Fill(a.bytes(wrs[k].SGE), k+size)
 			}
 			before := CounterValue(a.dev.Counters(), "tx_sends")
 			if n, err := qa.PostSend(wrs); err != nil || n != len(wrs) {
@@ -63,7 +64,7 @@ func TestRCTrains(t *testing.T) {
 					t.Fatalf("message %d: completion %+v", n, wc)
 				}
 				want := make([]byte, size)
-				fill(want, n+size)
+				testutil.Fill(want, n+size)
 				if got := b.bytes(b.slot(n, size)); string(got) != string(want) {
 					t.Fatalf("message %d corrupted", n)
 				}

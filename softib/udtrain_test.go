@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // A burst of UD sends leaves in as few underlay sends as GSO allows, and
@@ -61,7 +62,7 @@ func TestUDTrains(t *testing.T) {
 			wrs := make([]ib.SendWR, len(burst))
 			for k, d := range burst {
 				sge := a.slot(k, d.size)
-				fill(a.bytes(sge), k)
+				testutil.Fill(a.bytes(sge), k)
 				wrs[k] = ib.SendWR{ID: uint64(k), SGE: sge, AH: toB, RemoteQPN: qb.Num(), RemoteQKey: qkey}
 				if d.toC {
 					wrs[k].AH, wrs[k].RemoteQPN = toC, qc.Num()
@@ -108,7 +109,7 @@ func TestUDTrains(t *testing.T) {
 						t.Fatalf("datagram %d: completion %+v", k, wc)
 					}
 					exp := make([]byte, burst[k].size)
-					fill(exp, k)
+					testutil.Fill(exp, k)
 					got := h.h.bytes(h.h.slot(int(wc.ID), burst[k].size+ib.GRHLen))[ib.GRHLen:]
 					if string(got) != string(exp) {
 						t.Fatalf("datagram %d arrived as %d-th, corrupted or out of order", k, n)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testnet"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -151,7 +152,7 @@ func TestGSOTrainICRCOnTheWire(t *testing.T) {
 	// 65536 octets at path MTU 4096: 16 packets, which leave as a train of
 	// 15 (the most 65507 octets of UDP payload hold) and one more.
 	s := w.h.slot(0, 65536)
-	fill(w.h.bytes(s), 3)
+	testutil.Fill(w.h.bytes(s), 3)
 	if _, err := q.PostSend([]ib.SendWR{{ID: 1, SGE: s}}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // These tests run real cm.Managers on the kernel CM service, one per
@@ -161,7 +162,7 @@ func send(t *testing.T, from, to *node, cf, ct *cm.Connection, seed int) {
 	if _, err := to.srq.PostRecv([]ib.RecvWR{{ID: slot, SGE: to.e.sge(slot, slotSize)}}); err != nil {
 		t.Fatal(err)
 	}
-	fill(from.e.buf(1)[:size], seed)
+	testutil.Fill(from.e.buf(1)[:size], seed)
 	if _, err := cf.QP.PostSend([]ib.SendWR{{ID: 1, SGE: from.e.sge(1, size)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // These tests need two RDMA devices on the same link (soft-RoCE rxe0 and
@@ -192,12 +193,6 @@ func counter(cs []ib.Counter, name string) uint64 {
 	return 0
 }
 
-func fill(b []byte, seed int) {
-	for i := range b {
-		b[i] = byte(i*7 + seed)
-	}
-}
-
 func TestOpenQuery(t *testing.T) {
 	a, b := openPair(t)
 	for _, e := range []*end{a, b} {
@@ -265,7 +260,7 @@ func TestUDUnicast(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ah.Close()
-			fill(c.from.buf(0)[:c.size], c.size)
+			testutil.Fill(c.from.buf(0)[:c.size], c.size)
 			if _, err := c.qFrom.PostSend([]ib.SendWR{{ID: 3, SGE: c.from.sge(0, c.size), AH: ah, RemoteQPN: c.qTo.Num(), RemoteQKey: testQKey}}); err != nil {
 				t.Fatal(err)
 			}
@@ -312,7 +307,7 @@ func TestUDMulticast(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ah.Close()
-		fill(s.e.buf(0)[:100], 50+i)
+		testutil.Fill(s.e.buf(0)[:100], 50+i)
 		if _, err := s.q.PostSend([]ib.SendWR{{ID: 1, SGE: s.e.sge(0, 100), AH: ah, RemoteQPN: ib.MulticastQPN, RemoteQKey: testQKey}}); err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +386,7 @@ func TestConnectedMessages(t *testing.T) {
 			}
 			var sends []ib.SendWR
 			for i, n := range sizes {
-				fill(a.buf(i)[:n], n+i)
+				testutil.Fill(a.buf(i)[:n], n+i)
 				sends = append(sends, ib.SendWR{ID: uint64(i), SGE: a.sge(i, n)})
 			}
 			if n, err := qa.PostSend(sends); n != len(sends) || err != nil {

@@ -155,3 +155,11 @@ func TsharkFields(tb testing.TB, file string, frames int, fields []string, opts 
 	}
 	return rows
 }
+
+// Fill writes a payload pattern that seed sets apart, so that a receiver
+// can tell which message it got and whether every octet arrived.
+func Fill(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(seed*7 + i*13)
+	}
+}
