@@ -255,13 +255,18 @@ func (c *control) unicastPath(gid ib.GID) (sapath.Path, bool) {
 // is published now; one whose path changed gets a new address handle.
 func (c *control) pathAnswered(r sapath.Result) {
 	s := c.subnet
-	old, had := s.paths.Lookup(r.DGID, c.now)
 	s.paths.Done(r.DGID, r.Record, r.Err, c.now)
-	now, ok := s.paths.Lookup(r.DGID, c.now)
-	if !ok || had && old.AH == now.AH {
+	if r.Err != nil {
+		return // the cache retries; a path it held stays in use
+	}
+	p, ok := s.paths.Lookup(r.DGID, c.now)
+	if !ok {
 		return
 	}
 	if u := c.ahs[r.DGID]; u != nil {
+		if u.ah.Attr().Path == p.AH {
+			return // a refresh that changed nothing
+		}
 		u.used = c.now
 		c.retired = append(c.retired, u) // sends may still name it
 		delete(c.ahs, r.DGID)
