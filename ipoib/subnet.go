@@ -223,6 +223,14 @@ func (c *control) joined(r groupResult) {
 	}
 	i.mcastAHs[r.group] = mcastDest{ah: ah, mgid: r.mgid}
 	i.mcastMu.Unlock()
+	if r.group == allNodes {
+		// Our IPv6 announcements went before the group could carry them.
+		for _, p := range c.addrs {
+			if p.Addr().Is6() {
+				c.announce(p.Addr())
+			}
+		}
+	}
 }
 
 // sendOnlyJoin asks for a send-only join of the group dst maps to, so that

@@ -49,10 +49,11 @@ GO=${GO:-go}
 MODE=${1:-run}
 
 # What the guest rootfs carries. perftest is left out (not used by the checks).
-GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers iproute2 kmod procps iputils-ping iperf3)
+# libibumad3: the daemon's SA client (umadsa) links it.
+GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers libibumad3 iproute2 kmod procps iputils-ping iperf3)
 # Packages whose versions matter beyond the list above: the Go binaries built on
 # the host link against these.
-KEY_PKGS=("${GUEST_PKGS[@]}" libc6 libibverbs1 librdmacm1)
+KEY_PKGS=("${GUEST_PKGS[@]}" libc6 libibverbs1 librdmacm1 libibumad3)
 # Module subset (relative to /lib/modules/KVER/kernel): RDMA plus what rxe and
 # rdma_cm pull in (udp tunnels, crc32 crypto, configfs).
 MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/configfs drivers/net/veth.ko drivers/net/tun.ko)
@@ -109,6 +110,7 @@ ensure_host() {
 	command -v depmod >/dev/null || need+=(kmod) # the guest's module index
 	[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 	[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+	[ -e /usr/include/infiniband/umad.h ] || need+=(libibumad-dev)
 	if ((${#need[@]})); then
 		say "installing ${need[*]}"
 		export DEBIAN_FRONTEND=noninteractive
