@@ -330,9 +330,10 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 			}
 		}
 		// --cm own: the cm engine on the device's MADs (ib_umad), as on
-		// softib. On InfiniBand the SA's joins and paths are ours too: no
-		// rdma_cm asks for them.
-		if dev.Port().LinkLayer == "InfiniBand" && choice.Service == cmOwn {
+		// softib. On InfiniBand the SA's joins and paths are ours: rdma_cm
+		// (--cm kernel) resolves the routes of its own connections only,
+		// and nobody joins the groups our UD QP needs.
+		if dev.Port().LinkLayer == "InfiniBand" {
 			sub, err := umadsa.OpenPortClient(o.device, o.port)
 			if err != nil {
 				_ = dev.Close()
