@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,11 +31,13 @@ type fakeHost struct {
 	ip4, ip6 netip.Addr
 }
 
-// newFakeHosts brings up n hosts on softib port port (one per test:
-// tests of other packages run at the same time), host k configured by
-// mods[k] if there is one.
+// newFakeHosts brings up n hosts on softib port port plus a multiple of 50
+// (runs), host k configured by mods[k] if there is one. Each test passes a
+// base port of its own within 50 of the others' (24791-24840): tests of
+// other packages run at the same time on theirs.
 func newFakeHosts(t *testing.T, port uint16, n int, mods ...func(*Config)) []*fakeHost {
 	t.Helper()
+	port += uint16(runs.Add(1)%20) * 50
 	hosts := make([]*fakeHost, n)
 	for k := range n {
 		dev, err := softib.Open(softib.Config{Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(k + 1)}), Port: port})
@@ -60,6 +63,11 @@ func newFakeHosts(t *testing.T, port uint16, n int, mods ...func(*Config)) []*fa
 	}
 	return hosts
 }
+
+// runs moves each set of hosts to a port of its own (base + 50k): a
+// datagram still in flight from the hosts of a test run before (-count)
+// must not reach the next ones.
+var runs atomic.Int32
 
 // packetTo returns an IPv4 or IPv6 UDP packet of size octets in all, with
 // DF set (IPv4), and a payload that tells packets apart.
@@ -185,7 +193,9 @@ func TestFakeResolvesAndDelivers(t *testing.T) {
 				t.Errorf("a's neighbor %v: %+v, want REACHABLE at %v", tc.addr(b), n, b.LinkAddr())
 			}
 			// b answers from what a's solicitation taught it, without
-			// waiting for a resolution of its own.
+			// waiting for a resolution of its own. (a may have resolved b
+			// from b's announcement before b took a's solicitation.)
+			waitFor(t, "b learns a from its solicitation", func() bool { _, ok := b.neighbor(tc.addr(a)); return ok })
 			bQueued := b.count(txQueued)
 			back := packetTo(tc.addr(b), tc.addr(a), 700, 2)
 			b.send(back)
