@@ -218,6 +218,7 @@ func New(cfg Config) (_ *Interface, err error) {
 	}
 	defer func() {
 		if err != nil {
+			i.leaveBroadcast()
 			i.release()
 		}
 	}()
@@ -489,7 +490,9 @@ func (i *Interface) Start() {
 func (i *Interface) Close() {
 	i.closed.Do(func() {
 		if i.started.Load() {
-			i.do(func() { i.ctl.shutdown() })
+			i.do(func() { i.ctl.shutdown() }) // leaves every group
+		} else {
+			i.leaveBroadcast()
 		}
 		i.rxMu.Lock() // a drain in progress finishes first
 		i.stopping.Store(true)

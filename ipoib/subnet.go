@@ -84,6 +84,15 @@ func (i *Interface) joinBroadcast() error {
 	return nil
 }
 
+// leaveBroadcast leaves the broadcast group, if New joined it, for an
+// interface that never started (the control goroutine leaves everything
+// otherwise).
+func (i *Interface) leaveBroadcast() {
+	if i.cfg.Subnet != nil && i.bcastGroup.MGID != (ib.GID{}) {
+		_ = i.cfg.Subnet.Leave(i.bcastGroup.MGID, i.pkey, sa.FullMember)
+	}
+}
+
 // groupPath is how a multicast AH reaches a group on InfiniBand: its MLID,
 // with a GRH (multicast always has one) carrying the group's fields.
 func groupPath(g sa.MCMemberRecord) ib.Path {

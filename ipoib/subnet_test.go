@@ -2,6 +2,7 @@ package ipoib
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/sa"
+	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/tun"
 	"github.com/ipoibd/ipoibd/umadsa"
 )
 
@@ -249,5 +252,43 @@ func TestSubnetLeavesOnClose(t *testing.T) {
 	bcast := encap.BroadcastMGID(a.pkey, encap.LinkLocal)
 	if !slices.Contains(f.leaves, allNodesMGID) || len(f.leaves) == 0 || f.leaves[len(f.leaves)-1] != bcast {
 		t.Errorf("left %v on close, want all-nodes %v among them and the broadcast group %v last", f.leaves, allNodesMGID, bcast)
+	}
+}
+
+// TestSubnetUnstartedLeaves: an interface closed before Start, or whose
+// New failed after the broadcast join, leaves the broadcast group too.
+func TestSubnetUnstartedLeaves(t *testing.T) {
+	f := newFakeSA(0x0b1b)
+	dev, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.0.0.9"), Port: 24805})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	bcast := encap.BroadcastMGID(ib.DefaultPKey, encap.LinkLocal)
+	left := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := 0
+		for _, g := range f.leaves {
+			if g == bcast {
+				n++
+			}
+		}
+		return n
+	}
+	i, err := New(Config{Name: "ib0", Device: dev, Netdev: newFakeNetdev().open, Subnet: f, Queues: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i.Close()
+	if left() != 1 {
+		t.Errorf("closed before Start: left the broadcast group %d times, want 1", left())
+	}
+	failing := func(tun.Config) (Netdev, error) { return nil, errors.New("no TUN") }
+	if _, err := New(Config{Name: "ib0", Device: dev, Netdev: failing, Subnet: f, Queues: 1}); err == nil {
+		t.Fatal("New with a failing netdev succeeded")
+	}
+	if left() != 2 {
+		t.Errorf("New failed after the join: left the broadcast group %d times in all, want 2", left())
 	}
 }
