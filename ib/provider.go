@@ -420,3 +420,12 @@ type QPCounterNamer interface {
 type PortStater interface {
 	PortActive() bool
 }
+
+// SubnetEventer is implemented by devices that see their subnet's events
+// (verbs on InfiniBand): SubnetEvents counts, from 0, the SM changes,
+// client reregistrations, LID and P_Key changes on the port. After one the
+// SA's paths may be stale and its multicast memberships gone, so the
+// interface asks again and joins again, as the kernel's ipoib does.
+type SubnetEventer interface {
+	SubnetEvents() uint64
+}

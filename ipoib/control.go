@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/sa"
 	"github.com/ipoibd/ipoibd/sapath"
 )
 
@@ -41,7 +40,7 @@ type control struct {
 	broadcasts atomic.Pointer[[]netip.Addr] // read by the datapath
 	groups     map[ib.GID]netip.Addr        // IP multicast groups the UD QP joined, by MGID
 	wantGroups map[ib.GID]netip.Addr        // the groups it should be in (syncGroups)
-	groupRecs  map[ib.GID]sa.MCMemberRecord // Subnet: the SA's answers to our joins, send-only ones too
+	groupRecs  map[ib.GID]joinedGroup       // Subnet: the SA's answers to our joins, send-only ones too
 	subnet     *subnet                      // nil without Config.Subnet
 	retired    []*unicastAH                 // replaced address handles, closed once idle (reapAHs)
 	groupsAt   time.Time                    // when the kernel's groups were last read
@@ -56,18 +55,22 @@ type control struct {
 	unreach    tokenBucket         // limits the ICMP unreachable errors (unreach.go)
 	dropsSeen  [numCounters]uint64 // counter values at the last drop report
 	dropsAt    time.Time
-	pollAddrs  bool // the address subscription failed: read them each tick
-	linkUp     bool // the TUN is administratively up (linkChanged)
-	carrier    bool // the TUN's carrier is on (followPort)
-	noViaCache bool // the route subscription failed: do not cache next hops
+	pollAddrs  bool   // the address subscription failed: read them each tick
+	linkUp     bool   // the TUN is administratively up (linkChanged)
+	carrier    bool   // the TUN's carrier is on (followPort)
+	noViaCache bool   // the route subscription failed: do not cache next hops
+	subnetSeen uint64 // the device's subnet events taken (followSubnet)
 }
 
 func (c *control) init(i *Interface) {
 	c.i = i
 	c.groups = map[ib.GID]netip.Addr{}
 	c.wantGroups = map[ib.GID]netip.Addr{}
-	c.groupRecs = map[ib.GID]sa.MCMemberRecord{}
+	c.groupRecs = map[ib.GID]joinedGroup{}
 	c.subnet = i.startSubnet()
+	if ev, ok := i.dev.(ib.SubnetEventer); ok {
+		c.subnetSeen = ev.SubnetEvents() // events before Start changed nothing yet
+	}
 	c.ahs = map[ib.GID]*unicastAH{}
 	c.backoff = map[ib.LinkAddr]backoff{}
 	c.connsEvery = connCheckInterval
@@ -226,6 +229,7 @@ func (c *control) tick() {
 		c.syncGroups()
 		c.reapAHs()
 		c.followPort()
+		c.followSubnet()
 	}
 	c.subnetTick()
 	if c.now.Sub(c.connsAt) >= c.connsEvery {

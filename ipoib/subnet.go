@@ -38,6 +38,12 @@ type groupJob struct {
 	leave bool
 }
 
+// joinedGroup is a group the SA let us join, as it answered.
+type joinedGroup struct {
+	group netip.Addr
+	rec   sa.MCMemberRecord
+}
+
 // groupResult is a join's answer (leaves have none).
 type groupResult struct {
 	groupJob
@@ -158,8 +164,8 @@ func (s *subnet) runGroups(i *Interface) {
 // down: the SM need not wait for the port to go before it prunes them.
 func (c *control) leaveAll() {
 	s := c.subnet
-	for mgid, rec := range c.groupRecs {
-		s.ask(groupJob{mgid: mgid, state: rec.JoinState, leave: true})
+	for mgid, g := range c.groupRecs {
+		s.ask(groupJob{mgid: mgid, state: g.rec.JoinState, leave: true})
 	}
 	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember, leave: true})
 }
@@ -209,18 +215,25 @@ func (c *control) joined(r groupResult) {
 		return
 	}
 	i.ctr.inc(subnetJoins)
+	if r.mgid == i.bcastGroup.MGID {
+		// Joined again after a subnet event. A new MLID or Q_Key would
+		// need the UD QP made again.
+		if r.rec.MLID != i.bcastGroup.MLID || r.rec.QKey != i.bcastGroup.QKey {
+			i.log.Warn("the SA changed the broadcast group: restart the interface to take it",
+				"mlid", r.rec.MLID, "was_mlid", i.bcastGroup.MLID, "qkey", r.rec.QKey, "was_qkey", i.bcastGroup.QKey)
+		}
+		return
+	}
 	if r.state == sa.FullMember {
 		if _, wanted := c.wantGroups[r.mgid]; !wanted {
 			s.ask(groupJob{group: r.group, mgid: r.mgid, state: r.state, leave: true})
 			return
 		}
-		if err := i.dev.AttachMulticast(i.udQP, r.mgid, r.rec.MLID); err != nil {
-			i.log.Warn("joining a multicast group", "group", r.group, "err", err)
+		if !c.attach(r) {
 			return
 		}
-		c.groups[r.mgid] = r.group
 	}
-	c.groupRecs[r.mgid] = r.rec
+	c.groupRecs[r.mgid] = joinedGroup{group: r.group, rec: r.rec}
 	ah, err := i.dev.CreateAH(ib.AHAttr{DestGID: r.mgid, Path: groupPath(r.rec)})
 	if err != nil {
 		i.log.Warn("address handle for a multicast group", "mgid", r.mgid, "err", err)
@@ -238,6 +251,56 @@ func (c *control) joined(r groupResult) {
 			if p.Addr().Is6() {
 				c.announce(p.Addr())
 			}
+		}
+	}
+}
+
+// attach makes the UD QP a member of a joined group with its MLID; a group
+// joined again (after a subnet event) is attached again only when its MLID
+// moved.
+func (c *control) attach(r groupResult) bool {
+	i := c.i
+	if _, ok := c.groups[r.mgid]; ok {
+		old := c.groupRecs[r.mgid].rec.MLID
+		if old == r.rec.MLID {
+			return true
+		}
+		if err := i.dev.DetachMulticast(i.udQP, r.mgid); err != nil {
+			i.log.Warn("leaving a multicast group's old MLID", "group", r.group, "err", err)
+		}
+		delete(c.groups, r.mgid)
+	}
+	if err := i.dev.AttachMulticast(i.udQP, r.mgid, r.rec.MLID); err != nil {
+		i.log.Warn("joining a multicast group", "group", r.group, "err", err)
+		return false
+	}
+	c.groups[r.mgid] = r.group
+	return true
+}
+
+// followSubnet asks again for every path and joins every group again
+// after the port's subnet events (ib.SubnetEventer): after an SM change
+// or a client reregister the SM may have forgotten our memberships, and a
+// LID change moves paths. The kernel's ipoib flushes its paths and
+// restarts its joins on the same events.
+func (c *control) followSubnet() {
+	s := c.subnet
+	ev, ok := c.i.dev.(ib.SubnetEventer)
+	if s == nil || !ok {
+		return
+	}
+	n := ev.SubnetEvents()
+	if n == c.subnetSeen {
+		return
+	}
+	c.subnetSeen = n
+	c.i.log.Info("subnet event: asking the SA again for paths and joins")
+	s.paths.Invalidate(c.now)
+	s.pathW.Ask(s.paths.Due(c.now)...)
+	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember})
+	for mgid, g := range c.groupRecs {
+		if _, asked := s.asked[mgid]; !asked {
+			s.ask(groupJob{group: g.group, mgid: mgid, state: g.rec.JoinState})
 		}
 	}
 }

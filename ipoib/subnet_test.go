@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/encap"
@@ -290,5 +291,65 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 	}
 	if left() != 2 {
 		t.Errorf("New failed after the join: left the broadcast group %d times in all, want 2", left())
+	}
+}
+
+// eventDevice is a softib device that reports subnet events when a test
+// raises them, as verbs does on an InfiniBand port.
+type eventDevice struct {
+	*softib.Device
+	events atomic.Uint64
+}
+
+func (d *eventDevice) SubnetEvents() uint64 { return d.events.Load() }
+
+// TestSubnetEventRejoins: after a subnet event (an SM change, a client
+// reregister) the interface joins the broadcast group and every group it
+// is in again and asks for its paths again; traffic goes on.
+func TestSubnetEventRejoins(t *testing.T) {
+	f := newFakeSA(0x0b1b)
+	var ev *eventDevice
+	withEvents := func(c *Config) {
+		c.Subnet = f
+		ev = &eventDevice{Device: c.Device.(*softib.Device)}
+		c.Device = ev
+	}
+	h := newFakeHosts(t, 24806, 2, withEvents, func(c *Config) { c.Subnet = f })
+	a, b := h[0], h[1]
+	f.mu.Lock()
+	f.paths[a.local.GID], f.paths[b.local.GID] = 0x10, 0x11
+	f.mu.Unlock()
+
+	out := packetTo(a.ip4, b.ip4, 500, 1)
+	a.send(out)
+	if got := b.next(t); string(got) != string(out) {
+		t.Fatalf("b got %d octets, want a's packet", len(got))
+	}
+	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
+	bcast := encap.BroadcastMGID(a.pkey, encap.LinkLocal)
+	joins := func(mgid ib.GID) int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := 0
+		for _, j := range f.joins {
+			if j.MGID == mgid && j.PKey == a.pkey {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "a joins all-nodes", func() bool { return joins(allNodesMGID) > 0 })
+	before := map[ib.GID]int{allNodesMGID: joins(allNodesMGID), bcast: joins(bcast)}
+	queries := f.queried(b.local.GID)
+
+	ev.events.Add(1)
+	waitFor(t, "a joins its groups again", func() bool {
+		return joins(allNodesMGID) > before[allNodesMGID] && joins(bcast) > before[bcast]
+	})
+	waitFor(t, "a asks for b's path again", func() bool { return f.queried(b.local.GID) > queries })
+	out = packetTo(a.ip4, b.ip4, 500, 2)
+	a.send(out)
+	if got := b.next(t); string(got) != string(out) {
+		t.Fatalf("b got %d octets after the subnet event, want a's packet", len(got))
 	}
 }

@@ -119,5 +119,14 @@ func (d *Device) handleAsync(ev C.struct_ipoibd_async) {
 		if int(ev.port) == int(d.portNum) {
 			slog.Info("verbs: port is active again", "device", d.cfg.Device, "port", d.portNum)
 		}
+	case C.IBV_EVENT_SM_CHANGE, C.IBV_EVENT_CLIENT_REREGISTER, C.IBV_EVENT_LID_CHANGE, C.IBV_EVENT_PKEY_CHANGE:
+		if int(ev.port) == int(d.portNum) {
+			d.subnetEvents.Add(1)
+			slog.Info("verbs: subnet event: paths and joins are asked again", "device", d.cfg.Device, "port", d.portNum, "event", name)
+		}
 	}
 }
+
+// SubnetEvents counts the port's SM changes, client reregistrations, LID
+// and P_Key changes (ib.SubnetEventer).
+func (d *Device) SubnetEvents() uint64 { return d.subnetEvents.Load() }

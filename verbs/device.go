@@ -36,10 +36,12 @@ type Device struct {
 	ctx  *C.struct_ibv_context
 	pd   *C.struct_ibv_pd
 
-	reg    registry
-	ctr    devCounters
-	async  *fdWatcher
-	groups ipGroups
+	reg registry
+	ctr devCounters
+	// subnetEvents counts the port's subnet events (async.go).
+	subnetEvents atomic.Uint64
+	async        *fdWatcher
+	groups       ipGroups
 
 	mu      sync.Mutex
 	closed  atomic.Bool
