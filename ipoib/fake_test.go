@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -209,6 +210,9 @@ func TestFakeResolvesAndDelivers(t *testing.T) {
 				t.Errorf("b queued %d packets for resolution, want none", b.count(txQueued)-bQueued)
 			}
 		})
+	}
+	if cm := a.Show().CM; !strings.Contains(cm, "QP1 through softib0 over UDP 127.0.0.1:") {
+		t.Errorf("show names the connection service %q, want its softib transport", cm)
 	}
 	waitFor(t, "a's connection to b up", func() bool {
 		n, _ := a.neighbor(b.ip4)

@@ -2,6 +2,8 @@ package softib
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"sync"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -35,6 +37,11 @@ func (d *Device) MADs() (ib.MADService, error) {
 }
 
 func (m *madService) Recv() <-chan ib.MAD { return m.recv }
+
+// String names the transport, e.g. "softib0 over UDP 10.77.0.1:4791".
+func (m *madService) String() string {
+	return fmt.Sprintf("%s over UDP %v", m.dev.cfg.Name, netip.AddrPortFrom(m.dev.cfg.Addr, m.dev.cfg.Port))
+}
 
 // Send transmits one MAD to QP1 of the peer.
 func (m *madService) Send(to ib.MADAddr, mad []byte) error {
