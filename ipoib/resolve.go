@@ -191,11 +191,14 @@ func (c *control) sendNeigh(slot uint32, n int, to ib.LinkAddr, unicast bool, gr
 		i.sendUD(&c.sends, slot, n, ah, to.QPN)
 	case group.IsValid() && group.IsMulticast():
 		m, ok := i.multicastDest(group)
-		if !ok {
+		switch {
+		case !ok && c.subnet != nil && c.subnet.hold(group, slot, n):
+			return // sent once the group's join completes (subnet.go)
+		case !ok && c.subnet != nil:
+			i.drop(slot, txDropJoining)
+			return
+		case !ok:
 			i.slots.free(slot)
-			if c.subnet != nil {
-				i.ctr.inc(txDropJoining) // asked again after ProbeInterval
-			}
 			return
 		}
 		i.sendUD(&c.sends, slot, n, m.ah, ib.MulticastQPN)

@@ -38,6 +38,42 @@ type groupJob struct {
 	leave bool
 }
 
+// heldSend is an ARP/ND send in slot, n octets, waiting for a join.
+type heldSend struct {
+	slot uint32
+	n    int
+}
+
+// maxHeld bounds the held sends: they hold slots of the control
+// goroutine's small pool.
+const maxHeld = 8
+
+// hold keeps a send to group until its join completes; false when too
+// many wait already.
+func (s *subnet) hold(group netip.Addr, slot uint32, n int) bool {
+	if s.nheld >= maxHeld {
+		return false
+	}
+	s.held[group] = append(s.held[group], heldSend{slot, n})
+	s.nheld++
+	return true
+}
+
+// release sends (ah valid) or drops what waited for group's join.
+func (c *control) release(group netip.Addr, ah ib.AH) {
+	s, i := c.subnet, c.i
+	for _, h := range s.held[group] {
+		if ah == nil {
+			i.drop(h.slot, txDropJoining)
+			continue
+		}
+		i.sendUD(&c.sends, h.slot, h.n, ah, ib.MulticastQPN)
+	}
+	s.nheld -= len(s.held[group])
+	delete(s.held, group)
+	i.postBatch(&c.sends)
+}
+
 // joinedGroup is a group the SA let us join, as it answered.
 type joinedGroup struct {
 	group netip.Addr
@@ -59,8 +95,14 @@ type subnet struct {
 	jobs    chan groupJob
 	results chan groupResult
 	asked   map[ib.GID]sa.JoinState // joins under way
-	stop    chan struct{}
-	done    chan struct{}
+	// held are our ARP/ND sends to groups whose join is under way (a
+	// neighbor solicitation to a peer's solicited-node group), sent when
+	// it completes, as the kernel's ipoib queues them: dropping the first
+	// one would cost every IPv6 resolution a probe interval.
+	held  map[netip.Addr][]heldSend
+	nheld int
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 // joinBroadcast joins the broadcast group through the SA, as the kernel's
@@ -118,6 +160,7 @@ func (i *Interface) startSubnet() *subnet {
 		jobs:    make(chan groupJob, 256),
 		results: make(chan groupResult, 256),
 		asked:   map[ib.GID]sa.JoinState{},
+		held:    map[netip.Addr][]heldSend{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -212,6 +255,7 @@ func (c *control) joined(r groupResult) {
 	if r.err != nil {
 		i.ctr.inc(subnetJoinFailures)
 		i.log.Warn("joining a multicast group through the SA", "mgid", r.mgid, "state", r.state, "err", r.err)
+		c.release(r.group, nil)
 		return
 	}
 	i.ctr.inc(subnetJoins)
@@ -237,6 +281,7 @@ func (c *control) joined(r groupResult) {
 	ah, err := i.dev.CreateAH(ib.AHAttr{DestGID: r.mgid, Path: groupPath(r.rec)})
 	if err != nil {
 		i.log.Warn("address handle for a multicast group", "mgid", r.mgid, "err", err)
+		c.release(r.group, nil)
 		return
 	}
 	i.mcastMu.Lock()
@@ -245,14 +290,7 @@ func (c *control) joined(r groupResult) {
 	}
 	i.mcastAHs[r.group] = mcastDest{ah: ah, mgid: r.mgid}
 	i.mcastMu.Unlock()
-	if r.group == allNodes {
-		// Our IPv6 announcements went before the group could carry them.
-		for _, p := range c.addrs {
-			if p.Addr().Is6() {
-				c.announce(p.Addr())
-			}
-		}
-	}
+	c.release(r.group, ah)
 }
 
 // attach makes the UD QP a member of a joined group with its MLID; a group
