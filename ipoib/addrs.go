@@ -85,9 +85,7 @@ func (c *control) syncGroups() {
 		}
 		if s := c.subnet; s != nil {
 			// On InfiniBand the SA's join comes first; joined attaches.
-			if _, ok := s.asked[mgid]; !ok {
-				s.ask(groupJob{group: group, mgid: mgid, state: sa.FullMember})
-			}
+			s.ask(groupJob{group: group, mgid: mgid, state: sa.FullMember})
 			continue
 		}
 		if err := i.dev.AttachMulticast(i.udQP, mgid, 0); err != nil {

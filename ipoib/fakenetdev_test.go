@@ -42,7 +42,7 @@ type fakePacket struct {
 	h offload.Hdr
 }
 
-// openFake returns the Config.Netdev that makes f the interface's netdev,
+// open is the Config.Netdev that makes f the interface's netdev,
 // configured as tun.Open would configure a TUN.
 func (f *fakeNetdev) open(cfg tun.Config) (Netdev, error) {
 	f.name, f.mtu, f.carrier = cfg.Name, cfg.MTU, true

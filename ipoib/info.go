@@ -179,33 +179,22 @@ func (i *Interface) Connections() []ConnInfo {
 func (i *Interface) Stats() []ib.Counter {
 	out := i.ctr.list()
 	i.do(func() {
-		if i.mgr == nil {
-			return
+		if i.mgr != nil {
+			out = prefixed(out, "cm_", i.mgr.Counters())
+			// Transport counters summed over every connection's QP,
+			// gone ones included: a peer leaving takes nothing off a
+			// total.
+			out = prefixed(out, "conn_", i.mgr.ConnCounters())
 		}
-		for _, c := range i.mgr.Counters() {
-			c.Name = "cm_" + c.Name
-			out = append(out, c)
-		}
+		out = prefixed(out, "sa_", i.ctl.pathCounters())
 	})
-	i.do(func() {
-		if i.mgr == nil {
-			return
-		}
-		// Transport counters summed over every connection's QP, gone
-		// ones included: a peer leaving takes nothing off a total.
-		for _, c := range i.mgr.ConnCounters() {
-			c.Name = "conn_" + c.Name
-			out = append(out, c)
-		}
-	})
-	i.do(func() {
-		for _, c := range i.ctl.pathCounters() {
-			c.Name = "sa_" + c.Name
-			out = append(out, c)
-		}
-	})
-	for _, c := range i.dev.Counters() {
-		c.Name = "dev_" + c.Name
+	return prefixed(out, "dev_", i.dev.Counters())
+}
+
+// prefixed appends cs to out with prefix before each name.
+func prefixed(out []ib.Counter, prefix string, cs []ib.Counter) []ib.Counter {
+	for _, c := range cs {
+		c.Name = prefix + c.Name
 		out = append(out, c)
 	}
 	return out

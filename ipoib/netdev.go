@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -166,7 +167,7 @@ func (t *tunNetdev) Watch(stop <-chan struct{}) <-chan LinkEvent {
 				return
 			}
 		}
-		ended := fmt.Errorf("netlink ended the subscription")
+		ended := errors.New("netlink ended the subscription")
 		for {
 			var e LinkEvent
 			select {

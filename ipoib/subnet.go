@@ -59,8 +59,8 @@ func (s *subnet) hold(group netip.Addr, slot uint32, n int) bool {
 	return true
 }
 
-// release sends (ah valid) or drops what waited for group's join.
-func (c *control) release(group netip.Addr, ah ib.AH) {
+// sendHeld sends (ah valid) or drops what waited for group's join.
+func (c *control) sendHeld(group netip.Addr, ah ib.AH) {
 	s, i := c.subnet, c.i
 	for _, h := range s.held[group] {
 		if ah == nil {
@@ -233,17 +233,18 @@ func (s *subnet) close() {
 	s.pathW.Close()
 }
 
-// ask queues a join or leave; a full queue leaves it for the next group
-// sync to ask again.
-func (s *subnet) ask(j groupJob) bool {
+// ask queues a join or leave; a join already under way is not asked
+// twice, and a full queue leaves it for the next group sync to ask again.
+func (s *subnet) ask(j groupJob) {
+	if _, ok := s.asked[j.mgid]; ok && !j.leave {
+		return
+	}
 	select {
 	case s.jobs <- j:
 		if !j.leave {
 			s.asked[j.mgid] = j.state
 		}
-		return true
 	default:
-		return false
 	}
 }
 
@@ -255,7 +256,7 @@ func (c *control) joined(r groupResult) {
 	if r.err != nil {
 		i.ctr.inc(subnetJoinFailures)
 		i.log.Warn("joining a multicast group through the SA", "mgid", r.mgid, "state", r.state, "err", r.err)
-		c.release(r.group, nil)
+		c.sendHeld(r.group, nil)
 		return
 	}
 	i.ctr.inc(subnetJoins)
@@ -281,7 +282,7 @@ func (c *control) joined(r groupResult) {
 	ah, err := i.dev.CreateAH(ib.AHAttr{DestGID: r.mgid, Path: groupPath(r.rec)})
 	if err != nil {
 		i.log.Warn("address handle for a multicast group", "mgid", r.mgid, "err", err)
-		c.release(r.group, nil)
+		c.sendHeld(r.group, nil)
 		return
 	}
 	i.mcastMu.Lock()
@@ -290,7 +291,7 @@ func (c *control) joined(r groupResult) {
 	}
 	i.mcastAHs[r.group] = mcastDest{ah: ah, mgid: r.mgid}
 	i.mcastMu.Unlock()
-	c.release(r.group, ah)
+	c.sendHeld(r.group, ah)
 }
 
 // attach makes the UD QP a member of a joined group with its MLID; a group
@@ -337,9 +338,7 @@ func (c *control) followSubnet() {
 	s.pathW.Ask(s.paths.Due(c.now)...)
 	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember})
 	for mgid, g := range c.groupRecs {
-		if _, asked := s.asked[mgid]; !asked {
-			s.ask(groupJob{group: g.group, mgid: mgid, state: g.rec.JoinState})
-		}
+		s.ask(groupJob{group: g.group, mgid: mgid, state: g.rec.JoinState})
 	}
 }
 
@@ -352,20 +351,20 @@ func (c *control) sendOnlyJoin(dst netip.Addr) {
 	if err != nil {
 		return
 	}
-	if _, ok := s.asked[mgid]; ok {
-		return
+	if _, ok := c.groupRecs[mgid]; !ok {
+		s.ask(groupJob{group: dst, mgid: mgid, state: sa.SendOnlyNonMember})
 	}
-	if _, ok := c.groupRecs[mgid]; ok {
-		return
-	}
-	s.ask(groupJob{group: dst, mgid: mgid, state: sa.SendOnlyNonMember})
 }
 
 // unicastPath is the SA's path to gid: ok false while it is being asked.
+// A miss may have queued a new destination, which is asked at once; the
+// refreshes and retries of the others are subnetTick's.
 func (c *control) unicastPath(gid ib.GID) (sapath.Path, bool) {
 	s := c.subnet
 	p, ok := s.paths.Lookup(gid, c.now)
-	s.pathW.Ask(s.paths.Due(c.now)...)
+	if !ok {
+		s.pathW.Ask(s.paths.Due(c.now)...)
+	}
 	return p, ok
 }
 
