@@ -91,7 +91,7 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 	var reply any
 	switch req.Cmd {
 	case "show":
-		r := showReply{Info: s.iface.Show(), CM: s.d.choice, Children: []childInfo{}}
+		r := showReply{Info: s.iface.Show(), ConnService: s.d.choice, Children: []childInfo{}}
 		if s.iface == s.d.first() {
 			r.Children = s.d.children()
 		} else {
@@ -264,7 +264,7 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 			fmt.Fprintf(w, "    cm modes %s policy %s, %d connections\n", i.CMModes, i.Policy, i.Conns)
 			fmt.Fprintf(w, "    cm %s\n", i.Info.CM)
 		}
-		fmt.Fprintf(w, "    connected mode %s: %s\n", advertised(i.CM.Advertise), i.CM.Why)
+		fmt.Fprintf(w, "    connected mode %s: %s\n", advertised(i.ConnService.Advertise), i.ConnService.Why)
 		for _, a := range i.Addrs {
 			fmt.Fprintf(w, "    inet %s\n", a)
 		}
@@ -354,9 +354,9 @@ func yesNo(b bool) string {
 // connection service.
 type showReply struct {
 	ipoib.Info
-	CM       cmChoice    `json:"cm_choice"`
-	Parent   string      `json:"parent"`   // a child's parent, "" for the first interface
-	Children []childInfo `json:"children"` // the first interface's P_Key children
+	ConnService connServiceChoice `json:"cm_choice"`
+	Parent      string            `json:"parent"`   // a child's parent, "" for the first interface
+	Children    []childInfo       `json:"children"` // the first interface's P_Key children
 }
 
 func advertised(b bool) string {

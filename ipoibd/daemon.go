@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 )
@@ -20,8 +19,8 @@ import (
 // neighbors and connections.
 type daemon struct {
 	dev    ib.Device
-	mads   *cm.MADSplitter // nil without ipoibd's own CM
-	choice cmChoice
+	mads   io.Closer // QP1's MAD splitter; nil without ipoibd's own connection service
+	choice connServiceChoice
 	base   ipoib.Config // the first interface's: children start from it
 	// pkeyHint says where a P_Key missing from the port's table comes from.
 	pkeyHint string
@@ -39,16 +38,14 @@ type served struct {
 
 // newDaemon opens the first interface on dev and starts serving it; on
 // error it closes dev.
-func newDaemon(cfg ipoib.Config, dev ib.Device, choice cmChoice, pkeyHint string) (*daemon, error) {
+func newDaemon(cfg ipoib.Config, dev ib.Device, choice connServiceChoice, pkeyHint string) (*daemon, error) {
 	d := &daemon{dev: dev, choice: choice, base: cfg, pkeyHint: pkeyHint}
-	if choice.Service == cmOwn && cfg.Mode == ipoib.Connected {
-		mads, err := dev.MADs()
-		if err != nil {
+	if choice.Service == connServiceOwn && cfg.Mode == ipoib.Connected {
+		var err error
+		if d.mads, d.base.ConnService, err = ownConnService(dev); err != nil {
 			_ = dev.Close()
 			return nil, err
 		}
-		d.mads = cm.NewMADSplitter(mads)
-		d.base.ConnService = cm.OwnService(d.mads)
 	}
 	if _, err := d.add(d.base); err != nil {
 		d.Close()
@@ -153,12 +150,8 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 			return "", fmt.Errorf("connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
 		}
 	}
-	for _, a := range r.Addrs {
-		p, err := netip.ParsePrefix(a)
-		if err != nil {
-			return "", fmt.Errorf("address %q: want an address with prefix length, e.g. 192.168.78.1/24", a)
-		}
-		cfg.Addrs = append(cfg.Addrs, p)
+	if cfg.Addrs, err = childAddrs(r.Addrs); err != nil {
+		return "", err
 	}
 	if !slices.ContainsFunc(d.dev.Port().PKeys, func(p ib.PKey) bool { return p.Partition() == pkey.Partition() }) {
 		return "", fmt.Errorf("P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
@@ -178,6 +171,19 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 	info := iface.Show()
 	cfg.Log.Info("child up", "if", info.Name, "parent", d.base.Name, "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU)
 	return info.Name, nil
+}
+
+// childAddrs reads a child's addresses with prefix lengths.
+func childAddrs(addrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, a := range addrs {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return nil, fmt.Errorf("address %q: want an address with prefix length, e.g. 192.168.78.1/24", a)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // delChild removes a child named by name or P_Key: its connections are

@@ -1,0 +1,22 @@
+package main
+
+import (
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/softib"
+)
+
+// softibPKeyHint says where a P_Key missing from softib's table comes from.
+const softibPKeyHint = "softib: list it in --softib-pkeys"
+
+// openSoftib opens the software adapter and puts it in cfg. Its
+// connection service is always ipoibd's own, on its QP1, and it has no
+// subnet administrator: the underlay's multicast and addresses serve.
+func openSoftib(sc softib.Config, cfg *ipoib.Config) (ib.Device, error) {
+	dev, err := softib.Open(sc)
+	if err != nil {
+		return nil, err // not dev: a nil *softib.Device is no nil ib.Device
+	}
+	cfg.Device = dev
+	return dev, nil
+}

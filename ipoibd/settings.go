@@ -1,0 +1,297 @@
+package main
+
+// The run flags and the pure step from them to settings: nothing here
+// opens, logs or probes, so every refusal of a flag can be tested as an
+// ordinary user, and none leaves anything half-made behind.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/softib"
+	"github.com/spf13/pflag"
+)
+
+// options are the daemon's flags.
+type options struct {
+	ifname      string
+	provider    string
+	underlay    string
+	softibPort  uint16
+	softibPKeys string
+	pkey        string
+	mode        string
+	cmModes     string
+	policy      string
+	mtu         int
+	addrs       []string
+	children    []string
+	idleTimeout time.Duration
+	maxConns    int
+	logLevel    string
+	netns       string
+	device      string
+	port        int
+	cm          string
+	peers       string
+	metrics     string // --metrics-listen
+	offload     bool   // --tun-offload
+	queues      int    // --tun-queues
+	version     bool
+	help        bool
+}
+
+// runFlags defines the daemon's flags on o; the usage text and the man
+// page are made from the same set.
+func runFlags(o *options) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("ipoibd run", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Usage = func() {} // --help prints the whole usage to stdout, not this to stderr
+	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
+	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
+	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
+	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
+	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, comma-separated (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
+	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface")
+	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
+	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
+	fs.StringVar(&o.policy, "cm-policy", "linux", "sending policy: linux (send on our own connections only, as the kernel's ipoib expects) or rfc (send on connections either side opened; RFC 4755 crossing rule)")
+	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
+	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
+	fs.StringArrayVar(&o.children, "child", nil, "a P_Key child made at start, as `ipoibd child add` makes one at run time (repeatable): PKEY or PKEY=ADDR[,ADDR...], e.g. 0x8001=192.168.78.1/24")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
+	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections past setup at once; further REQs are rejected (no resources). Those in setup have their own bounds (256, 16 per peer)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name as ip netns lists it, or a path; default: the daemon's, and no namespace is entered). Entering one needs CAP_SYS_ADMIN")
+	fs.StringVar(&o.device, "device", "", "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices)")
+	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
+	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
+	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); each with an interface label (children too); and the Go runtime's and the process's")
+	fs.BoolVar(&o.offload, "tun-offload", true, "let the TUN hand over and take TCP/UDP super-packets of up to 64 KiB (TSO, USO, checksum offload, receive coalescing); ipoibd cuts them into standard IPoIB packets with valid checksums, so peers see no difference. --tun-offload=false moves every packet whole (for comparisons)")
+	fs.IntVar(&o.queues, "tun-queues", 0, fmt.Sprintf("TUN queues, each read by its own thread with its own buffers; the kernel keeps each flow on one queue (default: one per CPU, at most %d; at most %d)", ipoib.DefaultMaxQueues, ipoib.MaxQueues))
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVarP(&o.help, "help", "h", false, "print the whole usage and exit")
+	return fs
+}
+
+// The providers --provider names.
+const (
+	providerSoftib = "softib"
+	providerVerbs  = "verbs"
+)
+
+// settings are the run flags checked and read: what the acting steps
+// (logging, the connection service, the provider, the interfaces) need.
+type settings struct {
+	help, version bool // print and exit; nothing else was checked
+	logLevel      slog.Level
+	metricsListen string // "" for none
+	// iface is the first interface's configuration without what only an
+	// opened port gives (Device, Subnet, ConnService) and Log.
+	iface    ipoib.Config
+	provider string        // providerSoftib or providerVerbs
+	softib   softib.Config // with --provider softib
+	verbs    verbsPort     // with --provider verbs
+	// connService and peers are --cm and --peers; which connection
+	// service runs also depends on the host (chooseConnService).
+	connService string
+	peers       string
+	children    []childFlag
+}
+
+// verbsPort is the rdma-core port --device and --port name.
+type verbsPort struct {
+	device string
+	port   int
+}
+
+// childFlag is one --child: the flag's text, for errors, and the request.
+type childFlag struct {
+	arg string
+	req childRequest
+}
+
+// parseSettings reads the run command's arguments. Each error names the
+// flag at fault; the checks run in the order they always have, so with
+// several mistakes the first reported stays the same.
+func parseSettings(args []string) (settings, error) {
+	var o options
+	fs := runFlags(&o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return settings{help: true}, nil
+		}
+		return settings{}, err
+	}
+	if fs.NArg() > 0 {
+		return settings{}, fmt.Errorf("unexpected argument %q (see ipoibd --help)", fs.Arg(0))
+	}
+	if o.help || o.version {
+		return settings{help: o.help, version: o.version}, nil
+	}
+	s, err := o.settings()
+	if err != nil {
+		return settings{}, err
+	}
+	return s, nil
+}
+
+// settings checks the flags of every interface and connection, then the
+// connection service's and the provider's.
+func (o *options) settings() (settings, error) {
+	s := settings{metricsListen: o.metrics, provider: o.provider, connService: o.cm, peers: o.peers}
+	if err := s.logLevel.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return s, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	if err := checkMetricsListen(o.metrics); err != nil {
+		return s, err
+	}
+	var err error
+	if s.iface, err = o.ifaceConfig(); err != nil {
+		return s, err
+	}
+	if err := checkConnService(o.provider, o.cm, o.peers); err != nil {
+		return s, err
+	}
+	switch o.provider {
+	case providerSoftib:
+		s.softib, err = o.softibConfig(s.iface.PKey)
+	case providerVerbs:
+		s.verbs, err = o.verbsPort()
+	default:
+		err = fmt.Errorf("--provider %q: want softib or verbs", o.provider)
+	}
+	if err != nil {
+		return s, err
+	}
+	s.children, err = parseChildren(o.children)
+	return s, err
+}
+
+// ifaceConfig reads the flags that describe the interface and its
+// connections, whatever the provider.
+func (o *options) ifaceConfig() (ipoib.Config, error) {
+	cfg := ipoib.Config{NoOffload: !o.offload, Netns: o.netns, IdleTimeout: o.idleTimeout}
+	if err := checkIfname(o.ifname); err != nil {
+		return cfg, fmt.Errorf("--ifname: %w", err)
+	}
+	cfg.Name = o.ifname
+	if o.queues < 0 || o.queues > ipoib.MaxQueues {
+		return cfg, fmt.Errorf("--tun-queues %d: want 1 to %d (0: one per CPU)", o.queues, ipoib.MaxQueues)
+	}
+	cfg.Queues = o.queues
+	var err error
+	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
+		return cfg, fmt.Errorf("--mode: %w", err)
+	}
+	if cfg.Policy, err = cm.ParsePolicy(o.policy); err != nil {
+		return cfg, fmt.Errorf("--cm-policy: %w", err)
+	}
+	if cfg.RC, cfg.UC, err = parseCMModes(o.cmModes); err != nil {
+		return cfg, err
+	}
+	if cfg.PKey, err = ib.ParsePKey(o.pkey); err != nil {
+		return cfg, fmt.Errorf("--pkey: %w", err)
+	}
+	for _, a := range o.addrs {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return cfg, fmt.Errorf("--addr %q: want an address with prefix length, e.g. 192.168.77.1/24", a)
+		}
+		cfg.Addrs = append(cfg.Addrs, p)
+	}
+	if o.maxConns < 1 {
+		return cfg, fmt.Errorf("--max-conns %d: must be at least 1", o.maxConns)
+	}
+	cfg.MaxConns = o.maxConns
+	// The upper bound depends on the mode and the port's MTU: ipoib.New
+	// checks it once the port is open.
+	if o.mtu < 0 {
+		return cfg, fmt.Errorf("--mtu %d: must be positive", o.mtu)
+	}
+	cfg.MTU = o.mtu
+	return cfg, nil
+}
+
+// parseCMModes reads --cm-modes.
+func parseCMModes(s string) (rc, uc bool, err error) {
+	for _, m := range strings.Split(s, ",") {
+		switch strings.TrimSpace(m) {
+		case "rc":
+			rc = true
+		case "uc":
+			uc = true
+		default:
+			return false, false, fmt.Errorf("--cm-modes %q: want rc, uc or rc,uc", s)
+		}
+	}
+	return rc, uc, nil
+}
+
+// softibConfig reads softib's flags; pkey is the interface's, the port's
+// whole P_Key table unless --softib-pkeys gives one.
+func (o *options) softibConfig(pkey ib.PKey) (softib.Config, error) {
+	cfg := softib.Config{Name: "softib0", Port: o.softibPort, PKeys: []ib.PKey{pkey}}
+	if o.underlay == "" {
+		return cfg, errors.New("--underlay is required with --provider softib: the IP address this host's software adapter uses")
+	}
+	var err error
+	if cfg.Addr, err = netip.ParseAddr(o.underlay); err != nil {
+		return cfg, fmt.Errorf("--underlay %q: not an IP address", o.underlay)
+	}
+	if o.softibPKeys == "" {
+		return cfg, nil
+	}
+	cfg.PKeys = nil
+	for _, f := range strings.Split(o.softibPKeys, ",") {
+		p, err := ib.ParsePKey(strings.TrimSpace(f))
+		if err != nil {
+			return cfg, fmt.Errorf("--softib-pkeys: %w", err)
+		}
+		cfg.PKeys = append(cfg.PKeys, p)
+	}
+	return cfg, nil
+}
+
+// verbsPort reads verbs' flags.
+func (o *options) verbsPort() (verbsPort, error) {
+	if o.underlay != "" {
+		return verbsPort{}, errors.New("--underlay is for --provider softib; verbs uses the adapter's own port (--device, --port)")
+	}
+	if o.device == "" {
+		return verbsPort{}, errors.New("--device is required with --provider verbs: the RDMA device, e.g. mlx5_0 (ibv_devices lists them)")
+	}
+	if o.port < 1 || o.port > 255 {
+		return verbsPort{}, fmt.Errorf("--port %d: want 1-255", o.port)
+	}
+	return verbsPort{device: o.device, port: o.port}, nil
+}
+
+// parseChildren reads --child PKEY[=ADDR,...]: the P_Key and addresses are
+// checked here, the rest (the port's P_Key table) when the child is made.
+func parseChildren(args []string) ([]childFlag, error) {
+	var out []childFlag
+	for _, c := range args {
+		pkey, addrs, _ := strings.Cut(c, "=")
+		r := childRequest{PKey: pkey}
+		if addrs != "" {
+			r.Addrs = strings.Split(addrs, ",")
+		}
+		if _, err := ib.ParsePKey(r.PKey); err != nil {
+			return nil, fmt.Errorf("--child %q: %w", c, err)
+		}
+		if _, err := childAddrs(r.Addrs); err != nil {
+			return nil, fmt.Errorf("--child %q: %w", c, err)
+		}
+		out = append(out, childFlag{arg: c, req: r})
+	}
+	return out, nil
+}
