@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Log levels (journald shows them as priorities, ipoibd/service.go):
+// Log levels (journald shows them as priorities, ipoibd/systemd.go):
 //
 //   - ERROR: the interface cannot go on as asked (the TUN unreadable).
 //   - WARN: what an operator must act on: resources exhausted, a device

@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"errors"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -146,77 +143,5 @@ func TestManPageGenerated(t *testing.T) {
 	}
 	if string(committed) != out {
 		t.Errorf("dist/ipoibd.8 differs from ipoibd man: run make man")
-	}
-}
-
-// TestJournalLog: under systemd (JOURNAL_STREAM) each line starts with its
-// priority and has no timestamp; elsewhere lines keep theirs.
-func TestJournalLog(t *testing.T) {
-	for _, tc := range []struct {
-		journal bool
-		log     func(*slog.Logger)
-		want    string // prefix of the line
-	}{
-		{true, func(l *slog.Logger) { l.Error("e", "k", 1) }, `<3>level=ERROR msg=e k=1`},
-		{true, func(l *slog.Logger) { l.Warn("w") }, `<4>level=WARN msg=w`},
-		{true, func(l *slog.Logger) { l.Info("i", "peer", "10.0.0.2") }, `<6>level=INFO msg=i peer=10.0.0.2`},
-		{true, func(l *slog.Logger) { l.Debug("d") }, `<7>level=DEBUG msg=d`},
-		{true, func(l *slog.Logger) { l.With("if", "ib0").Warn("w", "n", 2) }, `<4>level=WARN msg=w if=ib0 n=2`},
-		{false, func(l *slog.Logger) { l.Warn("w") }, `time=`},
-	} {
-		t.Run(tc.want, func(t *testing.T) {
-			if tc.journal {
-				t.Setenv("JOURNAL_STREAM", "8:1234")
-			} else {
-				t.Setenv("JOURNAL_STREAM", "")
-			}
-			var buf bytes.Buffer
-			tc.log(slog.New(logHandler(&buf, slog.LevelDebug)))
-			line := buf.String()
-			if !strings.HasPrefix(line, tc.want) || strings.Count(line, "\n") != 1 {
-				t.Errorf("logged %q, want one line starting %q", line, tc.want)
-			}
-			if tc.journal && strings.Contains(line, "time=") {
-				t.Errorf("logged %q: the journal stamps lines itself", line)
-			}
-		})
-	}
-}
-
-// TestNotify: sd_notify messages reach NOTIFY_SOCKET, a path or an
-// abstract name, as single datagrams; without it nothing is sent.
-func TestNotify(t *testing.T) {
-	for _, name := range []string{filepath.Join(t.TempDir(), "notify"), "@ipoibd-test-notify-" + strings.ReplaceAll(t.Name(), "/", "-")} {
-		t.Run(name, func(t *testing.T) {
-			ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			t.Setenv("NOTIFY_SOCKET", name)
-			t.Setenv("WATCHDOG_USEC", "20000")
-			t.Setenv("WATCHDOG_PID", "")
-			n := newNotifier(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-			n.send("READY=1")
-			alive := make(chan struct{}, 1)
-			stop := n.watchdog(func() { alive <- struct{}{} })
-			defer stop()
-			_ = ln.SetReadDeadline(time.Now().Add(5 * time.Second))
-			buf := make([]byte, 64)
-			for _, want := range []string{"READY=1", "WATCHDOG=1"} {
-				if want == "WATCHDOG=1" {
-					<-alive // the ping follows a liveness check
-				}
-				k, err := ln.Read(buf)
-				if err != nil || string(buf[:k]) != want {
-					t.Fatalf("got %q, %v; want %q", buf[:k], err, want)
-				}
-			}
-		})
-	}
-	t.Setenv("NOTIFY_SOCKET", "")
-	n := newNotifier(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	if n.addr != nil {
-		t.Errorf("notifier without NOTIFY_SOCKET has address %v", n.addr)
 	}
 }
