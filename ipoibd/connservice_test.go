@@ -7,10 +7,10 @@ import (
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
-// TestChooseConnService: which connection service runs and whether connected mode
-// is advertised, for every combination that matters; never the kernel CM
-// advertising connected mode unless the operator said every peer is
-// ipoibd.
+// TestChooseConnService: which connection service runs and whether
+// connected mode is advertised, for every combination that matters; never
+// the kernel CM advertising connected mode unless the operator said every
+// peer is ipoibd.
 func TestChooseConnService(t *testing.T) {
 	loaded := func() (bool, []string) { return true, []string{"rdma_cm", "ib_ipoib"} }
 	unloaded := func() (bool, []string) { return false, nil }

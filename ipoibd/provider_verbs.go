@@ -26,10 +26,11 @@ func openVerbs(p verbsPort, choice connServiceChoice, cfg *ipoib.Config) (ib.Dev
 	if kernel {
 		cfg.ConnService = kernelConnService(dev)
 	}
-	// --cm own: the cm engine on the device's MADs (ib_umad), as on
-	// softib. On InfiniBand the SA's joins and paths are ours: rdma_cm
-	// (--cm kernel) resolves the routes of its own connections only,
-	// and nobody joins the groups our UD QP needs.
+	// With ipoibd's own connection service the CM engine runs on the
+	// device's MADs (ib_umad), as on softib (newDaemon). On InfiniBand
+	// the SA's joins and paths are ours with either service: rdma_cm
+	// resolves the routes of its own connections only, and nobody joins
+	// the groups our UD QP needs.
 	if dev.Port().LinkLayer == "InfiniBand" {
 		sub, err := umadsa.OpenPortClient(p.device, p.port)
 		if err != nil {
