@@ -18,6 +18,7 @@ import (
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/rdmacm"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/umadsa"
 	"github.com/ipoibd/ipoibd/verbs"
@@ -326,7 +327,7 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 		cfg.Device, cfg.PKey = dev, pkey
 		if choice.Service == cmKernel {
 			cfg.ConnService = func(p cm.ServiceParams) (cm.Service, error) {
-				return verbs.NewConnService(dev, p.Events)
+				return rdmacm.New(dev, p.Events)
 			}
 		}
 		// --cm own: the cm engine on the device's MADs (ib_umad), as on

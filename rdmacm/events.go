@@ -1,4 +1,4 @@
-package verbs
+package rdmacm
 
 import "github.com/ipoibd/ipoibd/cm"
 

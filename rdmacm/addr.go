@@ -1,4 +1,4 @@
-package verbs
+package rdmacm
 
 import (
 	"fmt"
@@ -53,7 +53,7 @@ func qpnPort(qpn ib.QPN) uint16 {
 func servicePort(serviceID uint64) (uint16, error) {
 	qpn, err := cm.ParseIPoIBServiceID(serviceID)
 	if err != nil {
-		return 0, fmt.Errorf("verbs: only IPoIB-CM service IDs map to rdma_cm ports: %w", err)
+		return 0, fmt.Errorf("rdmacm: only IPoIB-CM service IDs map to rdma_cm ports: %w", err)
 	}
 	return qpnPort(qpn), nil
 }
