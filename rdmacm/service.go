@@ -175,7 +175,7 @@ func (s *Service) checkDevice(id cmID) error {
 }
 
 // Listen makes connection requests for an IPoIB-CM service ID reach the
-// events function, on the port the service ID maps to (connaddr.go).
+// events function, on the port the service ID maps to (addr.go).
 func (s *Service) Listen(serviceID uint64) error {
 	if s.closed {
 		return ib.ErrClosed
