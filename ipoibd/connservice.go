@@ -12,6 +12,7 @@ import (
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/rdmacm"
 	"github.com/ipoibd/ipoibd/verbs"
 )
 
@@ -109,7 +110,7 @@ func ownConnService(dev ib.Device) (io.Closer, func(cm.ServiceParams) (cm.Servic
 // device (--cm kernel).
 func kernelConnService(dev ib.Device) func(cm.ServiceParams) (cm.Service, error) {
 	return func(p cm.ServiceParams) (cm.Service, error) {
-		return verbs.NewConnService(dev, p.Events)
+		return rdmacm.New(dev, p.Events)
 	}
 }
 

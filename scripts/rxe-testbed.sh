@@ -21,10 +21,11 @@
 # Checks: rxe devices present and ACTIVE; ibv_{rc,uc,ud,srq}_pingpong from rxe1
 # to rxe0 (each also requires both devices' hw counters to move); the counter
 # totals; then two hooks:
-#  - verbs/ Go tests: if verbs/ has test files with the `rdma` build tag, the
-#    test binary (go test -c -tags rdma) runs in the guest with
-#    IPOIBD_VERBS_DEVICES=rxe0,rxe1; each top-level test becomes a RESULT
-#    verbs/TestX (a SKIP is a FAIL here: the devices exist), plus verbs.test-exit.
+#  - Go tests of verbs/ and rdmacm/: for each that has test files with the
+#    `rdma` build tag, the test binary (go test -c -tags rdma) runs in the
+#    guest with IPOIBD_VERBS_DEVICES=rxe0,rxe1, before the hooks (rdmacm's need
+#    the kernel CM loaded); each top-level test becomes a RESULT PKG/TestX (a
+#    SKIP is a FAIL here: the devices exist), plus PKG.test-exit.
 #  - scripts/testbed.d/*.sh: every executable one is copied into the guest and
 #    run there, in name order, after the checks above, as root with cwd
 #    /opt/ipoibd and a 300 s limit. It must print its own RESULT lines (one per
@@ -241,17 +242,21 @@ hostfail() {
 	HOSTFAIL=$((HOSTFAIL + 1))
 }
 
-if [ -d verbs ] && grep -lqE '^//go:build.*\brdma\b' verbs/*_test.go 2>/dev/null; then
-	t=$(now)
-	if "$GO" test -c -tags rdma -o "$OV/opt/ipoibd/verbs.test" ./verbs >"$SCRATCH/verbs-build.log" 2>&1; then
-		say "built verbs.test ($(since "$t"))"
+# The packages whose rdma-tagged Go tests run in the guest, in this order
+# (the guest's step (c) lists them too).
+for p in verbs rdmacm; do
+	if [ -d "$p" ] && grep -lqE '^//go:build.*\brdma\b' "$p"/*_test.go 2>/dev/null; then
+		t=$(now)
+		if "$GO" test -c -tags rdma -o "$OV/opt/ipoibd/$p.test" "./$p" >"$SCRATCH/$p-build.log" 2>&1; then
+			say "built $p.test ($(since "$t"))"
+		else
+			cat "$SCRATCH/$p-build.log" >&2
+			hostfail "$p-build" "go test -c -tags rdma ./$p failed"
+		fi
 	else
-		cat "$SCRATCH/verbs-build.log" >&2
-		hostfail verbs-build "go test -c -tags rdma ./verbs failed"
+		say "note: no rdma-tagged tests in $p/; the $p.test hook is skipped"
 	fi
-else
-	say "note: no rdma-tagged tests in verbs/ yet; the verbs.test hook is skipped"
-fi
+done
 
 hooks=()
 for h in scripts/testbed.d/${TESTBED_HOOKS:-*}.sh; do
@@ -451,34 +456,36 @@ if ((c[0] > 0 && c[1] > 0 && c[2] > 0 && c[3] > 0)); then pass rxe-counters; els
 	fail rxe-counters "a device carried no traffic: rxe0 sent=${c[0]} rcvd=${c[1]} rxe1 sent=${c[2]} rcvd=${c[3]}"
 fi
 
-# (c) the verbs/ Go tests.
-if [ -x /opt/ipoibd/verbs.test ]; then
+# (c) the Go tests of verbs/ and rdmacm/ (rdmacm's need the kernel CM, which
+# a hook may unload: they run first).
+for p in verbs rdmacm; do
+	[ -x "/opt/ipoibd/$p.test" ] || continue
 	cd /opt/ipoibd || exit 0
-	IPOIBD_VERBS_DEVICES=rxe0,rxe1 timeout 360 ./verbs.test -test.v -test.timeout 300s >/tmp/verbs.out 2>&1
+	IPOIBD_VERBS_DEVICES=rxe0,rxe1 timeout 360 "./$p.test" -test.v -test.timeout 300s >"/tmp/$p.out" 2>&1
 	rc=$?
-	show /tmp/verbs.out
+	show "/tmp/$p.out"
 	# Top-level results only (subtests are indented); the reason is the last
 	# "file.go:N:" log line of the test.
-	awk '
+	awk -v pkg="$p" '
 		/^=== RUN   [^\/]*$/ { last = "" }
 		/^ +[^ ]+\.go:[0-9]+: / { last = $0; sub(/^ +/, "", last) }
 		/^--- (PASS|FAIL|SKIP): / {
-			st = $2; sub(/:$/, "", st); n = "verbs/" $3
+			st = $2; sub(/:$/, "", st); n = pkg "/" $3
 			if (st == "PASS") print "RESULT PASS " n
 			else if (st == "SKIP") print "RESULT FAIL " n ": skipped (the rxe devices are there): " last
 			else print "RESULT FAIL " n ": " (last == "" ? "see log" : last)
 			got++
 		}
-		END { if (!got) print "RESULT FAIL verbs.test-tests: no top-level test reported a result" }
-	' /tmp/verbs.out | cut -c1-240
-	if [ $rc = 0 ]; then pass verbs.test-exit; else
+		END { if (!got) print "RESULT FAIL " pkg ".test-tests: no top-level test reported a result" }
+	' "/tmp/$p.out" | cut -c1-240
+	if [ $rc = 0 ]; then pass "$p.test-exit"; else
 		# A panic or timeout has no --- FAIL line: name the test that was running.
-		fail verbs.test-exit "exit status $rc$([ $rc = 124 ] && echo ' (timeout)')," \
-			"in $(awk '/^=== (RUN|CONT) / { t = $3 } END { print t }' /tmp/verbs.out):" \
-			"$(grep -m1 -E '^(panic|fatal error|SIG[A-Z]+:)' /tmp/verbs.out)"
+		fail "$p.test-exit" "exit status $rc$([ $rc = 124 ] && echo ' (timeout)')," \
+			"in $(awk '/^=== (RUN|CONT) / { t = $3 } END { print t }' "/tmp/$p.out"):" \
+			"$(grep -m1 -E '^(panic|fatal error|SIG[A-Z]+:)' "/tmp/$p.out")"
 	fi
 	cd / || exit 0
-fi
+done
 
 # (d) hooks from scripts/testbed.d.
 export TESTBED_DEV_A=rxe0 TESTBED_DEV_B=rxe1 TESTBED_NETDEV_A=va TESTBED_NETDEV_B=vb

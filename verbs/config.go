@@ -8,6 +8,6 @@ type Config struct {
 	// NoRDMACM opens the device through libibverbs alone, for ipoibd's own
 	// CM: librdmacm opens /dev/infiniband/rdma_cm, which makes the kernel
 	// load rdma_ucm and with it ib_cm, the module that must stay unloaded.
-	// The kernel CM service (NewConnService) then cannot run on it.
+	// The kernel CM service (package rdmacm) then cannot run on it.
 	NoRDMACM bool
 }

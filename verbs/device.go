@@ -120,9 +120,10 @@ func (d *Device) init() error {
 }
 
 // findContext takes the device's context from librdmacm, so that an rdma_cm
-// connection service (which only works on librdmacm's contexts) shares it.
-// Without rdma_cm (a host that runs our own CM: ib_cm, and so rdma_ucm,
-// unloaded) librdmacm has no devices, and the context is opened directly.
+// connection service (package rdmacm, which only works on librdmacm's
+// contexts) shares it. Without rdma_cm (a host that runs our own CM: ib_cm,
+// and so rdma_ucm, unloaded) librdmacm has no devices, and the context is
+// opened directly.
 func (d *Device) findContext() error {
 	var n C.int
 	var list **C.struct_ibv_context

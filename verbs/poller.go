@@ -54,6 +54,19 @@ func watchFD(fd int, name string, drain func() (stop bool)) (*fdWatcher, error) 
 	return w, nil
 }
 
+// WatchFD is watchFD for a file descriptor of another rdma-core library;
+// the returned stop is the watcher's. It is exported for package rdmacm,
+// whose librdmacm event channel is waited on as this provider waits on its
+// completion channels and async events, so that both share one tested way
+// of doing it.
+func WatchFD(fd int, name string, drain func() (stop bool)) (stop func(), err error) {
+	w, err := watchFD(fd, name, drain)
+	if err != nil {
+		return nil, err
+	}
+	return w.stop, nil
+}
+
 // stop ends the watcher and waits for its goroutine; drain is not running
 // when it returns.
 func (w *fdWatcher) stop() {

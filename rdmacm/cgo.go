@@ -1,6 +1,6 @@
 //go:build rdma
 
-package verbs
+package rdmacm
 
 /*
 #include <errno.h>
@@ -202,12 +202,30 @@ static int ipoibd_destroy_id(struct rdma_cm_id *id) { return ipoibd_errno(rdma_d
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 	"unsafe"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
+
+// callError reports a failed librdmacm call with its errno.
+func callError(call string, errno syscall.Errno) error {
+	if errno == 0 {
+		errno = syscall.EIO // the library failed without saying why
+	}
+	return fmt.Errorf("rdmacm: %s: %w", call, errno)
+}
+
+// cgoErrno extracts the errno of cgo's second return value.
+func cgoErrno(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
+}
 
 // cmID is an rdma_cm id.
 type cmID = *C.struct_rdma_cm_id
@@ -239,7 +257,7 @@ func createID(ch *C.struct_rdma_event_channel, src *sockaddr, qpType int) (cmID,
 		if step == 2 {
 			call = "rdma_migrate_id"
 		}
-		return nil, verbError(call, syscall.Errno(e))
+		return nil, callError(call, syscall.Errno(e))
 	}
 	return id, nil
 }
@@ -258,7 +276,7 @@ func initQPAttr(id cmID, state C.int) (qpAttr, error) {
 	var a qpAttr
 	C.ipoibd_init_qp_attr(id, state, &a)
 	if a.err != 0 {
-		return a, verbError("rdma_init_qp_attr", syscall.Errno(a.err))
+		return a, callError("rdma_init_qp_attr", syscall.Errno(a.err))
 	}
 	return a, nil
 }
@@ -275,7 +293,7 @@ func cmCall(call string, e C.int) error {
 	if e == 0 {
 		return nil
 	}
-	return verbError(call, syscall.Errno(e))
+	return callError(call, syscall.Errno(e))
 }
 
 // Go wrappers of the helpers above, for the other files (a cgo preamble is
@@ -310,7 +328,7 @@ func connectQP(id cmID, private []byte, qpn ib.QPN, retry, rnrRetry uint8, accep
 		call, acc = "rdma_accept", 1
 	}
 	if len(private) > 255 {
-		return fmt.Errorf("verbs: %s: %d octets of private data", call, len(private))
+		return fmt.Errorf("rdmacm: %s: %d octets of private data", call, len(private))
 	}
 	return cmCall(call, C.ipoibd_connect(id, bytesPtr(private), C.uint8_t(len(private)), C.uint32_t(qpn&ib.QPNMask),
 		C.uint8_t(min(retry, 7)), C.uint8_t(min(rnrRetry, 7)), acc))

@@ -1,9 +1,9 @@
-package verbs
+package rdmacm
 
 import "github.com/ipoibd/ipoibd/cm"
 
 // The values of librdmacm's enum rdma_cm_event_type and of the libibverbs
-// QP attribute mask bits the service reads (both ABI; connabi.go checks
+// QP attribute mask bits the service reads (both ABI; abi.go checks
 // them against the headers). Kept here so that the tables and decisions
 // below are plain Go, tested without the libraries.
 const (

@@ -1,6 +1,6 @@
 //go:build rdma
 
-package verbs
+package rdmacm
 
 /*
 #include <rdma/rdma_cma.h>
@@ -31,7 +31,7 @@ type cmEvent struct {
 // Poll handles the pending events without blocking and reports them to the
 // events function. After a batch it leaves the rest for the next Poll (and
 // signals Wake), so that one busy channel does not hold its owner.
-func (s *ConnService) Poll(now time.Time) {
+func (s *Service) Poll(now time.Time) {
 	if s.closed {
 		return
 	}
@@ -65,7 +65,7 @@ func (s *ConnService) Poll(now time.Time) {
 	}
 }
 
-func (s *ConnService) handle(ev cmEvent) {
+func (s *Service) handle(ev cmEvent) {
 	switch {
 	case ev.typ == evConnectRequest:
 		s.request(ev)
@@ -110,7 +110,7 @@ func (s *ConnService) handle(ev cmEvent) {
 }
 
 // addrResolved checks the device rdma_cm chose and resolves the route.
-func (s *ConnService) addrResolved(cn *conn) {
+func (s *Service) addrResolved(cn *conn) {
 	if cn.step != stepAddr {
 		return
 	}
@@ -128,7 +128,7 @@ func (s *ConnService) addrResolved(cn *conn) {
 }
 
 // routeResolved sends the REQ for the Manager's QP.
-func (s *ConnService) routeResolved(cn *conn) {
+func (s *Service) routeResolved(cn *conn) {
 	if cn.step != stepRoute {
 		return
 	}
@@ -142,7 +142,7 @@ func (s *ConnService) routeResolved(cn *conn) {
 }
 
 // attrs reads what the kernel CM will program for RTR and RTS.
-func (s *ConnService) attrs(id cmID) (rtr, rts qpAttr, ok bool) {
+func (s *Service) attrs(id cmID) (rtr, rts qpAttr, ok bool) {
 	var err error
 	if rtr, err = initQPAttr(id, C.IBV_QPS_RTR); err == nil {
 		rts, err = initQPAttr(id, C.IBV_QPS_RTS)
@@ -157,7 +157,7 @@ func (s *ConnService) attrs(id cmID) (rtr, rts qpAttr, ok bool) {
 // reply takes the REP of an outgoing connection. The Manager brings its QP
 // to RTS with the fields filled here and calls Ready (rdma_establish), or
 // RejectReply.
-func (s *ConnService) reply(cn *conn, ev cmEvent) {
+func (s *Service) reply(cn *conn, ev cmEvent) {
 	c := cn.c
 	if c.State != cm.StateREQSent || cn.step != stepSent {
 		return
@@ -185,7 +185,7 @@ func (s *ConnService) reply(cn *conn, ev cmEvent) {
 
 // request takes a connection request on the listener: a new id, which the
 // Manager accepts or rejects.
-func (s *ConnService) request(ev cmEvent) {
+func (s *Service) request(ev cmEvent) {
 	id := ev.id
 	if s.listener == nil || ev.listen != s.listener {
 		s.ctr.add(&s.ctr.stale)
@@ -236,14 +236,14 @@ func (s *ConnService) request(ev cmEvent) {
 	req := &cm.REQ{
 		ServiceID: s.serviceID, LocalQPN: c.RemoteQPN, TransportType: tr, StartingPSN: c.SendPSN,
 		RetryCount: c.RetryCount, RNRRetryCount: c.RNRRetry, PathMTU: c.PathMTU, SRQ: ev.srq,
-		Primary: cm.Path{LocalGID: gid, RemoteGID: s.dev.port.GID, LocalACKTimeout: c.ACKTimeout},
+		Primary: cm.Path{LocalGID: gid, RemoteGID: s.gid, LocalACKTimeout: c.ACKTimeout},
 	}
 	copy(req.PrivateData[:], priv)
 	s.events(cm.Event{Type: cm.EvRequest, Comm: c, REQ: req})
 }
 
 // refuse rejects a request the Manager never sees and destroys its id.
-func (s *ConnService) refuse(id cmID) {
+func (s *Service) refuse(id cmID) {
 	if err := rejectID(id, nil); err != nil {
 		s.ctr.fail("rdma_reject")
 	}
@@ -253,7 +253,7 @@ func (s *ConnService) refuse(id cmID) {
 // rejected reports a REJ: for a connection being set up, the end of the
 // attempt; for an established one (the peer found it stale or gave up on
 // our RTU) the end of the connection, as the Engine has it.
-func (s *ConnService) rejected(cn *conn, ev cmEvent) {
+func (s *Service) rejected(cn *conn, ev cmEvent) {
 	reason := cm.RejTimeout
 	if ev.status > 0 && ev.status <= 0xffff {
 		reason = cm.RejectReason(ev.status)
@@ -276,7 +276,7 @@ func (s *ConnService) rejected(cn *conn, ev cmEvent) {
 
 // failed ends a connection the kernel gave up on (no answer, no address or
 // route, device gone): EvTimeout, the connection in StateIdle.
-func (s *ConnService) failed(cn *conn) {
+func (s *Service) failed(cn *conn) {
 	if cn.c.State == cm.StateTimewait {
 		s.timewaitDone(cn)
 		return
@@ -288,7 +288,7 @@ func (s *ConnService) failed(cn *conn) {
 // disconnected takes a DREQ or the answer to ours. rdma_disconnect sends
 // the DREP when the peer started (and does nothing otherwise): without it
 // the kernel CM would wait in DREQ-received and never reach timewait.
-func (s *ConnService) disconnected(cn *conn) {
+func (s *Service) disconnected(cn *conn) {
 	switch cn.c.State {
 	case cm.StateEstablished, cm.StateDREQSent, cm.StateREPSent:
 	default:
@@ -307,7 +307,7 @@ func (s *ConnService) disconnected(cn *conn) {
 }
 
 // timewaitDone forgets a connection after its timewait.
-func (s *ConnService) timewaitDone(cn *conn) {
+func (s *Service) timewaitDone(cn *conn) {
 	if s.byID[cn.id] != cn {
 		return
 	}

@@ -1,4 +1,4 @@
-package verbs
+package rdmacm
 
 import (
 	"encoding/binary"

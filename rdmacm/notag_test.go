@@ -1,6 +1,6 @@
 //go:build !rdma
 
-package verbs
+package rdmacm
 
 import (
 	"strings"
@@ -9,9 +9,9 @@ import (
 
 // A connected-mode daemon built without the tag must say how to get one
 // that has the kernel CM service.
-func TestNewConnServiceWithoutRDMA(t *testing.T) {
-	s, err := NewConnService(nil, nil)
+func TestNewWithoutRDMA(t *testing.T) {
+	s, err := New(nil, nil)
 	if s != nil || err == nil || !strings.Contains(err.Error(), "-tags rdma") {
-		t.Fatalf("NewConnService = %v, %v; want no service and an error naming -tags rdma", s, err)
+		t.Fatalf("New = %v, %v; want no service and an error naming -tags rdma", s, err)
 	}
 }

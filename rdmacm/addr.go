@@ -1,4 +1,4 @@
-package verbs
+package rdmacm
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ import (
 // driver, which listens on 0x1000000000000000 | QPN itself (though both
 // can run on one adapter port: their service IDs differ).
 
-// Port space values of librdmacm's rdma_cma.h (connabi.go checks them).
+// Port space values of librdmacm's rdma_cma.h (abi.go checks them).
 const (
 	rdmaPSIB     = 0x013F                 // RDMA_PS_IB
 	rdmaIBPSIB   = uint64(rdmaPSIB) << 16 // RDMA_IB_PS_IB: its AF_IB service IDs
@@ -53,7 +53,7 @@ func qpnPort(qpn ib.QPN) uint16 {
 func servicePort(serviceID uint64) (uint16, error) {
 	qpn, err := cm.ParseIPoIBServiceID(serviceID)
 	if err != nil {
-		return 0, fmt.Errorf("verbs: only IPoIB-CM service IDs map to rdma_cm ports: %w", err)
+		return 0, fmt.Errorf("rdmacm: only IPoIB-CM service IDs map to rdma_cm ports: %w", err)
 	}
 	return qpnPort(qpn), nil
 }

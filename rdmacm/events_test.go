@@ -1,4 +1,4 @@
-package verbs
+package rdmacm
 
 import (
 	"slices"
@@ -46,8 +46,8 @@ func TestTransportOf(t *testing.T) {
 	}
 }
 
-func TestConnCounters(t *testing.T) {
-	var c connCounters
+func TestCounters(t *testing.T) {
+	var c counters
 	c.event(evConnectRequest)
 	c.event(evConnectRequest)
 	c.event(99)
@@ -79,12 +79,12 @@ func TestConnCounters(t *testing.T) {
 			errs = append(errs, name)
 		}
 	}
-	want := append(slices.Clone(connCalls), "rdma_new_call")
+	want := append(slices.Clone(countedCalls), "rdma_new_call")
 	slices.Sort(want)
 	if !slices.Equal(errs, want) || !strings.HasPrefix(order[numCMEvents], "err_") {
 		t.Errorf("failed calls %v, want %v sorted after the events", errs, want)
 	}
-	var fresh connCounters
+	var fresh counters
 	if n, m := len(fresh.snapshot()), len(order); n != m {
 		t.Errorf("%d counters before anything happened, %d after", n, m)
 	}

@@ -1,6 +1,6 @@
 //go:build rdma
 
-package verbs
+package rdmacm
 
 /*
 #include <infiniband/verbs.h>
@@ -8,8 +8,8 @@ package verbs
 */
 import "C"
 
-// Compile-time checks that the plain-Go copies in connevents.go and
-// connaddr.go match the headers (an index outside [0,1) does not compile).
+// Compile-time checks that the plain-Go copies in events.go and
+// addr.go match the headers (an index outside [0,1) does not compile).
 var _ = [1]struct{}{}[evAddrResolved-C.RDMA_CM_EVENT_ADDR_RESOLVED]
 var _ = [1]struct{}{}[evAddrError-C.RDMA_CM_EVENT_ADDR_ERROR]
 var _ = [1]struct{}{}[evRouteResolved-C.RDMA_CM_EVENT_ROUTE_RESOLVED]

@@ -1,6 +1,6 @@
 //go:build rdma
 
-package verbs
+package rdmacm
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ type node struct {
 	e     *end
 	srq   ib.SRQ
 	local ib.LinkAddr
-	svc   *ConnService
+	svc   *Service
 
 	mu  sync.Mutex // the Manager's: the poll loop and the test take it
 	mgr *cm.Manager
@@ -52,9 +52,9 @@ func newNode(t *testing.T, e *end, uc bool) *node {
 	n.local = ib.LinkAddr{Flags: ib.FlagRC | ib.FlagUC, QPN: ud.Num(), GID: e.port().GID}
 	n.mgr, err = cm.NewManager(cm.ManagerConfig{
 		Service: func(events func(cm.Event)) (cm.Service, error) {
-			s, err := NewConnService(e.dev, events)
+			s, err := New(e.dev, events)
 			if err == nil {
-				n.svc = s.(*ConnService)
+				n.svc = s.(*Service)
 			}
 			return s, err
 		},
@@ -166,11 +166,10 @@ func send(t *testing.T, from, to *node, cf, ct *cm.Connection, seed int) {
 	if _, err := cf.QP.PostSend([]ib.SendWR{{ID: 1, SGE: from.e.sge(1, size)}}); err != nil {
 		t.Fatal(err)
 	}
-	w := newWaiter(t)
-	if c := w.one(from.e.scq, "send"); c.Status != ib.WCSuccess || c.QPN != cf.QP.Num() {
+	if c := one(t, from.e.scq, "send"); c.Status != ib.WCSuccess || c.QPN != cf.QP.Num() {
 		t.Fatalf("%s: send completion %+v", from.e.dev.Name(), c)
 	}
-	c := w.one(to.e.rcq, "receive")
+	c := one(t, to.e.rcq, "receive")
 	if c.Status != ib.WCSuccess || c.ID != slot || c.QPN != ct.QP.Num() || c.ByteLen != size {
 		t.Fatalf("%s: receive completion %+v, want %d octets on QP %v", to.e.dev.Name(), c, size, ct.QP.Num())
 	}
@@ -197,7 +196,7 @@ func checkPair(t *testing.T, a, b *node, ca, cb *cm.Connection, typ ib.QPType) {
 	send(t, b, a, cb, ca, 2)
 }
 
-func TestConnServiceRC(t *testing.T) {
+func TestServiceRC(t *testing.T) {
 	a, b := openPair(t)
 	na, nb := newNode(t, a, false), newNode(t, b, false)
 	na.connect(nb.local)
@@ -215,7 +214,7 @@ func TestConnServiceRC(t *testing.T) {
 	}
 }
 
-func TestConnServiceUC(t *testing.T) {
+func TestServiceUC(t *testing.T) {
 	a, b := openPair(t)
 	na, nb := newNode(t, a, true), newNode(t, b, true)
 	if q, err := na.CreateQP(ib.UC); err != nil {
@@ -235,7 +234,7 @@ func TestConnServiceUC(t *testing.T) {
 // each side ends with its sends on an established connection, every connection
 // established and pairing with one on the other side, data flowing both
 // ways on each, and nothing gone down.
-func TestConnServiceCrossing(t *testing.T) {
+func TestServiceCrossing(t *testing.T) {
 	a, b := openPair(t)
 	na, nb := newNode(t, a, false), newNode(t, b, false)
 	na.connect(nb.local)
@@ -291,7 +290,7 @@ func TestConnServiceCrossing(t *testing.T) {
 
 // A disconnects: B's connection goes down, and both sides forget theirs
 // when the kernel reports the end of timewait.
-func TestConnServiceDisconnect(t *testing.T) {
+func TestServiceDisconnect(t *testing.T) {
 	a, b := openPair(t)
 	na, nb := newNode(t, a, false), newNode(t, b, false)
 	na.connect(nb.local)
@@ -314,7 +313,7 @@ func TestConnServiceDisconnect(t *testing.T) {
 
 // A REQ for a port nobody listens on is rejected (Invalid Service ID),
 // which the Manager reports as refused.
-func TestConnServiceRefused(t *testing.T) {
+func TestServiceRefused(t *testing.T) {
 	a, b := openPair(t)
 	na, nb := newNode(t, a, false), newNode(t, b, false)
 	nobody := nb.local
@@ -330,3 +329,24 @@ func TestConnServiceRefused(t *testing.T) {
 		t.Errorf("%s accepted a connection for another service", b.dev.Name())
 	}
 }
+
+// The service runs only on a verbs device: anything else (softib, a fake,
+// nothing) gets an error naming what it was given, never a panic.
+func TestNewNeedsAVerbsDevice(t *testing.T) {
+	events := func(cm.Event) {}
+	for _, tt := range []struct {
+		name string
+		dev  ib.Device
+	}{
+		{"nil", nil},
+		{"another provider's", otherDevice{}},
+	} {
+		s, err := New(tt.dev, events)
+		if s != nil || err == nil || !strings.Contains(err.Error(), "verbs provider") {
+			t.Errorf("New(%s device) = %v, %v; want no service and an error naming the verbs provider", tt.name, s, err)
+		}
+	}
+}
+
+// otherDevice is an ib.Device of no provider of ours.
+type otherDevice struct{ ib.Device }

@@ -1,8 +1,10 @@
 //go:build rdma
 
-package verbs
+package rdmacm
 
 /*
+#cgo LDFLAGS: -lrdmacm -libverbs
+#include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 */
 import "C"
@@ -13,34 +15,38 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/verbs"
 )
 
-// ConnService is the kernel's IB CM reached through librdmacm: the
-// connection service the cm.Manager runs on with rdma-core adapters (the
-// kernel owns QP1, so the cm.Engine cannot). It works on its Device's
-// context, which librdmacm handed out, so its ids and the Manager's QPs
-// share it. The QPs stay the Manager's: librdmacm only carries their
-// numbers, and the Manager moves them to RTS itself with the attributes
-// the kernel CM reports (rdma_init_qp_attr), which is what makes both
-// sides agree on PSNs and path MTU.
+// Service is the kernel's IB CM reached through librdmacm: the connection
+// service the cm.Manager runs on with rdma-core adapters when the kernel
+// owns QP1 (so the cm.Engine cannot). Its rdma_cm ids live on the verbs
+// Device's own context, which librdmacm handed out, so they and the
+// Manager's QPs share it. The QPs stay the Manager's: librdmacm only
+// carries their numbers, and the Manager moves them to RTS itself with the
+// attributes the kernel CM reports (rdma_init_qp_attr), which is what makes
+// both sides agree on PSNs and path MTU.
 //
 // Like the Engine it is driven by one goroutine: its owner waits on Wake
 // and calls Poll, which reports events; every other method is called on
 // that goroutine too (String and Counters excepted). Addressing is in
-// connaddr.go.
-type ConnService struct {
-	dev    *Device
+// addr.go.
+type Service struct {
+	dev    string           // the device's name, for messages
+	gid    ib.GID           // the port's GID: our address
+	at     verbs.RDMACMPort // the context and port our ids must be on
 	events func(cm.Event)
 	mode   addrMode
 	scope  int     // IPv6 link-local: the GID's interface
 	pkey   ib.PKey // AF_IB addresses: the port's default partition
 
-	ch    *C.struct_rdma_event_channel
-	watch *fdWatcher
-	wake  chan struct{}
+	ch   *C.struct_rdma_event_channel
+	stop func() // ends the watcher of ch
+	wake chan struct{}
 
 	info      sync.Mutex // listener, serviceID, port: String reads them from other goroutines
 	listener  cmID
@@ -52,11 +58,11 @@ type ConnService struct {
 	halfOpen int
 	later    []cm.Event  // reports for the next Poll, from calls that must not report themselves
 	ev       *cmEventBuf // its own allocation: cgo checks the whole object a pointer points into
-	ctr      connCounters
+	ctr      counters
 	closed   bool
 }
 
-var _ cm.Service = (*ConnService)(nil)
+var _ cm.Service = (*Service)(nil)
 
 // conn is one rdma_cm id and the connection it carries.
 type conn struct {
@@ -88,44 +94,44 @@ const (
 	qpTypeAny   = 0    // a listener for any QP type (cma_ib_check_req_qp_type)
 )
 
-// NewConnService makes the kernel CM connection service on dev, a device of
-// this package; events gets the connection events, from Poll only.
-func NewConnService(dev ib.Device, events func(cm.Event)) (cm.Service, error) {
-	s, err := newConnService(dev, events)
+// New makes the kernel CM connection service on dev, a device of the verbs
+// provider opened through librdmacm (verbs.Config.NoRDMACM unset); events
+// gets the connection events, from Poll only. Close the service before the
+// device.
+func New(dev ib.Device, events func(cm.Event)) (cm.Service, error) {
+	s, err := newService(dev, events)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func newConnService(dev ib.Device, events func(cm.Event)) (*ConnService, error) {
-	d, ok := dev.(*Device)
+func newService(dev ib.Device, events func(cm.Event)) (*Service, error) {
+	d, ok := dev.(*verbs.Device)
 	if !ok {
-		return nil, fmt.Errorf("verbs: the kernel CM service runs on a device of this provider, not %T", dev)
+		return nil, fmt.Errorf("rdmacm: the kernel CM service runs on a device of the verbs provider, not %T", dev)
 	}
 	if events == nil {
-		return nil, errors.New("verbs: the kernel CM service needs an events function")
+		return nil, errors.New("rdmacm: the kernel CM service needs an events function")
 	}
-	if d.closed.Load() {
-		return nil, ib.ErrClosed
-	}
-	if d.own {
-		return nil, errors.New("verbs: the kernel CM service needs the device opened through librdmacm (not with NoRDMACM, and with the rdma_ucm module loaded)")
+	at, err := d.RDMACMPort()
+	if err != nil {
+		return nil, err
 	}
 	port := d.Port()
-	s := &ConnService{
-		dev: d, events: events, mode: modeFor(d.ethernet, port.GID), pkey: port.PKeys[0],
+	s := &Service{
+		dev: d.Name(), gid: port.GID, at: at, events: events, mode: modeFor(at.Ethernet, port.GID), pkey: port.PKeys[0],
 		wake: make(chan struct{}, 1), byID: map[cmID]*conn{}, byComm: map[*cm.Comm]*conn{}, ev: new(cmEventBuf),
 	}
 	if s.mode == modeIPv6 && port.GID.Addr().IsLinkLocalUnicast() {
-		s.scope = d.ifindex
+		s.scope = at.Ifindex
 	}
 	ch, err := C.rdma_create_event_channel()
 	if ch == nil {
-		return nil, fmt.Errorf("%w (is the rdma_ucm module loaded, and /dev/infiniband/rdma_cm readable?)", verbError("rdma_create_event_channel", cgoErrno(err)))
+		return nil, fmt.Errorf("%w (is the rdma_ucm module loaded, and /dev/infiniband/rdma_cm readable?)", callError("rdma_create_event_channel", cgoErrno(err)))
 	}
 	s.ch = ch
-	if s.watch, err = watchFD(int(ch.fd), d.cfg.Device+" rdma_cm events", s.signal); err != nil {
+	if s.stop, err = verbs.WatchFD(int(ch.fd), s.dev+" rdma_cm events", s.signal); err != nil {
 		C.rdma_destroy_event_channel(ch)
 		return nil, err
 	}
@@ -137,7 +143,7 @@ func newConnService(dev ib.Device, events func(cm.Event)) (*ConnService, error) 
 // waits edge-triggered: the kernel wakes the channel's pollers for every
 // event it queues (ucma_event_handler), so an event that arrives after
 // Poll's last read wakes the watcher again.
-func (s *ConnService) signal() bool {
+func (s *Service) signal() bool {
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -146,31 +152,31 @@ func (s *ConnService) signal() bool {
 }
 
 // Wake is signalled when events are pending.
-func (s *ConnService) Wake() <-chan struct{} { return s.wake }
+func (s *Service) Wake() <-chan struct{} { return s.wake }
 
 // addr is our address (port 0: any) or a peer's.
-func (s *ConnService) addr(gid ib.GID, port uint16) *sockaddr {
+func (s *Service) addr(gid ib.GID, port uint16) *sockaddr {
 	return addrFor(s.mode, gid, port, s.scope, s.pkey)
 }
 
 // checkDevice makes sure rdma_cm put an id on our device and port: with IP
 // addresses it picks the device by the address and route, and a wrong
 // route (two RoCE devices on one host) silently uses the other one.
-func (s *ConnService) checkDevice(id cmID) error {
-	if id.verbs == s.dev.ctx && uint8(id.port_num) == s.dev.portNum {
+func (s *Service) checkDevice(id cmID) error {
+	if unsafe.Pointer(id.verbs) == s.at.Context && uint8(id.port_num) == s.at.Port {
 		return nil
 	}
 	other := "no device"
 	if id.verbs != nil {
 		other = fmt.Sprintf("%s port %d", C.GoString(C.ibv_get_device_name(id.verbs.device)), id.port_num)
 	}
-	return fmt.Errorf("verbs: rdma_cm put the connection on %s, not %s port %d: check the routing of %v (on one host with two RoCE devices, policy routing must send each device's traffic out of its own interface)",
-		other, s.dev.cfg.Device, s.dev.portNum, s.dev.port.GID)
+	return fmt.Errorf("rdmacm: rdma_cm put the connection on %s, not %s port %d: check the routing of %v (on one host with two RoCE devices, policy routing must send each device's traffic out of its own interface)",
+		other, s.dev, s.at.Port, s.gid)
 }
 
 // Listen makes connection requests for an IPoIB-CM service ID reach the
-// events function, on the port the service ID maps to (connaddr.go).
-func (s *ConnService) Listen(serviceID uint64) error {
+// events function, on the port the service ID maps to (addr.go).
+func (s *Service) Listen(serviceID uint64) error {
 	if s.closed {
 		return ib.ErrClosed
 	}
@@ -178,16 +184,16 @@ func (s *ConnService) Listen(serviceID uint64) error {
 		if serviceID == s.serviceID {
 			return nil
 		}
-		return fmt.Errorf("verbs: already listening for service ID %#x; one service listens once", s.serviceID)
+		return fmt.Errorf("rdmacm: already listening for service ID %#x; one service listens once", s.serviceID)
 	}
 	port, err := servicePort(serviceID)
 	if err != nil {
 		return err
 	}
-	id, err := createID(s.ch, s.addr(s.dev.port.GID, port), qpTypeAny)
+	id, err := createID(s.ch, s.addr(s.gid, port), qpTypeAny)
 	if err != nil {
 		s.ctr.fail("rdma_create_ep")
-		return fmt.Errorf("%w (binding %s %v port %d%s)", err, s.mode, s.dev.port.GID, port, s.listenHint(err))
+		return fmt.Errorf("%w (binding %s %v port %d%s)", err, s.mode, s.gid, port, s.listenHint(err))
 	}
 	if err := s.checkDevice(id); err != nil {
 		s.destroy(id)
@@ -204,7 +210,7 @@ func (s *ConnService) Listen(serviceID uint64) error {
 	return nil
 }
 
-func (s *ConnService) listenHint(err error) string {
+func (s *Service) listenHint(err error) string {
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
 		return ": another interface on this address listens on the same port (UD QPNs 64512 apart share one)"
@@ -215,25 +221,25 @@ func (s *ConnService) listenHint(err error) string {
 }
 
 // Next is zero: the kernel runs the CM's timers.
-func (s *ConnService) Next() time.Time { return time.Time{} }
+func (s *Service) Next() time.Time { return time.Time{} }
 
 // Expire does nothing: the kernel runs the CM's timers.
-func (s *ConnService) Expire(now time.Time) {}
+func (s *Service) Expire(now time.Time) {}
 
 // Counters returns events by type, failed librdmacm calls by name and the
 // connection gauges.
-func (s *ConnService) Counters() []ib.Counter { return s.ctr.snapshot() }
+func (s *Service) Counters() []ib.Counter { return s.ctr.snapshot() }
 
 // String names what is in use, e.g. "kernel CM via librdmacm on rxe0
 // port 1, AF_INET (RoCE) 192.0.2.1, RDMA_PS_IB port 1041 for IPoIB
 // service ID 0x1000000000000011".
-func (s *ConnService) String() string {
-	gid := s.dev.port.GID
+func (s *Service) String() string {
+	gid := s.gid
 	addr := gid.String()
 	if s.mode == modeIPv4 {
 		addr = gid.Addr().String()
 	}
-	out := fmt.Sprintf("kernel CM via librdmacm on %s port %d, %s %s", s.dev.cfg.Device, s.dev.portNum, s.mode, addr)
+	out := fmt.Sprintf("kernel CM via librdmacm on %s port %d, %s %s", s.dev, s.at.Port, s.mode, addr)
 	s.info.Lock()
 	defer s.info.Unlock()
 	switch {
@@ -247,12 +253,12 @@ func (s *ConnService) String() string {
 
 // Close destroys every id, the listener and the event channel; the Manager
 // is closed first. It is idempotent.
-func (s *ConnService) Close() error {
+func (s *Service) Close() error {
 	if s.closed {
 		return nil
 	}
 	s.closed = true
-	s.watch.stop()
+	s.stop()
 	var errs []error
 	for _, cn := range s.byID {
 		errs = append(errs, s.destroy(cn.id))
@@ -273,14 +279,14 @@ func (s *ConnService) Close() error {
 }
 
 // add records a new connection in state st.
-func (s *ConnService) add(cn *conn, st cm.State) {
+func (s *Service) add(cn *conn, st cm.State) {
 	s.byID[cn.id] = cn
 	s.byComm[cn.c] = cn
 	s.setState(cn, st)
 }
 
 // setState moves a connection to st, keeping the half-open count.
-func (s *ConnService) setState(cn *conn, st cm.State) {
+func (s *Service) setState(cn *conn, st cm.State) {
 	if halfOpen(cn.c.State) {
 		s.halfOpen--
 	}
@@ -301,7 +307,7 @@ func halfOpen(st cm.State) bool {
 
 // forget destroys a connection's id and leaves it in StateIdle. Every event
 // read was acknowledged when read, so rdma_destroy_id never waits.
-func (s *ConnService) forget(cn *conn) {
+func (s *Service) forget(cn *conn) {
 	if s.byID[cn.id] != cn {
 		return
 	}
@@ -311,7 +317,7 @@ func (s *ConnService) forget(cn *conn) {
 	_ = s.destroy(cn.id)
 }
 
-func (s *ConnService) destroy(id cmID) error {
+func (s *Service) destroy(id cmID) error {
 	if err := destroyID(id); err != nil {
 		s.ctr.fail("rdma_destroy_id")
 		return err
@@ -319,7 +325,7 @@ func (s *ConnService) destroy(id cmID) error {
 	return nil
 }
 
-func (s *ConnService) reject(cn *conn, private []byte) error {
+func (s *Service) reject(cn *conn, private []byte) error {
 	if err := rejectID(cn.id, private); err != nil {
 		s.ctr.fail("rdma_reject")
 		return err

@@ -1,6 +1,6 @@
 //go:build rdma
 
-package verbs
+package rdmacm
 
 /*
 #include <rdma/rdma_cma.h>
@@ -23,7 +23,7 @@ import (
 // the Engine; RecvPSN, SendPSN and the path MTU are filled from the kernel
 // CM when the REP arrives (ConnectParams.RecvPSN and PathMTU cannot be
 // chosen: the kernel picks the PSN and takes the MTU from the path).
-func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, error) {
+func (s *Service) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, error) {
 	if s.closed {
 		return nil, ib.ErrClosed
 	}
@@ -33,13 +33,13 @@ func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, erro
 	case cm.TransportUC:
 		qpType = C.IBV_QPT_UC
 	default:
-		return nil, fmt.Errorf("verbs: connections are RC or UC, not %v", p.Transport)
+		return nil, fmt.Errorf("rdmacm: connections are RC or UC, not %v", p.Transport)
 	}
 	if len(s.byID) >= maxConns || s.halfOpen >= maxHalfOpen {
 		return nil, cm.ErrTooMany
 	}
-	if m := modeFor(s.dev.ethernet, p.RemoteGID); m != s.mode {
-		return nil, fmt.Errorf("verbs: peer GID %v needs %s, but this port uses %s", p.RemoteGID, m, s.mode)
+	if m := modeFor(s.at.Ethernet, p.RemoteGID); m != s.mode {
+		return nil, fmt.Errorf("rdmacm: peer GID %v needs %s, but this port uses %s", p.RemoteGID, m, s.mode)
 	}
 	port, err := servicePort(p.ServiceID)
 	if err != nil {
@@ -49,7 +49,7 @@ func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, erro
 	if s.mode == modeIB {
 		priv = append(make([]byte, afIBPad), priv...)
 	}
-	src := s.addr(s.dev.port.GID, 0)
+	src := s.addr(s.gid, 0)
 	id, err := createID(s.ch, src, int(qpType))
 	if err != nil {
 		s.ctr.fail("rdma_create_ep")
@@ -72,13 +72,13 @@ func (s *ConnService) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, erro
 // Accept answers a connection request with a REP (rdma_accept) carrying
 // the Manager's QP. The receive PSN is the kernel's (Comm.RecvPSN, which
 // the REP carries); p.RecvPSN may only repeat it.
-func (s *ConnService) Accept(now time.Time, c *cm.Comm, p cm.AcceptParams) error {
+func (s *Service) Accept(now time.Time, c *cm.Comm, p cm.AcceptParams) error {
 	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREQRcvd {
 		return cm.ErrBadState
 	}
 	if p.RecvPSN != 0 && p.RecvPSN&0xffffff != c.RecvPSN {
-		return fmt.Errorf("verbs: the kernel CM chose receive PSN %#x; it cannot use %#x", c.RecvPSN, p.RecvPSN)
+		return fmt.Errorf("rdmacm: the kernel CM chose receive PSN %#x; it cannot use %#x", c.RecvPSN, p.RecvPSN)
 	}
 	c.LocalQPN = p.LocalQPN
 	if err := connectQP(cn.id, p.PrivateData, p.LocalQPN, 0, p.RNRRetry, true); err != nil {
@@ -93,7 +93,7 @@ func (s *ConnService) Accept(now time.Time, c *cm.Comm, p cm.AcceptParams) error
 // Reject refuses a connection request and forgets it. rdma_cm sends every
 // REJ with reason Consumer Reject (ucma_reject allows no other), whatever
 // reason says; the private data goes as given.
-func (s *ConnService) Reject(c *cm.Comm, reason cm.RejectReason, private []byte) error {
+func (s *Service) Reject(c *cm.Comm, reason cm.RejectReason, private []byte) error {
 	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREQRcvd {
 		return cm.ErrBadState
@@ -105,7 +105,7 @@ func (s *ConnService) Reject(c *cm.Comm, reason cm.RejectReason, private []byte)
 
 // Ready finishes an outgoing connection after EvReply: rdma_establish sends
 // the RTU. The QP must be in RTS.
-func (s *ConnService) Ready(c *cm.Comm) error {
+func (s *Service) Ready(c *cm.Comm) error {
 	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREPRcvd {
 		return cm.ErrBadState
@@ -125,7 +125,7 @@ func (s *ConnService) Ready(c *cm.Comm) error {
 
 // RejectReply refuses a REP (after EvReply) and forgets the connection; the
 // REJ's reason is Consumer Reject, as with Reject.
-func (s *ConnService) RejectReply(c *cm.Comm, reason cm.RejectReason, private []byte) error {
+func (s *Service) RejectReply(c *cm.Comm, reason cm.RejectReason, private []byte) error {
 	cn := s.byComm[c]
 	if cn == nil || c.State != cm.StateREPRcvd {
 		return cm.ErrBadState
@@ -139,7 +139,7 @@ func (s *ConnService) RejectReply(c *cm.Comm, reason cm.RejectReason, private []
 // DREQ (EvDisconnected follows, then EvTimewaitDone); one being set up is
 // refused or dropped at once and left in StateIdle without an event, as the
 // Engine leaves it.
-func (s *ConnService) Disconnect(now time.Time, c *cm.Comm) {
+func (s *Service) Disconnect(now time.Time, c *cm.Comm) {
 	cn := s.byComm[c]
 	if cn == nil {
 		return

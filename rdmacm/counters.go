@@ -1,4 +1,4 @@
-package verbs
+package rdmacm
 
 import (
 	"slices"
@@ -7,10 +7,10 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 )
 
-// connCounters are the connection service's counters. The service runs on
+// counters are the connection service's counters. The service runs on
 // its owner's goroutine but the daemon reads counters from its own, hence
 // the lock.
-type connCounters struct {
+type counters struct {
 	mu       sync.Mutex
 	events   [numCMEvents]uint64
 	unknown  uint64            // event types this code does not know
@@ -22,7 +22,7 @@ type connCounters struct {
 	halfOpen int               // of which still being set up
 }
 
-func (c *connCounters) event(t int) {
+func (c *counters) event(t int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t >= 0 && t < numCMEvents {
@@ -32,7 +32,7 @@ func (c *connCounters) event(t int) {
 	}
 }
 
-func (c *connCounters) fail(call string) {
+func (c *counters) fail(call string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.errs == nil {
@@ -41,22 +41,22 @@ func (c *connCounters) fail(call string) {
 	c.errs[call]++
 }
 
-func (c *connCounters) add(p *uint64) {
+func (c *counters) add(p *uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	*p++
 }
 
-func (c *connCounters) gauges(open, halfOpen int) {
+func (c *counters) gauges(open, halfOpen int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.open, c.halfOpen = open, halfOpen
 }
 
-// connCalls are the calls whose failures the service counts: each has
+// countedCalls are the calls whose failures the service counts: each has
 // its "err_" counter from the start (0), so that no key appears with the
 // first failure.
-var connCalls = []string{
+var countedCalls = []string{
 	"device_check", "rdma_accept", "rdma_connect", "rdma_create_ep", "rdma_destroy_id",
 	"rdma_disconnect", "rdma_establish", "rdma_get_cm_event", "rdma_init_qp_attr",
 	"rdma_listen", "rdma_reject", "rdma_resolve_addr", "rdma_resolve_route",
@@ -64,14 +64,14 @@ var connCalls = []string{
 
 // snapshot lists the counters: event counts by type ("ev_…"), failed
 // calls by name ("err_…", sorted), then the rest.
-func (c *connCounters) snapshot() []ib.Counter {
+func (c *counters) snapshot() []ib.Counter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]ib.Counter, 0, numCMEvents+len(connCalls)+len(c.errs)+6)
+	out := make([]ib.Counter, 0, numCMEvents+len(countedCalls)+len(c.errs)+6)
 	for t, n := range c.events {
 		out = append(out, ib.Counter{Name: "ev_" + cmEventNames[t], Value: n})
 	}
-	calls := slices.Clone(connCalls)
+	calls := slices.Clone(countedCalls)
 	for call := range c.errs {
 		if !slices.Contains(calls, call) {
 			calls = append(calls, call)
