@@ -22,7 +22,7 @@ import (
 	"encoding/binary"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 )
 
 // HdrLen is the length of struct virtio_net_hdr, the header a TUN with
