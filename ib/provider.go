@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// This file is the provider boundary: everything above it (ud, cm, ipoib)
+// This file is the provider boundary: everything above it (cm, ipoib and its connection manager)
 // drives an adapter only through these interfaces, so the same driver runs
 // on softib and on rdma-core. The shapes follow verbs closely so that the
 // verbs provider is a thin wrapper.

@@ -1,8 +1,15 @@
-// Package umadsa is ipoibd's client of the InfiniBand subnet administrator
-// (SA): PathRecord queries and MCMemberRecord joins and leaves, with its
-// own timeouts and retries. The client is pure Go over a Transport; the
-// transport on a real port is libibumad (build tag rdma, umad.go), so
-// that ibsim's libumad2sim.so can stand in for the fabric in tests.
+// Package umadsa is the transport of ipoibd's subnet administrator (SA)
+// requests on an InfiniBand port: it sends the requests package sa builds
+// (PathRecord queries, MCMemberRecord joins and leaves) and waits for the
+// answers, with its own timeouts and retries (one try lasts 1 s by
+// default, as the kernel's path query: docs/ipoib-cm.md §7.3).
+//
+// Seams: the Client is pure Go over a Transport; the transport on a real
+// port is libibumad (build tag rdma, umad.go), so that ibsim's
+// libumad2sim.so can stand in for the fabric in tests. The protocol
+// (records, join parameters, request masks) is package sa's; package ipoib
+// takes a *Client through its Subnet interface and never imports this
+// package, only the daemon (ipoibd) does.
 package umadsa
 
 import (
