@@ -5,10 +5,10 @@ import (
 	"fmt"
 )
 
-// This file is the provider boundary: everything above it (ud, cm, ipoib)
-// drives an adapter only through these interfaces, so the same driver runs
-// on softib and on rdma-core. The shapes follow verbs closely so that the
-// verbs provider is a thin wrapper.
+// This file is the provider boundary: everything above it (cm, ipoib and
+// its connection manager) drives an adapter only through these interfaces,
+// so the same driver runs on softib and on rdma-core. The shapes follow
+// verbs closely so that the verbs provider is a thin wrapper.
 
 // GRHLen is the space in front of every UD receive that the adapter fills
 // with the global route header, as verbs does. UD payloads land after it.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/offload"
 	"github.com/ipoibd/ipoibd/softib"

@@ -10,7 +10,6 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/sa"
 	"github.com/ipoibd/ipoibd/sapath"
-	"github.com/ipoibd/ipoibd/umadsa"
 )
 
 // Subnet services of an InfiniBand port (Config.Subnet). On InfiniBand
@@ -25,7 +24,7 @@ import (
 // Subnet is the SA of the port; *umadsa.Client is one. Nil on RoCE and
 // softib ports, and with the kernel's CM, whose rdma_cm does the same.
 type Subnet interface {
-	Join(j umadsa.JoinRequest) (sa.MCMemberRecord, error)
+	Join(j sa.JoinRequest) (sa.MCMemberRecord, error)
 	Leave(mgid ib.GID, pkey ib.PKey, state sa.JoinState) error
 	sapath.Querier
 }
@@ -110,7 +109,7 @@ type subnet struct {
 // Q_Key, attaches with its MLID, and the UD MTU is at most its MTU.
 func (i *Interface) joinBroadcast() error {
 	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
-	g, err := i.cfg.Subnet.Join(umadsa.JoinRequest{MGID: mgid, PKey: i.pkey})
+	g, err := i.cfg.Subnet.Join(sa.JoinRequest{MGID: mgid, PKey: i.pkey})
 	if err != nil {
 		return fmt.Errorf("ipoib: joining the broadcast group %v through the SA: %w", mgid, err)
 	}
@@ -186,11 +185,11 @@ func (s *subnet) runGroups(i *Interface) {
 				continue
 			}
 			r := groupResult{groupJob: j}
-			req := umadsa.JoinRequest{MGID: j.mgid, PKey: i.pkey, State: j.state}
+			req := sa.JoinRequest{MGID: j.mgid, PKey: i.pkey, State: j.state}
 			if j.state == sa.FullMember {
 				// A new group is made like the broadcast group, as the
 				// kernel's ipoib makes it.
-				req.Create = umadsa.ParamsOf(i.bcastGroup)
+				req.Create = sa.ParamsOf(i.bcastGroup)
 			}
 			r.rec, r.err = s.sa.Join(req)
 			select {

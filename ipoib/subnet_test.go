@@ -15,7 +15,6 @@ import (
 	"github.com/ipoibd/ipoibd/sa"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/tun"
-	"github.com/ipoibd/ipoibd/umadsa"
 )
 
 // fakeSA is a subnet administrator for every host of a test: it hands out
@@ -27,7 +26,7 @@ type fakeSA struct {
 	mu       sync.Mutex
 	qkey     ib.QKey
 	mtu      ib.MTU
-	joins    []umadsa.JoinRequest
+	joins    []sa.JoinRequest
 	leaves   []ib.GID
 	paths    map[ib.GID]uint16 // DGID -> DLID
 	queries  map[ib.GID]int
@@ -42,7 +41,7 @@ func newFakeSA(qkey ib.QKey) *fakeSA {
 		nextMLID: 0xc001, groups: map[ib.GID]uint16{}}
 }
 
-func (f *fakeSA) Join(j umadsa.JoinRequest) (sa.MCMemberRecord, error) {
+func (f *fakeSA) Join(j sa.JoinRequest) (sa.MCMemberRecord, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.joins = append(f.joins, j)
@@ -108,7 +107,7 @@ func (f *fakeSA) queried(gid ib.GID) int {
 func (f *fakeSA) joinedAs(mgid ib.GID, state sa.JoinState) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.ContainsFunc(f.joins, func(j umadsa.JoinRequest) bool { return j.MGID == mgid && j.State == state })
+	return slices.ContainsFunc(f.joins, func(j sa.JoinRequest) bool { return j.MGID == mgid && j.State == state })
 }
 
 // subnetHosts are fake hosts whose ports the SA serves, at LIDs 0x10+k;

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"

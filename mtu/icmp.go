@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 )
 
 // Largest ICMP errors TooBig writes: RFC 1812 §4.3.2.3 lets an IPv4 error

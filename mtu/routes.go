@@ -2,9 +2,14 @@
 // routes that carry the MTU negotiated with each peer (routes.go), and the
 // ICMP "fragmentation needed" / ICMPv6 "packet too big" errors written back
 // into the TUN device when a packet is larger than its path allows
-// (icmp.go). See DESIGN.md ("Data flow") and spec/ipoib-cm.md §7.4. The
-// same file writes the "host unreachable" errors for packets whose
-// destination did not answer address resolution.
+// (icmp.go; how the kernel's ipoib does it is in docs/ipoib-cm.md §7.4,
+// and the data flow in docs/design.md). The same file writes the "host
+// unreachable" errors for packets whose destination did not answer
+// address resolution.
+//
+// Seams: mtu only builds packets and routes; package ipoib decides when a
+// packet is too big and writes the error into the TUN, and the routes go
+// through netlink on the interface the caller names.
 package mtu
 
 import (

@@ -3,7 +3,7 @@ package neigh
 import (
 	"net/netip"
 
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 )
 
 // protoICMPv6 is the IPv6 next-header value of ICMPv6.

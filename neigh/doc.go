@@ -4,9 +4,15 @@
 // events in, actions out, on the caller's clock), and bounded learning
 // from solicitations (learn.go).
 //
-// The codecs follow shared/spec/ipoib-wire.md §3 (ARP with hardware type 32
-// and 20-octet link addresses) and §4 (the IPoIB link-layer address option
-// of RFC 4391 in neighbor solicitations and advertisements, RFC 4861). The
-// datapath calls them for every ARP or ND packet, so none of them allocates
-// on success; every decoder error is an *ib.FieldError naming the field.
+// The codecs follow docs/ipoib-wire.md §3 (ARP with hardware type 32 and
+// 20-octet link addresses) and §4 (the IPoIB link-layer address option of
+// RFC 4391 in neighbor solicitations and advertisements, RFC 4861). The
+// datapath calls them for every ARP or ND packet, so none of them
+// allocates on success; every decoder error is an *ib.FieldError naming
+// the field.
+//
+// Seams: the package sends nothing and keeps no timers of its own. Its
+// owner, the interface's control goroutine (package ipoib), feeds it
+// events and carries out the actions it returns; connections are not its
+// business, only the link addresses they are keyed by.
 package neigh

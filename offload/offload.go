@@ -12,17 +12,19 @@
 // standard IP packets with valid checksums: every segment Split produces
 // is complete, and Coalescer merges only segments whose checksums verify.
 //
-// Nothing here allocates on the per-packet path; errors are *ib.FieldError
-// naming the offending field. The facts (header layout, segmentation and
-// merge rules) follow Linux's virtio_net.h, its software GSO and
-// tcp_gro_receive.
+// Seams: it works on byte slices the caller owns (package ipoib's slots)
+// and knows neither the TUN (package tun opens it with these offloads) nor
+// the fabric. Nothing here allocates on the per-packet path; errors are
+// *ib.FieldError naming the offending field. The facts (header layout,
+// segmentation and merge rules) follow Linux's virtio_net.h, its software
+// GSO and tcp_gro_receive.
 package offload
 
 import (
 	"encoding/binary"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 )
 
 // HdrLen is the length of struct virtio_net_hdr, the header a TUN with

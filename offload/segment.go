@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 )
 
 // Segments cuts one TSO/USO super-packet read from the TUN into the

@@ -3,7 +3,7 @@
 // subnet administrator, refreshed, and retried with back-off when the SA
 // does not answer. It converts a record into the ib.Path of address
 // handles and RC/UC RTR transitions and into the cm.Path of a REQ, as the
-// kernel does.
+// kernel does (docs/ipoib-cm.md §4.1, §7.5).
 //
 // The Cache is a plain state machine in the style of cm.Engine: its owner
 // (an event loop) asks it with Lookup, starts the queries Due returns,
@@ -11,4 +11,8 @@
 // goroutine or reads a clock. The queries themselves block for up to the
 // SA client's timeouts, so they run elsewhere: Worker runs them one at a
 // time on its own goroutine.
+//
+// The seam is Querier: anything that answers a PathRecord query (umadsa's
+// Client on a real port, a fake in tests). sapath never imports a
+// transport.
 package sapath

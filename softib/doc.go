@@ -1,12 +1,16 @@
 // Package softib is a software InfiniBand adapter: it speaks the IB
-// transport (RC, UC and UD queue pairs) in RoCEv2 framing (IBA Annex A17)
-// over UDP port 4791, so that ipoibd runs on any Linux host without IB
-// hardware.
+// transport (RC, UC and UD queue pairs, SRQ, QP1 MADs) in RoCEv2 framing
+// (IBA Annex A17) over UDP port 4791, so that ipoibd runs on any Linux
+// host without IB hardware, and interoperates with the kernel's rxe.
+//
+// The seam is package ib: softib implements its provider interfaces and
+// imports nothing else of ours; only the daemon (ipoibd) and tests choose
+// it. The interface above cannot tell it from verbs.
 //
 // The framing lives in its own files: opcodes (opcode.go), the BTH, DETH,
 // AETH and ImmDt headers, 24-bit PSN arithmetic, a zero-allocation packet
 // parser and header builder (packet.go) and the ICRC with the IP and UDP
-// headers it covers (icrc.go). They follow shared/spec/rocev2-framing.md;
+// headers it covers (icrc.go), as docs/rocev2-framing.md lays them out;
 // every decoder error is an *ib.FieldError naming the field. The adapter
 // (device, fabric, queue pairs) is built on them and uses them on every
 // packet, so none of them allocates on success.
@@ -15,9 +19,10 @@
 // UDP source port, hashed into the ICRC as received, and any IPv4
 // Identification, which a UDP socket cannot see but the ICRC covers: the
 // receiver solves for it (ipid.go). A GSO train it sends carries the IDs
-// the kernel gives its datagrams, 0, 1, 2, ..., each in its ICRC. RC and UC
-// packets count only from the QP's peer address (rx_drop_wrong_source),
-// ACKs and NAKs only for a PSN outstanding (rx_drop_stale_ack), and QP
-// numbers are random, so a third host on the underlay can neither guess a
-// connection nor break one with a stray packet.
+// the kernel gives its datagrams, 0, 1, 2, ..., each in its ICRC
+// (docs/linux-interop.md). RC and UC packets count only from the QP's
+// peer address (rx_drop_wrong_source), ACKs and NAKs only for a PSN
+// outstanding (rx_drop_stale_ack), and QP numbers are random, so a third
+// host on the underlay can neither guess a connection nor break one with a
+// stray packet.
 package softib

@@ -1,10 +1,16 @@
 // Package tun is the TUN device ipoibd exposes as its network interface:
 // opened with a virtio-net header in front of every packet (which
 // songgao/water cannot do), so that the kernel may hand over and take TCP
-// and UDP super-packets of up to 64 KiB (see package offload), and
-// configured through netlink (addresses, MTU, transmit queue length, up). The device is not persistent, so closing
-// it removes the interface with every address and route the kernel hung on
-// it; nothing is left behind when the daemon exits, also after SIGKILL.
+// and UDP super-packets of up to 64 KiB (see package offload), with one
+// queue per reader when asked (IFF_MULTI_QUEUE), and configured through
+// netlink (addresses, MTU, transmit queue length, up). The device is not
+// persistent, so closing it removes the interface with every address and
+// route the kernel hung on it; nothing is left behind when the daemon
+// exits, also after SIGKILL.
+//
+// Seams: package ipoib reaches it only through its Netdev interface
+// (docs/design.md), so the interface's behaviour tests run on a fake
+// netdev as an ordinary user; only tun's own tests need root.
 package tun
 
 import (

@@ -1,8 +1,15 @@
-// Package umadsa is ipoibd's client of the InfiniBand subnet administrator
-// (SA): PathRecord queries and MCMemberRecord joins and leaves, with its
-// own timeouts and retries. The client is pure Go over a Transport; the
-// transport on a real port is libibumad (build tag rdma, umad.go), so
-// that ibsim's libumad2sim.so can stand in for the fabric in tests.
+// Package umadsa is the transport of ipoibd's subnet administrator (SA)
+// requests on an InfiniBand port: it sends the requests package sa builds
+// (PathRecord queries, MCMemberRecord joins and leaves) and waits for the
+// answers, with its own timeouts and retries (one try lasts 1 s by
+// default, as the kernel's path query: docs/ipoib-cm.md §7.3).
+//
+// Seams: the Client is pure Go over a Transport; the transport on a real
+// port is libibumad (build tag rdma, umad.go), so that ibsim's
+// libumad2sim.so can stand in for the fabric in tests. The protocol
+// (records, join parameters, request masks) is package sa's; package ipoib
+// takes a *Client through its Subnet interface and never imports this
+// package, only the daemon (ipoibd) does.
 package umadsa
 
 import (
@@ -188,15 +195,10 @@ func (c *Client) await(req sa.Request) (sa.Header, []byte, sa.Status, error) {
 	}
 }
 
-// PathRecord asks for the path from our port to dgid in partition pkey,
-// as the kernel's ipoib asks: one reversible path.
+// PathRecord asks for the path from our port to dgid in partition pkey
+// (sa.PathRequest).
 func (c *Client) PathRecord(dgid ib.GID, pkey ib.PKey) (sa.PathRecord, error) {
-	req := sa.Request{
-		Method:        sa.MethodGet,
-		ComponentMask: sa.PathDGID | sa.PathSGID | sa.PathReversible | sa.PathNumbPath | sa.PathPKey,
-		Record:        &sa.PathRecord{DGID: dgid, SGID: c.cfg.PortGID, Reversible: true, NumbPath: 1, PKey: pkey},
-	}
-	_, data, err := c.do(req)
+	_, data, err := c.do(sa.PathRequest(c.cfg.PortGID, dgid, pkey))
 	if err != nil {
 		return sa.PathRecord{}, err
 	}
@@ -207,51 +209,10 @@ func (c *Client) PathRecord(dgid ib.GID, pkey ib.PKey) (sa.PathRecord, error) {
 	return p, err
 }
 
-// GroupParams are what a join that may create its group offers: the
-// kernel's ipoib copies them from the broadcast group for every other
-// group (ipoib_mcast_join with create).
-type GroupParams struct {
-	QKey      ib.QKey
-	MTU, Rate sa.Selected
-	SL        uint8
-	FlowLabel uint32
-	HopLimit  uint8
-	TClass    uint8
-}
-
-// ParamsOf returns a group's parameters with exact selectors, for
-// creating another group like it.
-func ParamsOf(g sa.MCMemberRecord) *GroupParams {
-	return &GroupParams{QKey: g.QKey, MTU: sa.Selected{Selector: sa.Exactly, Value: g.MTU.Value},
-		Rate: sa.Selected{Selector: sa.Exactly, Value: g.Rate.Value}, SL: g.SL, FlowLabel: g.FlowLabel,
-		HopLimit: g.HopLimit, TClass: g.TClass}
-}
-
-// JoinRequest is one join of our port.
-type JoinRequest struct {
-	MGID  ib.GID
-	PKey  ib.PKey
-	State sa.JoinState // default FullMember
-	// Create, when set, offers the parameters a new group gets; an
-	// existing group must match them (else status 0x0200).
-	Create *GroupParams
-}
-
 // Join sets our membership in a group and returns the group as the SA
 // has it: its Q_Key, MLID, MTU and rate are what the interface must use.
-func (c *Client) Join(j JoinRequest) (sa.MCMemberRecord, error) {
-	if j.State == 0 {
-		j.State = sa.FullMember
-	}
-	rec := &sa.MCMemberRecord{MGID: j.MGID, PortGID: c.cfg.PortGID, PKey: j.PKey, JoinState: j.State}
-	mask := sa.MCMGID | sa.MCMPortGID | sa.MCMPKey | sa.MCMJoinState
-	if p := j.Create; p != nil {
-		rec.QKey, rec.MTU, rec.Rate, rec.SL = p.QKey, p.MTU, p.Rate, p.SL
-		rec.FlowLabel, rec.HopLimit, rec.TClass = p.FlowLabel, p.HopLimit, p.TClass
-		mask |= sa.MCMQKey | sa.MCMMTUSelector | sa.MCMMTU | sa.MCMTClass | sa.MCMRateSelector | sa.MCMRate |
-			sa.MCMSL | sa.MCMFlowLabel | sa.MCMHopLimit
-	}
-	_, data, err := c.do(sa.Request{Method: sa.MethodSet, ComponentMask: mask, Record: rec})
+func (c *Client) Join(j sa.JoinRequest) (sa.MCMemberRecord, error) {
+	_, data, err := c.do(j.Request(c.cfg.PortGID))
 	if err != nil {
 		return sa.MCMemberRecord{}, err
 	}
@@ -264,13 +225,6 @@ func (c *Client) Join(j JoinRequest) (sa.MCMemberRecord, error) {
 
 // Leave ends our membership (the join states in state, default full).
 func (c *Client) Leave(mgid ib.GID, pkey ib.PKey, state sa.JoinState) error {
-	if state == 0 {
-		state = sa.FullMember
-	}
-	_, _, err := c.do(sa.Request{
-		Method:        sa.MethodDelete,
-		ComponentMask: sa.MCMGID | sa.MCMPortGID | sa.MCMJoinState,
-		Record:        &sa.MCMemberRecord{MGID: mgid, PortGID: c.cfg.PortGID, PKey: pkey, JoinState: state},
-	})
+	_, _, err := c.do(sa.LeaveRequest(c.cfg.PortGID, mgid, pkey, state))
 	return err
 }

@@ -169,7 +169,7 @@ func TestPathRecordRetries(t *testing.T) {
 
 // What goes on the wire: the kernel's components for each request.
 func TestRequests(t *testing.T) {
-	params := &GroupParams{QKey: 0x0b1b, MTU: sa.Selected{Selector: sa.Exactly, Value: 4}, Rate: sa.Selected{Selector: sa.Exactly, Value: 3}, HopLimit: 1}
+	params := &sa.GroupParams{QKey: 0x0b1b, MTU: sa.Selected{Selector: sa.Exactly, Value: 4}, Rate: sa.Selected{Selector: sa.Exactly, Value: 3}, HopLimit: 1}
 	tests := []struct {
 		name string
 		call func(c *Client) error
@@ -179,18 +179,18 @@ func TestRequests(t *testing.T) {
 		{"path", func(c *Client) error { _, err := c.PathRecord(peer, 0xffff); return err },
 			sa.Header{Method: sa.MethodGet, AttributeID: sa.AttrPathRecord, ComponentMask: 0x380c},
 			&sa.PathRecord{DGID: peer, SGID: us, Reversible: true, NumbPath: 1, PKey: 0xffff}},
-		{"join", func(c *Client) error { _, err := c.Join(JoinRequest{MGID: bcast, PKey: 0xffff}); return err },
+		{"join", func(c *Client) error { _, err := c.Join(sa.JoinRequest{MGID: bcast, PKey: 0xffff}); return err },
 			sa.Header{Method: sa.MethodSet, AttributeID: sa.AttrMCMemberRecord, ComponentMask: 0x10083},
 			&sa.MCMemberRecord{MGID: bcast, PortGID: us, PKey: 0xffff, JoinState: sa.FullMember}},
 		{"join and create", func(c *Client) error {
-			_, err := c.Join(JoinRequest{MGID: v4grp, PKey: 0xffff, Create: params})
+			_, err := c.Join(sa.JoinRequest{MGID: v4grp, PKey: 0xffff, Create: params})
 			return err
 		},
 			sa.Header{Method: sa.MethodSet, AttributeID: sa.AttrMCMemberRecord, ComponentMask: 0x173f7},
 			&sa.MCMemberRecord{MGID: v4grp, PortGID: us, QKey: 0x0b1b, MTU: params.MTU, Rate: params.Rate, HopLimit: 1,
 				PKey: 0xffff, JoinState: sa.FullMember}},
 		{"send-only join", func(c *Client) error {
-			_, err := c.Join(JoinRequest{MGID: v4grp, PKey: 0xffff, State: sa.SendOnlyFullMember})
+			_, err := c.Join(sa.JoinRequest{MGID: v4grp, PKey: 0xffff, State: sa.SendOnlyFullMember})
 			return err
 		},
 			sa.Header{Method: sa.MethodSet, AttributeID: sa.AttrMCMemberRecord, ComponentMask: 0x10083},
@@ -240,17 +240,17 @@ func TestJoinAnswer(t *testing.T) {
 		PKey: 0xffff, Rate: sa.Selected{Selector: sa.Exactly, Value: 3}, Scope: 2, JoinState: sa.FullMember}
 	f := &fakeSA{answer: func(req []byte, _ int) []reply { return []reply{{mad: answerTo(t, req, 0, &group)}} }}
 	c := newClient(f, 1)
-	g, err := c.Join(JoinRequest{MGID: bcast, PKey: 0xffff})
+	g, err := c.Join(sa.JoinRequest{MGID: bcast, PKey: 0xffff})
 	if err != nil || g != group {
 		t.Fatalf("join: %+v, %v", g, err)
 	}
-	p := ParamsOf(g)
-	if *p != (GroupParams{QKey: 0x0b1b, MTU: sa.Selected{Selector: sa.Exactly, Value: 4}, Rate: sa.Selected{Selector: sa.Exactly, Value: 3}}) {
+	p := sa.ParamsOf(g)
+	if *p != (sa.GroupParams{QKey: 0x0b1b, MTU: sa.Selected{Selector: sa.Exactly, Value: 4}, Rate: sa.Selected{Selector: sa.Exactly, Value: 3}}) {
 		t.Errorf("ParamsOf: %+v", p)
 	}
 	// A refused join is one error naming the status.
 	f.answer = func(req []byte, _ int) []reply { return []reply{{mad: answerTo(t, req, sa.StatusReqInvalid, &group)}} }
-	_, err = c.Join(JoinRequest{MGID: bcast, PKey: 0xffff, Create: &GroupParams{QKey: 0x1234}})
+	_, err = c.Join(sa.JoinRequest{MGID: bcast, PKey: 0xffff, Create: &sa.GroupParams{QKey: 0x1234}})
 	var se *sa.StatusError
 	if !errors.As(err, &se) || se.Status != sa.StatusReqInvalid || !strings.HasPrefix(err.Error(), "SA Set MCMemberRecord: status 0x0200 ERR_REQ_INVALID") {
 		t.Errorf("refused join: %v", err)

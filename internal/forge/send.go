@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/ipoibd/ipoibd/internal/inetsum"
+	"github.com/ipoibd/ipoibd/inetsum"
 	"github.com/ipoibd/ipoibd/softib"
 	"golang.org/x/sys/unix"
 )

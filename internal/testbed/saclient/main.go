@@ -87,24 +87,24 @@ func run(args []string, ca string, port int, timeout time.Duration, retries int,
 			"pkt_life": p.Lifetime.Value, "hop_limit": p.HopLimit, "tclass": p.TClass, "flow_label": p.FlowLabel,
 			"pkey": uint16(p.PKey), "reversible": p.Reversible, "numb_path": p.NumbPath})
 	case "join":
-		j := umadsa.JoinRequest{MGID: g, PKey: pk, State: state}
+		j := sa.JoinRequest{MGID: g, PKey: pk, State: state}
 		switch {
 		case like != "":
 			lg, err := ib.ParseGID(like)
 			if err != nil {
 				return err
 			}
-			b, err := c.Join(umadsa.JoinRequest{MGID: lg, PKey: pk})
+			b, err := c.Join(sa.JoinRequest{MGID: lg, PKey: pk})
 			if err != nil {
 				return fmt.Errorf("joining %v for its parameters: %w", lg, err)
 			}
-			j.Create = umadsa.ParamsOf(b)
+			j.Create = sa.ParamsOf(b)
 		case qkeyS != "":
 			q, err := strconv.ParseUint(qkeyS, 0, 32)
 			if err != nil {
 				return err
 			}
-			j.Create = &umadsa.GroupParams{QKey: ib.QKey(q), MTU: sa.Selected{Selector: sa.Exactly, Value: 4},
+			j.Create = &sa.GroupParams{QKey: ib.QKey(q), MTU: sa.Selected{Selector: sa.Exactly, Value: 4},
 				Rate: sa.Selected{Selector: sa.Exactly, Value: 3}}
 		}
 		m, err := c.Join(j)
