@@ -9,6 +9,7 @@ SYSTEMD_DIR ?= /etc/systemd/system
 build:
 	$(GO) build ./...
 	$(GO) build -buildvcs=auto -o bin/ipoibd ./ipoibd
+	$(GO) build -o bin/testnet ./internal/testnet/cmd/testnet
 
 # The systemd unit with ExecStart under PREFIX, made from its template.
 UNIT ?= bin/ipoibd@.service

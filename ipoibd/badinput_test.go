@@ -26,7 +26,7 @@ func TestBadInputIsCountedNotFatal(t *testing.T) {
 		make([]byte, 30),                          // zeros
 		append([]byte{0x60}, make([]byte, 20)...), // IPv6 header cut short
 	}
-	testnet.InNamed(t, c.name+"-h1", func() {
+	testnet.InNamed(t, c.host(1), func() {
 		ifc, err := net.InterfaceByName("ib0")
 		if err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestBadInputIsCountedNotFatal(t *testing.T) {
 		make([]byte, 11),
 		append([]byte{0x64, 0x00, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 0}, make([]byte, 30)...), // BTH, bad ICRC
 	}
-	testnet.InNamed(t, c.name+"-h1", func() {
+	testnet.InNamed(t, c.host(1), func() {
 		conn, err := net.Dial("udp", c.underlay(2)+":4791")
 		if err != nil {
 			t.Fatal(err)

@@ -11,11 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
 // The end-to-end tests run real daemons in network namespaces made by
-// scripts/cluster.sh (the same hosts the demo uses), and judge them with
+// internal/testnet (the same hosts the demo uses), and judge them with
 // ping, iperf3, tracepath, tshark and the daemon's own tables.
 
 var binary string // the ipoibd built for these tests
@@ -43,11 +44,13 @@ var clusterNet atomic.Int32
 
 func init() { clusterNet.Store(40) }
 
-// cluster is one set of hosts made by scripts/cluster.sh.
+// cluster is one set of hosts made by internal/testnet, with helpers that
+// fail the test t.
 type cluster struct {
 	t    *testing.T
 	name string
 	net  int
+	tn   *testnet.Cluster
 }
 
 func newCluster(t *testing.T, name string, hosts int) *cluster {
@@ -58,44 +61,70 @@ func newCluster(t *testing.T, name string, hosts int) *cluster {
 	if _, err := lookTools("ip", "ping", "iperf3"); err != nil {
 		t.Skip(err)
 	}
-	c := &cluster{t: t, name: name, net: int(clusterNet.Add(1))}
-	c.script("down", name) // leftovers of an interrupted run
-	c.script("up", name, fmt.Sprint(hosts))
+	if err := testnet.Down(name); err != nil { // leftovers of an interrupted run
+		t.Fatal(err)
+	}
+	tn, err := testnet.Up(name, hosts, int(clusterNet.Add(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.Daemon = binary
+	c := &cluster{t: t, name: name, net: tn.Net, tn: tn}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for k := 1; k <= hosts; k++ {
-				out, _ := c.cmd("log", name, fmt.Sprint(k)).CombinedOutput()
+				out, _ := os.ReadFile(tn.LogPath(k))
 				t.Logf("daemon log of h%d:\n%s", k, out)
 			}
 		}
-		c.script("down", name)
+		if err := testnet.Down(name); err != nil {
+			t.Error(err)
+		}
 	})
 	return c
 }
 
-func (c *cluster) cmd(args ...string) *exec.Cmd {
-	cmd := exec.Command("../scripts/cluster.sh", args...)
-	cmd.Env = append(os.Environ(), "IPOIBD="+binary, fmt.Sprintf("CLUSTER_NET=%d", c.net))
-	return cmd
+// forTest is the same cluster with helpers that fail t.
+func (c *cluster) forTest(t *testing.T) *cluster {
+	d := *c
+	d.t = t
+	return &d
 }
 
-func (c *cluster) script(args ...string) {
-	c.t.Helper()
-	if out, err := c.cmd(args...).CombinedOutput(); err != nil {
-		c.t.Fatalf("cluster.sh %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
+// command runs a command on host k.
+func (c *cluster) command(k int, name string, args ...string) *exec.Cmd {
+	return c.tn.Command(k, name, args...)
 }
+
+// host is host k's network namespace.
+func (c *cluster) host(k int) string { return c.tn.Host(k) }
 
 // start runs ipoibd on host k with extra flags and waits until it answers.
 func (c *cluster) start(k int, flags ...string) {
 	c.t.Helper()
-	c.script(append([]string{"start", c.name, fmt.Sprint(k)}, flags...)...)
+	if err := c.tn.Start(k, flags...); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
-// stop sends sig to host k's daemon and waits for it to exit.
+// stop sends sig (TERM, KILL, ...) to host k's daemon and waits for it to exit.
 func (c *cluster) stop(k int, sig string) {
 	c.t.Helper()
-	c.script("stop", c.name, fmt.Sprint(k), sig)
+	s, err := testnet.ParseSignal(sig)
+	if err == nil {
+		err = c.tn.Stop(k, s)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// loss makes host k drop percent of the fabric's datagrams it receives.
+func (c *cluster) loss(k, percent int) {
+	c.t.Helper()
+	if err := c.tn.Loss(k, percent); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // on runs a command on host k and returns its output; a failure fails the test.
@@ -111,16 +140,16 @@ func (c *cluster) on(k int, args ...string) string {
 // try runs a command on host k and returns its output and error.
 func (c *cluster) try(k int, args ...string) (string, error) {
 	var out bytes.Buffer
-	cmd := c.cmd(append([]string{"exec", c.name, fmt.Sprint(k)}, args...)...)
+	cmd := c.command(k, args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err
 }
 
 // ip4 and ip6 are host k's IPoIB addresses; underlay its eth0 address.
-func (c *cluster) ip4(k int) string      { return fmt.Sprintf("192.168.%d.%d", c.net, k) }
-func (c *cluster) ip6(k int) string      { return fmt.Sprintf("fd00:%d::%d", c.net, k) }
-func (c *cluster) underlay(k int) string { return fmt.Sprintf("10.%d.0.%d", c.net, k) }
+func (c *cluster) ip4(k int) string      { return c.tn.IPv4(k).String() }
+func (c *cluster) ip6(k int) string      { return c.tn.IPv6(k).String() }
+func (c *cluster) underlay(k int) string { return c.tn.Underlay(k).String() }
 
 // query asks host k's daemon (ipoibd CMD --json) and decodes the answer.
 func (c *cluster) query(k int, cmd string, v any) {

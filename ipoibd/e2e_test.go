@@ -234,7 +234,7 @@ func TestMulticastGroupsFollowTheKernel(t *testing.T) {
 	c.start(1)
 	c.start(2)
 	const group = "239.7.7.7"
-	recv := c.cmd("exec", c.name, "2", "socat", "-u",
+	recv := c.command(2, "socat", "-u",
 		"UDP4-RECVFROM:5007,ip-add-membership="+group+":ib0,reuseaddr", "STDOUT")
 	var got strings.Builder
 	recv.Stdout = &got

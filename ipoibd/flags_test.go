@@ -42,9 +42,9 @@ func TestOperatorMistakes(t *testing.T) {
 		{"name too long", []string{"--underlay", c.underlay(1), "--ifname", "averyverylongname0"}, "interface name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := c.cmd(append([]string{"exec", c.name, "1", binary, "run", "--ifname", "ibtest"}, tc.args...)...)
+			cmd := c.command(1, binary, append([]string{"run", "--ifname", "ibtest"}, tc.args...)...)
 			if strings.Contains(strings.Join(tc.args, " "), "--ifname") {
-				cmd = c.cmd(append([]string{"exec", c.name, "1", binary, "run"}, tc.args...)...)
+				cmd = c.command(1, binary, append([]string{"run"}, tc.args...)...)
 			}
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError

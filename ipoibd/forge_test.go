@@ -91,7 +91,7 @@ func TestForgedPacketsDoNoHarm(t *testing.T) {
 		}
 		e.link[k] = la
 	}
-	testnet.InNamed(t, c.name+"-h"+strconv.Itoa(fAtk), func() {
+	testnet.InNamed(t, c.host(fAtk), func() {
 		var err error
 		if e.own, err = forge.Open(e.addr(fAtk)); err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func TestForgedPacketsDoNoHarm(t *testing.T) {
 	// and its payload reaches the TUN probe.
 	t.Run("control-exact-spoof-reaches-tun", func(t *testing.T) {
 		parent := e.c
-		e.c = &cluster{t: t, name: parent.name, net: parent.net}
+		e.c = parent.forTest(t)
 		defer func() { e.c = parent }()
 		e.exactSpoof(t)
 	})
@@ -148,9 +148,9 @@ func (e *forgeEnv) exactSpoof(t *testing.T) {
 	for try := 0; try < 5; try++ {
 		e.ready(t)
 		var sn *forge.Sniffer
-		testnet.InNamed(t, c.name+"-br", func() {
+		testnet.InNamed(t, c.tn.Switch(), func() {
 			var err error
-			if sn, err = forge.Sniff(fmt.Sprintf("%s-v%d", c.name, v)); err != nil {
+			if sn, err = forge.Sniff(c.tn.Port(v)); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -458,7 +458,7 @@ func sameNode(a, b ib.LinkAddr) bool { return a.GID == b.GID && a.QPN == b.QPN }
 func (e *forgeEnv) run(t *testing.T, row forgeRow) {
 	// The cluster's helpers fail the test they were given: this row's.
 	parent := e.c
-	c := &cluster{t: t, name: parent.name, net: parent.net}
+	c := parent.forTest(t)
 	e.c = c
 	defer func() { e.c = parent }()
 	base := e.ready(t)
@@ -583,9 +583,9 @@ type livePSNs struct{ ack, send softib.PSN }
 func (e *forgeEnv) livePSNs(t *testing.T, v int) livePSNs {
 	t.Helper()
 	var sn *forge.Sniffer
-	testnet.InNamed(t, e.c.name+"-br", func() {
+	testnet.InNamed(t, e.c.tn.Switch(), func() {
 		var err error
-		if sn, err = forge.Sniff(fmt.Sprintf("%s-v%d", e.c.name, v)); err != nil {
+		if sn, err = forge.Sniff(e.c.tn.Port(v)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -650,7 +650,7 @@ func (e *forgeEnv) forgedPayload(t *testing.T, v, i int) []byte {
 // datagram from the peer arrives.
 func (e *forgeEnv) openProbes(t *testing.T) {
 	for _, k := range []int{fh1, fh2} {
-		testnet.InNamed(t, fmt.Sprintf("%s-h%d", e.c.name, k), func() {
+		testnet.InNamed(t, e.c.host(k), func() {
 			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -663,7 +663,7 @@ func (e *forgeEnv) openProbes(t *testing.T) {
 		t.Cleanup(func() { unix.Close(e.probe[k]) })
 	}
 	for _, k := range []int{fh1, fh2} {
-		testnet.InNamed(t, fmt.Sprintf("%s-h%d", e.c.name, peerOf(k)), func() {
+		testnet.InNamed(t, e.c.host(peerOf(k)), func() {
 			conn, err := net.Dial("udp4", net.JoinHostPort(e.c.ip4(k), strconv.Itoa(forgeProbePort)))
 			if err != nil {
 				t.Fatal(err)
@@ -749,7 +749,7 @@ func iperfRates(runs []iperfRun) string {
 // carried nothing (a stall).
 func (e *forgeEnv) iperf3Loop(t *testing.T) (stop func() []iperfRun, done <-chan struct{}) {
 	c := e.c
-	srv := c.cmd("exec", c.name, strconv.Itoa(fh2), "iperf3", "-s", "-B", c.ip4(fh2))
+	srv := c.command(fh2, "iperf3", "-s", "-B", c.ip4(fh2))
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}

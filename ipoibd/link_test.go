@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,9 +131,9 @@ func atoi(s string) int {
 // logOf returns host k's daemon log.
 func (c *cluster) logOf(k int) string {
 	c.t.Helper()
-	out, err := c.cmd("log", c.name, fmt.Sprint(k)).CombinedOutput()
+	out, err := os.ReadFile(c.tn.LogPath(k))
 	if err != nil {
-		c.t.Fatalf("cluster.sh log %s %d: %v\n%s", c.name, k, err, out)
+		c.t.Fatal(err)
 	}
 	return string(out)
 }

@@ -56,7 +56,7 @@ func (s scrape) value(name string, want ...string) (float64, bool) {
 
 // scrapeMetrics fetches http://addr/metrics with curl inside host k,
 // trying again until the endpoint answers (the daemon listens just after
-// its control socket, which is what `cluster.sh start` waits for).
+// its control socket, which is what testnet.Cluster.Start waits for).
 func scrapeMetrics(t *testing.T, c *cluster, k int, addr string) scrape {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

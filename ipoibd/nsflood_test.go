@@ -65,7 +65,7 @@ func TestSolicitationFloodDoesNotStarveResolution(t *testing.T) {
 			c.on(3, "ip", "addr", "add", addr+"/24", "dev", "eth0")
 		}
 		var dev *softib.Device
-		testnet.InNamed(t, c.name+"-h3", func() {
+		testnet.InNamed(t, c.host(3), func() {
 			dev, err = softib.Open(softib.Config{Addr: netip.MustParseAddr(addr)})
 		})
 		if err != nil {
@@ -302,11 +302,7 @@ func (f *flooder) junk(buf []byte, k int) (int, error) {
 // pid is host k's daemon's process ID.
 func (c *cluster) pid(k int) int {
 	c.t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/run/ipoibd-cluster/%s/h%d.pid", c.name, k))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := c.tn.Pid(k)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -316,7 +312,7 @@ func (c *cluster) pid(k int) int {
 // logLines counts the lines of host k's daemon log.
 func (c *cluster) logLines(k int) int {
 	c.t.Helper()
-	out, err := c.cmd("log", c.name, fmt.Sprint(k)).Output()
+	out, err := os.ReadFile(c.tn.LogPath(k))
 	if err != nil {
 		c.t.Fatal(err)
 	}

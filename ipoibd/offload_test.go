@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -126,7 +125,7 @@ func udpBurstPayload() []byte {
 func udpGSOBurst(t *testing.T, c *cluster, a, b int) [][]byte {
 	t.Helper()
 	var rx int
-	testnet.InNamed(t, fmt.Sprintf("%s-h%d", c.name, b), func() {
+	testnet.InNamed(t, c.host(b), func() {
 		var err error
 		if rx, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
 			t.Fatal(err)
@@ -139,7 +138,7 @@ func udpGSOBurst(t *testing.T, c *cluster, a, b int) [][]byte {
 	if err := unix.SetsockoptTimeval(rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5}); err != nil {
 		t.Fatal(err)
 	}
-	testnet.InNamed(t, fmt.Sprintf("%s-h%d", c.name, a), func() {
+	testnet.InNamed(t, c.host(a), func() {
 		tx, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)

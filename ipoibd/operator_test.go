@@ -77,7 +77,7 @@ func TestUnresolvableAddressFailsFast(t *testing.T) {
 		t.Run(dead, func(t *testing.T) {
 			var took time.Duration
 			var err error
-			testnet.InNamed(t, c.name+"-h1", func() {
+			testnet.InNamed(t, c.host(1), func() {
 				took, err = tcpConnect(netip.MustParseAddr(dead), 8*time.Second)
 			})
 			t.Logf("connect to %s: %v after %v", dead, err, took.Round(time.Millisecond))

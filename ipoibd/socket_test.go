@@ -207,7 +207,7 @@ func TestQueryPermission(t *testing.T) {
 	}
 	const want = "ipoibd: permission denied: only root may query ipoibd (run it with sudo)\n"
 	for k := range 20 {
-		cmd := c.cmd("exec", c.name, "1", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, []string{"show", "neigh", "conn", "stats"}[k%4])
+		cmd := c.command(1, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, []string{"show", "neigh", "conn", "stats"}[k%4])
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -109,7 +108,7 @@ func capture(t *testing.T, c *cluster, k int, traffic func()) string {
 	}
 	peer := c.underlay(1 + k%2)
 	file := filepath.Join(t.TempDir(), "fabric.pcap")
-	dump := c.cmd("exec", c.name, fmt.Sprint(k), "dumpcap", "-q", "-i", "eth0",
+	dump := c.command(k, "dumpcap", "-q", "-i", "eth0",
 		"-f", "udp port 4791 or (udp dst port 9 and dst host "+peer+")", "-P", "-w", file)
 	stderr, err := dump.StderrPipe()
 	if err != nil {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmarks (make bench; root): in one run, on two network namespaces
-# made by scripts/cluster.sh (veth + bridge underlay at MTU 9000), measures
+# made by internal/testnet (veth + bridge underlay at MTU 9000), measures
 # TCP throughput (iperf3, 1 and 4 streams, median of BENCH_REPS runs) and
 # ping RTT through ipoibd (RC, UC, datagram at the UD MTU and at 2044, and
 # RC and datagram with 1460-octet TCP segments, iperf3 -M 1460), a socat
@@ -46,7 +46,7 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { echo "bench: $*" >&2; exit 1; }
-on() { "$cluster" exec "$name" "$@"; }
+on() { "$testnet" exec "$name" "$@"; }
 
 [ "$(id -u)" = 0 ] || die "run as root (sudo make bench): it makes network namespaces and TUN devices"
 [ -x "$IPOIBD" ] || die "no $IPOIBD (run make build)"
@@ -57,11 +57,10 @@ for c in iperf3 ping jq ip socat wg wireguard-go; do
 done
 
 tmp=$(mktemp -d /tmp/ipoibd-bench.XXXXXX)
-# The hosts come from scripts/cluster.sh; a copy taken now, because bash
-# reads a script as it runs it and the file may be edited meanwhile.
-cp "$here/scripts/cluster.sh" "$tmp/cluster.sh"
-cluster="$tmp/cluster.sh"
-pids=() # processes we started outside cluster.sh (relay, socat, wireguard-go, cmload)
+# The hosts come from internal/testnet's command, built below into tmp so
+# that the sources may be edited meanwhile.
+testnet=$tmp/testnet
+pids=() # processes we started outside testnet (relay, socat, wireguard-go, cmload)
 
 # stop_pids ends the processes this script started, by pid, and waits.
 stop_pids() {
@@ -84,13 +83,13 @@ stop_iperf() {
 fresh() { # fresh hosts for the next configuration
 	stop_iperf
 	stop_pids
-	"$cluster" down "$name"
-	"$cluster" up "$name" 2
+	"$testnet" down "$name"
+	"$testnet" up "$name" 2
 }
 cleanup() {
 	stop_iperf
 	stop_pids
-	"$cluster" down "$name" || true
+	"$testnet" down "$name" || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -99,12 +98,13 @@ on_err() {
 	[ -z "$failed" ] || return 0
 	failed=1
 	echo "bench: FAILED (line $1); the daemons' logs:" >&2
-	for k in 1 2; do "$cluster" log "$name" $k 2>/dev/null | tail -n 20 >&2 || true; done
+	for k in 1 2; do "$testnet" log "$name" $k 2>/dev/null | tail -n 20 >&2 || true; done
 }
 trap 'on_err $LINENO' ERR
 
-say "building ipoibd and cmload"
+say "building ipoibd, cmload and testnet"
 go build -o "$tmp/cmload" ./internal/cmload
+go build -o "$testnet" ./internal/testnet/cmd/testnet
 # The newest wireguard-go: Debian's predates its TUN offloads (GSO/GRO), so
 # it alone would flatter us. Built from the module proxy (GOFLAGS cleared:
 # the repository's own -mod or -buildvcs settings do not apply to it).
@@ -118,7 +118,7 @@ wg_deb_ver=$(wireguard-go --version | awk '/^wireguard-go/ {print $2}')
 # it); built like wireguard-go, without the repository's GOFLAGS.
 say "building the TUN relay limit (bench/relay)"
 GOFLAGS='' go build -C "$here/bench/relay" -buildvcs=false -o "$tmp/relay" .
-"$cluster" down "$name" # leftovers of an interrupted run
+"$testnet" down "$name" # leftovers of an interrupted run
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "n/a"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.2f", a/b; else print "n/a" }'; }
@@ -179,7 +179,7 @@ say "TUN relay limit, MTU 65520"
 fresh
 for k in 1 2; do
 	o=$((3 - k))
-	(exec "$cluster" exec "$name" $k "$tmp/relay" -tun rl0 -mtu 65520 \
+	(exec "$testnet" exec "$name" $k "$tmp/relay" -tun rl0 -mtu 65520 \
 		-local "10.$net.0.$k:5556" -remote "10.$net.0.$o:5556") 2>"$tmp/relay$k.log" &
 	pids+=($!)
 done
@@ -201,8 +201,8 @@ for mode in rc uc datagram datagram-nooffload ud2044; do
 	datagram-nooffload) flags=(--mode datagram --tun-offload=false) label="ipoibd datagram mode (UD), the UD MTU, TUN offloads off" ;;
 	ud2044) flags=(--mode datagram --mtu 2044) label="ipoibd datagram mode (UD), the kernel's default datagram MTU" ;;
 	esac
-	"$cluster" start "$name" 1 "${flags[@]}"
-	"$cluster" start "$name" 2 "${flags[@]}"
+	"$testnet" start "$name" 1 "${flags[@]}"
+	"$testnet" start "$name" 2 "${flags[@]}"
 	m=$(on 1 cat /sys/class/net/ib0/mtu)
 	say "$label, MTU $m"
 	measure "$mode" "$label" "$m" "192.168.$net.2"
@@ -220,7 +220,7 @@ for k in 1 2; do
 	# UDP-DATAGRAM, not UDP: a connected socket dies of the ICMP port
 	# unreachable that the first packet draws before the peer listens.
 	# exec all the way down, so that $! is socat's own pid.
-	(exec "$cluster" exec "$name" $k socat -b 65536 "UDP-DATAGRAM:10.$net.0.$o:5555,bind=10.$net.0.$k:5555" \
+	(exec "$testnet" exec "$name" $k socat -b 65536 "UDP-DATAGRAM:10.$net.0.$o:5555,bind=10.$net.0.$k:5555" \
 		"TUN:172.30.$net.$k/24,tun-type=tun,iff-no-pi,iff-up,tun-name=st0") 2>"$tmp/socat$k.log" &
 	pids+=($!)
 done
@@ -245,7 +245,7 @@ wireguard() {
 		# by the namespaces.
 		dev=$key$k
 		rm -f "/var/run/wireguard/$dev.sock"
-		(exec "$cluster" exec "$name" $k env WG_PROCESS_FOREGROUND=1 WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 \
+		(exec "$testnet" exec "$name" $k env WG_PROCESS_FOREGROUND=1 WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1 \
 			"$bin" -f "$dev") >"$tmp/$dev.log" 2>&1 &
 		pids+=($!)
 	done
@@ -269,15 +269,15 @@ say "first-packet latency: 5 fresh ipoibd pairs"
 fresh
 first=() second=() first_lost=0
 for _ in 1 2 3 4 5; do
-	"$cluster" start "$name" 1
-	"$cluster" start "$name" 2
+	"$testnet" start "$name" 1
+	"$testnet" start "$name" 2
 	t=$(on 1 ping -c 2 -i 0.2 -W 5 "192.168.$net.2" || true)
 	t1=$(awk -F'time=' '/icmp_seq=1 / {split($2, a, " "); print a[1]}' <<<"$t")
 	t2=$(awk -F'time=' '/icmp_seq=2 / {split($2, a, " "); print a[1]}' <<<"$t")
 	if [ -n "$t1" ]; then first+=("$t1"); else first_lost=$((first_lost + 1)); fi
 	[ -z "$t2" ] || second+=("$t2")
-	"$cluster" stop "$name" 1
-	"$cluster" stop "$name" 2
+	"$testnet" stop "$name" 1
+	"$testnet" stop "$name" 2
 done
 ((${#first[@]})) || die "no fresh peer answered its first ping"
 first_med=$(printf '%s\n' "${first[@]}" | median)
@@ -315,9 +315,9 @@ per_proc=$(((fd_limit - 100) / 7))
 addr_of() { echo "10.$net.$((128 + $1 / 254)).$(($1 % 254 + 1))"; } # the i-th load address
 for n in "${conn_counts[@]}"; do
 	add_addrs "$n"
-	"$cluster" stop "$name" 2
-	"$cluster" start "$name" 2 --log-level warn --max-conns "$max_conns"
-	pid=$(cat "/run/ipoibd-cluster/$name/h2.pid")
+	"$testnet" stop "$name" 2
+	"$testnet" start "$name" 2 --log-level warn --max-conns "$max_conns"
+	pid=$("$testnet" pid "$name" 2)
 	la=$(on 2 "$IPOIBD" show --json | jq -r .link_addr)
 	[ -n "$base_rss" ] || base_rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
 	procs=$(((n + per_proc - 1) / per_proc))
@@ -326,7 +326,7 @@ for n in "${conn_counts[@]}"; do
 	lps=()
 	for ((j = 0; j < procs; j++)); do
 		cnt=$((n - j * per_proc < per_proc ? n - j * per_proc : per_proc))
-		(ulimit -n "$fd_limit"; exec "$cluster" exec "$name" 1 "$tmp/cmload" -peer "$la" -first "$(addr_of $((j * per_proc)))" \
+		(ulimit -n "$fd_limit"; exec "$testnet" exec "$name" 1 "$tmp/cmload" -peer "$la" -first "$(addr_of $((j * per_proc)))" \
 			-n "$cnt" -timeout 300s) >"$tmp/cmload.$j.out" 2>"$tmp/cmload.$j.err" &
 		lps+=($!)
 		pids+=($!)
@@ -357,7 +357,7 @@ for n in "${conn_counts[@]}"; do
 	stop_pids
 	say "cmload $n: ${mem_up[$n]} up, daemon holds ${mem_conns[$n]}, refused ${mem_ref[$n]}, ${mem_sps[$n]} setups/s, daemon VmHWM ${mem_hwm[$n]} KiB"
 done
-"$cluster" down "$name"
+"$testnet" down "$name"
 
 # --- 6 and 4a: Go micro-benchmarks ----------------------------------------
 
@@ -395,7 +395,7 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 	echo "# Benchmarks"
 	echo
 	echo "Written by \`make bench\` (scripts/bench.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'). Two network"
-	echo "namespaces from scripts/cluster.sh joined by veth and a bridge (underlay MTU 9000), fresh"
+	echo "namespaces from internal/testnet joined by veth and a bridge (underlay MTU 9000), fresh"
 	echo "hosts for every path; iperf3 TCP h1 → h2, ${secs} s per run, median of ${reps} runs (all runs"
 	echo "in brackets); ping: 100 × 0.01 s after three warm-up pings. Figures vary ±30 % from run to"
 	echo "run on these VMs: compare only within one run."

@@ -5,25 +5,30 @@
 # sudo make demo. It removes everything it made, also when a step fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cluster="$here/cluster.sh"
+# The hosts, their addresses and daemons come from internal/testnet's
+# command, which make build puts next to the daemon.
+testnet=${TESTNET:-$here/../bin/testnet}
+IPOIBD=${IPOIBD:-$here/../bin/ipoibd}
+export IPOIBD
 name=demo
 net=${CLUSTER_NET:-77}
 export CLUSTER_NET=$net
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 ok() { printf '   ok  %s\n' "$*"; }
-on() { "$cluster" exec "$name" "$@"; }
+on() { "$testnet" exec "$name" "$@"; }
 
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo make demo): it makes network namespaces and TUN devices" >&2; exit 1; }
-"$cluster" down "$name" 2>/dev/null || true
-trap '"$cluster" down "$name"' EXIT
-trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$cluster" log "$name" $k >&2 || true; done' ERR
+[ -x "$testnet" ] || { echo "demo: no $testnet (run make build)" >&2; exit 1; }
+"$testnet" down "$name" 2>/dev/null || true
+trap '"$testnet" down "$name"' EXIT
+trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$testnet" log "$name" $k >&2 || true; done' ERR
 
 step "three hosts on one bridge (underlay 10.$net.0.0/24, MTU 9000), one ipoibd each"
-"$cluster" up "$name" 3
-"$cluster" start "$name" 1 --mode connected
-"$cluster" start "$name" 2 --mode connected
-"$cluster" start "$name" 3 --mode datagram
+"$testnet" up "$name" 3
+"$testnet" start "$name" 1 --mode connected
+"$testnet" start "$name" 2 --mode connected
+"$testnet" start "$name" 3 --mode datagram
 for k in 1 2 3; do on $k ip -br addr show dev ib0; done
 
 step "routes on h1's ib0"
@@ -52,10 +57,10 @@ sleep 0.2
 on 1 iperf3 -c "192.168.$net.3" -t 3 -f g | grep -E 'sender|receiver'
 
 step "h1: ipoibd show"
-on 1 "${IPOIBD:-$here/../bin/ipoibd}" show
+on 1 "$IPOIBD" show
 step "h1: ipoibd neigh (how each peer is reached, and its MTU)"
-on 1 "${IPOIBD:-$here/../bin/ipoibd}" neigh
+on 1 "$IPOIBD" neigh
 step "h1: ipoibd conn"
-on 1 "${IPOIBD:-$here/../bin/ipoibd}" conn
+on 1 "$IPOIBD" conn
 
 step "done: every step passed; tearing down"

@@ -47,7 +47,7 @@ want() {
 want iproute2 ip
 want iputils-ping ping
 want iperf3 iperf3
-want nftables nft # cluster.sh loss, the tests' loss
+want nftables nft # internal/testnet's loss (demo, bench, tests)
 want socat socat  # the bench baseline, the multicast test
 want jq jq        # make bench reads iperf3 -J and show --json
 want wireguard-go wireguard-go # the bench baseline

@@ -7,7 +7,7 @@ import (
 
 // commandsIn returns the commands a command line runs: its first word and,
 // through the prefixes below, the commands it runs in turn (`timeout 90
-// ping`, `ip netns exec NS ping`, `cluster.sh exec NAME K ping`). Scripts
+// ping`, `ip netns exec NS ping`, `testnet exec NAME K ping`). Scripts
 // given to `bash -c` or `trap` come back in scripts. wrapper is true when
 // a command position holds a parameter of the enclosing function (Go) or
 // its positional arguments (shell): that function runs whatever its
@@ -18,8 +18,8 @@ func commandsIn(ws []word) (names, scripts []string, wrapper bool) {
 		if w.param || positional[w.raw] {
 			return names, scripts, true
 		}
-		if isCluster(w) && len(ws) > 1 && ws[1].lit == "exec" {
-			ws = after(ws, 4) // cluster.sh exec NAME K CMD...
+		if isTestnet(w) && len(ws) > 1 && ws[1].lit == "exec" {
+			ws = after(ws, 4) // testnet exec NAME K CMD...
 			continue
 		}
 		if !w.ok {
@@ -79,13 +79,14 @@ func commandsIn(ws []word) (names, scripts []string, wrapper bool) {
 
 var positional = map[string]bool{`"$@"`: true, `$@`: true, `"$*"`: true, `$*`: true, `"$1"`: true, `$1`: true}
 
-// isCluster: scripts/cluster.sh, by path (Go) or through the variable the
-// scripts keep it in ("$cluster").
-func isCluster(w word) bool {
+// isTestnet: internal/testnet's command (bin/testnet) or its wrapper
+// scripts/cluster.sh, by path or through the variable the scripts keep
+// it in ("$testnet").
+func isTestnet(w word) bool {
 	if w.ok {
-		return path.Base(w.lit) == "cluster.sh"
+		return path.Base(w.lit) == "testnet" || path.Base(w.lit) == "cluster.sh"
 	}
-	return w.raw == `"$cluster"`
+	return w.raw == `"$testnet"`
 }
 
 // isOption: a word that starts with '-', also when quoted or built from a

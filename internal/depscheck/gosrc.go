@@ -11,9 +11,8 @@ import (
 
 // runner is how a function that runs commands takes its command line.
 type runner struct {
-	from   int    // the argument the command line starts at
-	each   bool   // every argument is a command name (LookPath and kin)
-	prefix string // a command the function puts before the arguments
+	from int  // the argument the command line starts at
+	each bool // every argument is a command name (LookPath and kin)
 }
 
 // goRunners are the functions, by the name they are called with, whose
@@ -24,14 +23,16 @@ var goRunners = map[string]runner{
 	"exec.Command":        {},
 	"exec.CommandContext": {from: 1},
 	"exec.LookPath":       {each: true},
-	"lookTools":           {each: true},                   // ipoibd tests: the tools a test needs
-	"runBinary":           {from: 1},                      // ipoibd tests: runBinary(t, NAME, ARGS...)
-	"cmd":                 {prefix: "scripts/cluster.sh"}, // ipoibd tests: cluster.sh ARGS...
-	"on":                  {from: 1},                      // ipoibd tests: host K runs CMD...
-	"try":                 {from: 1},                      // the same, returning the error
-	"inApp":               {},                             // ipoibd tests: CMD... in another namespace
-	"Exec":                {from: 1},                      // testnet: host I runs NAME ARGS...
-	"tsharkRun":           {from: 1},                      // softib tests: tsharkRun(t, TSHARK, HOME, ARGS...)
+	"lookTools":           {each: true}, // ipoibd tests: the tools a test needs
+	"runBinary":           {from: 1},    // ipoibd tests: runBinary(t, NAME, ARGS...)
+	"command":             {from: 1},    // ipoibd tests: host K runs NAME ARGS...
+	"on":                  {from: 1},    // ipoibd tests: host K runs CMD...
+	"try":                 {from: 1},    // the same, returning the error
+	"inApp":               {},           // ipoibd tests: CMD... in another namespace
+	"Exec":                {from: 1},    // testnet: host I runs NAME ARGS...
+	"Command":             {from: 1},    // testnet: cluster host K runs NAME ARGS...
+	"nsCommand":           {from: 1},    // testnet: namespace NS runs NAME ARGS...
+	"tsharkRun":           {from: 1},    // softib tests: tsharkRun(t, TSHARK, HOME, ARGS...)
 }
 
 // goFile finds the commands a Go file runs, and the C headers and
@@ -172,9 +173,6 @@ func (g *goFile) call(c *ast.CallExpr, fn string, params map[string]bool) {
 	}
 	where := g.at(c.Pos())
 	var ws []word
-	if r.prefix != "" {
-		ws = append(ws, word{raw: r.prefix, lit: r.prefix, ok: true})
-	}
 	for i, a := range c.Args {
 		if i >= r.from {
 			ws = append(ws, g.words(a, c.Ellipsis.IsValid() && i == len(c.Args)-1, params)...)

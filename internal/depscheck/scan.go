@@ -28,6 +28,11 @@ var given = map[string]string{
 // runtimeScripts run after `deps.sh runtime` (make demo, make bench).
 var runtimeScripts = map[string]bool{"scripts/demo.sh": true, "scripts/bench.sh": true, "scripts/cluster.sh": true}
 
+// runtimeGo are the Go packages those scripts run (bin/testnet builds the
+// hosts of the demo and the bench): what their non-test code calls must
+// come from `deps.sh runtime` too.
+var runtimeGo = map[string]bool{"internal/testnet": true, "internal/testnet/cmd/testnet": true}
+
 // shellRunners are script functions whose arguments, after the first
 // `from`, are a command line: demo.sh and bench.sh's `on K CMD...`.
 var shellRunners = map[string]int{"on": 1}
@@ -88,6 +93,9 @@ func scan(root string) (uses []use, errs []string, err error) {
 		us, es, err := scanGo(rel, src)
 		if err != nil {
 			return err
+		}
+		for i := range us {
+			us[i].runtime = runtimeGo[path.Dir(rel)] && !strings.HasSuffix(rel, "_test.go")
 		}
 		add(us, es)
 		return nil

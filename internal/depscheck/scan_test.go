@@ -37,7 +37,8 @@ func TestScanScript(t *testing.T) {
 		{"timeout -k 10 \"$T\" qemu-system-x86_64 -m 2G\nexec ip netns exec \"$h\" \"$@\"", "ip qemu-system-x86_64 timeout"},
 		{"trap 'rm -rf \"$d\"; umount -l /x' EXIT\n\"$GO\" build ./...", "rm umount"},
 		{"need=(a b $(uname -r))\nlocal x=$(nproc)", "nproc uname"},
-		{"on() { \"$cluster\" exec \"$name\" \"$@\"; }\non 1 ping -c 1 x\n\"$cluster\" exec \"$name\" 2 env A=1 wireguard-go -f wg0", "env ping wireguard-go"},
+		{"on() { \"$testnet\" exec \"$name\" \"$@\"; }\non 1 ping -c 1 x\n\"$testnet\" exec \"$name\" 2 env A=1 wireguard-go -f wg0", "env ping wireguard-go"},
+		{"bin/testnet exec demo 1 tracepath x\nscripts/cluster.sh exec demo 2 jq .\n\"$testnet\" down demo", "jq tracepath"},
 		{"command -v tshark >/dev/null || apt-get install tshark", "apt-get"},
 		{"sed 's/)/(/' x # a comment with ls in it\n`whoami`", "sed whoami"},
 		{"printf '%s' \"${x:-$(hostname)}\" | sha256sum | cut -c1-16", "cut hostname sha256sum"},
@@ -80,7 +81,9 @@ func f(t *testing.T, c *cluster, set string) {
 	exec.Command(tshark, "-r", "x").Run()
 	c.on(1, "timeout", "10", "tracepath", "x")
 	c.on(1, "sh", "-c", "echo hi | socat - UDP:"+addr)
-	c.cmd(append([]string{"exec", c.name, "1"}, "dumpcap", "-i", "eth0")...)
+	c.command(1, "dumpcap", "-i", "eth0")
+	tn.Command(2, "iperf3", "-s")
+	nsCommand("h1-br", "tcpdump", "-i", "br0")
 	lookTools("jq", "curl")
 }
 
@@ -91,12 +94,39 @@ func ipIn(args ...string) { exec.Command("ip", append([]string{"-n", "x"}, args.
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "curl dumpcap gcc infiniband/verbs.h ip iperf3 jq nft ping setpriv sh socat timeout tracepath"
+	want := "curl dumpcap gcc infiniband/verbs.h ip iperf3 jq nft ping setpriv sh socat tcpdump timeout tracepath"
 	if got := strings.Join(names(uses), " "); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 	if len(errs) != 1 || !strings.Contains(errs[0], "inns") {
 		t.Errorf("errs %q, want one about inns (ipIn runs only ip)", errs)
+	}
+}
+
+// TestRuntimeGo: what internal/testnet runs for the demo and the bench
+// (ip, nft) counts as their runtime; what its tests run does not.
+func TestRuntimeGo(t *testing.T) {
+	uses, _, err := scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, u := range uses {
+		if !strings.HasPrefix(u.where, "internal/testnet/") {
+			continue
+		}
+		test := strings.Contains(u.where, "_test.go:")
+		if u.runtime == test {
+			t.Errorf("%s %s at %s: runtime %v", u.kind, u.name, u.where, u.runtime)
+		}
+		if u.runtime {
+			seen[u.name] = true
+		}
+	}
+	for _, want := range []string{"ip", "nft"} {
+		if !seen[want] {
+			t.Errorf("internal/testnet's %s is not found as a runtime use (seen %v)", want, seen)
+		}
 	}
 }
 

@@ -1,7 +1,14 @@
-// Package testnet builds throw-away networks of Linux network namespaces for
-// tests: N hosts, each with one veth link into a bridge that lives in a
-// namespace of its own, so nothing touches the machine's own interfaces.
-// Everything is removed when the test ends, also when it fails.
+// Package testnet is the one place that builds throw-away networks of Linux
+// network namespaces: N hosts, each with one veth link into a bridge that
+// lives in a namespace of its own, so nothing touches the machine's own
+// interfaces; an underlay at MTU 9000 by default; and loss on the fabric's
+// UDP port with nftables.
+//
+// Two shapes share that one builder. A Net (New) belongs to one Go test
+// and is removed when it ends, also when it fails. A Cluster (Up) is
+// named, outlives the process that made it and runs one ipoibd per host:
+// the ipoibd end-to-end tests use it directly, and the demo and the bench
+// through the command in cmd/testnet.
 package testnet
 
 import (
@@ -58,66 +65,36 @@ func New(t testing.TB, cfg Config) *Net {
 	// namespaces of a test process that was killed before its cleanup ran.
 	n := &Net{t: t, prefix: fmt.Sprintf("%s%d-%s-", namePrefix, os.Getpid(), hex.EncodeToString(id[:]))}
 	t.Cleanup(n.destroy)
-	sw := n.prefix + "sw"
-	n.ip("netns", "add", sw)
-	n.ip("-n", sw, "link", "add", "br0", "type", "bridge")
-	n.ip("-n", sw, "link", "set", "br0", "mtu", fmt.Sprint(cfg.MTU), "up")
+	var hosts []hostLink
 	for i := 0; i < cfg.Hosts; i++ {
-		ns := fmt.Sprintf("%sh%d", n.prefix, i)
-		addr := netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)})
-		plen := 24
+		addr := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, 0, byte(i + 1)}), 24)
 		if cfg.IPv6 {
-			addr = netip.MustParseAddr(fmt.Sprintf("fd00:77::%d", i+1))
-			plen = 64
+			addr = netip.PrefixFrom(netip.MustParseAddr(fmt.Sprintf("fd00:77::%d", i+1)), 64)
 		}
-		port := fmt.Sprintf("p%d", i)
-		n.ip("netns", "add", ns)
-		n.ip("-n", sw, "link", "add", port, "mtu", fmt.Sprint(cfg.MTU), "type", "veth", "peer", "name", "eth0", "netns", ns)
-		n.ip("-n", sw, "link", "set", port, "master", "br0", "up")
-		n.ip("-n", ns, "link", "set", "lo", "up")
-		n.ip("-n", ns, "link", "set", "eth0", "mtu", fmt.Sprint(cfg.MTU), "up")
-		n.ip("-n", ns, "addr", "add", fmt.Sprintf("%s/%d", addr, plen), "dev", "eth0", "nodad")
-		n.Hosts = append(n.Hosts, Host{NS: ns, Addr: addr})
+		hosts = append(hosts, hostLink{ns: fmt.Sprintf("%sh%d", n.prefix, i), port: fmt.Sprintf("p%d", i), addr: addr})
+		n.Hosts = append(n.Hosts, Host{NS: hosts[i].ns, Addr: addr.Addr()})
+	}
+	if err := build(n.prefix+"sw", hosts, cfg.MTU); err != nil {
+		t.Fatal(err)
 	}
 	return n
-}
-
-func (n *Net) ip(args ...string) {
-	n.t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		n.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
 }
 
 // Exec runs a command inside host i and fails the test if it fails.
 func (n *Net) Exec(i int, name string, args ...string) string {
 	n.t.Helper()
-	full := append([]string{"netns", "exec", n.Hosts[i].NS, name}, args...)
-	out, err := exec.Command("ip", full...).CombinedOutput()
+	out, err := nsCommand(n.Hosts[i].NS, name, args...).CombinedOutput()
 	if err != nil {
 		n.t.Fatalf("%s %s in %s: %v: %s", name, strings.Join(args, " "), n.Hosts[i].NS, err, out)
 	}
 	return string(out)
 }
 
-// Loss drops percent of the UDP datagrams host i receives, at random,
-// with nftables. (tc netem would also reorder and duplicate, but kernels
-// built without sch_netem, like this project's CI machines, lack it.)
+// Loss drops percent of the fabric's datagrams host i receives, at random.
 func (n *Net) Loss(i int, percent int) {
 	n.t.Helper()
-	if _, err := exec.LookPath("nft"); err != nil {
-		n.t.Fatal("needs nft (package nftables)")
-	}
-	rules := fmt.Sprintf(`table inet loss {
-	chain input {
-		type filter hook input priority 0;
-		meta l4proto udp numgen random mod 1000 < %d counter drop
-	}
-}`, percent*10)
-	cmd := exec.Command("ip", "netns", "exec", n.Hosts[i].NS, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		n.t.Fatalf("nft in %s: %v: %s", n.Hosts[i].NS, err, out)
+	if err := setLoss(n.Hosts[i].NS, percent); err != nil {
+		n.t.Fatal(err)
 	}
 }
 
