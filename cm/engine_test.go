@@ -15,7 +15,7 @@ import (
 // ---------------------------------------------------------------------------
 // Deterministic harness: a fake clock and an in-memory lossy fabric.
 //
-// Engines and managers are attached by GID. Their Send callbacks enqueue
+// Engines are attached by GID. Their Send callbacks enqueue
 // MADs; the test decides what is delivered, dropped, duplicated or
 // reordered. run delivers pending MADs and calls Expire at the Next()
 // deadlines, advancing the fake clock. No goroutines, no sleeps, no real
@@ -25,8 +25,8 @@ import (
 // t0 is the fake clock's start.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// node is what the fabric drives: *Engine and *mgrNode (a Manager polling
-// its service) both qualify.
+// node is what the fabric drives: an *Engine, or anything that hands MADs
+// to one (package ipoibcm's tests copy this harness for its managers).
 type node interface {
 	HandleMAD(now time.Time, m *ib.MAD)
 	Expire(now time.Time)

@@ -162,7 +162,7 @@ func (m *MADEngine) Counters() []ib.Counter {
 
 // Counters returns the engine's counters under the names the daemon shows
 // (with a "cm_" prefix), derived from EngineStats.
-func (e *Engine) Counters() []ib.Counter { return statCounters(&e.Stats) }
+func (e *Engine) Counters() []ib.Counter { return StatCounters(&e.Stats) }
 
 // ServiceParams is what an IPoIB interface's connection service is made
 // for: the port, the partition, the interface's UD QPN (its RFC 4755

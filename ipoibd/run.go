@@ -18,6 +18,7 @@ import (
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/umadsa"
 	"github.com/ipoibd/ipoibd/verbs"
@@ -242,7 +243,7 @@ func (o *options) config1() (ipoib.Config, ib.Device, cmChoice, error) {
 	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
 		return cfg, nil, choice, fmt.Errorf("--mode: %w", err)
 	}
-	if cfg.Policy, err = cm.ParsePolicy(o.policy); err != nil {
+	if cfg.Policy, err = ipoibcm.ParsePolicy(o.policy); err != nil {
 		return cfg, nil, choice, fmt.Errorf("--cm-policy: %w", err)
 	}
 	for _, m := range strings.Split(o.cmModes, ",") {

@@ -19,7 +19,7 @@ import (
 )
 
 // ConnService is the kernel's IB CM reached through librdmacm: the
-// connection service the cm.Manager runs on with rdma-core adapters (the
+// connection service the ipoibcm.Manager runs on with rdma-core adapters (the
 // kernel owns QP1, so the cm.Engine cannot). It works on its Device's
 // context, which librdmacm handed out, so its ids and the Manager's QPs
 // share it. The QPs stay the Manager's: librdmacm only carries their
