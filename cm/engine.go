@@ -167,7 +167,7 @@ type EngineConfig struct {
 	// MaxConns + MaxHalfOpen connections exist.
 	MaxConns, MaxHalfOpen, MaxHalfOpenPerSource int
 	// CommIDTag, when not 0, is the top octet of every communication ID
-	// the engine chooses: a MADSplitter shares the port's QP1 between
+	// the engine chooses: a SharedQP1 shares the port's QP1 between
 	// engines and routes replies by it.
 	CommIDTag uint8
 	// Send transmits one MAD on QP1.

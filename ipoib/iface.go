@@ -109,10 +109,10 @@ type Config struct {
 	// never completed cannot use it up.
 	MaxConns int
 	// ConnService makes the connection service for the interface: ipoibd's
-	// CM engine on the port's QP1 (cm.OwnService, cm.DeviceService, the
-	// default) or the kernel's CM through librdmacm (verbs --cm kernel).
+	// CM engine on the port's QP1 (cm.EngineOnSharedQP1; cm.EngineOnQP1,
+	// the default) or the kernel's CM through librdmacm (--cm kernel).
 	// The interface drives either the same way.
-	ConnService func(cm.ServiceParams) (cm.Service, error)
+	ConnService cm.ServiceMaker
 	// Netns puts the interface in a network namespace: a name as `ip netns`
 	// knows it, or a path (default: the daemon's own).
 	Netns string
@@ -357,7 +357,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 	cfg, port := i.cfg, i.port
 	newService := cfg.ConnService
 	if newService == nil {
-		newService = cm.DeviceService(i.dev)
+		newService = cm.EngineOnQP1(i.dev)
 	}
 	return ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(events func(cm.Event)) (cm.Service, error) {

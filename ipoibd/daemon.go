@@ -20,7 +20,7 @@ import (
 // neighbors and connections.
 type daemon struct {
 	dev    ib.Device
-	mads   *cm.MADSplitter // nil without ipoibd's own CM
+	mads   *cm.SharedQP1 // nil without ipoibd's own CM
 	choice cmChoice
 	base   ipoib.Config // the first interface's: children start from it
 	// pkeyHint says where a P_Key missing from the port's table comes from.
@@ -47,8 +47,8 @@ func newDaemon(cfg ipoib.Config, dev ib.Device, choice cmChoice, pkeyHint string
 			_ = dev.Close()
 			return nil, err
 		}
-		d.mads = cm.NewMADSplitter(mads)
-		d.base.ConnService = cm.OwnService(d.mads)
+		d.mads = cm.NewSharedQP1(mads)
+		d.base.ConnService = cm.EngineOnSharedQP1(d.mads)
 	}
 	if _, err := d.add(d.base); err != nil {
 		d.Close()

@@ -245,7 +245,7 @@ func (l *load) open(a netip.Addr, flags ib.LinkFlags) (*peer, error) {
 	local := ib.LinkAddr{Flags: flags, QPN: p.ud.Num(), GID: port.GID}
 	if p.mgr, err = ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(ev func(cm.Event)) (cm.Service, error) {
-			return cm.DeviceService(dev)(cm.ServiceParams{Port: port, PKey: port.PKeys[0], UDQPN: local.QPN, Events: ev})
+			return cm.EngineOnQP1(dev)(cm.ServiceParams{Port: port, PKey: port.PKeys[0], UDQPN: local.QPN, Events: ev})
 		},
 		PKey:    port.PKeys[0],
 		Local:   local,

@@ -88,8 +88,8 @@ func (c *Connection) Sendable() bool { return c.sendable }
 // ManagerConfig configures the IPoIB connection manager.
 type ManagerConfig struct {
 	// Service makes the connection service, given the function its events
-	// go to: the Engine on a MAD transport (NewMADEngine), or a provider's
-	// own (the kernel CM through librdmacm).
+	// go to: ipoibd's own, the Engine on QP1 (cm.NewEngineService), or
+	// the kernel's CM through librdmacm (package rdmacm).
 	Service    func(events func(cm.Event)) (cm.Service, error)
 	PKey       ib.PKey     // the partition connected QPs join
 	Local      ib.LinkAddr // our link address: flags, UD QPN, GID

@@ -147,7 +147,7 @@ func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 	return n
 }
 
-// polledEngine is the Engine with an input queue, as MADEngine is on a
+// polledEngine is the Engine with an input queue, as cm.EngineService is on a
 // MAD transport, without its receive goroutine: the fabric stays
 // deterministic.
 type polledEngine struct {
