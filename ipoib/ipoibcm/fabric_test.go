@@ -3,7 +3,6 @@ package ipoibcm
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -21,8 +20,8 @@ import (
 // t0 is the fake clock's start.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// node is what the fabric drives: *Engine and *mgrNode (a Manager polling
-// its service) both qualify.
+// node is what the fabric drives: *mgrNode (a Manager polling its
+// engine) and a bare *cm.Engine both qualify.
 type node interface {
 	HandleMAD(now time.Time, m *ib.MAD)
 	Expire(now time.Time)
@@ -38,8 +37,6 @@ type wire struct {
 }
 
 func (w *wire) attr() cm.AttrID { return cm.AttrID(binary.BigEndian.Uint16(w.data[16:18])) }
-
-func (w *wire) tid() uint64 { return binary.BigEndian.Uint64(w.data[8:16]) }
 
 func (w *wire) String() string {
 	return fmt.Sprintf("#%d %v %v->%v", w.seq, w.attr(), w.from, w.to)
@@ -87,15 +84,6 @@ func (f *fabric) dropNth(attr cm.AttrID, ns ...int) {
 	}
 	for _, n := range ns {
 		f.drop[attr][n] = true
-	}
-}
-
-func (f *fabric) dupNth(attr cm.AttrID, ns ...int) {
-	if f.dup[attr] == nil {
-		f.dup[attr] = map[int]bool{}
-	}
-	for _, n := range ns {
-		f.dup[attr][n] = true
 	}
 }
 
@@ -151,27 +139,6 @@ func (f *fabric) step() bool {
 	} else {
 		w = f.pending[0]
 		f.pending = f.pending[1:]
-	}
-	f.deliver(w)
-	return true
-}
-
-// take removes and returns the first pending MAD matching pred, or nil.
-func (f *fabric) take(pred func(*wire) bool) *wire {
-	for i, w := range f.pending {
-		if pred(w) {
-			f.pending = slices.Delete(f.pending, i, i+1)
-			return w
-		}
-	}
-	return nil
-}
-
-// deliverWhere delivers the first pending MAD matching pred.
-func (f *fabric) deliverWhere(pred func(*wire) bool) bool {
-	w := f.take(pred)
-	if w == nil {
-		return false
 	}
 	f.deliver(w)
 	return true
