@@ -1,7 +1,7 @@
 package cm
 
 // goldenDREP follows spec §5.7 (IBA Table 113); comments give payload offsets.
-var goldenDREP = mad(
+var goldenDREP = madHex(
 	hdr("5566778899aabbcc", "0016"),
 	"fedcba98",         // 0 Local Communication ID
 	"76543210",         // 4 Remote Communication ID

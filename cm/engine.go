@@ -498,7 +498,7 @@ func (e *Engine) HandleMAD(now time.Time, m *ib.MAD) {
 	case *DREP:
 		e.handleDREP(now, m.From, msg)
 	default:
-		e.Stats.Unsupported.Add(h.AttributeID) // SIDR, LAP, APR: not used by IPoIB
+		e.Stats.Unsupported.Add(AttrID(h.AttributeID)) // SIDR, LAP, APR: not used by IPoIB
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 // ---------------------------------------------------------------------------
@@ -1090,7 +1091,7 @@ func TestEngineRandomMADs(t *testing.T) {
 			m.Data[j] = byte(rng.Uint32())
 		}
 		if i%4 != 0 { // mostly valid headers, so the payload decoders run
-			copy(m.Data[:4], []byte{1, MgmtClassCM, CMClassVersion, MethodSend})
+			copy(m.Data[:4], []byte{1, mad.ClassCM, CMClassVersion, MethodSend})
 			binary.BigEndian.PutUint16(m.Data[16:18], uint16(attrs[rng.IntN(len(attrs))]))
 		}
 		m.From = ib.MADAddr{GID: gidN(rng.IntN(3)), QPN: ib.QP1}

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 // golden is a CM MAD written by hand from the spec tables, the message it
@@ -56,9 +58,9 @@ func hdr(tid, attr string) string {
 // z is n zero octets in hex.
 func z(n int) string { return strings.Repeat("00", n) }
 
-// mad joins hex fragments into a MAD and panics unless it is exactly 256
+// madHex joins hex fragments into a MAD and panics unless it is exactly 256
 // octets, so a miscounted vector fails at once.
-func mad(parts ...string) []byte {
+func madHex(parts ...string) []byte {
 	s := strings.ReplaceAll(strings.Join(parts, ""), " ", "")
 	b, err := hex.DecodeString(s)
 	if err != nil {
@@ -79,7 +81,7 @@ func notCarried(g golden) [MADLen]byte {
 		m[i] = 0xff
 	}
 	for _, r := range g.reserved {
-		m[MADHeaderLen+r.off] |= r.bits
+		m[mad.HeaderLen+r.off] |= r.bits
 	}
 	return m
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // goldenLAP follows spec §5.9 (IBA Table 115); comments give payload offsets.
-var goldenLAP = mad(
+var goldenLAP = madHex(
 	hdr("8899aabbccddeeff", "0019"),
 	"0c0d0e0f",     // 0 Local Communication ID
 	"1c1d1e1f",     // 4 Remote Communication ID

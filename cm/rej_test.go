@@ -7,7 +7,7 @@ import (
 )
 
 // goldenREJ follows spec §5.3 (IBA Table 108); comments give payload offsets.
-var goldenREJ = mad(
+var goldenREJ = madHex(
 	hdr("2233445566778899", "0012"),
 	"21222324",                  // 0 Local Communication ID
 	"31323334",                  // 4 Remote Communication ID

@@ -5,11 +5,12 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 // goldenREQ follows spec §5.1 (IBA Table 106) octet by octet; offsets in the
 // comments are payload offsets (MAD offset - 24).
-var goldenREQ = mad(
+var goldenREQ = madHex(
 	hdr("0123456789abcdef", "0010"),
 	"11223344",         // 0 Local Communication ID
 	"00000000",         // 4 reserved
@@ -156,7 +157,7 @@ func TestREQLinuxIPoIB(t *testing.T) {
 	if err := m.MarshalMAD(b[:], 0x12345678_7b1f0a22); err != nil {
 		t.Fatal(err)
 	}
-	p := b[MADHeaderLen:]
+	p := b[mad.HeaderLen:]
 	// Octets 43, 47, 50, 51 carry the packed fields: 20<<3|RC|no flow control,
 	// 20<<3|retry 0, MTU 5<<4|RNR 0, max CM retries 15<<4|SRQ.
 	if p[43] != 0xa0 || p[47] != 0xa0 || p[50] != 0x50 || p[51] != 0xf8 {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 // SharedQP1 shares one port's QP1 among several Engines, each listening
@@ -110,10 +111,10 @@ func (s *SharedQP1) dispatch() {
 // the rest to the Engine, which decodes the MAD anyway.
 func (s *SharedQP1) route(m *ib.MAD) *QP1Share {
 	var sub *QP1Share
-	h, err := DecodeMADHeader(m.Data[:])
-	body := m.Data[MADHeaderLen:]
-	if err == nil && h.MgmtClass == MgmtClassCM {
-		switch h.AttributeID {
+	h, err := mad.DecodeHeader(m.Data[:])
+	body := m.Data[mad.HeaderLen:]
+	if err == nil && h.MgmtClass == mad.ClassCM {
+		switch AttrID(h.AttributeID) {
 		case AttrREQ, AttrSIDRREQ:
 			sub = s.byServiceID(binary.BigEndian.Uint64(body[8:16]))
 		case AttrREP, AttrRTU, AttrREJ, AttrMRA, AttrDREQ, AttrDREP, AttrLAP, AttrAPR:

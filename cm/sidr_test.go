@@ -4,7 +4,7 @@ import "testing"
 
 // goldenSIDRREQ follows spec §5.8 (IBA Table 119); comments give payload
 // offsets.
-var goldenSIDRREQ = mad(
+var goldenSIDRREQ = madHex(
 	hdr("66778899aabbccdd", "0017"),
 	"cafef00d",         // 0 Request ID
 	"8abc",             // 4 Partition Key
@@ -24,7 +24,7 @@ var reservedSIDRREQ = rsv(6, 2)
 
 // goldenSIDRREP follows spec §5.8 (IBA Table 120); comments give payload
 // offsets.
-var goldenSIDRREP = mad(
+var goldenSIDRREP = madHex(
 	hdr("778899aabbccddee", "0018"),
 	"cafef00d",     // 0 Request ID
 	"04",           // 4 Status: redirect
