@@ -48,7 +48,7 @@ func rsv(off, n int) []mask {
 	return m
 }
 
-// hdr is the CM MAD header as spec §2 lays it out: base version 1, class
+// hdr is the CM MAD header as docs/ib-cm-messages.md lays it out: base version 1, class
 // 0x07, class version 2, method Send, status 0, class-specific 0, the
 // transaction ID, the attribute ID, 2 reserved octets, attribute modifier 0.
 func hdr(tid, attr string) string {

@@ -8,7 +8,7 @@ import (
 	"github.com/ipoibd/ipoibd/mad"
 )
 
-// goldenREQ follows spec §5.1 (IBA Table 106) octet by octet; offsets in the
+// goldenREQ follows IBA Table 106 (docs/ib-cm-messages.md) octet by octet; offsets in the
 // comments are payload offsets (MAD offset - 24).
 var goldenREQ = madHex(
 	hdr("0123456789abcdef", "0010"),
@@ -140,7 +140,7 @@ func TestREQDecodeErrors(t *testing.T) {
 	}, func(p []byte) error { _, err := DecodeREQ(p); return err })
 }
 
-// A REQ as Linux IPoIB sends it (spec ipoib-cm.md §4.1) round-trips with the
+// A REQ as Linux IPoIB sends it (docs/ipoib-cm.md) round-trips with the
 // values it documents.
 func TestREQLinuxIPoIB(t *testing.T) {
 	m := REQ{

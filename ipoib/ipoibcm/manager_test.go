@@ -808,8 +808,8 @@ func TestManagerThousandPeers(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// A peer that behaves like the Linux kernel driver (ipoib-cm.md §4, §7.2,
-// §8), built directly on the engine.
+// A peer that behaves like the Linux kernel driver (docs/ipoib-cm.md,
+// docs/linux-interop.md), built directly on the engine.
 // ---------------------------------------------------------------------------
 
 type linuxPeer struct {
