@@ -2,8 +2,9 @@ package cm
 
 import "testing"
 
-// goldenAPR follows spec §5.9 (IBA Table 116); comments give payload offsets.
-var goldenAPR = mad(
+// goldenAPR follows IBA Table 116 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenAPR = madHex(
 	hdr("99aabbccddeeff00", "001a"),
 	"0d0e0f10",        // 0 Local Communication ID
 	"1d1e1f20",        // 4 Remote Communication ID

@@ -116,10 +116,10 @@ var (
 	reasonCountsType = reflect.TypeFor[ReasonCounts]()
 )
 
-// statCounters lists the counters of a stats struct (a pointer to one).
+// StatCounters lists the counters of a stats struct (a pointer to one).
 // Every counter appears, zero or not, in the struct's order, so that the
 // daemon's stats have the same keys in every state.
-func statCounters(stats any) []ib.Counter {
+func StatCounters(stats any) []ib.Counter {
 	v := reflect.ValueOf(stats).Elem()
 	t := v.Type()
 	var out []ib.Counter

@@ -1,7 +1,8 @@
 package cm
 
-// goldenDREP follows spec §5.7 (IBA Table 113); comments give payload offsets.
-var goldenDREP = mad(
+// goldenDREP follows IBA Table 113 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenDREP = madHex(
 	hdr("5566778899aabbcc", "0016"),
 	"fedcba98",         // 0 Local Communication ID
 	"76543210",         // 4 Remote Communication ID

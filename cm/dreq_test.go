@@ -2,8 +2,9 @@ package cm
 
 import "testing"
 
-// goldenDREQ follows spec §5.6 (IBA Table 112); comments give payload offsets.
-var goldenDREQ = mad(
+// goldenDREQ follows IBA Table 112 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenDREQ = madHex(
 	hdr("445566778899aabb", "0015"),
 	"13579bdf",     // 0 Local Communication ID
 	"2468ace0",     // 4 Remote Communication ID

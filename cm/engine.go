@@ -167,7 +167,7 @@ type EngineConfig struct {
 	// MaxConns + MaxHalfOpen connections exist.
 	MaxConns, MaxHalfOpen, MaxHalfOpenPerSource int
 	// CommIDTag, when not 0, is the top octet of every communication ID
-	// the engine chooses: a MADSplitter shares the port's QP1 between
+	// the engine chooses: a SharedQP1 shares the port's QP1 between
 	// engines and routes replies by it.
 	CommIDTag uint8
 	// Send transmits one MAD on QP1.
@@ -286,6 +286,10 @@ func (e *Engine) Listen(serviceID uint64) error {
 
 // Conns returns the number of connections in any state.
 func (e *Engine) Conns() int { return len(e.byLocal) }
+
+// HalfOpen returns how many of them are being set up (REQ or REP sent or
+// received, no RTU yet).
+func (e *Engine) HalfOpen() int { return e.halfOpen }
 
 // ConnectParams describe an outgoing REQ.
 type ConnectParams struct {
@@ -494,7 +498,7 @@ func (e *Engine) HandleMAD(now time.Time, m *ib.MAD) {
 	case *DREP:
 		e.handleDREP(now, m.From, msg)
 	default:
-		e.Stats.Unsupported.Add(h.AttributeID) // SIDR, LAP, APR: not used by IPoIB
+		e.Stats.Unsupported.Add(AttrID(h.AttributeID)) // SIDR, LAP, APR: not used by IPoIB
 	}
 }
 
@@ -565,7 +569,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 	c := &Comm{
 		RemoteCommID: req.LocalCommID, RemoteQPN: req.LocalQPN,
 		RemoteGID: src, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
-		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: randomPSN(), PathMTU: req.PathMTU,
+		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: RandomPSN(), PathMTU: req.PathMTU,
 		RetryCount: req.RetryCount, RNRRetry: req.RNRRetryCount, ACKTimeout: req.Primary.LocalACKTimeout,
 		Address:    addressOf(&req.Primary),
 		tid:        tid,
@@ -941,4 +945,14 @@ func (e *Engine) newCommID() uint32 {
 func (e *Engine) newTID() uint64 {
 	e.nextTID++
 	return e.nextTID
+}
+
+// RandomPSN returns a starting packet sequence number from crypto/rand:
+// an off-path host must not be able to guess the PSNs of a connection.
+// The passive side's Engine chooses its own; a consumer passes one in
+// ConnectParams.RecvPSN.
+func RandomPSN() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:]) & 0xffffff
 }

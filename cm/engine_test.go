@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 // ---------------------------------------------------------------------------
 // Deterministic harness: a fake clock and an in-memory lossy fabric.
 //
-// Engines and managers are attached by GID. Their Send callbacks enqueue
+// Engines are attached by GID. Their Send callbacks enqueue
 // MADs; the test decides what is delivered, dropped, duplicated or
 // reordered. run delivers pending MADs and calls Expire at the Next()
 // deadlines, advancing the fake clock. No goroutines, no sleeps, no real
@@ -25,8 +26,8 @@ import (
 // t0 is the fake clock's start.
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// node is what the fabric drives: *Engine and *mgrNode (a Manager polling
-// its service) both qualify.
+// node is what the fabric drives: an *Engine, or anything that hands MADs
+// to one (package ipoibcm's tests copy this harness for its managers).
 type node interface {
 	HandleMAD(now time.Time, m *ib.MAD)
 	Expire(now time.Time)
@@ -1090,7 +1091,7 @@ func TestEngineRandomMADs(t *testing.T) {
 			m.Data[j] = byte(rng.Uint32())
 		}
 		if i%4 != 0 { // mostly valid headers, so the payload decoders run
-			copy(m.Data[:4], []byte{1, MgmtClassCM, CMClassVersion, MethodSend})
+			copy(m.Data[:4], []byte{1, mad.ClassCM, CMClassVersion, MethodSend})
 			binary.BigEndian.PutUint16(m.Data[16:18], uint16(attrs[rng.IntN(len(attrs))]))
 		}
 		m.From = ib.MADAddr{GID: gidN(rng.IntN(3)), QPN: ib.QP1}

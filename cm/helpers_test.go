@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 // golden is a CM MAD written by hand from the spec tables, the message it
@@ -46,7 +48,7 @@ func rsv(off, n int) []mask {
 	return m
 }
 
-// hdr is the CM MAD header as spec §2 lays it out: base version 1, class
+// hdr is the CM MAD header as docs/ib-cm-messages.md lays it out: base version 1, class
 // 0x07, class version 2, method Send, status 0, class-specific 0, the
 // transaction ID, the attribute ID, 2 reserved octets, attribute modifier 0.
 func hdr(tid, attr string) string {
@@ -56,9 +58,9 @@ func hdr(tid, attr string) string {
 // z is n zero octets in hex.
 func z(n int) string { return strings.Repeat("00", n) }
 
-// mad joins hex fragments into a MAD and panics unless it is exactly 256
+// madHex joins hex fragments into a MAD and panics unless it is exactly 256
 // octets, so a miscounted vector fails at once.
-func mad(parts ...string) []byte {
+func madHex(parts ...string) []byte {
 	s := strings.ReplaceAll(strings.Join(parts, ""), " ", "")
 	b, err := hex.DecodeString(s)
 	if err != nil {
@@ -79,7 +81,7 @@ func notCarried(g golden) [MADLen]byte {
 		m[i] = 0xff
 	}
 	for _, r := range g.reserved {
-		m[MADHeaderLen+r.off] |= r.bits
+		m[mad.HeaderLen+r.off] |= r.bits
 	}
 	return m
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 func TestIPoIBServiceID(t *testing.T) {
@@ -70,7 +71,7 @@ func TestPrivateData(t *testing.T) {
 	linux := []byte{0x00, 0x00, 0x00, 0x48, 0x00, 0x00, 0xff, 0xf4} // UD QPN 0x48, receive MTU 65524
 	want := PrivateData{UDQPN: 0x48, ReceiveMTU: LinuxReceiveMTU}
 	// In the REQ golden vector the private data starts at payload offset 140.
-	d, err := DecodePrivateData(goldenREQ[MADHeaderLen+140:])
+	d, err := DecodePrivateData(goldenREQ[mad.HeaderLen+140:])
 	if err != nil || d != want {
 		t.Fatalf("decode REQ private data = %+v, %v", d, err)
 	}

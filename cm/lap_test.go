@@ -6,8 +6,9 @@ import (
 	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
-// goldenLAP follows spec §5.9 (IBA Table 115); comments give payload offsets.
-var goldenLAP = mad(
+// goldenLAP follows IBA Table 115 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenLAP = madHex(
 	hdr("8899aabbccddeeff", "0019"),
 	"0c0d0e0f",     // 0 Local Communication ID
 	"1c1d1e1f",     // 4 Remote Communication ID

@@ -1,30 +1,27 @@
 package cm
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 // Sizes of a CM MAD. MADs are always exactly MADLen octets; CM needs no RMPP.
 const (
-	MADLen       = 256
-	MADHeaderLen = 24
-	PayloadLen   = MADLen - MADHeaderLen // the CM message proper
+	MADLen     = mad.Len
+	PayloadLen = mad.Len - mad.HeaderLen // the CM message proper
 )
 
-// MAD common header values every CM message carries.
+// Common header values every CM message carries besides base version 1
+// and class CM (mad.ClassCM).
 const (
-	MADBaseVersion = 1
-	MgmtClassCM    = 0x07
 	CMClassVersion = 2
 	MethodSend     = 0x03 // every CM message, requests and replies alike
-
-	// responseBit is bit 0 of the method octet (the R flag).
-	responseBit = 0x80
-	methodMask  = 0x7f
 )
+
+// cmClass is what DecodeMAD accepts of the common header.
+var cmClass = mad.Class{Name: "CM", Title: "Communication Management", ID: mad.ClassCM, Version: CMClassVersion}
 
 // AttrID is a MAD attribute ID; for class CM it names the message type.
 type AttrID uint16
@@ -67,61 +64,6 @@ func (a AttrID) String() string {
 	return fmt.Sprintf("AttrID(%#04x)", uint16(a))
 }
 
-// MADHeader is the 24-octet common header of every management datagram.
-type MADHeader struct {
-	BaseVersion       uint8
-	MgmtClass         uint8
-	ClassVersion      uint8
-	Response          bool  // the R bit
-	Method            uint8 // 7 bits
-	Status            uint16
-	ClassSpecific     uint16
-	TransactionID     uint64
-	AttributeID       AttrID
-	AttributeModifier uint32
-}
-
-// Encode writes h into b[0:24]. The reserved octets 18-19 are written as zero.
-func (h MADHeader) Encode(b []byte) error {
-	if err := ib.NeedLen("MAD header", "buffer", b, MADHeaderLen); err != nil {
-		return err
-	}
-	if h.Method&^methodMask != 0 {
-		return ib.ErrField("MAD header", "Method", "%#x does not fit in 7 bits", h.Method)
-	}
-	b[0] = h.BaseVersion
-	b[1] = h.MgmtClass
-	b[2] = h.ClassVersion
-	b[3] = bit(h.Response)<<7 | h.Method
-	binary.BigEndian.PutUint16(b[4:6], h.Status)
-	binary.BigEndian.PutUint16(b[6:8], h.ClassSpecific)
-	binary.BigEndian.PutUint64(b[8:16], h.TransactionID)
-	binary.BigEndian.PutUint16(b[16:18], uint16(h.AttributeID))
-	b[18], b[19] = 0, 0
-	binary.BigEndian.PutUint32(b[20:24], h.AttributeModifier)
-	return nil
-}
-
-// DecodeMADHeader reads the common header of any MAD class from b[0:24]
-// without judging its values; DecodeMAD does that for CM.
-func DecodeMADHeader(b []byte) (MADHeader, error) {
-	if err := ib.NeedLen("MAD header", "header", b, MADHeaderLen); err != nil {
-		return MADHeader{}, err
-	}
-	return MADHeader{
-		BaseVersion:       b[0],
-		MgmtClass:         b[1],
-		ClassVersion:      b[2],
-		Response:          b[3]&responseBit != 0,
-		Method:            b[3] & methodMask,
-		Status:            binary.BigEndian.Uint16(b[4:6]),
-		ClassSpecific:     binary.BigEndian.Uint16(b[6:8]),
-		TransactionID:     binary.BigEndian.Uint64(b[8:16]),
-		AttributeID:       AttrID(binary.BigEndian.Uint16(b[16:18])),
-		AttributeModifier: binary.BigEndian.Uint32(b[20:24]),
-	}, nil
-}
-
 // Message is one CM message: *REQ, *MRA, *REJ, *REP, *RTU, *DREQ, *DREP,
 // *SIDRREQ, *SIDRREP, *LAP or *APR.
 type Message interface {
@@ -146,18 +88,18 @@ func startMAD(b []byte, tid uint64, attr AttrID) ([]byte, error) {
 	}
 	b = b[:MADLen]
 	clear(b)
-	h := MADHeader{
-		BaseVersion:   MADBaseVersion,
-		MgmtClass:     MgmtClassCM,
+	h := mad.Header{
+		BaseVersion:   mad.BaseVersion,
+		MgmtClass:     mad.ClassCM,
 		ClassVersion:  CMClassVersion,
 		Method:        MethodSend,
 		TransactionID: tid,
-		AttributeID:   attr,
+		AttributeID:   uint16(attr),
 	}
 	if err := h.Encode(b); err != nil {
 		return nil, err
 	}
-	return b[MADHeaderLen:], nil
+	return b[mad.HeaderLen:], nil
 }
 
 // DecodeMAD decodes one CM MAD. b must be exactly 256 octets carrying base
@@ -165,27 +107,17 @@ func startMAD(b []byte, tid uint64, attr AttrID) ([]byte, error) {
 // returned as a pointer to its concrete type (*REQ, *REP, ...). When the
 // header is readable it is returned even if the message is not, so a caller
 // can log or answer by transaction ID.
-func DecodeMAD(b []byte) (MADHeader, Message, error) {
-	if len(b) != MADLen {
-		return MADHeader{}, nil, ib.ErrField("CM MAD", "length", "have %d octets, a MAD is exactly %d", len(b), MADLen)
-	}
-	h, err := DecodeMADHeader(b)
+func DecodeMAD(b []byte) (mad.Header, Message, error) {
+	h, err := cmClass.Decode(b)
 	if err != nil {
 		return h, nil, err
 	}
-	switch {
-	case h.BaseVersion != MADBaseVersion:
-		return h, nil, ib.ErrField("CM MAD", "BaseVersion", "%d, want %d", h.BaseVersion, MADBaseVersion)
-	case h.MgmtClass != MgmtClassCM:
-		return h, nil, ib.ErrField("CM MAD", "MgmtClass", "%#02x is not Communication Management (%#02x)", h.MgmtClass, MgmtClassCM)
-	case h.ClassVersion != CMClassVersion:
-		return h, nil, ib.ErrField("CM MAD", "ClassVersion", "%d, want %d", h.ClassVersion, CMClassVersion)
-	case h.Response || h.Method != MethodSend:
-		return h, nil, ib.ErrField("CM MAD", "Method", "%#02x, CM messages use Send (%#02x)", b[3], MethodSend)
+	if h.Method != MethodSend {
+		return h, nil, cmClass.Err("Method", "%#02x, CM messages use Send (%#02x)", h.Method, MethodSend)
 	}
-	p := b[MADHeaderLen:]
+	p := b[mad.HeaderLen:]
 	var m Message
-	switch h.AttributeID {
+	switch AttrID(h.AttributeID) {
 	case AttrREQ:
 		m, err = boxed(p, DecodeREQ)
 	case AttrMRA:
@@ -209,7 +141,7 @@ func DecodeMAD(b []byte) (MADHeader, Message, error) {
 	case AttrAPR:
 		m, err = boxed(p, DecodeAPR)
 	default:
-		return h, nil, ib.ErrField("CM MAD", "AttributeID", "%v is not a CM message", h.AttributeID)
+		return h, nil, cmClass.Err("AttributeID", "%v is not a CM message", AttrID(h.AttributeID))
 	}
 	return h, m, err
 }

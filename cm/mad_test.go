@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
 func goldenNames() []string {
@@ -26,8 +27,8 @@ func TestGoldenDecode(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		wantHdr := MADHeader{BaseVersion: 1, MgmtClass: 0x07, ClassVersion: 2, Method: 0x03,
-			TransactionID: g.tid, AttributeID: g.msg.AttrID()}
+		wantHdr := mad.Header{BaseVersion: 1, MgmtClass: 0x07, ClassVersion: 2, Method: 0x03,
+			TransactionID: g.tid, AttributeID: uint16(g.msg.AttrID())}
 		if h != wantHdr {
 			t.Errorf("%s: header %+v, want %+v", name, h, wantHdr)
 		}
@@ -64,19 +65,19 @@ func TestEveryBitCarriedOrReserved(t *testing.T) {
 	for _, name := range goldenNames() {
 		g := goldens[name]
 		reserved := notCarried(g)
-		for i := MADHeaderLen; i < MADLen; i++ {
+		for i := mad.HeaderLen; i < MADLen; i++ {
 			for bitMask := byte(0x80); bitMask != 0; bitMask >>= 1 {
 				w := bytes.Clone(g.wire)
 				w[i] ^= bitMask
 				_, m, err := DecodeMAD(w)
 				if reserved[i]&bitMask != 0 {
 					if err != nil || !reflect.DeepEqual(m, g.msg) {
-						t.Errorf("%s: reserved payload octet %d mask %#02x changed the message (err %v)", name, i-MADHeaderLen, bitMask, err)
+						t.Errorf("%s: reserved payload octet %d mask %#02x changed the message (err %v)", name, i-mad.HeaderLen, bitMask, err)
 					}
 					continue
 				}
 				if err == nil && reflect.DeepEqual(m, g.msg) {
-					t.Errorf("%s: payload octet %d mask %#02x is not carried", name, i-MADHeaderLen, bitMask)
+					t.Errorf("%s: payload octet %d mask %#02x is not carried", name, i-mad.HeaderLen, bitMask)
 				}
 			}
 		}
@@ -84,7 +85,7 @@ func TestEveryBitCarriedOrReserved(t *testing.T) {
 		w := bytes.Clone(g.wire)
 		w[18], w[19] = 0xff, 0xff
 		for _, r := range g.reserved {
-			w[MADHeaderLen+r.off] |= r.bits
+			w[mad.HeaderLen+r.off] |= r.bits
 		}
 		h, m, err := DecodeMAD(w)
 		if err != nil || !reflect.DeepEqual(m, g.msg) {
@@ -106,7 +107,7 @@ func TestDecodeMADErrors(t *testing.T) {
 		field string
 	}{
 		{"empty", nil, "length"},
-		{"header only", w[:MADHeaderLen], "length"},
+		{"header only", w[:mad.HeaderLen], "length"},
 		{"one short", w[:MADLen-1], "length"},
 		{"one long", append(bytes.Clone(w), 0), "length"},
 		{"base version 2", edit(w, map[int]byte{0: 2}), "BaseVersion"},
@@ -160,7 +161,7 @@ func TestPayloadLength(t *testing.T) {
 	for _, name := range goldenNames() {
 		t.Run(name, func(t *testing.T) {
 			dec := decoders[name]
-			p := goldens[name].wire[MADHeaderLen:]
+			p := goldens[name].wire[mad.HeaderLen:]
 			if err := dec(p); err != nil {
 				t.Errorf("golden payload: %v", err)
 			}
@@ -210,41 +211,13 @@ func testDecodeErrors(t *testing.T, msg string, cases []decodeErrorCase, decode 
 		t.Run(msg+" "+c.field, func(t *testing.T) {
 			w := bytes.Clone(goldens[msg].wire)
 			for off, v := range c.edits {
-				w[MADHeaderLen+off] = v
+				w[mad.HeaderLen+off] = v
 			}
-			testutil.WantField(t, decode(w[MADHeaderLen:]), msg, c.field)
+			testutil.WantField(t, decode(w[mad.HeaderLen:]), msg, c.field)
 			_, _, err := DecodeMAD(w)
 			testutil.WantField(t, err, msg, c.field)
 		})
 	}
-}
-
-// The header codec is class-agnostic: an SA GetResp header with every field
-// non-zero round-trips.
-func TestMADHeader(t *testing.T) {
-	wire := []byte{
-		0x01, 0x03, 0x02, 0x92, // base version, class SA, class version, R | method 0x12
-		0x00, 0x1c, 0xab, 0xcd, // Status, ClassSpecific
-		0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // TransactionID
-		0x00, 0x35, 0x00, 0x00, // AttributeID, reserved
-		0x89, 0xab, 0xcd, 0xef, // AttributeModifier
-	}
-	want := MADHeader{BaseVersion: 1, MgmtClass: 3, ClassVersion: 2, Response: true, Method: 0x12,
-		Status: 0x1c, ClassSpecific: 0xabcd, TransactionID: 0x0123456789abcdef,
-		AttributeID: 0x35, AttributeModifier: 0x89abcdef}
-	h, err := DecodeMADHeader(wire)
-	if err != nil || h != want {
-		t.Fatalf("DecodeMADHeader = %+v, %v", h, err)
-	}
-	b := bytes.Repeat([]byte{0xee}, MADHeaderLen)
-	if err := want.Encode(b); err != nil || !bytes.Equal(b, wire) {
-		t.Fatalf("Encode = % x, %v", b, err)
-	}
-	want.Method = 0x80
-	testutil.WantField(t, want.Encode(b), "MAD header", "Method")
-	testutil.WantField(t, MADHeader{}.Encode(b[:23]), "MAD header", "buffer")
-	_, err = DecodeMADHeader(wire[:23])
-	testutil.WantField(t, err, "MAD header", "header")
 }
 
 func TestNames(t *testing.T) {
@@ -277,15 +250,15 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 	req, rep, rej := wantREQ, wantREP, wantREJ
-	p := goldenREQ[MADHeaderLen:]
+	p := goldenREQ[mad.HeaderLen:]
 	allocs := testing.AllocsPerRun(100, func() {
 		_ = req.MarshalMAD(b[:], 1)
 		_ = rep.MarshalMAD(b[:], 2)
 		_ = rej.MarshalMAD(b[:], 3)
 		_, _ = DecodeREQ(p)
-		_, _ = DecodeREP(goldenREP[MADHeaderLen:])
-		_, _ = DecodeREJ(goldenREJ[MADHeaderLen:])
-		_, _ = DecodeMADHeader(goldenREQ)
+		_, _ = DecodeREP(goldenREP[mad.HeaderLen:])
+		_, _ = DecodeREJ(goldenREJ[mad.HeaderLen:])
+		_, _ = mad.DecodeHeader(goldenREQ)
 		_ = (PrivateData{UDQPN: 0x48, ReceiveMTU: LinuxReceiveMTU}).Encode(req.PrivateData[:])
 		_, _ = DecodePrivateData(p[140:])
 	})
@@ -306,7 +279,7 @@ func BenchmarkMarshalREQ(b *testing.B) {
 }
 
 func BenchmarkDecodeREQ(b *testing.B) {
-	p := goldenREQ[MADHeaderLen:]
+	p := goldenREQ[mad.HeaderLen:]
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := DecodeREQ(p); err != nil {

@@ -2,8 +2,9 @@ package cm
 
 import "testing"
 
-// goldenMRA follows spec §5.2 (IBA Table 107); comments give payload offsets.
-var goldenMRA = mad(
+// goldenMRA follows IBA Table 107 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenMRA = madHex(
 	hdr("1122334455667788", "0011"),
 	"0a0b0c0d",         // 0 Local Communication ID
 	"1a1b1c1d",         // 4 Remote Communication ID

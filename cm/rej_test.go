@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// goldenREJ follows spec §5.3 (IBA Table 108); comments give payload offsets.
-var goldenREJ = mad(
+// goldenREJ follows IBA Table 108 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenREJ = madHex(
 	hdr("2233445566778899", "0012"),
 	"21222324",                  // 0 Local Communication ID
 	"31323334",                  // 4 Remote Communication ID

@@ -2,8 +2,9 @@ package cm
 
 import "testing"
 
-// goldenREP follows spec §5.4 (IBA Table 110); comments give payload offsets.
-var goldenREP = mad(
+// goldenREP follows IBA Table 110 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenREP = madHex(
 	hdr("0123456789abcdef", "0013"),
 	"41424344",     // 0 Local Communication ID
 	"11223344",     // 4 Remote Communication ID

@@ -5,11 +5,12 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
-// goldenREQ follows spec §5.1 (IBA Table 106) octet by octet; offsets in the
+// goldenREQ follows IBA Table 106 (docs/ib-cm-messages.md) octet by octet; offsets in the
 // comments are payload offsets (MAD offset - 24).
-var goldenREQ = mad(
+var goldenREQ = madHex(
 	hdr("0123456789abcdef", "0010"),
 	"11223344",         // 0 Local Communication ID
 	"00000000",         // 4 reserved
@@ -139,7 +140,7 @@ func TestREQDecodeErrors(t *testing.T) {
 	}, func(p []byte) error { _, err := DecodeREQ(p); return err })
 }
 
-// A REQ as Linux IPoIB sends it (spec ipoib-cm.md §4.1) round-trips with the
+// A REQ as Linux IPoIB sends it (docs/ipoib-cm.md) round-trips with the
 // values it documents.
 func TestREQLinuxIPoIB(t *testing.T) {
 	m := REQ{
@@ -156,7 +157,7 @@ func TestREQLinuxIPoIB(t *testing.T) {
 	if err := m.MarshalMAD(b[:], 0x12345678_7b1f0a22); err != nil {
 		t.Fatal(err)
 	}
-	p := b[MADHeaderLen:]
+	p := b[mad.HeaderLen:]
 	// Octets 43, 47, 50, 51 carry the packed fields: 20<<3|RC|no flow control,
 	// 20<<3|retry 0, MTU 5<<4|RNR 0, max CM retries 15<<4|SRQ.
 	if p[43] != 0xa0 || p[47] != 0xa0 || p[50] != 0x50 || p[51] != 0xf8 {

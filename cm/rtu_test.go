@@ -1,7 +1,8 @@
 package cm
 
-// goldenRTU follows spec §5.5 (IBA Table 111); comments give payload offsets.
-var goldenRTU = mad(
+// goldenRTU follows IBA Table 111 (docs/ib-cm-messages.md); comments give
+// payload offsets.
+var goldenRTU = madHex(
 	hdr("33445566778899aa", "0014"),
 	"12345678",         // 0 Local Communication ID
 	"9abcdef0",         // 4 Remote Communication ID

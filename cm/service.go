@@ -8,16 +8,18 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 )
 
-// Service is how the Manager establishes connections: the Engine of this
-// package speaking CM MADs on a MAD transport (MADEngine: softib's QP1, or
-// ib_umad on rdma-core ports), or the kernel's CM reached through
-// librdmacm. Each keeps a connection as a *Comm whose exported fields it
-// fills (State, remote QPN and GID, path MTU, starting PSNs) and reports
-// through the events function it was made with; the Manager runs above
-// any of them without knowing which, and its owner drives every one the
-// same way: wait on Wake and call Poll, call Expire at Next.
+// Service is a connection service: what sets connections up and tears
+// them down for a consumer (ipoibd's is the IPoIB connection manager,
+// package ipoibcm). There are two: ours, the EngineService (the Engine
+// speaking CM MADs on QP1: softib's, or ib_umad's on rdma-core ports), and
+// the kernel's CM reached through librdmacm (package rdmacm). Each keeps
+// a connection as a *Comm whose exported fields it fills (State, remote
+// QPN and GID, path MTU, starting PSNs) and reports through the events
+// function it was made with; the consumer runs above either without
+// knowing which, and its owner drives both the same way: wait on Wake and
+// call Poll, call Expire at Next.
 type Service interface {
-	// Listen makes REQs for serviceID reach the Manager as EvRequest.
+	// Listen makes REQs for serviceID reach the consumer as EvRequest.
 	Listen(serviceID uint64) error
 	// Connect starts an outgoing connection in StateREQSent.
 	Connect(now time.Time, p ConnectParams) (*Comm, error)
@@ -43,7 +45,7 @@ type Service interface {
 	Poll(now time.Time)
 	// Counters are the service's own counters (MADs, retransmissions).
 	Counters() []ib.Counter
-	// Close stops the service; the Manager is closed first.
+	// Close stops the service; its consumer is closed first.
 	Close() error
 }
 
@@ -53,7 +55,7 @@ var _ Service = (*Engine)(nil)
 func (e *Engine) String() string { return "ipoibd's CM engine, MADs on QP1" }
 
 // An Engine alone has no input of its own: its owner feeds it HandleMAD
-// (tests; MADEngine for a real transport).
+// (tests; EngineService for a real transport).
 func (e *Engine) Wake() <-chan struct{} { return nil }
 
 // Poll does nothing: see Wake.
@@ -62,10 +64,11 @@ func (e *Engine) Poll(now time.Time) {}
 // Close does nothing: the Engine holds no resources.
 func (e *Engine) Close() error { return nil }
 
-// MADEngine is the Engine on a MAD transport (ib.MADService): received
+// EngineService is ipoibd's own connection service: the Engine on a MAD
+// transport (ib.MADService: a port's QP1, or a QP1Share of it). Received
 // MADs wait in a bounded queue until the owner's Poll, so that the Engine
 // still runs on one goroutine.
-type MADEngine struct {
+type EngineService struct {
 	*Engine
 	mads ib.MADService
 	wake chan struct{}
@@ -81,16 +84,16 @@ type MADEngine struct {
 // maxQueuedMADs bounds the MADs waiting for Poll.
 const maxQueuedMADs = 1024
 
-// NewMADEngine makes the Engine of cfg sending and receiving on mads; cfg.Send
-// is set to mads.Send. Close closes mads.
-func NewMADEngine(cfg EngineConfig, mads ib.MADService) *MADEngine {
+// NewEngineService makes the Engine of cfg sending and receiving on mads;
+// cfg.Send is set to mads.Send. Close closes mads.
+func NewEngineService(cfg EngineConfig, mads ib.MADService) *EngineService {
 	cfg.Send = mads.Send
-	m := &MADEngine{Engine: NewEngine(cfg), mads: mads, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	m := &EngineService{Engine: NewEngine(cfg), mads: mads, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go m.receive()
 	return m
 }
 
-func (m *MADEngine) receive() {
+func (m *EngineService) receive() {
 	defer close(m.done)
 	for mad := range m.mads.Recv() {
 		m.mu.Lock()
@@ -108,10 +111,10 @@ func (m *MADEngine) receive() {
 }
 
 // Wake is signalled when MADs are queued.
-func (m *MADEngine) Wake() <-chan struct{} { return m.wake }
+func (m *EngineService) Wake() <-chan struct{} { return m.wake }
 
 // Poll hands every queued MAD to the Engine.
-func (m *MADEngine) Poll(now time.Time) {
+func (m *EngineService) Poll(now time.Time) {
 	m.mu.Lock()
 	q := m.queue
 	m.queue, m.spare = m.spare[:0], nil
@@ -126,7 +129,7 @@ func (m *MADEngine) Poll(now time.Time) {
 }
 
 // Close closes the MAD transport and waits for the receiver to end.
-func (m *MADEngine) Close() error {
+func (m *EngineService) Close() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -140,7 +143,7 @@ func (m *MADEngine) Close() error {
 }
 
 // String names the engine and its transport.
-func (m *MADEngine) String() string {
+func (m *EngineService) String() string {
 	if s, ok := m.mads.(fmt.Stringer); ok {
 		return "ipoibd's CM engine, MADs on QP1 through " + s.String()
 	}
@@ -149,7 +152,7 @@ func (m *MADEngine) String() string {
 
 // Counters are the Engine's, the queue's drops and the transport's own
 // (if it counts).
-func (m *MADEngine) Counters() []ib.Counter {
+func (m *EngineService) Counters() []ib.Counter {
 	m.mu.Lock()
 	dropped := m.dropped
 	m.mu.Unlock()
@@ -162,7 +165,7 @@ func (m *MADEngine) Counters() []ib.Counter {
 
 // Counters returns the engine's counters under the names the daemon shows
 // (with a "cm_" prefix), derived from EngineStats.
-func (e *Engine) Counters() []ib.Counter { return statCounters(&e.Stats) }
+func (e *Engine) Counters() []ib.Counter { return StatCounters(&e.Stats) }
 
 // ServiceParams is what an IPoIB interface's connection service is made
 // for: the port, the partition, the interface's UD QPN (its RFC 4755
@@ -179,28 +182,33 @@ func (p ServiceParams) engine() EngineConfig {
 	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, MaxConns: p.MaxConns, Event: p.Events}
 }
 
-// OwnService makes ipoibd's own connection service, the Engine, on the
-// interface's share of the port's QP1.
-func OwnService(qp1 *MADSplitter) func(ServiceParams) (Service, error) {
+// ServiceMaker makes the connection service of one interface. The maker
+// is chosen once per daemon (--cm own: EngineOnSharedQP1; --cm kernel:
+// package rdmacm's) and called for every interface.
+type ServiceMaker func(ServiceParams) (Service, error)
+
+// EngineOnSharedQP1 makes each interface an EngineService on its own share
+// of the port's QP1, opened for the RFC 4755 service ID of its UD QPN.
+func EngineOnSharedQP1(qp1 *SharedQP1) ServiceMaker {
 	return func(p ServiceParams) (Service, error) {
-		share, err := qp1.Open(p.UDQPN)
+		share, err := qp1.Open(IPoIBServiceID(p.UDQPN))
 		if err != nil {
 			return nil, err
 		}
 		cfg := p.engine()
 		cfg.CommIDTag = share.Tag()
-		return NewMADEngine(cfg, share), nil
+		return NewEngineService(cfg, share), nil
 	}
 }
 
-// DeviceService makes the Engine on the device's own MAD service, for a
-// port that serves one interface and nothing else.
-func DeviceService(dev ib.Device) func(ServiceParams) (Service, error) {
+// EngineOnQP1 makes an EngineService on the device's QP1 alone, for a port
+// that serves one interface and nothing else.
+func EngineOnQP1(dev ib.Device) ServiceMaker {
 	return func(p ServiceParams) (Service, error) {
 		mads, err := dev.MADs()
 		if err != nil {
 			return nil, err
 		}
-		return NewMADEngine(p.engine(), mads), nil
+		return NewEngineService(p.engine(), mads), nil
 	}
 }

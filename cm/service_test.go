@@ -23,10 +23,10 @@ func (c *chanMADs) Close() error {
 	return nil
 }
 
-// MADEngine: received MADs reach the Engine only through Wake and Poll, on
+// EngineService: received MADs reach the Engine only through Wake and Poll, on
 // the caller's goroutine; beyond the queue's bound they are counted, never
 // queued without limit; Close closes the transport once.
-func TestMADEngineQueue(t *testing.T) {
+func TestEngineServiceQueue(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		mads    int
@@ -39,7 +39,7 @@ func TestMADEngineQueue(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := &chanMADs{in: make(chan ib.MAD, tc.mads)}
-			m := NewMADEngine(EngineConfig{GID: ib.GID{15: 1}, PKey: ib.DefaultPKey, Event: func(Event) {}}, tr)
+			m := NewEngineService(EngineConfig{GID: ib.GID{15: 1}, PKey: ib.DefaultPKey, Event: func(Event) {}}, tr)
 			// Malformed MADs (all zeros): the Engine counts each one it is given.
 			for range tc.mads {
 				tr.in <- ib.MAD{From: ib.MADAddr{GID: ib.GID{15: 2}, QPN: ib.QP1}}

@@ -2,9 +2,9 @@ package cm
 
 import "testing"
 
-// goldenSIDRREQ follows spec §5.8 (IBA Table 119); comments give payload
+// goldenSIDRREQ follows IBA Table 119 (docs/ib-cm-messages.md); comments give payload
 // offsets.
-var goldenSIDRREQ = mad(
+var goldenSIDRREQ = madHex(
 	hdr("66778899aabbccdd", "0017"),
 	"cafef00d",         // 0 Request ID
 	"8abc",             // 4 Partition Key
@@ -22,9 +22,9 @@ var wantSIDRREQ = SIDRREQ{
 
 var reservedSIDRREQ = rsv(6, 2)
 
-// goldenSIDRREP follows spec §5.8 (IBA Table 120); comments give payload
+// goldenSIDRREP follows IBA Table 120 (docs/ib-cm-messages.md); comments give payload
 // offsets.
-var goldenSIDRREP = mad(
+var goldenSIDRREP = madHex(
 	hdr("778899aabbccddee", "0018"),
 	"cafef00d",     // 0 Request ID
 	"04",           // 4 Status: redirect

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 )
 
 // deadlineService is a cm.Service with a settable next deadline that
@@ -36,7 +37,7 @@ func (s *deadlineService) Close() error                                        {
 // nearer in between is found at the end of that period.
 func TestArmCM(t *testing.T) {
 	svc := &deadlineService{}
-	mgr, err := cm.NewManager(cm.ManagerConfig{Service: func(func(cm.Event)) (cm.Service, error) { return svc, nil }})
+	mgr, err := ipoibcm.NewManager(ipoibcm.ManagerConfig{Service: func(func(cm.Event)) (cm.Service, error) { return svc, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package ipoib
 import (
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 )
 
 // A connection whose QP cannot send (a post refused because the QP is in
@@ -53,7 +54,7 @@ func (c *control) sendFailed(f sendFailure) {
 
 // connFailed counts, logs and tears down a connection that cannot send,
 // and puts its neighbors back on UD until a new one is up.
-func (c *control) connFailed(conn *cm.Connection, cause string) {
+func (c *control) connFailed(conn *ipoibcm.Connection, cause string) {
 	i := c.i
 	i.ctr.inc(txConnErrors)
 	// A peer that died or restarted: routine, counted in tx_conn_errors.
@@ -62,7 +63,7 @@ func (c *control) connFailed(conn *cm.Connection, cause string) {
 }
 
 // connection finds the connection whose local QP is qpn.
-func (c *control) connection(qpn ib.QPN) *cm.Connection {
+func (c *control) connection(qpn ib.QPN) *ipoibcm.Connection {
 	for _, conn := range c.i.mgr.Connections() {
 		if conn.QP.Num() == qpn {
 			return conn

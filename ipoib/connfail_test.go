@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 )
 
 // TestBrokenConnectionIsReplaced moves a live connection's QP to the error
@@ -48,7 +48,7 @@ func TestBrokenConnectionIsReplaced(t *testing.T) {
 			peer := netipString(p.b)
 			p.ping(t, peer, 1)
 
-			var conn *cm.Connection
+			var conn *ipoibcm.Connection
 			p.a.do(func() { conn = p.a.mgr.SendConnection(p.b.LinkAddr()) })
 			if conn == nil {
 				t.Fatal("no connection carries a's sends")

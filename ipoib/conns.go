@@ -4,8 +4,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/neigh"
 )
 
@@ -43,7 +43,7 @@ func (c *control) connect(e *neigh.Entry) {
 	// What fits UD goes ahead of the REQ: the first packet to a peer does
 	// not wait for connection setup.
 	c.sendPending(e, true)
-	if _, err := i.mgr.Connect(c.now, e.Link); errors.Is(err, cm.ErrNoPath) {
+	if _, err := i.mgr.Connect(c.now, e.Link); errors.Is(err, ipoibcm.ErrNoPath) {
 		// On InfiniBand: connected once the SA's path came (pathAnswered).
 		i.log.Debug("connecting: no path record yet", "peer", e.Link, "peer_ip", e.IP)
 	} else if err != nil {
@@ -54,7 +54,7 @@ func (c *control) connect(e *neigh.Entry) {
 }
 
 // connUp publishes a connection as the path of every neighbor on its peer.
-func (i *Interface) connUp(conn *cm.Connection) {
+func (i *Interface) connUp(conn *ipoibcm.Connection) {
 	c := &i.ctl
 	delete(c.backoff, ib.LinkAddr{QPN: conn.Peer.QPN, GID: conn.Peer.GID})
 	for _, e := range i.neigh.ByClaim(conn.Peer) {
@@ -75,7 +75,7 @@ func (i *Interface) connUp(conn *cm.Connection) {
 }
 
 // connDown puts the neighbors of a lost connection back on UD.
-func (i *Interface) connDown(conn *cm.Connection, reason string) {
+func (i *Interface) connDown(conn *ipoibcm.Connection, reason string) {
 	c := &i.ctl
 	es := i.neigh.ByLink(conn.Peer)
 	var moved []*neigh.Entry

@@ -44,6 +44,7 @@ import (
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/sa"
 	"github.com/ipoibd/ipoibd/tun"
@@ -97,7 +98,7 @@ type Config struct {
 	PKey   ib.PKey
 	Mode   Mode
 	RC, UC bool // connected modes offered in our link address (default RC)
-	Policy cm.Policy
+	Policy ipoibcm.Policy
 	// MTU of the interface (default: 65520 connected, the UD MTU datagram).
 	MTU int
 	// IdleTimeout tears down unused connections (0: never).
@@ -108,10 +109,10 @@ type Config struct {
 	// never completed cannot use it up.
 	MaxConns int
 	// ConnService makes the connection service for the interface: ipoibd's
-	// CM engine on the port's QP1 (cm.OwnService, cm.DeviceService, the
-	// default) or the kernel's CM through librdmacm (verbs --cm kernel).
+	// CM engine on the port's QP1 (cm.EngineOnSharedQP1; cm.EngineOnQP1,
+	// the default) or the kernel's CM through librdmacm (--cm kernel).
 	// The interface drives either the same way.
-	ConnService func(cm.ServiceParams) (cm.Service, error)
+	ConnService cm.ServiceMaker
 	// Netns puts the interface in a network namespace: a name as `ip netns`
 	// knows it, or a path (default: the daemon's own).
 	Netns string
@@ -158,8 +159,8 @@ type Interface struct {
 	bcast  ib.AH
 
 	neigh  *neigh.Table
-	mgr    *cm.Manager // nil in datagram mode
-	routes Routes      // per-destination MTUs (host routes where a path's is below the link's)
+	mgr    *ipoibcm.Manager // nil in datagram mode
+	routes Routes           // per-destination MTUs (host routes where a path's is below the link's)
 
 	// Datapath → control.
 	pending   chan pendingPacket
@@ -352,13 +353,13 @@ func (i *Interface) openNetns() (*netns.NsHandle, error) {
 
 // openCM makes the connection manager on the configured connection
 // service.
-func (i *Interface) openCM() (*cm.Manager, error) {
+func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 	cfg, port := i.cfg, i.port
 	newService := cfg.ConnService
 	if newService == nil {
-		newService = cm.DeviceService(i.dev)
+		newService = cm.EngineOnQP1(i.dev)
 	}
-	return cm.NewManager(cm.ManagerConfig{
+	return ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(events func(cm.Event)) (cm.Service, error) {
 			return newService(cm.ServiceParams{Port: port, PKey: i.pkey, UDQPN: i.local.QPN, MaxConns: cfg.MaxConns, Events: events})
 		},

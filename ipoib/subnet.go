@@ -5,9 +5,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/sa"
 	"github.com/ipoibd/ipoibd/sapath"
 )
@@ -396,7 +396,7 @@ func (c *control) pathAnswered(r sapath.Result) {
 
 // pathTo is the connection manager's PathTo with a Subnet (nil without):
 // it runs on the control goroutine, which drives the manager.
-func (i *Interface) pathTo() func(ib.GID) (cm.IBPath, bool) {
+func (i *Interface) pathTo() func(ib.GID) (ipoibcm.IBPath, bool) {
 	if i.cfg.Subnet == nil {
 		return nil
 	}
@@ -404,12 +404,12 @@ func (i *Interface) pathTo() func(ib.GID) (cm.IBPath, bool) {
 }
 
 // pathTo is the cached path to gid, if any.
-func (c *control) pathTo(gid ib.GID) (cm.IBPath, bool) {
+func (c *control) pathTo(gid ib.GID) (ipoibcm.IBPath, bool) {
 	p, ok := c.unicastPath(gid)
 	if !ok {
-		return cm.IBPath{}, false
+		return ipoibcm.IBPath{}, false
 	}
-	return cm.IBPath{REQ: p.CM, Address: p.AH, MTU: p.MTU}, true
+	return ipoibcm.IBPath{REQ: p.CM, Address: p.AH, MTU: p.MTU}, true
 }
 
 // subnetTick asks what is due (refreshes, retries).

@@ -97,18 +97,18 @@ func chooseConnService(provider, cmFlag, peers string, mode ipoib.Mode, cmLoaded
 
 // ownConnService starts ipoibd's CM engine on the port's QP1: one MAD
 // splitter shared by every interface of the daemon, closed with it.
-func ownConnService(dev ib.Device) (io.Closer, func(cm.ServiceParams) (cm.Service, error), error) {
+func ownConnService(dev ib.Device) (io.Closer, cm.ServiceMaker, error) {
 	mads, err := dev.MADs()
 	if err != nil {
 		return nil, nil, err
 	}
-	split := cm.NewMADSplitter(mads)
-	return split, cm.OwnService(split), nil
+	qp1 := cm.NewSharedQP1(mads)
+	return qp1, cm.EngineOnSharedQP1(qp1), nil
 }
 
 // kernelConnService is the kernel's CM through librdmacm on a verbs
 // device (--cm kernel).
-func kernelConnService(dev ib.Device) func(cm.ServiceParams) (cm.Service, error) {
+func kernelConnService(dev ib.Device) cm.ServiceMaker {
 	return func(p cm.ServiceParams) (cm.Service, error) {
 		return rdmacm.New(dev, p.Events)
 	}

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/spf13/pflag"
 )
@@ -192,7 +192,7 @@ func (o *options) ifaceConfig() (ipoib.Config, error) {
 	if cfg.Mode, err = ipoib.ParseMode(o.mode); err != nil {
 		return cfg, fmt.Errorf("--mode: %w", err)
 	}
-	if cfg.Policy, err = cm.ParsePolicy(o.policy); err != nil {
+	if cfg.Policy, err = ipoibcm.ParsePolicy(o.policy); err != nil {
 		return cfg, fmt.Errorf("--cm-policy: %w", err)
 	}
 	if cfg.RC, cfg.UC, err = parseCMModes(o.cmModes); err != nil {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/softib"
 )
 
@@ -19,7 +19,7 @@ import (
 func softibDefaults() settings {
 	return settings{
 		logLevel: slog.LevelInfo,
-		iface: ipoib.Config{Name: "ib0", Mode: ipoib.Connected, RC: true, Policy: cm.PolicyLinux,
+		iface: ipoib.Config{Name: "ib0", Mode: ipoib.Connected, RC: true, Policy: ipoibcm.PolicyLinux,
 			PKey: 0xffff, MaxConns: 4096},
 		provider:    providerSoftib,
 		softib:      softib.Config{Name: "softib0", Addr: netip.MustParseAddr("10.0.0.1"), Port: softib.UDPPort, PKeys: []ib.PKey{0xffff}},
@@ -47,7 +47,7 @@ func TestParseSettings(t *testing.T) {
 			"--log-level", "debug", "--netns", "h1", "--tun-offload=false", "--tun-queues", "8", "--metrics-listen", "[::1]:9468"}, u...),
 			func(s *settings) {
 				s.logLevel, s.metricsListen = slog.LevelDebug, "[::1]:9468"
-				s.iface = ipoib.Config{Name: "ib3", Mode: ipoib.Datagram, RC: true, UC: true, Policy: cm.PolicyRFC, PKey: 0xffff,
+				s.iface = ipoib.Config{Name: "ib3", Mode: ipoib.Datagram, RC: true, UC: true, Policy: ipoibcm.PolicyRFC, PKey: 0xffff,
 					MTU: 2044, Addrs: []netip.Prefix{netip.MustParsePrefix("192.168.77.1/24"), netip.MustParsePrefix("fd00::1/64")},
 					IdleTimeout: 30 * time.Second, MaxConns: 1, Netns: "h1", NoOffload: true, Queues: 8}
 			}},

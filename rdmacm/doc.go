@@ -5,7 +5,7 @@
 // What it is for: while the kernel's ib_cm is loaded it owns QP1's CM
 // class, so ipoibd's own CM engine cannot run there. Leaving the kernel CM
 // in place keeps rdma_cm for the host's other RDMA users; this package asks
-// it to set ipoibd's connections up instead. The cm.Manager drives it
+// it to set ipoibd's connections up instead. The ipoibcm.Manager drives it
 // exactly as it drives the engine and sees the same events.
 //
 // Its limit: rdma_cm listens only on service IDs inside its own port

@@ -23,7 +23,7 @@ import (
 )
 
 // Service is the kernel's IB CM reached through librdmacm: the connection
-// service the cm.Manager runs on with rdma-core adapters when the kernel
+// service the ipoibcm.Manager runs on with rdma-core adapters when the kernel
 // owns QP1 (so the cm.Engine cannot). Its rdma_cm ids live on the verbs
 // Device's own context, which librdmacm handed out, so they and the
 // Manager's QPs share it. The QPs stay the Manager's: librdmacm only

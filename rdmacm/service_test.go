@@ -12,9 +12,10 @@ import (
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 )
 
-// These tests run real cm.Managers on the kernel CM service, one per
+// These tests run real ipoibcm.Managers on the kernel CM service, one per
 // device of the test bed (openPair), each driven as the daemon drives it: a
 // goroutine waits on Wake and polls under the Manager's lock.
 
@@ -27,9 +28,9 @@ type node struct {
 	svc   *Service
 
 	mu  sync.Mutex // the Manager's: the poll loop and the test take it
-	mgr *cm.Manager
+	mgr *ipoibcm.Manager
 
-	up, down chan *cm.Connection
+	up, down chan *ipoibcm.Connection
 	refused  chan string
 	polled   chan struct{} // a Poll ran (capacity one)
 	stop     chan struct{}
@@ -39,7 +40,7 @@ type node struct {
 func newNode(t *testing.T, e *end, uc bool) *node {
 	t.Helper()
 	n := &node{
-		t: t, e: e, up: make(chan *cm.Connection, 16), down: make(chan *cm.Connection, 16),
+		t: t, e: e, up: make(chan *ipoibcm.Connection, 16), down: make(chan *ipoibcm.Connection, 16),
 		refused: make(chan string, 16), polled: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	var err error
@@ -50,7 +51,7 @@ func newNode(t *testing.T, e *end, uc bool) *node {
 	}
 	ud := e.udQP(t)
 	n.local = ib.LinkAddr{Flags: ib.FlagRC | ib.FlagUC, QPN: ud.Num(), GID: e.port().GID}
-	n.mgr, err = cm.NewManager(cm.ManagerConfig{
+	n.mgr, err = ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(events func(cm.Event)) (cm.Service, error) {
 			s, err := New(e.dev, events)
 			if err == nil {
@@ -60,12 +61,12 @@ func newNode(t *testing.T, e *end, uc bool) *node {
 		},
 		PKey:    e.port().PKeys[0],
 		Local:   n.local,
-		Policy:  cm.PolicyRFC,
+		Policy:  ipoibcm.PolicyRFC,
 		UC:      uc,
 		PathMTU: e.port().ActiveMTU,
 		QPs:     n,
-		Up:      func(c *cm.Connection) { n.up <- c },
-		Down:    func(c *cm.Connection, reason string) { n.down <- c },
+		Up:      func(c *ipoibcm.Connection) { n.up <- c },
+		Down:    func(c *ipoibcm.Connection, reason string) { n.down <- c },
 		Refused: func(peer ib.LinkAddr, reason string) { n.refused <- reason },
 	})
 	if err != nil {
@@ -155,7 +156,7 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 
 // send carries a 64 KiB message on from's connection to to's, through
 // to's SRQ.
-func send(t *testing.T, from, to *node, cf, ct *cm.Connection, seed int) {
+func send(t *testing.T, from, to *node, cf, ct *ipoibcm.Connection, seed int) {
 	t.Helper()
 	const size = 64 << 10
 	const slot = 20
@@ -181,7 +182,7 @@ func send(t *testing.T, from, to *node, cf, ct *cm.Connection, seed int) {
 // checkPair checks that ca (on a) and cb (on b) are the two ends of one
 // connection, named by link addresses as IPoIB names them, and carry data
 // both ways.
-func checkPair(t *testing.T, a, b *node, ca, cb *cm.Connection, typ ib.QPType) {
+func checkPair(t *testing.T, a, b *node, ca, cb *ipoibcm.Connection, typ ib.QPType) {
 	t.Helper()
 	if ca.Peer.QPN != b.local.QPN || ca.Peer.GID != b.local.GID || cb.Peer.QPN != a.local.QPN || cb.Peer.GID != a.local.GID {
 		t.Errorf("peers %v and %v, want %v and %v (the GID must be the link address's)", ca.Peer, cb.Peer, b.local, a.local)
@@ -260,7 +261,7 @@ func TestServiceCrossing(t *testing.T) {
 		t.Fatalf("%d connections on %s, %d on %s: want one or two on each", len(csa), a.dev.Name(), len(csb), b.dev.Name())
 	}
 	for _, ca := range csa {
-		var cb *cm.Connection
+		var cb *ipoibcm.Connection
 		for _, c := range csb {
 			if c.Outgoing != ca.Outgoing {
 				cb = c

@@ -5,24 +5,26 @@ import (
 	"fmt"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/mad"
 )
 
-// Sizes of an SA MAD.
+// Sizes of an SA MAD: the common header (package mad), then the SA's own.
 const (
-	MADLen       = 256
-	MADHeaderLen = 24                 // the common MAD header
-	RMPPLen      = 12                 // the RMPP header every SA MAD carries
-	HeaderLen    = 56                 // MAD + RMPP + SM_Key, AttributeOffset, reserved, ComponentMask
-	DataLen      = MADLen - HeaderLen // 200: one record (no RMPP: the first 200 octets of a table)
+	MADLen    = mad.Len
+	RMPPLen   = 12                 // the RMPP header every SA MAD carries
+	HeaderLen = 56                 // MAD + RMPP + SM_Key, AttributeOffset, reserved, ComponentMask
+	DataLen   = MADLen - HeaderLen // 200: one record (no RMPP: the first 200 octets of a table)
 )
 
-// Header values every SA MAD carries.
+// Header values every SA MAD carries besides base version 1.
 const (
-	BaseVersion  = 1
-	MgmtClassSA  = 0x03
+	MgmtClassSA  = mad.ClassSA
 	ClassVersion = 2
-	responseBit  = 0x80
+	responseBit  = mad.ResponseBit
 )
+
+// saClass is what DecodeMAD accepts of the common header.
+var saClass = mad.Class{Name: "SA", Title: "Subnet Administration", ID: MgmtClassSA, Version: ClassVersion}
 
 // Method is the 8-bit method octet of the common header, the R bit
 // included: GetResp is 0x81.
@@ -109,7 +111,9 @@ type RMPP struct {
 	Data2    uint32
 }
 
-// Header is everything of an SA MAD before its record.
+// Header is everything of an SA MAD before its record: the common MAD
+// header with the SA's types for its method, status and attribute, then
+// the RMPP header and the SA's own fields.
 type Header struct {
 	BaseVersion       uint8
 	MgmtClass         uint8
@@ -137,14 +141,10 @@ func (h Header) Encode(b []byte) error {
 	if h.RMPP.Flags > 0x7 {
 		return ib.ErrField("SA header", "RMPPFlags", "%#x does not fit in 3 bits", h.RMPP.Flags)
 	}
+	if err := h.common().Encode(b); err != nil {
+		return err
+	}
 	be := binary.BigEndian
-	b[0], b[1], b[2], b[3] = h.BaseVersion, h.MgmtClass, h.ClassVersion, uint8(h.Method)
-	be.PutUint16(b[4:], uint16(h.Status))
-	be.PutUint16(b[6:], h.ClassSpecific)
-	be.PutUint64(b[8:], h.TransactionID)
-	be.PutUint16(b[16:], uint16(h.AttributeID))
-	b[18], b[19] = 0, 0
-	be.PutUint32(b[20:], h.AttributeModifier)
 	b[24], b[25] = h.RMPP.Version, h.RMPP.Type
 	b[26] = h.RMPP.RespTime<<3 | h.RMPP.Flags
 	b[27] = h.RMPP.Status
@@ -157,22 +157,32 @@ func (h Header) Encode(b []byte) error {
 	return nil
 }
 
+// common is the common MAD header of h.
+func (h Header) common() mad.Header {
+	return mad.Header{
+		BaseVersion: h.BaseVersion, MgmtClass: h.MgmtClass, ClassVersion: h.ClassVersion,
+		Method: uint8(h.Method), Status: uint16(h.Status), ClassSpecific: h.ClassSpecific,
+		TransactionID: h.TransactionID, AttributeID: uint16(h.AttributeID), AttributeModifier: h.AttributeModifier,
+	}
+}
+
 // DecodeHeader reads b[0:56] without judging the values; DecodeMAD does.
 func DecodeHeader(b []byte) (Header, error) {
 	if err := ib.NeedLen("SA header", "header", b, HeaderLen); err != nil {
 		return Header{}, err
 	}
+	c, _ := mad.DecodeHeader(b)
 	be := binary.BigEndian
 	return Header{
-		BaseVersion:       b[0],
-		MgmtClass:         b[1],
-		ClassVersion:      b[2],
-		Method:            Method(b[3]),
-		Status:            Status(be.Uint16(b[4:])),
-		ClassSpecific:     be.Uint16(b[6:]),
-		TransactionID:     be.Uint64(b[8:]),
-		AttributeID:       AttrID(be.Uint16(b[16:])),
-		AttributeModifier: be.Uint32(b[20:]),
+		BaseVersion:       c.BaseVersion,
+		MgmtClass:         c.MgmtClass,
+		ClassVersion:      c.ClassVersion,
+		Method:            Method(c.Method),
+		Status:            Status(c.Status),
+		ClassSpecific:     c.ClassSpecific,
+		TransactionID:     c.TransactionID,
+		AttributeID:       AttrID(c.AttributeID),
+		AttributeModifier: c.AttributeModifier,
 		RMPP: RMPP{
 			Version: b[24], Type: b[25], RespTime: b[26] >> 3, Flags: b[26] & 7, Status: b[27],
 			Data1: be.Uint32(b[28:]), Data2: be.Uint32(b[32:]),
@@ -216,7 +226,7 @@ func (r Request) MarshalMAD(b []byte) error {
 		return err
 	}
 	h := Header{
-		BaseVersion: BaseVersion, MgmtClass: MgmtClassSA, ClassVersion: ClassVersion,
+		BaseVersion: mad.BaseVersion, MgmtClass: MgmtClassSA, ClassVersion: ClassVersion,
 		Method: r.Method, TransactionID: r.TransactionID, AttributeID: r.Record.AttrID(),
 		RMPP:          RMPP{Version: 1},
 		ComponentMask: r.ComponentMask,
@@ -232,17 +242,13 @@ func (r Request) MarshalMAD(b []byte) error {
 // 1, class SA, class version 2) and returns its header and its data area.
 // The records are decoded by the caller, who knows what it asked for.
 func DecodeMAD(b []byte) (Header, []byte, error) {
+	_, err := saClass.Decode(b)
 	if len(b) != MADLen {
-		return Header{}, nil, ib.ErrField("SA MAD", "length", "have %d octets, a MAD is exactly %d", len(b), MADLen)
+		return Header{}, nil, err
 	}
 	h, _ := DecodeHeader(b)
-	switch {
-	case h.BaseVersion != BaseVersion:
-		return h, nil, ib.ErrField("SA MAD", "BaseVersion", "%d, want %d", h.BaseVersion, BaseVersion)
-	case h.MgmtClass != MgmtClassSA:
-		return h, nil, ib.ErrField("SA MAD", "MgmtClass", "%#02x is not Subnet Administration (%#02x)", h.MgmtClass, MgmtClassSA)
-	case h.ClassVersion != ClassVersion:
-		return h, nil, ib.ErrField("SA MAD", "ClassVersion", "%d, want %d", h.ClassVersion, ClassVersion)
+	if err != nil {
+		return h, nil, err
 	}
 	return h, b[HeaderLen:MADLen], nil
 }

@@ -5,7 +5,7 @@
 //
 // Every peer has its own softib device on its own underlay address (the
 // addresses must already be on an interface of this network namespace;
-// scripts/bench.sh adds them as /32s to eth0) and its own cm.Manager. A
+// scripts/bench.sh adds them as /32s to eth0) and its own ipoibcm.Manager. A
 // device has only one MAD service and the daemon tells peers apart by GID,
 // so one device per peer is the simple and faithful choice; it costs four
 // file descriptors and two goroutines per peer (the MAD receiver and the
@@ -36,6 +36,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/softib"
 )
 
@@ -62,7 +63,7 @@ type peer struct {
 	cq    ib.CQ
 	srq   ib.SRQ
 	ud    ib.QP
-	mgr   *cm.Manager
+	mgr   *ipoibcm.Manager
 	start time.Time
 	done  bool
 }
@@ -242,16 +243,16 @@ func (l *load) open(a netip.Addr, flags ib.LinkFlags) (*peer, error) {
 	}
 	port := dev.Port()
 	local := ib.LinkAddr{Flags: flags, QPN: p.ud.Num(), GID: port.GID}
-	if p.mgr, err = cm.NewManager(cm.ManagerConfig{
+	if p.mgr, err = ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(ev func(cm.Event)) (cm.Service, error) {
-			return cm.DeviceService(dev)(cm.ServiceParams{Port: port, PKey: port.PKeys[0], UDQPN: local.QPN, Events: ev})
+			return cm.EngineOnQP1(dev)(cm.ServiceParams{Port: port, PKey: port.PKeys[0], UDQPN: local.QPN, Events: ev})
 		},
 		PKey:    port.PKeys[0],
 		Local:   local,
 		UC:      flags == ib.FlagUC,
 		PathMTU: port.ActiveMTU,
 		QPs:     qpFactory{p},
-		Up:      func(*cm.Connection) { l.upped(p) },
+		Up:      func(*ipoibcm.Connection) { l.upped(p) },
 		Refused: func(_ ib.LinkAddr, reason string) { l.fail(p, reason) },
 	}); err != nil {
 		return fail(err)

@@ -23,25 +23,24 @@ func edited[M Message](t *testing.T, golden []byte, edit func(M)) ib.MAD {
 	return m
 }
 
-// The splitter sends each MAD to the engine it is for: REQs by the UD QPN
-// in their service ID, the rest by the tag in the receiver's comm ID;
-// anything else to the first engine, which answers it as a lone engine
-// would.
-func TestMADSplitterRoutes(t *testing.T) {
+// SharedQP1 sends each MAD to the share it is for: REQs by their service
+// ID, the rest by the tag in the receiver's comm ID; anything else to the
+// first share, whose engine answers it as a lone engine would.
+func TestSharedQP1Routes(t *testing.T) {
 	const qpnA, qpnB = ib.QPN(0x000111), ib.QPN(0x000222)
 	tr := &chanMADs{in: make(chan ib.MAD)}
-	s := NewMADSplitter(tr)
+	s := NewSharedQP1(tr)
 	defer s.Close()
-	a, err := s.Open(qpnA)
+	a, err := s.Open(IPoIBServiceID(qpnA))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Open(qpnB)
+	b, err := s.Open(IPoIBServiceID(qpnB))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Open(qpnB); err == nil {
-		t.Error("a second share for the same UD QPN was opened")
+	if _, err := s.Open(IPoIBServiceID(qpnB)); err == nil {
+		t.Error("a second share for the same service ID was opened")
 	}
 	if a.Tag() == b.Tag() || a.Tag() == 0 || b.Tag() == 0 {
 		t.Fatalf("tags %d and %d", a.Tag(), b.Tag())
@@ -50,7 +49,7 @@ func TestMADSplitterRoutes(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mad  ib.MAD
-		want *SplitMADs
+		want *QP1Share
 	}{
 		{"REQ for B's service ID", edited(t, goldenREQ, func(m *REQ) { m.ServiceID = IPoIBServiceID(qpnB) }), b},
 		{"REQ for A's service ID", edited(t, goldenREQ, func(m *REQ) { m.ServiceID = IPoIBServiceID(qpnA) }), a},
@@ -69,7 +68,7 @@ func TestMADSplitterRoutes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr.in <- tc.mad
-			var got *SplitMADs
+			var got *QP1Share
 			select {
 			case <-a.Recv():
 				got = a
@@ -86,10 +85,10 @@ func TestMADSplitterRoutes(t *testing.T) {
 }
 
 // A closed share gets nothing more and its tag is given out again only
-// after every other; closing the splitter closes the shares still open.
-func TestMADSplitterClose(t *testing.T) {
+// after every other; closing SharedQP1 closes the shares still open.
+func TestSharedQP1Close(t *testing.T) {
 	tr := &chanMADs{in: make(chan ib.MAD)}
-	s := NewMADSplitter(tr)
+	s := NewSharedQP1(tr)
 	a, _ := s.Open(1)
 	b, _ := s.Open(2)
 	if err := b.Close(); err != nil {
@@ -110,18 +109,18 @@ func TestMADSplitterClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, sub := range []*SplitMADs{a, c} {
+	for _, sub := range []*QP1Share{a, c} {
 		if _, open := <-sub.Recv(); open {
-			t.Errorf("tag %d still open after the splitter closed", sub.Tag())
+			t.Errorf("tag %d still open after SharedQP1 closed", sub.Tag())
 		}
 	}
 	if _, err := s.Open(4); err == nil {
-		t.Error("opened a share of a closed splitter")
+		t.Error("opened a share of a closed SharedQP1")
 	}
 }
 
 // An engine with a tag chooses comm IDs carrying it, so that replies find
-// it through the splitter.
+// it through SharedQP1.
 func TestEngineCommIDTag(t *testing.T) {
 	e := NewEngine(EngineConfig{GID: ib.GID{15: 1}, PKey: ib.DefaultPKey, CommIDTag: 0x5a, Send: func(ib.MADAddr, []byte) error { return nil }})
 	for range 100 {
@@ -131,13 +130,13 @@ func TestEngineCommIDTag(t *testing.T) {
 	}
 }
 
-// OwnService gives each interface of a port its engine on its own share
-// of QP1, choosing comm IDs with that share's tag, and refuses a second
-// service for one UD QPN.
-func TestOwnService(t *testing.T) {
-	s := NewMADSplitter(&chanMADs{in: make(chan ib.MAD)})
+// EngineOnSharedQP1 gives each interface of a port its engine on its own
+// share of QP1, choosing comm IDs with that share's tag, and refuses a
+// second service for one UD QPN.
+func TestEngineOnSharedQP1(t *testing.T) {
+	s := NewSharedQP1(&chanMADs{in: make(chan ib.MAD)})
 	defer s.Close()
-	newService := OwnService(s)
+	newService := EngineOnSharedQP1(s)
 	params := func(qpn ib.QPN) ServiceParams {
 		return ServiceParams{Port: ib.PortAttr{GID: ib.GID{15: 1}}, PKey: ib.DefaultPKey, UDQPN: qpn, Events: func(Event) {}}
 	}

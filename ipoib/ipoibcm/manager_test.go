@@ -1,4 +1,4 @@
-package cm
+package ipoibcm
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 )
 
@@ -113,11 +114,11 @@ func mgrAddr(i int) ib.LinkAddr {
 
 func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 	n := &mgrNode{f: f, local: mgrAddr(i), qps: &fakeQPs{next: ib.QPN(0x1000 * i)}}
-	ec := EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.sender(n.local.GID)}
+	ec := cm.EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.sender(n.local.GID)}
 	cfg := ManagerConfig{
-		Service: func(ev func(Event)) (Service, error) {
+		Service: func(ev func(cm.Event)) (cm.Service, error) {
 			ec.Event = ev
-			n.eng = &polledEngine{Engine: NewEngine(ec)}
+			n.eng = &polledEngine{Engine: cm.NewEngine(ec)}
 			return n.eng, nil
 		},
 		PKey:    ib.DefaultPKey,
@@ -146,11 +147,11 @@ func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 	return n
 }
 
-// polledEngine is the Engine with an input queue, as MADEngine is on a
+// polledEngine is the Engine with an input queue, as cm.EngineService is on a
 // MAD transport, without its receive goroutine: the fabric stays
 // deterministic.
 type polledEngine struct {
-	*Engine
+	*cm.Engine
 	in []ib.MAD
 }
 
@@ -185,7 +186,7 @@ func (n *mgrNode) connect(peer ib.LinkAddr) {
 func (n *mgrNode) established() []*Connection {
 	var cs []*Connection
 	for _, c := range n.m.Connections() {
-		if c.State() == StateEstablished {
+		if c.State() == cm.StateEstablished {
 			cs = append(cs, c)
 		}
 	}
@@ -212,9 +213,9 @@ func checkQP(tb testing.TB, c *Connection) {
 		return
 	}
 	rtr, rts := q.mods[1], q.mods[2]
-	if rtr.DestQPN != c.cm.RemoteQPN || rtr.DestGID != c.Peer.GID || rtr.RecvPSN != c.cm.RecvPSN || rtr.PathMTU != c.cm.PathMTU || !rtr.PathMTU.Valid() ||
-		rts.SendPSN != c.cm.SendPSN || q.mods[0].PKey != ib.DefaultPKey {
-		tb.Errorf("QP %v modified with %+v for %+v", q.num, q.mods, c.cm)
+	if rtr.DestQPN != c.comm.RemoteQPN || rtr.DestGID != c.Peer.GID || rtr.RecvPSN != c.comm.RecvPSN || rtr.PathMTU != c.comm.PathMTU || !rtr.PathMTU.Valid() ||
+		rts.SendPSN != c.comm.SendPSN || q.mods[0].PKey != ib.DefaultPKey {
+		tb.Errorf("QP %v modified with %+v for %+v", q.num, q.mods, c.comm)
 	}
 }
 
@@ -257,7 +258,7 @@ func (s *crossSim) options() []string {
 	}
 	if s.drops < maxCrossDrops {
 		for i, w := range s.f.pending {
-			if w.attr() == AttrREJ {
+			if w.attr() == cm.AttrREJ {
 				o = append(o, fmt.Sprintf("drop %d %v", i, w))
 			}
 		}
@@ -357,18 +358,18 @@ func TestManagerCrossingRFC(t *testing.T) {
 				for _, ca := range ea {
 					var cb *Connection
 					for _, c := range eb {
-						if ca.cm.RemoteQPN == c.QP.Num() && c.cm.RemoteQPN == ca.QP.Num() {
+						if ca.comm.RemoteQPN == c.QP.Num() && c.comm.RemoteQPN == ca.QP.Num() {
 							cb = c
 						}
 					}
 					if cb == nil || ca.Outgoing == cb.Outgoing {
-						fail("a's connection %+v has no counterpart at b", ca.cm)
+						fail("a's connection %+v has no counterpart at b", ca.comm)
 						return
 					}
 					if !ca.Sendable() || !cb.Sendable() {
 						fail("not sendable: a %v b %v", ca.Sendable(), cb.Sendable())
 					}
-					if !ca.Peer.SameNode(b.local) || !cb.Peer.SameNode(a.local) || ca.MTU != LinuxReceiveMTU-4 {
+					if !ca.Peer.SameNode(b.local) || !cb.Peer.SameNode(a.local) || ca.MTU != cm.LinuxReceiveMTU-4 {
 						fail("peers %v %v MTU %d", ca.Peer, cb.Peer, ca.MTU)
 					}
 					checkQP(t, ca)
@@ -383,11 +384,11 @@ func TestManagerCrossingRFC(t *testing.T) {
 				// Only the larger address rejects, only with reason 28 and
 				// its UD QPN in the private data; the smaller never does.
 				for _, w := range s.f.log {
-					if w.attr() != AttrREJ {
+					if w.attr() != cm.AttrREJ {
 						continue
 					}
-					r := decode[REJ](t, w)
-					if w.from != b.local.GID || r.Reason != RejConsumerReject || r.MessageRejected != MsgREQ ||
+					r := decode[cm.REJ](t, w)
+					if w.from != b.local.GID || r.Reason != cm.RejConsumerReject || r.MessageRejected != cm.MsgREQ ||
 						ib.QPN(binary.BigEndian.Uint32(r.PrivateData[:4])) != b.local.QPN {
 						fail("REJ %+v from %v", r, w.from)
 					}
@@ -425,7 +426,7 @@ func TestManagerCrossingREJWire(t *testing.T) {
 				s.f.lifo = true
 			}
 			s.f.run(time.Minute)
-			rejs := s.f.sent(ib.GID{}, AttrREJ, true)
+			rejs := s.f.sent(ib.GID{}, cm.AttrREJ, true)
 			if bFirst {
 				if len(rejs) != 0 || len(s.a.established()) != 2 || len(s.b.established()) != 2 || s.b.m.Stats.CrossingRejected != 0 || s.a.m.Stats.CrossingAccepted != 1 {
 					t.Fatalf("REJs %v, established %d %d, stats a %+v b %+v", rejs, len(s.a.established()), len(s.b.established()), s.a.m.Stats, s.b.m.Stats)
@@ -435,21 +436,21 @@ func TestManagerCrossingREJWire(t *testing.T) {
 			if len(rejs) != 1 || rejs[0].from != s.b.local.GID {
 				t.Fatalf("REJs %v, want one from b", rejs)
 			}
-			r := decode[REJ](t, rejs[0])
-			reqA := decode[REQ](t, s.f.sent(s.a.local.GID, AttrREQ, true)[0])
-			if r.Reason != RejConsumerReject || r.RemoteCommID != reqA.LocalCommID || binary.BigEndian.Uint32(r.PrivateData[:4]) != uint32(s.b.local.QPN) {
+			r := decode[cm.REJ](t, rejs[0])
+			reqA := decode[cm.REQ](t, s.f.sent(s.a.local.GID, cm.AttrREQ, true)[0])
+			if r.Reason != cm.RejConsumerReject || r.RemoteCommID != reqA.LocalCommID || binary.BigEndian.Uint32(r.PrivateData[:4]) != uint32(s.b.local.QPN) {
 				t.Errorf("REJ %+v", r)
 			}
 			if s.b.m.Stats.CrossingRejected != 1 || s.a.m.Stats.CrossingAccepted != 1 {
 				t.Errorf("stats a %+v b %+v", s.a.m.Stats, s.b.m.Stats)
 			}
-			if c := s.b.eng.Stats.RejSent.Of(RejConsumerReject); c != 1 {
+			if c := s.b.eng.Stats.RejSent.Of(cm.RejConsumerReject); c != 1 {
 				t.Errorf("b counted %d consumer REJs sent", c)
 			}
 			// b's REQ carried a's service ID and b's private data.
-			reqB := decode[REQ](t, s.f.sent(s.b.local.GID, AttrREQ, true)[0])
-			pd, err := DecodePrivateData(reqB.PrivateData[:])
-			if err != nil || reqB.ServiceID != IPoIBServiceID(s.a.local.QPN) || pd.UDQPN != s.b.local.QPN || pd.ReceiveMTU != LinuxReceiveMTU {
+			reqB := decode[cm.REQ](t, s.f.sent(s.b.local.GID, cm.AttrREQ, true)[0])
+			pd, err := cm.DecodePrivateData(reqB.PrivateData[:])
+			if err != nil || reqB.ServiceID != cm.IPoIBServiceID(s.a.local.QPN) || pd.UDQPN != s.b.local.QPN || pd.ReceiveMTU != cm.LinuxReceiveMTU {
 				t.Errorf("b's REQ: service %#x private %+v %v", reqB.ServiceID, pd, err)
 			}
 			if len(s.a.refused)+len(s.b.refused) != 0 {
@@ -471,10 +472,10 @@ func TestManagerCrossingREJLoss(t *testing.T) {
 				s := newCrossSim(t, PolicyRFC, false)
 				s.f.lifo = lifo
 				if lost < 0 {
-					s.f.dropAll[AttrREJ] = true
+					s.f.dropAll[cm.AttrREJ] = true
 				} else {
 					for i := 1; i <= lost; i++ {
-						s.f.dropNth(AttrREJ, i)
+						s.f.dropNth(cm.AttrREJ, i)
 					}
 				}
 				s.a.connect(s.b.local)
@@ -483,10 +484,10 @@ func TestManagerCrossingREJLoss(t *testing.T) {
 				a, b := s.a, s.b
 				if lifo {
 					// b's REQ reached a first: no crossing at b at all.
-					if len(s.f.sent(b.local.GID, AttrREJ, true)) != 0 {
+					if len(s.f.sent(b.local.GID, cm.AttrREJ, true)) != 0 {
 						t.Errorf("b sent a REJ though its REQ was answered")
 					}
-				} else if rejs := s.f.sent(b.local.GID, AttrREJ, true); len(rejs) != 1 || b.m.Stats.CrossingRejected != 1 {
+				} else if rejs := s.f.sent(b.local.GID, cm.AttrREJ, true); len(rejs) != 1 || b.m.Stats.CrossingRejected != 1 {
 					t.Errorf("%d REJs, %d crossing rejects, want 1", len(rejs), b.m.Stats.CrossingRejected)
 				}
 				if len(a.established()) != 2 || len(b.established()) != 2 || len(a.ups) != 2 || len(b.ups) != 2 || len(a.downs)+len(b.downs) != 0 {
@@ -527,7 +528,7 @@ func TestManagerCrossingLinux(t *testing.T) {
 				t.Errorf("path %q: %v out %d in %d ups %d downs %v", path, n.local.GID, out, in, len(n.ups), n.downs)
 			}
 		}
-		if rejs := s.f.sent(ib.GID{}, AttrREJ, true); len(rejs) != 0 {
+		if rejs := s.f.sent(ib.GID{}, cm.AttrREJ, true); len(rejs) != 0 {
 			t.Errorf("path %q: REJ sent under the linux policy", path)
 		}
 	})
@@ -577,8 +578,8 @@ func TestManagerPeerRestart(t *testing.T) {
 			}
 			// A DREQ naming the old connection went out.
 			var sawDREQ bool
-			for _, w := range f.sent(b.local.GID, AttrDREQ, true) {
-				if d := decode[DREQ](t, w); d.RemoteQPN == oldB.cm.RemoteQPN {
+			for _, w := range f.sent(b.local.GID, cm.AttrDREQ, true) {
+				if d := decode[cm.DREQ](t, w); d.RemoteQPN == oldB.comm.RemoteQPN {
 					sawDREQ = true
 				}
 			}
@@ -617,7 +618,7 @@ func TestManagerSendFailed(t *testing.T) {
 		t.Errorf("downs %v refused %v peer %v", b.downs, b.refused, refusedPeer)
 	}
 	out := f.log[nlog:]
-	if len(out) != 1 || out[0].attr() != AttrDREQ || decode[DREQ](t, out[0]).RemoteQPN != cb.cm.RemoteQPN {
+	if len(out) != 1 || out[0].attr() != cm.AttrDREQ || decode[cm.DREQ](t, out[0]).RemoteQPN != cb.comm.RemoteQPN {
 		t.Fatalf("sent %v, want one DREQ", out)
 	}
 	if cb.Sendable() {
@@ -653,7 +654,7 @@ func TestManagerIdle(t *testing.T) {
 				}
 			}
 			if busy {
-				if len(b.downs)+len(a.downs) != 0 || cb.State() != StateEstablished || b.m.Stats.IdleReaped != 0 {
+				if len(b.downs)+len(a.downs) != 0 || cb.State() != cm.StateEstablished || b.m.Stats.IdleReaped != 0 {
 					t.Errorf("busy connection reaped: downs %v %v", a.downs, b.downs)
 				}
 				return
@@ -664,7 +665,7 @@ func TestManagerIdle(t *testing.T) {
 			if d := downAt.Sub(start); d < idle || d > 2*idle {
 				t.Errorf("reaped after %v, want between %v and %v", d, idle, 2*idle)
 			}
-			if n := len(f.sent(b.local.GID, AttrDREQ, true)); n != 1 {
+			if n := len(f.sent(b.local.GID, cm.AttrDREQ, true)); n != 1 {
 				t.Errorf("%d DREQs", n)
 			}
 			if len(a.downs) != 1 || a.eng.Conns()+b.eng.Conns() != 0 || a.qps.open()+b.qps.open() != 0 {
@@ -696,10 +697,10 @@ func TestManagerMTU(t *testing.T) {
 			}
 			want := tc.b
 			if want == 0 {
-				want = LinuxReceiveMTU
+				want = cm.LinuxReceiveMTU
 			}
-			rep := decode[REP](t, f.sent(b.local.GID, AttrREP, true)[0])
-			if pd, err := DecodePrivateData(rep.PrivateData[:]); err != nil || pd.ReceiveMTU != want || pd.UDQPN != b.local.QPN {
+			rep := decode[cm.REP](t, f.sent(b.local.GID, cm.AttrREP, true)[0])
+			if pd, err := cm.DecodePrivateData(rep.PrivateData[:]); err != nil || pd.ReceiveMTU != want || pd.UDQPN != b.local.QPN {
 				t.Errorf("REP private data %+v %v", pd, err)
 			}
 		})
@@ -711,24 +712,26 @@ func TestManagerBadPeers(t *testing.T) {
 	t.Run("REP with receive MTU 4", func(t *testing.T) {
 		f := newFabric(t)
 		a := newMgrNode(f, 1, PolicyRFC, nil)
-		b := newEngNode(f, 2, testEngineConfig())
-		b.e.Listen(IPoIBServiceID(0x200))
-		b.noAccept = true
+		b := newEnginePeer(f, 2)
+		b.e.Listen(cm.IPoIBServiceID(0x200))
 		a.connect(mgrAddr(2))
 		f.drain()
-		bc := onlyComm(t, b.e)
+		bc := b.req
+		if bc == nil || b.e.Conns() != 1 {
+			t.Fatalf("the REQ reached b as %v; b has %d connections", bc, b.e.Conns())
+		}
 		var priv [8]byte
 		binary.BigEndian.PutUint32(priv[0:4], 0x200)
 		binary.BigEndian.PutUint32(priv[4:8], 4)
-		if err := b.e.Accept(f.now, bc, AcceptParams{LocalQPN: 5, PrivateData: priv[:]}); err != nil {
+		if err := b.e.Accept(f.now, bc, cm.AcceptParams{LocalQPN: 5, PrivateData: priv[:]}); err != nil {
 			t.Fatal(err)
 		}
 		f.run(time.Minute)
-		rejs := f.sent(a.local.GID, AttrREJ, true)
+		rejs := f.sent(a.local.GID, cm.AttrREJ, true)
 		if len(rejs) != 1 {
 			t.Fatalf("%d REJs", len(rejs))
 		}
-		if r := decode[REJ](t, rejs[0]); r.Reason != RejConsumerReject || r.MessageRejected != MsgREP {
+		if r := decode[cm.REJ](t, rejs[0]); r.Reason != cm.RejConsumerReject || r.MessageRejected != cm.MsgREP {
 			t.Errorf("REJ %+v", r)
 		}
 		if len(a.ups) != 0 || len(a.refused) != 1 || a.qps.open() != 0 || a.eng.Conns() != 0 {
@@ -789,8 +792,8 @@ func TestManagerThousandPeers(t *testing.T) {
 		}
 	}
 	t.Logf("%d peers were refused (half-open limit %d) and retried; hub rejected %d REQs", refusedPeers, 256, hub.eng.Stats.Rejected)
-	if hub.eng.halfOpen != 0 {
-		t.Errorf("hub half-open %d", hub.eng.halfOpen)
+	if hub.eng.HalfOpen() != 0 {
+		t.Errorf("hub half-open %d", hub.eng.HalfOpen())
 	}
 	hub.m.Close(f.now)
 	f.run(time.Minute)
@@ -805,35 +808,35 @@ func TestManagerThousandPeers(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------
-// A peer that behaves like the Linux kernel driver (ipoib-cm.md §4, §7.2,
-// §8), built directly on the engine.
+// A peer that behaves like the Linux kernel driver (docs/ipoib-cm.md,
+// docs/linux-interop.md), built directly on the engine.
 // ---------------------------------------------------------------------------
 
 type linuxPeer struct {
 	f       *fabric
-	e       *Engine
+	e       *cm.Engine
 	local   ib.LinkAddr
 	nextQPN ib.QPN
-	tx      map[ib.LinkAddr]*Comm // one sending connection per neighbor
-	txUp    map[*Comm]bool
-	rx      []*Comm
+	tx      map[ib.LinkAddr]*cm.Comm // one sending connection per neighbor
+	txUp    map[*cm.Comm]bool
+	rx      []*cm.Comm
 	rejects int
-	reqs    []*REQ // REQs it received
-	reps    []*REP // REPs it received
+	reqs    []*cm.REQ // REQs it received
+	reps    []*cm.REP // REPs it received
 }
 
 func newLinuxPeer(f *fabric, i int) *linuxPeer {
-	l := &linuxPeer{f: f, local: mgrAddr(i), nextQPN: ib.QPN(0x10000 * i), tx: map[ib.LinkAddr]*Comm{}, txUp: map[*Comm]bool{}}
-	l.e = NewEngine(EngineConfig{GID: l.local.GID, GUID: 0xa0a0 + uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 20, MaxRetries: 15,
+	l := &linuxPeer{f: f, local: mgrAddr(i), nextQPN: ib.QPN(0x10000 * i), tx: map[ib.LinkAddr]*cm.Comm{}, txUp: map[*cm.Comm]bool{}}
+	l.e = cm.NewEngine(cm.EngineConfig{GID: l.local.GID, GUID: 0xa0a0 + uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 20, MaxRetries: 15,
 		Send: f.sender(l.local.GID), Event: l.event})
-	l.e.Listen(IPoIBServiceID(l.local.QPN))
+	l.e.Listen(cm.IPoIBServiceID(l.local.QPN))
 	f.add(l.local.GID, l.e)
 	return l
 }
 
 func (l *linuxPeer) priv() []byte {
 	var p [8]byte
-	_ = PrivateData{UDQPN: l.local.QPN, ReceiveMTU: LinuxReceiveMTU}.Encode(p[:])
+	_ = cm.PrivateData{UDQPN: l.local.QPN, ReceiveMTU: cm.LinuxReceiveMTU}.Encode(p[:])
 	return p[:]
 }
 
@@ -844,8 +847,8 @@ func (l *linuxPeer) send(peer ib.LinkAddr) bool {
 		return l.txUp[c]
 	}
 	l.nextQPN++
-	c, err := l.e.Connect(l.f.now, ConnectParams{RemoteGID: peer.GID, ServiceID: IPoIBServiceID(peer.QPN), LocalQPN: l.nextQPN,
-		Transport: TransportRC, PathMTU: ib.MTU2048, RetryCount: 0, RNRRetry: 0, ACKTimeout: 18, PrivateData: l.priv(), Context: k})
+	c, err := l.e.Connect(l.f.now, cm.ConnectParams{RemoteGID: peer.GID, ServiceID: cm.IPoIBServiceID(peer.QPN), LocalQPN: l.nextQPN,
+		Transport: cm.TransportRC, PathMTU: ib.MTU2048, RetryCount: 0, RNRRetry: 0, ACKTimeout: 18, PrivateData: l.priv(), Context: k})
 	if err != nil {
 		l.f.tb.Fatalf("linux peer connect: %v", err)
 	}
@@ -853,28 +856,28 @@ func (l *linuxPeer) send(peer ib.LinkAddr) bool {
 	return false
 }
 
-func (l *linuxPeer) dropTx(c *Comm) {
+func (l *linuxPeer) dropTx(c *cm.Comm) {
 	if k, ok := c.Context.(ib.LinkAddr); ok && l.tx[k] == c {
 		delete(l.tx, k)
 		delete(l.txUp, c)
 	}
 }
 
-func (l *linuxPeer) event(ev Event) {
+func (l *linuxPeer) event(ev cm.Event) {
 	switch ev.Type {
-	case EvRequest:
+	case cm.EvRequest:
 		l.reqs = append(l.reqs, ev.REQ)
 		// Accept every REQ; echo its RNR retry count; PSN random.
 		l.nextQPN++
-		if err := l.e.Accept(l.f.now, ev.Comm, AcceptParams{LocalQPN: l.nextQPN, RecvPSN: 0xabcdef, RNRRetry: ev.REQ.RNRRetryCount, PrivateData: l.priv()}); err != nil {
+		if err := l.e.Accept(l.f.now, ev.Comm, cm.AcceptParams{LocalQPN: l.nextQPN, RecvPSN: 0xabcdef, RNRRetry: ev.REQ.RNRRetryCount, PrivateData: l.priv()}); err != nil {
 			l.f.tb.Errorf("linux accept: %v", err)
 		}
 		l.rx = append(l.rx, ev.Comm)
-	case EvReply:
+	case cm.EvReply:
 		l.reps = append(l.reps, ev.REP)
-		pd, err := DecodePrivateData(ev.REP.PrivateData[:])
+		pd, err := cm.DecodePrivateData(ev.REP.PrivateData[:])
 		if err != nil || pd.ReceiveMTU <= 4 {
-			_ = l.e.RejectReply(ev.Comm, RejConsumerReject, nil)
+			_ = l.e.RejectReply(ev.Comm, cm.RejConsumerReject, nil)
 			l.dropTx(ev.Comm)
 			return
 		}
@@ -882,10 +885,10 @@ func (l *linuxPeer) event(ev Event) {
 			l.f.tb.Errorf("linux ready: %v", err)
 		}
 		l.txUp[ev.Comm] = true
-	case EvRejected:
+	case cm.EvRejected:
 		l.rejects++
 		l.dropTx(ev.Comm)
-	case EvTimeout, EvTimewaitDone:
+	case cm.EvTimeout, cm.EvTimewaitDone:
 		l.dropTx(ev.Comm)
 	}
 }
@@ -917,7 +920,7 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 			if !l.send(m.local) || l.rejects != 0 || len(l.tx) != 1 {
 				t.Errorf("linux tx not up: rejects %d tx %d", l.rejects, len(l.tx))
 			}
-			if rejs := f.sent(m.local.GID, AttrREJ, true); len(rejs) != 0 {
+			if rejs := f.sent(m.local.GID, cm.AttrREJ, true); len(rejs) != 0 {
 				t.Errorf("manager sent %d REJs to the Linux peer", len(rejs))
 			}
 			// The manager sends on its own connection only.
@@ -938,14 +941,14 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 			// The Linux connection into the manager: the requester's QP
 			// gets RNR retry 7 from our REP; our passive QP answers with
 			// what the REQ asked (retry count 0 from Linux).
-			if len(l.reps) != 1 || l.reps[0].RNRRetryCount != 7 || in.MTU != LinuxReceiveMTU-4 {
+			if len(l.reps) != 1 || l.reps[0].RNRRetryCount != 7 || in.MTU != cm.LinuxReceiveMTU-4 {
 				t.Errorf("REPs to linux %d, MTU %d", len(l.reps), in.MTU)
 			}
-			if len(l.reqs) != 1 || l.reqs[0].ServiceID != IPoIBServiceID(l.local.QPN) {
+			if len(l.reqs) != 1 || l.reqs[0].ServiceID != cm.IPoIBServiceID(l.local.QPN) {
 				t.Errorf("REQs from the manager: %d", len(l.reqs))
 			}
-			reqL := decode[REQ](t, f.sent(l.local.GID, AttrREQ, true)[0])
-			if reqL.RetryCount != 0 || reqL.RNRRetryCount != 0 || in.cm.RNRRetry != 0 {
+			reqL := decode[cm.REQ](t, f.sent(l.local.GID, cm.AttrREQ, true)[0])
+			if reqL.RetryCount != 0 || reqL.RNRRetryCount != 0 || in.comm.RNRRetry != 0 {
 				t.Errorf("linux REQ retry %d rnr %d", reqL.RetryCount, reqL.RNRRetryCount)
 			}
 		})
@@ -954,7 +957,7 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 		f := newFabric(t)
 		l := newLinuxPeer(f, 1)
 		m := newMgrNode(f, 2, PolicyLinux, nil)
-		f.dropNth(AttrREQ, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) // the first REQ times out
+		f.dropNth(cm.AttrREQ, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) // the first REQ times out
 		l.send(m.local)
 		f.run(10 * time.Minute)
 		if len(l.tx) != 0 {
@@ -962,7 +965,7 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 		}
 		l.send(m.local) // next packet: new REQ
 		f.run(time.Minute)
-		if !l.send(m.local) || len(m.m.Connections()) != 1 || len(f.sent(m.local.GID, AttrREJ, true)) != 0 {
+		if !l.send(m.local) || len(m.m.Connections()) != 1 || len(f.sent(m.local.GID, cm.AttrREJ, true)) != 0 {
 			t.Errorf("re-REQ: up %v, manager conns %d", l.send(m.local), len(m.m.Connections()))
 		}
 	})
@@ -1076,7 +1079,7 @@ func TestManagerConnCountersKeys(t *testing.T) {
 // opens nothing.
 func TestManagerIBPath(t *testing.T) {
 	path := IBPath{
-		REQ:     Path{LocalLID: 0x11, RemoteLID: 0x22, SL: 3, PacketRate: 7, SubnetLocal: true, LocalACKTimeout: 19},
+		REQ:     cm.Path{LocalLID: 0x11, RemoteLID: 0x22, SL: 3, PacketRate: 7, SubnetLocal: true, LocalACKTimeout: 19},
 		Address: ib.Path{DLID: 0x22, SL: 3, StaticRate: 7},
 		MTU:     ib.MTU2048,
 	}

@@ -1,7 +1,6 @@
-package cm
+package ipoibcm
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 )
 
@@ -42,7 +43,7 @@ func ParsePolicy(s string) (Policy, error) {
 	case "linux":
 		return PolicyLinux, nil
 	}
-	return 0, fmt.Errorf("cm: policy %q: want rfc or linux", s)
+	return 0, fmt.Errorf("ipoibcm: policy %q: want rfc or linux", s)
 }
 
 func (p Policy) String() string {
@@ -71,7 +72,7 @@ type Connection struct {
 	// manager reads it to find idle connections.
 	Packets atomic.Uint64
 
-	cm       *Comm
+	comm     *cm.Comm
 	sendable bool
 	up       bool
 	idleSeen uint64
@@ -79,7 +80,7 @@ type Connection struct {
 }
 
 // State returns the CM state of the connection.
-func (c *Connection) State() State { return c.cm.State }
+func (c *Connection) State() cm.State { return c.comm.State }
 
 // Sendable reports whether the policy lets this connection carry our sends.
 func (c *Connection) Sendable() bool { return c.sendable }
@@ -87,9 +88,9 @@ func (c *Connection) Sendable() bool { return c.sendable }
 // ManagerConfig configures the IPoIB connection manager.
 type ManagerConfig struct {
 	// Service makes the connection service, given the function its events
-	// go to: the Engine on a MAD transport (NewMADEngine), or a provider's
-	// own (the kernel CM through librdmacm).
-	Service    func(events func(Event)) (Service, error)
+	// go to: ipoibd's own, the Engine on QP1 (cm.NewEngineService), or
+	// the kernel's CM through librdmacm (package rdmacm).
+	Service    func(events func(cm.Event)) (cm.Service, error)
 	PKey       ib.PKey     // the partition connected QPs join
 	Local      ib.LinkAddr // our link address: flags, UD QPN, GID
 	Policy     Policy
@@ -115,14 +116,14 @@ type ManagerConfig struct {
 // IBPath is one peer's path on an InfiniBand subnet, from the SA's
 // PathRecord (package sapath makes it).
 type IBPath struct {
-	REQ     Path    // the REQ's primary path
+	REQ     cm.Path // the REQ's primary path
 	Address ib.Path // the QP's addressing to the peer
 	MTU     ib.MTU
 }
 
 // ErrNoPath: PathTo knows no path to the peer yet; the caller asks the SA
 // and connects once it answered.
-var ErrNoPath = errors.New("cm: no path record for the peer yet")
+var ErrNoPath = errors.New("ipoibcm: no path record for the peer yet")
 
 // ManagerStats counts the manager's decisions. Each tagged field is a
 // counter under its tag's name (see Counters).
@@ -147,7 +148,7 @@ type ManagerStats struct {
 // Manager is the IPoIB connection manager of one interface.
 type Manager struct {
 	cfg   ManagerConfig
-	svc   Service
+	svc   cm.Service
 	conns map[ib.LinkAddr][]*Connection // by peer, flags zeroed
 	now   time.Time
 	Stats ManagerStats
@@ -161,7 +162,7 @@ type Manager struct {
 // NewManager makes a manager listening on the service ID of our UD QPN.
 func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.ReceiveMTU == 0 {
-		cfg.ReceiveMTU = LinuxReceiveMTU
+		cfg.ReceiveMTU = cm.LinuxReceiveMTU
 	}
 	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}}
 	// Every QP counter is in ConnCounters from the start, at 0, when the
@@ -175,27 +176,27 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		}
 	}
 	if cfg.Service == nil {
-		return nil, errors.New("cm: the manager needs a connection service")
+		return nil, errors.New("ipoibcm: the manager needs a connection service")
 	}
 	svc, err := cfg.Service(m.event)
 	if err != nil {
 		return nil, err
 	}
 	m.svc = svc
-	if err := m.svc.Listen(IPoIBServiceID(cfg.Local.QPN)); err != nil {
+	if err := m.svc.Listen(cm.IPoIBServiceID(cfg.Local.QPN)); err != nil {
 		_ = m.svc.Close()
-		return nil, fmt.Errorf("cm: listening on the service ID of UD QPN %v: %w", cfg.Local.QPN, err)
+		return nil, fmt.Errorf("ipoibcm: listening on the service ID of UD QPN %v: %w", cfg.Local.QPN, err)
 	}
 	return m, nil
 }
 
 // Service returns the connection service.
-func (m *Manager) Service() Service { return m.svc }
+func (m *Manager) Service() cm.Service { return m.svc }
 
 // Counters returns the manager's counters followed by its service's, under
 // the names the daemon shows with a "cm_" prefix.
 func (m *Manager) Counters() []ib.Counter {
-	return append(statCounters(&m.Stats), m.svc.Counters()...)
+	return append(cm.StatCounters(&m.Stats), m.svc.Counters()...)
 }
 
 func peerKey(a ib.LinkAddr) ib.LinkAddr { a.Flags = 0; return a }
@@ -212,10 +213,10 @@ func (m *Manager) Connections() []*Connection {
 // RemoteQPN returns the peer's QPN of the connection (0 before the CM
 // learned it).
 func (c *Connection) RemoteQPN() ib.QPN {
-	if c.cm == nil {
+	if c.comm == nil {
 		return 0
 	}
-	return c.cm.RemoteQPN
+	return c.comm.RemoteQPN
 }
 
 // fold adds a leaving connection's QP counters to the totals of gone ones.
@@ -256,8 +257,8 @@ func (m *Manager) ConnCounters() []ib.Counter {
 // Connecting reports whether a connection to peer is being set up.
 func (m *Manager) Connecting(peer ib.LinkAddr) bool {
 	for _, c := range m.conns[peerKey(peer)] {
-		switch c.cm.State {
-		case StateREQSent, StateREQRcvd, StateREPSent, StateREPRcvd:
+		switch c.comm.State {
+		case cm.StateREQSent, cm.StateREQRcvd, cm.StateREPSent, cm.StateREPRcvd:
 			return true
 		}
 	}
@@ -277,15 +278,15 @@ func (m *Manager) SendConnection(peer ib.LinkAddr) *Connection {
 
 // transportFor picks RC or UC for a peer from its link-address flags and
 // our preference; ok is false when we share no connected mode.
-func (m *Manager) transportFor(peer ib.LinkAddr) (TransportType, bool) {
+func (m *Manager) transportFor(peer ib.LinkAddr) (cm.TransportType, bool) {
 	rc, uc := peer.Flags&ib.FlagRC != 0, peer.Flags&ib.FlagUC != 0
 	switch {
 	case m.cfg.UC && uc:
-		return TransportUC, true
+		return cm.TransportUC, true
 	case rc:
-		return TransportRC, true
+		return cm.TransportRC, true
 	case uc:
-		return TransportUC, true
+		return cm.TransportUC, true
 	}
 	return 0, false
 }
@@ -300,8 +301,8 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 		return false, nil
 	}
 	for _, c := range m.conns[peerKey(peer)] {
-		if c.Outgoing || (m.cfg.Policy == PolicyRFC && c.cm.State != StateTimewait) {
-			if c.cm.State != StateTimewait && c.cm.State != StateDREQSent {
+		if c.Outgoing || (m.cfg.Policy == PolicyRFC && c.comm.State != cm.StateTimewait) {
+			if c.comm.State != cm.StateTimewait && c.comm.State != cm.StateDREQSent {
 				return true, nil
 			}
 		}
@@ -318,9 +319,9 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 	}
 	c := &Connection{Peer: peer, QP: qp, Outgoing: true, Since: now}
 	c.Peer.Flags = flagFor(tr)
-	p := ConnectParams{
-		RemoteGID: peer.GID, ServiceID: IPoIBServiceID(peer.QPN), LocalQPN: qp.Num(),
-		Transport: tr, RecvPSN: randomPSN(), PathMTU: m.cfg.PathMTU,
+	p := cm.ConnectParams{
+		RemoteGID: peer.GID, ServiceID: cm.IPoIBServiceID(peer.QPN), LocalQPN: qp.Num(),
+		Transport: tr, RecvPSN: cm.RandomPSN(), PathMTU: m.cfg.PathMTU,
 		RetryCount: 7, RNRRetry: 7, ACKTimeout: ackTimeout,
 		PrivateData: m.privateData(), Context: c,
 	}
@@ -333,7 +334,7 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 		_ = qp.Close()
 		return true, err
 	}
-	c.cm = cc
+	c.comm = cc
 	m.add(c)
 	m.Stats.Connects++
 	return true, nil
@@ -343,8 +344,8 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 // short against TCP's minimum RTO as RFC 4755 advises.
 const ackTimeout = 14
 
-func flagFor(tr TransportType) ib.LinkFlags {
-	if tr == TransportUC {
+func flagFor(tr cm.TransportType) ib.LinkFlags {
+	if tr == cm.TransportUC {
 		return ib.FlagUC
 	}
 	return ib.FlagRC
@@ -365,7 +366,7 @@ func (m *Manager) SendFailed(now time.Time, qpn ib.QPN) {
 	m.now = now
 	for _, cs := range m.conns {
 		for _, c := range cs {
-			if c.QP.Num() == qpn && c.cm.State != StateTimewait {
+			if c.QP.Num() == qpn && c.comm.State != cm.StateTimewait {
 				m.Stats.SendFails++
 				peer := c.Peer
 				m.teardown(c, "send failed")
@@ -407,7 +408,7 @@ func (m *Manager) Expire(now time.Time) {
 	}
 	for _, cs := range m.conns {
 		for _, c := range cs {
-			if c.cm.State != StateEstablished {
+			if c.comm.State != cm.StateEstablished {
 				continue
 			}
 			if n := c.Packets.Load(); n != c.idleSeen || c.idleAt.IsZero() {
@@ -432,27 +433,27 @@ func (m *Manager) Close(now time.Time) {
 	}
 }
 
-func (m *Manager) event(ev Event) {
+func (m *Manager) event(ev cm.Event) {
 	c, _ := ev.Comm.Context.(*Connection)
 	switch ev.Type {
-	case EvRequest:
+	case cm.EvRequest:
 		m.request(ev.Comm, ev.REQ)
-	case EvReply:
+	case cm.EvReply:
 		m.reply(c, ev.REP)
-	case EvEstablished:
+	case cm.EvEstablished:
 		m.Stats.Established++
 		if c != nil {
 			m.peerRestarted(c)
 			m.setUp(c)
 		}
-	case EvRejected:
+	case cm.EvRejected:
 		m.Stats.Rejected++
 		if c == nil {
 			return
 		}
 		m.remove(c)
 		_ = c.QP.Close()
-		if ev.REJ.Reason == RejConsumerReject && m.hasOther(c) {
+		if ev.REJ.Reason == cm.RejConsumerReject && m.hasOther(c) {
 			return // the crossing rule: the peer's own REQ wins
 		}
 		// Only our own attempts send the neighbor back to resolution: a
@@ -461,28 +462,28 @@ func (m *Manager) event(ev Event) {
 		if c.Outgoing {
 			m.refused(c.Peer, "rejected: "+ev.REJ.Reason.String())
 		}
-	case EvTimeout:
+	case cm.EvTimeout:
 		m.Stats.TimedOut++
 		if c == nil {
 			return
 		}
 		m.setDown(c, "timeout")
-		if ev.Comm.State == StateIdle {
+		if ev.Comm.State == cm.StateIdle {
 			m.remove(c)
 			_ = c.QP.Close()
 		} else { // stale: disconnecting until timewait ends
 			_ = c.QP.Modify(ib.QPModify{State: ib.StateError})
 		}
-		if c.Outgoing || ev.Comm.State != StateIdle { // as for REJs; a stale connection was in use
+		if c.Outgoing || ev.Comm.State != cm.StateIdle { // as for REJs; a stale connection was in use
 			m.refused(c.Peer, "timeout")
 		}
-	case EvDisconnected:
+	case cm.EvDisconnected:
 		m.Stats.Disconnected++
 		if c != nil {
 			m.setDown(c, "disconnected")
 			_ = c.QP.Modify(ib.QPModify{State: ib.StateError})
 		}
-	case EvTimewaitDone:
+	case cm.EvTimewaitDone:
 		if c != nil {
 			m.remove(c)
 			_ = c.QP.Close()
@@ -494,28 +495,28 @@ func (m *Manager) event(ev Event) {
 // never tears a connection down by itself: anyone can send one, naming
 // any UD QPN; a peer restart is acted on once the new connection is
 // established (peerRestarted).
-func (m *Manager) request(cc *Comm, req *REQ) {
-	pd, err := DecodePrivateData(req.PrivateData[:])
+func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
+	pd, err := cm.DecodePrivateData(req.PrivateData[:])
 	if err != nil {
-		m.reject(cc, RejConsumerReject)
+		m.reject(cc, cm.RejConsumerReject)
 		return
 	}
 	peer := ib.LinkAddr{Flags: flagFor(req.TransportType), QPN: pd.UDQPN, GID: cc.RemoteGID}
 	if m.cfg.Local.Flags&flagFor(req.TransportType) == 0 {
-		m.reject(cc, RejInvalidTransportType)
+		m.reject(cc, cm.RejInvalidTransportType)
 		return
 	}
 	if m.cfg.Policy == PolicyRFC {
 		larger := ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0
 		for _, c := range m.conns[peerKey(peer)] {
 			// RFC 4755: only a REQ of ours still unanswered crosses.
-			if !c.Outgoing || c.cm.State != StateREQSent {
+			if !c.Outgoing || c.comm.State != cm.StateREQSent {
 				continue
 			}
 			if larger {
 				// The smaller link address accepts, we reject.
 				m.Stats.CrossingRejected++
-				m.reject(cc, RejConsumerReject)
+				m.reject(cc, cm.RejConsumerReject)
 				return
 			}
 			m.Stats.CrossingAccepted++
@@ -523,20 +524,20 @@ func (m *Manager) request(cc *Comm, req *REQ) {
 	}
 	qp, err := m.newQP(req.TransportType)
 	if err != nil {
-		m.reject(cc, RejNoQP)
+		m.reject(cc, cm.RejNoQP)
 		return
 	}
 	if err := m.bringUp(qp, cc, cc.RecvPSN); err != nil {
 		_ = qp.Close()
 		m.Stats.QPErrors++
-		m.reject(cc, RejConsumerReject)
+		m.reject(cc, cm.RejConsumerReject)
 		return
 	}
-	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, cm: cc}
+	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, comm: cc}
 	cc.Context = c
 	// RNR retry 7: an RNR NAK only delays the requester, never kills it
 	// (a Linux requester would otherwise drop the connection).
-	if err := m.svc.Accept(m.now, cc, AcceptParams{LocalQPN: qp.Num(), RNRRetry: 7, PrivateData: m.privateData()}); err != nil {
+	if err := m.svc.Accept(m.now, cc, cm.AcceptParams{LocalQPN: qp.Num(), RNRRetry: 7, PrivateData: m.privateData()}); err != nil {
 		_ = qp.Close()
 		return
 	}
@@ -566,24 +567,24 @@ func (m *Manager) peerRestarted(c *Connection) {
 }
 
 // reply finishes our side after a REP.
-func (m *Manager) reply(c *Connection, rep *REP) {
+func (m *Manager) reply(c *Connection, rep *cm.REP) {
 	if c == nil {
 		return
 	}
-	pd, err := DecodePrivateData(rep.PrivateData[:])
+	pd, err := cm.DecodePrivateData(rep.PrivateData[:])
 	if err == nil {
-		err = m.bringUp(c.QP, c.cm, c.cm.RecvPSN)
+		err = m.bringUp(c.QP, c.comm, c.comm.RecvPSN)
 	}
 	if err != nil {
 		m.Stats.QPErrors++
-		_ = m.svc.RejectReply(c.cm, RejConsumerReject, m.privateData())
+		_ = m.svc.RejectReply(c.comm, cm.RejConsumerReject, m.privateData())
 		m.remove(c)
 		_ = c.QP.Close()
 		m.refused(c.Peer, "bad REP")
 		return
 	}
 	c.MTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU)
-	if err := m.svc.Ready(c.cm); err != nil {
+	if err := m.svc.Ready(c.comm); err != nil {
 		return
 	}
 	m.Stats.Established++
@@ -592,7 +593,7 @@ func (m *Manager) reply(c *Connection, rep *REP) {
 }
 
 // bringUp moves a QP through Init and RTR to RTS with what the CM agreed.
-func (m *Manager) bringUp(qp ib.QP, cc *Comm, recvPSN uint32) error {
+func (m *Manager) bringUp(qp ib.QP, cc *cm.Comm, recvPSN uint32) error {
 	// On an InfiniBand path the ACK timeout follows its packet lifetime,
 	// as the REQ said; elsewhere ours.
 	timeout := uint8(ackTimeout)
@@ -606,7 +607,7 @@ func (m *Manager) bringUp(qp ib.QP, cc *Comm, recvPSN uint32) error {
 	}
 	for _, s := range steps {
 		if err := qp.Modify(s); err != nil {
-			return fmt.Errorf("cm: QP %v to %v: %w", qp.Num(), s.State, err)
+			return fmt.Errorf("ipoibcm: QP %v to %v: %w", qp.Num(), s.State, err)
 		}
 	}
 	return nil
@@ -615,29 +616,29 @@ func (m *Manager) bringUp(qp ib.QP, cc *Comm, recvPSN uint32) error {
 // privateData is the RFC 4755 private data of our REQs, REPs and REJs
 // of a REP: our UD QPN and receive MTU.
 func (m *Manager) privateData() []byte {
-	var priv [IPoIBPrivateDataLen]byte
-	_ = PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
+	var priv [cm.IPoIBPrivateDataLen]byte
+	_ = cm.PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
 	return priv[:]
 }
 
-func (m *Manager) reject(cc *Comm, reason RejectReason) {
-	var priv [IPoIBPrivateDataLen]byte
+func (m *Manager) reject(cc *cm.Comm, reason cm.RejectReason) {
+	var priv [cm.IPoIBPrivateDataLen]byte
 	binary.BigEndian.PutUint32(priv[0:4], uint32(m.cfg.Local.QPN))
 	_ = m.svc.Reject(cc, reason, priv[:])
 }
 
 func (m *Manager) teardown(c *Connection, reason string) {
 	m.setDown(c, reason)
-	switch c.cm.State {
-	case StateTimewait, StateDREQSent:
+	switch c.comm.State {
+	case cm.StateTimewait, cm.StateDREQSent:
 		return
-	case StateIdle:
+	case cm.StateIdle:
 		m.remove(c)
 		_ = c.QP.Close()
 		return
 	}
-	m.svc.Disconnect(m.now, c.cm)
-	if c.cm.State == StateIdle { // rejected while being set up
+	m.svc.Disconnect(m.now, c.comm)
+	if c.comm.State == cm.StateIdle { // rejected while being set up
 		m.remove(c)
 		_ = c.QP.Close()
 	}
@@ -674,7 +675,7 @@ func (m *Manager) refused(peer ib.LinkAddr, reason string) {
 // hasOther reports whether c's peer has another live connection.
 func (m *Manager) hasOther(c *Connection) bool {
 	for _, o := range m.conns[peerKey(c.Peer)] {
-		if o != c && o.cm.State != StateTimewait && o.cm.State != StateIdle {
+		if o != c && o.comm.State != cm.StateTimewait && o.comm.State != cm.StateIdle {
 			return true
 		}
 	}
@@ -703,15 +704,15 @@ func (m *Manager) remove(c *Connection) {
 	}
 }
 
-func (m *Manager) newQP(tr TransportType) (ib.QP, error) {
+func (m *Manager) newQP(tr cm.TransportType) (ib.QP, error) {
 	if m.cfg.QPs == nil {
-		return nil, errors.New("cm: no QP factory")
+		return nil, errors.New("ipoibcm: no QP factory")
 	}
 	return m.cfg.QPs.CreateQP(typeOf(tr))
 }
 
-func typeOf(tr TransportType) ib.QPType {
-	if tr == TransportUC {
+func typeOf(tr cm.TransportType) ib.QPType {
+	if tr == cm.TransportUC {
 		return ib.UC
 	}
 	return ib.RC
@@ -720,11 +721,5 @@ func typeOf(tr TransportType) ib.QPType {
 // connMTU is the largest IP packet on a connection: the smaller receive
 // MTU less the 4-octet IPoIB header (RFC 4755 §5.1).
 func connMTU(peer, ours uint32) int {
-	return int(min(peer, ours)) - ipoibHeaderLen
-}
-
-func randomPSN() uint32 {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return binary.BigEndian.Uint32(b[:]) & 0xffffff
+	return int(min(peer, ours)) - encap.HeaderLen
 }
