@@ -30,7 +30,8 @@ type Device struct {
 	closed atomic.Bool
 	done   chan struct{}
 
-	touched []*cq // CQs run filled in this batch (run only)
+	touched []*cq           // CQs run filled in this batch (run only)
+	settled []chan struct{} // Settle calls answered at the end of this batch (run only)
 	ctr     [numTrafficEnd]atomic.Uint64
 }
 
@@ -221,6 +222,24 @@ func (d *Device) endBatch() {
 		d.touched[k] = nil
 	}
 	d.touched = d.touched[:0]
+	for k, c := range d.settled {
+		close(c)
+		d.settled[k] = nil
+	}
+	d.settled = d.settled[:0]
+}
+
+// Settle waits until the delivery goroutine has landed what was sent to
+// the device before the call and run the CQ handlers of that batch, so a
+// test can assert that something did not arrive without sleeping. It
+// returns at once on a closed device.
+func (d *Device) Settle() {
+	done := make(chan struct{})
+	d.enqueue(&packet{kind: kindSettle, settled: done})
+	select {
+	case <-done:
+	case <-d.done:
+	}
 }
 
 func (d *Device) touch(c *cq) {
@@ -234,8 +253,12 @@ func (d *Device) touch(c *cq) {
 
 // land delivers one packet on the delivery goroutine.
 func (d *Device) land(p *packet) {
-	if p.kind == kindAck {
+	switch p.kind {
+	case kindAck:
 		p.from.acked(p.seq, p.status)
+		return
+	case kindSettle:
+		d.settled = append(d.settled, p.settled)
 		return
 	}
 	d.count(rxMessages)

@@ -247,11 +247,12 @@ func (f *Fabric) deliver(p *packet) {
 type packetKind uint8
 
 const (
-	kindUD  packetKind = iota // a UD datagram (unicast or multicast)
-	kindMAD                   // a datagram for QP1
-	kindRC                    // a whole RC message
-	kindUC                    // a whole UC message
-	kindAck                   // the outcome of an RC message, back to its sender
+	kindUD     packetKind = iota // a UD datagram (unicast or multicast)
+	kindMAD                      // a datagram for QP1
+	kindRC                       // a whole RC message
+	kindUC                       // a whole UC message
+	kindAck                      // the outcome of an RC message, back to its sender
+	kindSettle                   // Device.Settle's marker
 )
 
 // packet is one datagram, message or acknowledgement in flight.
@@ -271,6 +272,7 @@ type packet struct {
 	rnrRetry uint8
 	rnrs     uint8
 	status   ib.WCStatus
+	settled  chan struct{} // kindSettle
 }
 
 func (p *packet) clone() *packet {
