@@ -247,6 +247,8 @@ func TestFakeDatagramPeer(t *testing.T) {
 		int(binary.BigEndian.Uint16(icmp[26:])) != a.udMTU {
 		t.Fatalf("a wrote % x, want ICMP fragmentation needed with MTU %d", icmp[:min(len(icmp), 28)], a.udMTU)
 	}
+	// The drop is counted right after the ICMP is written: await it.
+	waitFor(t, "tx_drop_too_big counted", func() bool { return a.count(txDropTooBig) >= tooBig+1 })
 	if a.count(txDropTooBig) != tooBig+1 || a.count(txUD) != ud {
 		t.Errorf("tx_drop_too_big +%d, tx_ud +%d; want the packet dropped, not sent", a.count(txDropTooBig)-tooBig, a.count(txUD)-ud)
 	}
