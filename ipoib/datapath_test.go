@@ -27,14 +27,18 @@ import (
 // go to an address no host owns, so the receiving kernel drops them
 // quietly (no forwarding); the daemons' own paths are what is measured.
 
-// pair is two interfaces over softib in two namespaces, h0 connected to
-// h1 for the address sink.
+// pair is two interfaces over softib in two namespaces (newPair), or over
+// ibtest with fake netdevs (newFakePair), a connected to b for the
+// address sink.
 type pair struct {
-	a, b *Interface
-	sink netip.Addr
-	r    *txReader // a's first queue's slots, taken as its reader takes them
-	net  *testnet.Net
-	logA *syncBuffer // a's log
+	a, b  *Interface
+	sink  netip.Addr
+	r     *txReader // a's first queue's slots, taken as its reader takes them
+	net   *testnet.Net
+	fa    *fakeHost // newFakePair's: a with its netdev
+	fb    *fakeHost
+	pings int         // fake pings so far
+	logA  *syncBuffer // a's log
 }
 
 // syncBuffer is a log destination tests read while the daemon writes.
@@ -79,7 +83,14 @@ func newPair(tb testing.TB) *pair {
 			ifs[k] = i
 		})
 	}
-	p := &pair{a: ifs[0], b: ifs[1], sink: netip.MustParseAddr("192.168.9.77"), net: n, logA: logA}
+	return connectSink(tb, &pair{a: ifs[0], b: ifs[1], net: n, logA: logA})
+}
+
+// connectSink points p's sink at b's link address, connects a to it and
+// waits for the RC path.
+func connectSink(tb testing.TB, p *pair) *pair {
+	tb.Helper()
+	p.sink = netip.MustParseAddr("192.168.9.77")
 	p.r = &txReader{slots: &p.a.slots.tx[0]}
 	// The sink is "at" b's link address; connect and wait for the RC path.
 	up := make(chan struct{})

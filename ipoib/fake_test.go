@@ -8,47 +8,46 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibtest"
 	"github.com/ipoibd/ipoibd/inetsum"
+	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/offload"
-	"github.com/ipoibd/ipoibd/softib"
 )
 
 // The interface's behaviours, checked as an ordinary user: each host is an
-// interface over softib on a loopback address (127.0.0.0/8) with a fake
-// netdev instead of a TUN, so a test puts packets in where the kernel
-// would and reads what the interface hands back to the kernel.
+// interface over an ibtest device (an in-memory fabric) with a netdevtest
+// fake instead of a TUN, so a test puts packets in where the kernel would
+// and reads what the interface hands back to the kernel.
 
 // fakeHost is one such interface, with its subnet addresses 10.9.0.k/24
 // and fd00:9::k/64.
 type fakeHost struct {
 	*Interface
-	nd       *fakeNetdev
+	ibdev    *ibtest.Device
+	nd       *netdevtest.Netdev
 	ip4, ip6 netip.Addr
 }
 
-// newFakeHosts brings up n hosts on softib port port plus a multiple of 50
-// (runs), host k configured by mods[k] if there is one. Each test passes a
-// base port of its own within 50 of the others' (24791-24840): tests of
-// other packages run at the same time on theirs.
-func newFakeHosts(t *testing.T, port uint16, n int, mods ...func(*Config)) []*fakeHost {
+// newFakeHosts brings up n hosts on a fabric of their own, host k
+// configured by mods[k] if there is one.
+func newFakeHosts(t *testing.T, n int, mods ...func(*Config)) []*fakeHost {
 	t.Helper()
-	port += uint16(runs.Add(1)%20) * 50
+	fab := ibtest.NewFabric()
 	hosts := make([]*fakeHost, n)
 	for k := range n {
-		dev, err := softib.Open(softib.Config{Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(k + 1)}), Port: port})
+		dev, err := fab.Open(ibtest.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := &fakeHost{nd: newFakeNetdev(),
+		h := &fakeHost{ibdev: dev, nd: netdevtest.New(),
 			ip4: netip.AddrFrom4([4]byte{10, 9, 0, byte(k + 1)}),
 			ip6: netip.MustParseAddr(fmt.Sprintf("fd00:9::%d", k+1))}
-		cfg := Config{Name: "ib0", Device: dev, Netdev: h.nd.open, Queues: 1,
+		cfg := Config{Name: "ib0", Device: dev, Netdev: h.nd.Open, Queues: 1,
 			Addrs: []netip.Prefix{netip.PrefixFrom(h.ip4, 24), netip.PrefixFrom(h.ip6, 64)},
 			Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if k < len(mods) && mods[k] != nil {
@@ -64,11 +63,6 @@ func newFakeHosts(t *testing.T, port uint16, n int, mods ...func(*Config)) []*fa
 	}
 	return hosts
 }
-
-// runs moves each set of hosts to a port of its own (base + 50k): a
-// datagram still in flight from the hosts of a test run before (-count)
-// must not reach the next ones.
-var runs atomic.Int32
 
 // packetTo returns an IPv4 or IPv6 UDP packet of size octets in all, with
 // DF set (IPv4), and a payload that tells packets apart.
@@ -101,13 +95,13 @@ func packetTo(src, dst netip.Addr, size int, seq byte) []byte {
 }
 
 // send hands the interface a packet as the kernel would.
-func (h *fakeHost) send(p []byte) { h.nd.in <- fakePacket{b: p} }
+func (h *fakeHost) send(p []byte) { h.nd.In <- netdevtest.Packet{B: p} }
 
 // next returns the next packet the interface wrote to the kernel.
 func (h *fakeHost) next(t *testing.T) []byte {
 	t.Helper()
 	select {
-	case p := <-h.nd.out:
+	case p := <-h.nd.Out:
 		return p
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%v: no packet written to the kernel in 10 s", h.ip4)
@@ -115,13 +109,15 @@ func (h *fakeHost) next(t *testing.T) []byte {
 	}
 }
 
-// quiet fails if the interface writes anything to the kernel before the
-// control goroutine has served a request after what the test did.
+// quiet fails if the interface writes anything to the kernel once its
+// device has landed what was sent to it and the control goroutine has
+// served a request after what the test did.
 func (h *fakeHost) quiet(t *testing.T) {
 	t.Helper()
+	h.ibdev.Settle()
 	h.do(func() {})
 	select {
-	case p := <-h.nd.out:
+	case p := <-h.nd.Out:
 		t.Fatalf("%v wrote %d octets to the kernel, want none", h.ip4, len(p))
 	default:
 	}
@@ -168,7 +164,7 @@ func (h *fakeHost) stat(t *testing.T, name string) uint64 {
 // learned us from our solicitation, so its answer needs no resolution of
 // its own; a connected pair ends up on an RC connection.
 func TestFakeResolvesAndDelivers(t *testing.T) {
-	h := newFakeHosts(t, 24791, 2)
+	h := newFakeHosts(t, 2)
 	a, b := h[0], h[1]
 	for _, tc := range []struct {
 		name string
@@ -211,8 +207,8 @@ func TestFakeResolvesAndDelivers(t *testing.T) {
 			}
 		})
 	}
-	if cm := a.Show().CM; !strings.Contains(cm, "QP1 through softib0 over UDP 127.0.0.1:") {
-		t.Errorf("show names the connection service %q, want its softib transport", cm)
+	if cm := a.Show().CM; !strings.Contains(cm, "QP1 through ibtest0 on an in-memory fabric") {
+		t.Errorf("show names the connection service %q, want its ibtest transport", cm)
 	}
 	waitFor(t, "a's connection to b up", func() bool {
 		n, _ := a.neighbor(b.ip4)
@@ -230,7 +226,7 @@ func TestFakeResolvesAndDelivers(t *testing.T) {
 // larger packet with DF is answered with "fragmentation needed" carrying
 // that MTU, and dropped.
 func TestFakeDatagramPeer(t *testing.T) {
-	h := newFakeHosts(t, 24792, 2, nil, func(c *Config) { c.Mode = Datagram })
+	h := newFakeHosts(t, 2, nil, func(c *Config) { c.Mode = Datagram })
 	a, b := h[0], h[1]
 	out := packetTo(a.ip4, b.ip4, 1200, 1)
 	a.send(out)
@@ -241,7 +237,7 @@ func TestFakeDatagramPeer(t *testing.T) {
 	if n.Via != "UD" || n.MTU != a.udMTU {
 		t.Errorf("a's neighbor b: via %s MTU %d, want UD with %d", n.Via, n.MTU, a.udMTU)
 	}
-	if m, ok := a.nd.route(b.ip4); !ok || m != a.udMTU {
+	if m, ok := a.nd.Route(b.ip4); !ok || m != a.udMTU {
 		t.Errorf("a's host route to b: %d %v, want MTU %d", m, ok, a.udMTU)
 	}
 	tooBig, ud := a.count(txDropTooBig), a.count(txUD)
@@ -251,6 +247,8 @@ func TestFakeDatagramPeer(t *testing.T) {
 		int(binary.BigEndian.Uint16(icmp[26:])) != a.udMTU {
 		t.Fatalf("a wrote % x, want ICMP fragmentation needed with MTU %d", icmp[:min(len(icmp), 28)], a.udMTU)
 	}
+	// The drop is counted right after the ICMP is written: await it.
+	waitFor(t, "tx_drop_too_big counted", func() bool { return a.count(txDropTooBig) >= tooBig+1 })
 	if a.count(txDropTooBig) != tooBig+1 || a.count(txUD) != ud {
 		t.Errorf("tx_drop_too_big +%d, tx_ud +%d; want the packet dropped, not sent", a.count(txDropTooBig)-tooBig, a.count(txUD)-ud)
 	}
@@ -261,7 +259,7 @@ func TestFakeDatagramPeer(t *testing.T) {
 // own link address. a does not move a neighbor that answers: it asks b
 // again, b answers, and a's traffic keeps going to b.
 func TestFakeImpostorRefuted(t *testing.T) {
-	h := newFakeHosts(t, 24793, 3)
+	h := newFakeHosts(t, 3)
 	a, b, c := h[0], h[1], h[2]
 	a.send(packetTo(a.ip4, b.ip4, 100, 1))
 	b.next(t)
@@ -286,7 +284,7 @@ func TestFakeImpostorRefuted(t *testing.T) {
 // while a asks (at most MaxPending of them) and are then answered with
 // ICMP host unreachable.
 func TestFakeUnresolvedNeighbor(t *testing.T) {
-	h := newFakeHosts(t, 24794, 1)
+	h := newFakeHosts(t, 1)
 	a := h[0]
 	nobody := netip.MustParseAddr("10.9.0.99")
 	max := a.neigh.MaxPending
@@ -312,10 +310,10 @@ func TestFakeUnresolvedNeighbor(t *testing.T) {
 // kernel's route, which must be a neighbor on the link; without a route it
 // is dropped and counted.
 func TestFakeNextHops(t *testing.T) {
-	h := newFakeHosts(t, 24795, 2)
+	h := newFakeHosts(t, 2)
 	a, b := h[0], h[1]
-	a.nd.setGateway(netip.MustParsePrefix("198.51.100.0/24"), b.ip4)
-	a.nd.setGateway(netip.MustParsePrefix("203.0.113.0/24"), netip.MustParseAddr("192.0.2.1")) // not on link
+	a.nd.SetGateway(netip.MustParsePrefix("198.51.100.0/24"), b.ip4)
+	a.nd.SetGateway(netip.MustParsePrefix("203.0.113.0/24"), netip.MustParseAddr("192.0.2.1")) // not on link
 	routed := packetTo(a.ip4, netip.MustParseAddr("198.51.100.7"), 300, 1)
 	a.send(routed)
 	if got := b.next(t); string(got) != string(routed) {
@@ -333,7 +331,7 @@ func TestFakeNextHops(t *testing.T) {
 // carried is dropped and counted under its own cause, and nothing else
 // happens.
 func TestFakeDrops(t *testing.T) {
-	h := newFakeHosts(t, 24796, 2)
+	h := newFakeHosts(t, 2)
 	a, b := h[0], h[1]
 	ns := make([]byte, 72) // an ICMPv6 neighbor solicitation from the kernel
 	copy(ns, packetTo(a.ip6, b.ip6, 72, 0)[:40])
@@ -350,13 +348,13 @@ func TestFakeDrops(t *testing.T) {
 		})
 	}
 	fill := func(h *fakeHost) { // the kernel takes nothing more
-		for len(h.nd.out) < cap(h.nd.out) {
-			h.nd.out <- nil
+		for len(h.nd.Out) < cap(h.nd.Out) {
+			h.nd.Out <- nil
 		}
 	}
 	drain := func(h *fakeHost) {
-		for len(h.nd.out) > 0 {
-			<-h.nd.out
+		for len(h.nd.Out) > 0 {
+			<-h.nd.Out
 		}
 	}
 	for _, tc := range []struct {
@@ -372,7 +370,7 @@ func TestFakeDrops(t *testing.T) {
 		{"short ARP from the fabric", func() { rawTo(b, a, []byte{0x08, 0x06, 0, 0, 0, 0x20, 8, 0}) }, a, rxDropMalformed, nil},
 		{"short IPoIB header from the fabric", func() { rawTo(b, a, []byte{0x08}) }, a, rxDropMalformed, nil},
 		{"super-packet that does not parse", func() {
-			a.nd.in <- fakePacket{b: packetTo(a.ip4, b.ip4, 3000, 1), h: offload.Hdr{GSOType: offload.GSOTCPv4, GSOSize: 1000}}
+			a.nd.In <- netdevtest.Packet{B: packetTo(a.ip4, b.ip4, 3000, 1), Hdr: offload.Hdr{GSOType: offload.GSOTCPv4, GSOSize: 1000}}
 		}, a, txDropOffload, nil},
 		{"the kernel refuses a packet", func() {
 			fill(b)
@@ -399,7 +397,7 @@ func TestFakeDrops(t *testing.T) {
 // limit, taken by c) still gets our packets over UD, and we back off
 // instead of asking again with every packet.
 func TestFakeConnectionRefused(t *testing.T) {
-	h := newFakeHosts(t, 24797, 3, nil, func(c *Config) { c.MaxConns = 1 })
+	h := newFakeHosts(t, 3, nil, func(c *Config) { c.MaxConns = 1 })
 	a, b, c := h[0], h[1], h[2]
 	c.send(packetTo(c.ip4, b.ip4, 100, 1))
 	b.next(t)
@@ -441,21 +439,21 @@ func TestFakeFollowsTheLink(t *testing.T) {
 			c.Addrs = append(c.Addrs, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, 0, k}), 24))
 		}
 	}
-	h := newFakeHosts(t, 24798, 2, nil, second(2))
+	h := newFakeHosts(t, 2, nil, second(2))
 	a, b := h[0], h[1]
 	added := netip.MustParsePrefix("10.10.0.1/24")
-	a.nd.addAddr(added)
+	a.nd.AddAddr(added)
 	out := packetTo(netip.MustParseAddr("10.10.0.2"), added.Addr(), 500, 1)
 	b.send(out)
 	if got := a.next(t); string(got) != string(out) {
 		t.Fatalf("a got %d octets, want b's packet to the added address", len(got))
 	}
 
-	a.nd.events <- LinkEvent{Change: LinkState, MTU: 9000, Up: true}
+	a.nd.Events <- LinkEvent{Change: LinkState, MTU: 9000, Up: true}
 	waitFor(t, "a takes MTU 9000", func() bool { return a.Show().MTU == 9000 })
 
-	a.nd.linkDown()
-	a.nd.events <- LinkEvent{Change: LinkState, MTU: 9000, Up: true}
+	a.nd.LinkDown()
+	a.nd.Events <- LinkEvent{Change: LinkState, MTU: 9000, Up: true}
 	waitFor(t, "a restores its IPv6 address", func() bool {
 		addrs, _ := a.nd.Addrs()
 		return slices.Contains(addrs, netip.PrefixFrom(a.ip6, 64))

@@ -13,7 +13,7 @@ import (
 // requests and NSs as they would arrive from the fabric: what each teaches
 // (a candidate, without a path or route, or nothing) and how it is counted.
 func TestSolicitationsTeachCandidates(t *testing.T) {
-	p := newPair(t)
+	p := newFakePair(t)
 	ours4, ours6 := netip.MustParseAddr("192.168.9.1"), netip.MustParseAddr("fd00:9::1")
 	node := ib.LinkAddr{Flags: ib.FlagRC, QPN: 0x4242, GID: ib.GIDFromAddr(netip.MustParseAddr("10.77.0.50"))}
 	other := node
@@ -73,7 +73,7 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 			if tc.candidate.IsValid() && (cand == nil || cand.Link != node) {
 				t.Errorf("candidate %v = %+v, want at %v", tc.candidate, cand, node)
 			}
-			if routes != 0 || entries != 1 { // the sink, made by newPair
+			if routes != 0 || entries != 1 { // the sink, made by newFakePair
 				t.Errorf("%d entries (want only the sink's), %d visible to the datapath", entries, routes)
 			}
 		})

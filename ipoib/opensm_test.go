@@ -19,6 +19,7 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/ibsim"
+	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/umadsa"
@@ -57,8 +58,8 @@ func subnetChild(k string) error {
 		return err
 	}
 	defer dev.Close()
-	nd := newFakeNetdev()
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.open, Subnet: sub, Queues: 1, Log: slog.New(slog.DiscardHandler),
+	nd := netdevtest.New()
+	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Subnet: sub, Queues: 1, Log: slog.New(slog.DiscardHandler),
 		Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0." + k + "/24"), netip.MustParsePrefix("fd00:9::" + k + "/64")}})
 	if err != nil {
 		return err

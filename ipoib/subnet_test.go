@@ -2,7 +2,6 @@ package ipoib
 
 import (
 	"errors"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -11,9 +10,10 @@ import (
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibtest"
+	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/sa"
-	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/tun"
 )
 
@@ -112,12 +112,12 @@ func (f *fakeSA) joinedAs(mgid ib.GID, state sa.JoinState) bool {
 
 // subnetHosts are fake hosts whose ports the SA serves, at LIDs 0x10+k;
 // those from outside on are not its.
-func subnetHosts(t *testing.T, port uint16, f *fakeSA, n, outside int) []*fakeHost {
+func subnetHosts(t *testing.T, f *fakeSA, n, outside int) []*fakeHost {
 	mods := make([]func(*Config), n)
 	for k := range outside {
 		mods[k] = func(c *Config) { c.Subnet = f }
 	}
-	h := newFakeHosts(t, port, n, mods...)
+	h := newFakeHosts(t, n, mods...)
 	f.mu.Lock()
 	for k, x := range h {
 		f.paths[x.local.GID] = uint16(0x10 + k)
@@ -128,11 +128,11 @@ func subnetHosts(t *testing.T, port uint16, f *fakeSA, n, outside int) []*fakeHo
 
 // TestSubnetBroadcastJoin: with a subnet administrator the interface takes
 // the broadcast group's Q_Key, MLID and MTU from its join; hosts that did
-// talk (softib drops a datagram with another Q_Key), and one that kept the
+// talk (the device drops a datagram with another Q_Key), and one that kept the
 // default Q_Key cannot reach them.
 func TestSubnetBroadcastJoin(t *testing.T) {
 	f := newFakeSA(0x12345678)
-	h := subnetHosts(t, 24801, f, 3, 2)
+	h := subnetHosts(t, f, 3, 2)
 	a, b, c := h[0], h[1], h[2]
 	info := a.Show()
 	if info.QKey != 0x12345678 || info.BcastMLID != 0xc000 || info.Subnet != "sa" || info.UDMTU != encap.MTUForIB(ib.MTU2048) {
@@ -158,7 +158,7 @@ func TestSubnetBroadcastJoin(t *testing.T) {
 	}
 
 	f.setJoinErr(errors.New("no answer"))
-	_, err := New(Config{Name: "ib1", Device: a.dev, Netdev: newFakeNetdev().open, Subnet: f, Queues: 1})
+	_, err := New(Config{Name: "ib1", Device: a.dev, Netdev: netdevtest.New().Open, Subnet: f, Queues: 1})
 	if err == nil || !strings.Contains(err.Error(), "broadcast group") {
 		t.Errorf("New with a failing broadcast join: %v, want an error naming the broadcast group", err)
 	}
@@ -169,13 +169,13 @@ func TestSubnetBroadcastJoin(t *testing.T) {
 // again with back-off, counted, until it answers.
 func TestSubnetPaths(t *testing.T) {
 	f := newFakeSA(0x0b1b)
-	h := subnetHosts(t, 24802, f, 2, 2)
+	h := subnetHosts(t, f, 2, 2)
 	a, b := h[0], h[1]
 	f.setFailing(b.local.GID, true)
 	out := packetTo(a.ip4, b.ip4, 1000, 1)
 	a.send(out)
 	waitFor(t, "a's path query to b fails", func() bool { return a.stat(t, "sa_path_query_failures") > 0 })
-	if len(b.nd.out) != 0 {
+	if len(b.nd.Out) != 0 {
 		t.Fatal("b got a's packet without a path record")
 	}
 	f.setFailing(b.local.GID, false)
@@ -202,7 +202,7 @@ func TestSubnetPaths(t *testing.T) {
 // solicitation waits for it instead of being lost.
 func TestSubnetGroups(t *testing.T) {
 	f := newFakeSA(0x0b1b)
-	h := subnetHosts(t, 24803, f, 2, 2)
+	h := subnetHosts(t, f, 2, 2)
 	a, b := h[0], h[1]
 	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
 	waitFor(t, "a attaches all-nodes", func() bool {
@@ -233,7 +233,7 @@ func TestSubnetGroups(t *testing.T) {
 // the broadcast group last, as the kernel's ipoib does when it goes down.
 func TestSubnetLeavesOnClose(t *testing.T) {
 	f := newFakeSA(0x0b1b)
-	a := subnetHosts(t, 24804, f, 1, 1)[0]
+	a := subnetHosts(t, f, 1, 1)[0]
 	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
 	waitFor(t, "a joins all-nodes", func() bool {
 		var ok bool
@@ -253,7 +253,7 @@ func TestSubnetLeavesOnClose(t *testing.T) {
 // New failed after the broadcast join, leaves the broadcast group too.
 func TestSubnetUnstartedLeaves(t *testing.T) {
 	f := newFakeSA(0x0b1b)
-	dev, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.0.0.9"), Port: 24805})
+	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 		}
 		return n
 	}
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: newFakeNetdev().open, Subnet: f, Queues: 1})
+	i, err := New(Config{Name: "ib0", Device: dev, Netdev: netdevtest.New().Open, Subnet: f, Queues: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,10 +287,10 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 	}
 }
 
-// eventDevice is a softib device that reports subnet events when a test
+// eventDevice is an ibtest device that reports subnet events when a test
 // raises them, as verbs does on an InfiniBand port.
 type eventDevice struct {
-	*softib.Device
+	*ibtest.Device
 	events atomic.Uint64
 }
 
@@ -304,10 +304,10 @@ func TestSubnetEventRejoins(t *testing.T) {
 	var ev *eventDevice
 	withEvents := func(c *Config) {
 		c.Subnet = f
-		ev = &eventDevice{Device: c.Device.(*softib.Device)}
+		ev = &eventDevice{Device: c.Device.(*ibtest.Device)}
 		c.Device = ev
 	}
-	h := newFakeHosts(t, 24806, 2, withEvents, func(c *Config) { c.Subnet = f })
+	h := newFakeHosts(t, 2, withEvents, func(c *Config) { c.Subnet = f })
 	a, b := h[0], h[1]
 	f.mu.Lock()
 	f.paths[a.local.GID], f.paths[b.local.GID] = 0x10, 0x11

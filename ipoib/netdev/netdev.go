@@ -1,0 +1,90 @@
+// Package netdev is an IPoIB interface's kernel side as ipoib drives it:
+// the packets the kernel hands over and takes back, and the link
+// (addresses, state, routes, groups). ipoib's TUN device implements it in
+// production, and netdevtest's channel-backed fake in tests; it is a
+// package of its own so that the fake need not import ipoib.
+package netdev
+
+import (
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/mtu"
+	"github.com/ipoibd/ipoibd/offload"
+)
+
+// Netdev is the interface as the kernel sees it: the packets it hands us
+// and takes back, and its link (addresses, state, routes, groups). The
+// daemon's is a TUN device configured over netlink (ipoib.OpenTUN); tests
+// give netdevtest's channel-backed fake, so that they run without root.
+type Netdev interface {
+	Packets
+	Link
+}
+
+// Packets is the kernel's packet I/O.
+type Packets interface {
+	// Queues is how many queues Read serves, each read by its own
+	// goroutine.
+	Queues() int
+	// Read takes one IP packet from queue q, or a TSO/USO super-packet
+	// that h describes, blocking until one comes or Close.
+	Read(q int, b []byte, h *offload.Hdr) (int, error)
+	// Write hands one IP packet to the kernel.
+	Write(b []byte) (int, error)
+	// WriteGSO hands the kernel one super-packet made of parts (GRO).
+	WriteGSO(h offload.Hdr, parts [][]byte) (int, error)
+	// Offloads reports whether the kernel hands over TCP (and so takes
+	// coalesced TCP) and UDP super-packets.
+	Offloads() (tso, uso bool)
+	Close() error
+}
+
+// Link is the kernel's side of the interface beyond packets.
+type Link interface {
+	Name() string
+	// Addrs are the link's addresses now (an operator may add some).
+	Addrs() ([]netip.Prefix, error)
+	// EnsureAddrs adds those of ps the link lacks and says how many.
+	EnsureAddrs(ps []netip.Prefix) (int, error)
+	SetMTU(mtu int) error
+	SetCarrier(on bool) error
+	// Gateway is the next hop of the kernel's route to dst, when that
+	// route goes through a gateway on this link.
+	Gateway(dst netip.Addr) (netip.Addr, bool)
+	// Groups are the multicast groups the kernel's sockets joined on the
+	// link.
+	Groups() ([]netip.Addr, error)
+	// Routes are the host routes that carry per-destination MTUs.
+	Routes() Routes
+	// Watch reports the link's changes until stop is closed.
+	Watch(stop <-chan struct{}) <-chan LinkEvent
+}
+
+// Routes installs and removes per-destination MTU routes (mtu.Routes).
+type Routes interface {
+	Set(dst netip.Addr, mtu int) (installed bool, err error)
+	SetMany(dests []mtu.Dest) (installed []bool, errs []error)
+	Remove(dst netip.Addr) error
+	Flush() error
+}
+
+// LinkEvent is one change Link.Watch reports.
+type LinkEvent struct {
+	Change LinkChange
+	MTU    int   // LinkState: the link's MTU now
+	Up     bool  // LinkState: administratively up
+	Err    error // the *Unwatched changes: why
+}
+
+// LinkChange says what changed.
+type LinkChange uint8
+
+// Changes. An *Unwatched change means that kind is no longer reported.
+const (
+	AddrsChanged  LinkChange = iota
+	LinkState                // MTU or up/down
+	RoutesChanged            // a route not ours: next hops may have moved
+	AddrsUnwatched
+	LinkUnwatched
+	RoutesUnwatched
+)
