@@ -1,0 +1,128 @@
+// Package layers holds the one test of the package layout (docs/design.md):
+// each package of the module may import only the module's packages listed
+// for it here, with and without the rdma build tag, so nothing imports
+// upwards, no adapter knows the CM or IPoIB, and the interface reaches no
+// transport. A new package must be given its row.
+package layers
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ipoibd/ipoibd/"
+
+// allowed is, per package (relative to the module), the module packages
+// it may import directly. Test files are not held to it.
+var allowed = map[string][]string{
+	// the vocabulary and the codecs with no I/O
+	"ib":      nil,
+	"inetsum": nil,
+	"mad":     {"ib"},
+	"encap":   {"ib"},
+	"sa":      {"ib", "mad"},
+	"cm":      {"ib", "mad"},
+	"neigh":   {"ib", "inetsum"},
+	"offload": {"ib", "inetsum"},
+	"mtu":     {"inetsum"},
+	"tun":     {"offload"},
+	"sapath":  {"cm", "ib", "sa"},
+	// adapters and transports: they know devices and MADs, never the CM's
+	// IPoIB policy or the interface
+	"softib":    {"ib"},
+	"verbs":     {"ib"},
+	"umadsa":    {"ib", "sa"},
+	"rdmacm":    {"cm", "ib", "verbs"},
+	"ib/ibtest": {"ib"},
+	// one interface and its kernel side: interfaces only, no transport
+	"ipoib/netdev":     {"mtu", "offload"},
+	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},
+	"ipoib/ipoibcm":    {"cm", "encap", "ib"},
+	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath", "tun"},
+	"metrics":          {"ib", "ipoib"},
+	// the daemon chooses the providers and the connection service
+	"ipoibd": {"cm", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
+	// tooling
+	"bench/relay":                  nil,
+	"internal/cmload":              {"cm", "ib", "ipoib/ipoibcm", "softib"},
+	"internal/depscheck":           nil,
+	"internal/forge":               {"cm", "encap", "ib", "inetsum", "softib"},
+	"internal/ibsim":               nil,
+	"internal/testbed/saclient":    {"ib", "sa", "umadsa"},
+	"internal/testbed/sibcm":       {"cm", "ib", "softib"},
+	"internal/testbed/sibpingpong": {"ib", "softib"},
+	"internal/testnet":             nil,
+	"internal/testnet/cmd/testnet": {"internal/testnet"},
+	"internal/testutil":            {"ib"},
+	"internal/layers":              nil,
+}
+
+func TestPackageImports(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to list the imports with")
+	}
+	for _, tags := range []string{"", "rdma"} {
+		out, err := exec.Command(goTool, "list", "-tags="+tags, "-f",
+			"{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", module+"...").Output()
+		if err != nil {
+			t.Fatalf("go list -tags=%q: %v", tags, err)
+		}
+		for _, v := range violations(string(out), allowed) {
+			t.Errorf("tags %q: %s", tags, v)
+		}
+	}
+}
+
+// violations reads go list's lines (a package, then its imports) and names
+// every module import outside the package's row, and every package with no
+// row.
+func violations(list string, rows map[string][]string) []string {
+	var bad []string
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], module) {
+			continue
+		}
+		pkg := strings.TrimPrefix(f[0], module)
+		row, ok := rows[pkg]
+		if !ok {
+			bad = append(bad, pkg+" has no row in the layout table")
+			continue
+		}
+		for _, imp := range f[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			imp = strings.TrimPrefix(imp, module)
+			if !slices.Contains(row, imp) {
+				bad = append(bad, pkg+" imports "+imp)
+			}
+		}
+	}
+	return bad
+}
+
+// The checker itself: each kind of breach is reported.
+func TestViolationsFound(t *testing.T) {
+	rows := map[string][]string{"verbs": {"ib"}, "ib": nil}
+	tests := []struct {
+		name, list string
+		want       []string
+	}{
+		{"allowed", module + "verbs fmt " + module + "ib", nil},
+		{"upwards", module + "verbs " + module + "cm", []string{"verbs imports cm"}},
+		{"no row", module + "newpkg " + module + "ib", []string{"newpkg has no row in the layout table"}},
+		{"outside the module", "golang.org/x/sys/unix " + module + "cm", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := violations(tt.list, rows)
+			if strings.Join(got, ";") != strings.Join(tt.want, ";") {
+				t.Errorf("violations = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
