@@ -59,37 +59,44 @@ func newSubnet(t *testing.T, net8 int, n int, pkeys ...[]ib.PKey) *subnet {
 		if i < len(pkeys) {
 			pk = append(pk, pkeys[i]...)
 		}
-		lid := uint16(0x11 + i)
-		addr := netip.MustParseAddr(fmt.Sprintf("127.88.%d.%d", net8, i+1))
-		dev, err := softib.Open(softib.Config{
-			Name: fmt.Sprintf("softib%d", i), Addr: addr, Port: 14791, PKeys: pk,
-			LinkLayer: softib.LinkInfiniBand,
-			IB:        softib.IBConfig{LID: lid, SMLID: 0x11, GUID: 0x0002c90300000000 + uint64(i+1), Forwarder: fwd.Addr()},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		slab, err := ib.NewSlab(slotSize * numSlots)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr, _ := dev.RegisterMemory(slab)
-		scq, _ := dev.CreateCQ(4096)
-		rcq, _ := dev.CreateCQ(4096)
-		t.Cleanup(func() {
-			dev.Close()
-			slab.Close()
-		})
-		nd := &node{dev: dev, lid: lid, guid: dev.Port().GUID, mr: mr, scq: scq, rcq: rcq}
-		if err := s.routes.AddPort(nd.guid, lid, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := fwd.Register(Port{GUID: nd.guid, LID: lid, Addr: netip.AddrPortFrom(addr, 14791)}); err != nil {
-			t.Fatal(err)
-		}
-		s.nodes = append(s.nodes, nd)
+		s.add(t, net8, i+1, uint16(0x11+i), 0, pk)
 	}
 	return s
+}
+
+// add opens port host (127.88.<net8>.<host>) with LID lid and LMC lmc,
+// routes its LIDs to it and registers it.
+func (s *subnet) add(t *testing.T, net8, host int, lid uint16, lmc uint8, pk []ib.PKey) *node {
+	t.Helper()
+	addr := netip.MustParseAddr(fmt.Sprintf("127.88.%d.%d", net8, host))
+	dev, err := softib.Open(softib.Config{
+		Name: fmt.Sprintf("softib%d", host), Addr: addr, Port: 14791, PKeys: pk,
+		LinkLayer: softib.LinkInfiniBand,
+		IB:        softib.IBConfig{LID: lid, LMC: lmc, SMLID: 0x11, GUID: 0x0002c90300000000 + uint64(host), Forwarder: s.fwd.Addr()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slab, err := ib.NewSlab(slotSize * numSlots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, _ := dev.RegisterMemory(slab)
+	scq, _ := dev.CreateCQ(4096)
+	rcq, _ := dev.CreateCQ(4096)
+	t.Cleanup(func() {
+		dev.Close()
+		slab.Close()
+	})
+	nd := &node{dev: dev, lid: lid, guid: dev.Port().GUID, mr: mr, scq: scq, rcq: rcq}
+	if err := s.routes.AddPort(nd.guid, lid, lmc); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.fwd.Register(Port{GUID: nd.guid, LID: lid, LMC: lmc, Addr: netip.AddrPortFrom(addr, 14791)}); err != nil {
+		t.Fatal(err)
+	}
+	s.nodes = append(s.nodes, nd)
+	return nd
 }
 
 // poll waits for n completions on c.
@@ -536,3 +543,86 @@ func TestDropCauses(t *testing.T) {
 }
 
 func gidBytes(g ib.GID) []byte { return g[:] }
+
+// TestDatapathDoesNotAllocate: a UD datagram from a port's QP through the
+// forwarder into the other port's CQ, and an RC message with its ACK,
+// allocate nothing in steady state, in any goroutine on the way.
+func TestDatapathDoesNotAllocate(t *testing.T) {
+	s := newSubnet(t, 10, 2)
+	a, b := s.nodes[0], s.nodes[1]
+	qa, qb := udQP(t, a, ib.DefaultPKey, 0x0b1b), udQP(t, b, ib.DefaultPKey, 0x0b1b)
+	ah, err := a.dev.CreateAH(ib.AHAttr{Path: ib.Path{DLID: b.lid, SL: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, rb := connect(t, ib.RC, a, b, 0)
+	wc := make([]ib.Completion, 4)
+	wait := func(c ib.CQ) {
+		for c.Poll(wc[:1]) == 0 {
+			<-c.Ready()
+		}
+		if wc[0].Status != ib.WCSuccess {
+			t.Fatalf("completion %+v", wc[0])
+		}
+	}
+	ud := []ib.SendWR{{ID: 1, SGE: a.slot(1, 1000), AH: ah, RemoteQPN: qb.Num(), RemoteQKey: 0x0b1b}}
+	udRecv := []ib.RecvWR{{ID: 2, SGE: b.slot(2, 4096+ib.GRHLen)}}
+	rc := []ib.SendWR{{ID: 3, SGE: a.slot(3, 9000)}}
+	rcRecv := []ib.RecvWR{{ID: 4, SGE: b.slot(4, 9000)}}
+	round := func() {
+		if _, err := qb.PostRecv(udRecv); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := qa.PostSend(ud); err != nil {
+			t.Fatal(err)
+		}
+		wait(a.scq)
+		wait(b.rcq)
+		if _, err := rb.PostRecv(rcRecv); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ra.PostSend(rc); err != nil {
+			t.Fatal(err)
+		}
+		wait(b.rcq)
+		wait(a.scq)
+	}
+	for range 10 {
+		round()
+	}
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Fatalf("%v allocations per round", n)
+	}
+}
+
+// TestLMC: a port with LMC 2 answers to its four LIDs and sends from the
+// one its path bits choose; a LID past its range is not its.
+func TestLMC(t *testing.T) {
+	s := newSubnet(t, 11, 1)
+	a := s.nodes[0]
+	b := s.add(t, 11, 2, 0x20, 2, []ib.PKey{ib.DefaultPKey})
+	routes := s.routes.Clone()
+	routes.LFT[0x24] = b.guid // next port's LID, wrongly routed to B
+	s.fwd.SetRoutes(routes)
+	qa, qb := udQP(t, a, ib.DefaultPKey, 0x0b1b), udQP(t, b, ib.DefaultPKey, 0x0b1b)
+	postRecvs(t, b, qb, 0, 8)
+	postRecvs(t, a, qa, 8, 8)
+	for _, dlid := range []uint16{0x20, 0x21, 0x23} {
+		sendUD(t, a, qa, 1, 64, ib.AHAttr{Path: ib.Path{DLID: dlid}}, qb.Num(), 0x0b1b)
+		if wc := poll(t, b.rcq, 1)[0]; wc.Status != ib.WCSuccess || wc.SrcLID != a.lid {
+			t.Fatalf("to LID %#x: %+v", dlid, wc)
+		}
+	}
+	sendUD(t, a, qa, 1, 64, ib.AHAttr{Path: ib.Path{DLID: 0x24}}, qb.Num(), 0x0b1b)
+	waitCounter(t, func() uint64 { return counter(b.dev.Counters(), "rx_drop_wrong_dlid") }, 1, "rx_drop_wrong_dlid")
+	for _, bits := range []uint8{0, 2, 3, 7} { // 7: only the LMC's two bits count
+		sendUD(t, b, qb, 2, 64, ib.AHAttr{Path: ib.Path{DLID: a.lid, SrcPathBits: bits}}, qa.Num(), 0x0b1b)
+		if wc := poll(t, a.rcq, 1)[0]; wc.Status != ib.WCSuccess || wc.SrcLID != 0x20|uint16(bits&3) {
+			t.Fatalf("path bits %d: %+v", bits, wc)
+		}
+	}
+	if _, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.88.11.3"), Port: 14791, LinkLayer: softib.LinkInfiniBand,
+		IB: softib.IBConfig{LID: 0x21, LMC: 1, Forwarder: s.fwd.Addr()}}); err == nil {
+		t.Fatal("a LID not aligned to its LMC was taken")
+	}
+}
