@@ -39,11 +39,6 @@ func IsMulticastLID(lid uint16) bool { return lid >= MulticastLIDBase && lid <= 
 // IsUnicastLID reports whether lid can be a port's LID.
 func IsUnicastLID(lid uint16) bool { return lid != 0 && lid < MulticastLIDBase }
 
-// vl15 is the management virtual lane: only subnet management packets
-// (QP0) use it, and a switch whose SL-to-VL map sends a data SL to it
-// drops the packet.
-const vl15 = 15
-
 // LRH is the local route header (IBA Vol 1 §7.7): what switches forward
 // by. Its two reserved fields are sent as zero and ignored on receive.
 type LRH struct {

@@ -208,7 +208,7 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 		out = one[:]
 	}
 	vl := r.VL(lrh.SL)
-	if vl >= 15 {
+	if vl >= 15 { // VL15 is management's (QP0): a data SL mapped there is dropped
 		f.count(dropVL15)
 		return
 	}
