@@ -626,3 +626,30 @@ func TestLMC(t *testing.T) {
 		t.Fatal("a LID not aligned to its LMC was taken")
 	}
 }
+
+// TestConnectedTakesOnlyItsPeersLID: an RC QP takes a packet only from
+// the LID its path leads to, whatever the rest of the packet says.
+func TestConnectedTakesOnlyItsPeersLID(t *testing.T) {
+	s := newSubnet(t, 12, 2)
+	a, b := s.nodes[0], s.nodes[1]
+	_, qb := connect(t, ib.RC, a, b, 0)
+	postRecvs(t, b, qb, 0, 2)
+	send := func(slid uint16) {
+		f := softib.IBFrame{LRH: softib.LRH{DLID: b.lid, SLID: slid}, Packet: softib.Packet{
+			BTH: softib.BTH{Opcode: softib.OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num(), PSN: 0xfffff0}, Payload: make([]byte, 64)}}
+		raw, err := softib.AppendIBFrame(nil, &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.fwd.conn.WriteToUDPAddrPort(raw, netip.MustParseAddrPort("127.88.12.2:14791")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(0x99)
+	waitCounter(t, func() uint64 { return counter(b.dev.Counters(), "rx_drop_wrong_source") }, 1, "rx_drop_wrong_source")
+	quiet(t, b.rcq, 50*time.Millisecond, "packet from another LID")
+	send(a.lid)
+	if wc := poll(t, b.rcq, 1)[0]; wc.Status != ib.WCSuccess || wc.ByteLen != 64 {
+		t.Fatalf("packet from the peer's LID: %+v", wc)
+	}
+}
