@@ -68,11 +68,21 @@ func newSubnet(t *testing.T, net8 int, n int, pkeys ...[]ib.PKey) *subnet {
 // routes its LIDs to it and registers it.
 func (s *subnet) add(t *testing.T, net8, host int, lid uint16, lmc uint8, pk []ib.PKey) *node {
 	t.Helper()
+	n := s.addPort(t, net8, host, softib.IBConfig{LID: lid, LMC: lmc, SMLID: 0x11, GUID: 0x0002c90300000000 + uint64(host), Forwarder: s.fwd.Addr()}, pk)
+	if err := s.routes.AddPort(n.guid, lid, lmc); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// addPort opens port host with cfg and registers it, leaving the routes
+// alone.
+func (s *subnet) addPort(t *testing.T, net8, host int, cfg softib.IBConfig, pk []ib.PKey) *node {
+	t.Helper()
 	addr := netip.MustParseAddr(fmt.Sprintf("127.88.%d.%d", net8, host))
 	dev, err := softib.Open(softib.Config{
 		Name: fmt.Sprintf("softib%d", host), Addr: addr, Port: 14791, PKeys: pk,
-		LinkLayer: softib.LinkInfiniBand,
-		IB:        softib.IBConfig{LID: lid, LMC: lmc, SMLID: 0x11, GUID: 0x0002c90300000000 + uint64(host), Forwarder: s.fwd.Addr()},
+		LinkLayer: softib.LinkInfiniBand, IB: cfg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +98,8 @@ func (s *subnet) add(t *testing.T, net8, host int, lid uint16, lmc uint8, pk []i
 		dev.Close()
 		slab.Close()
 	})
-	nd := &node{dev: dev, lid: lid, guid: dev.Port().GUID, mr: mr, scq: scq, rcq: rcq}
-	if err := s.routes.AddPort(nd.guid, lid, lmc); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.fwd.Register(Port{GUID: nd.guid, LID: lid, LMC: lmc, Addr: netip.AddrPortFrom(addr, 14791)}); err != nil {
+	nd := &node{dev: dev, lid: cfg.LID, guid: dev.Port().GUID, mr: mr, scq: scq, rcq: rcq}
+	if err := s.fwd.Register(Port{GUID: nd.guid, LID: cfg.LID, LMC: cfg.LMC, Addr: netip.AddrPortFrom(addr, 14791)}); err != nil {
 		t.Fatal(err)
 	}
 	s.nodes = append(s.nodes, nd)

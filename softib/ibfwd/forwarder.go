@@ -207,13 +207,6 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 		one[0] = g
 		out = one[:]
 	}
-	vl := r.VL(lrh.SL)
-	if vl >= 15 { // VL15 is management's (QP0): a data SL mapped there is dropped
-		f.count(dropVL15)
-		return
-	}
-	b[0] = vl<<4 | b[0]&0x0f
-	softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
 	for _, g := range out {
 		if multicast && g == from {
 			continue // a switch sends a multicast packet out of every member port but the one it came in on
@@ -222,6 +215,15 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 		if !ok {
 			f.count(dropNoPort)
 			continue
+		}
+		vl := r.VL(lrh.SL, from, g)
+		if vl >= 15 { // VL15 is management's (QP0): a data SL mapped there is dropped
+			f.count(dropVL15)
+			continue
+		}
+		if b[0]>>4 != vl {
+			b[0] = vl<<4 | b[0]&0x0f
+			softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
 		}
 		if _, err := f.conn.WriteToUDPAddrPort(b, p.Addr); err != nil {
 			f.count(dropTxError)

@@ -17,15 +17,15 @@ type Routes interface {
 	// the group has no entry.
 	Multicast(mlid uint16) []uint64
 	// VL returns the virtual lane a packet of service level sl travels
-	// on; 15 means the packet is dropped.
-	VL(sl uint8) uint8
+	// on from port from to port to (GUIDs); 15 means it is dropped.
+	VL(sl uint8, from, to uint64) uint8
 }
 
 // Static is a Routes given as tables.
 type Static struct {
 	LFT   map[uint16]uint64   // unicast LID -> port GUID
 	MFT   map[uint16][]uint64 // MLID -> port GUIDs
-	SL2VL [16]uint8           // SL -> VL; the zero value sends every SL on VL0
+	SL2VL [16]uint8           // SL -> VL, the same between all ports; the zero value sends every SL on VL0
 }
 
 var _ Routes = (*Static)(nil)
@@ -79,4 +79,4 @@ func (s *Static) Unicast(lid uint16) (uint64, bool) {
 func (s *Static) Multicast(mlid uint16) []uint64 { return s.MFT[mlid] }
 
 // VL implements Routes.
-func (s *Static) VL(sl uint8) uint8 { return s.SL2VL[sl&15] }
+func (s *Static) VL(sl uint8, _, _ uint64) uint8 { return s.SL2VL[sl&15] }
