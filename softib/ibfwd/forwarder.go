@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/softib"
 )
@@ -85,13 +87,34 @@ func New(addr netip.AddrPort, r Routes) (*Forwarder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ibfwd: %w", err)
 	}
-	_ = c.SetReadBuffer(8 << 20)
-	_ = c.SetWriteBuffer(8 << 20)
+	bigBuffers(c)
 	f := &Forwarder{conn: c, done: make(chan struct{})}
 	f.routes.Store(&routesBox{r})
 	f.ports.Store(&portTable{byGUID: map[uint64]Port{}, byAddr: map[netip.AddrPort]uint64{}})
 	go f.run()
 	return f, nil
+}
+
+// socketBuffer is the forwarder's socket buffer each way. A switch loses
+// nothing (link credits hold the sender back); a UDP socket drops what its
+// buffer cannot hold, so it gets room for several windows of 64 KiB
+// messages from every port.
+const socketBuffer = 32 << 20
+
+// bigBuffers sets the socket buffers to socketBuffer, past the sysctl
+// limits where it may (root), else as far as they allow.
+func bigBuffers(c *net.UDPConn) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) {
+		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[0], socketBuffer) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[1], socketBuffer)
+			}
+		}
+	})
 }
 
 // Addr is the forwarder's underlay address: softib's IBConfig.Forwarder.
