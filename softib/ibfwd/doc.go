@@ -5,9 +5,10 @@
 //
 // It holds what the subnet manager programs into switches: a unicast
 // forwarding table (LID to port), a multicast forwarding table (MLID to
-// ports) and an SL-to-VL map. They come through the Routes interface:
-// Static tables now; a later step reads OpenSM's tables from an ibsim
-// fabric, as ibroute does. Like a switch it checks the VCRC, rewrites the
+// ports) and SL-to-VL maps. They come through the Routes interface:
+// Static tables given by hand, or Switch, a one-switch subnet's tables as
+// OpenSM programmed them, read back with ibroute and smpquery (ReadSwitch)
+// on an ibsim fabric or a real one. Like a switch it checks the VCRC, rewrites the
 // VL from the SL and recomputes the VCRC, and drops, counting each cause:
 // a bad VCRC, DLID 0, a LID with no route, an MLID with no entry, an SL
 // that maps to VL15, a packet from an address that is no registered port.
