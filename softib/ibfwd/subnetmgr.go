@@ -9,34 +9,48 @@ import (
 
 // Switch is the Routes of a subnet of one switch as its subnet manager
 // programmed it, read back by SMP the way infiniband-diags' ibroute and
-// smpquery read them: the linear forwarding table (LID to output port),
-// the multicast forwarding table (MLID to output ports) and the SL-to-VL
-// tables of each pair of ports; and, from the LFT's destination column,
-// which channel-adapter port is on which switch port. A LID whose output
-// port has no CA on it (the switch's own, port 0) routes nowhere.
+// smpquery read them: the linear forwarding table (LID to output port,
+// and from its destination column the CA port each LID leads to), the
+// multicast forwarding table (MLID to output ports) and the SL-to-VL
+// tables of each pair of ports. A LID that leads to no CA port (the
+// switch's own) routes nowhere.
 type Switch struct {
 	LFT   map[uint16]int       // LID -> output port
+	Dest  map[uint16]uint64    // LID -> the CA port GUID it leads to
 	MFT   map[uint16][]int     // MLID -> output ports
 	SL2VL map[[2]int][16]uint8 // (input port, output port) -> VL by SL
-	CA    map[int]uint64       // switch port -> CA port GUID on it
 
+	ca    map[int]uint64      // switch port -> CA port GUID on it, built by Build
 	port  map[uint64]int      // CA port GUID -> switch port
-	mcast map[uint16][]uint64 // MLID -> CA port GUIDs, built by Build
+	mcast map[uint16][]uint64 // MLID -> CA port GUIDs
 }
 
 var _ Routes = (*Switch)(nil)
 
 // Build derives the lookups forwarding uses; call it once the tables are
 // filled.
+// A switch port leads to a CA port when every LID it forwards leads
+// there; a port that leads to more (a link to another switch) is none.
 func (s *Switch) Build() {
-	s.port = map[uint64]int{}
-	for p, g := range s.CA {
+	s.ca, s.port = map[int]uint64{}, map[uint64]int{}
+	many := map[int]bool{}
+	for lid, g := range s.Dest {
+		p := s.LFT[lid]
+		if old, ok := s.ca[p]; ok && old != g {
+			many[p] = true
+		}
+		s.ca[p] = g
+	}
+	for p := range many {
+		delete(s.ca, p)
+	}
+	for p, g := range s.ca {
 		s.port[g] = p
 	}
 	s.mcast = map[uint16][]uint64{}
 	for mlid, ports := range s.MFT {
 		for _, p := range ports {
-			if g, ok := s.CA[p]; ok {
+			if g, ok := s.ca[p]; ok {
 				s.mcast[mlid] = append(s.mcast[mlid], g)
 			}
 		}
@@ -45,11 +59,7 @@ func (s *Switch) Build() {
 
 // Unicast implements Routes.
 func (s *Switch) Unicast(lid uint16) (uint64, bool) {
-	p, ok := s.LFT[lid]
-	if !ok {
-		return 0, false
-	}
-	g, ok := s.CA[p]
+	g, ok := s.Dest[lid]
 	return g, ok
 }
 
@@ -80,7 +90,7 @@ func ReadSwitch(run func(args ...string) (string, error), swLID string) (*Switch
 		return nil, err
 	}
 	s := &Switch{SL2VL: map[[2]int][16]uint8{}}
-	if s.LFT, s.CA, err = ParseLFT(out); err != nil {
+	if s.LFT, s.Dest, err = ParseLFT(out); err != nil {
 		return nil, err
 	}
 	if out, err = run("ibroute", "-M", swLID); err != nil {
@@ -89,7 +99,8 @@ func ReadSwitch(run func(args ...string) (string, error), swLID string) (*Switch
 	if s.MFT, err = ParseMFT(out); err != nil {
 		return nil, err
 	}
-	for p := range s.CA {
+	s.Build()
+	for p := range s.ca {
 		if out, err = run("smpquery", "sl2vl", swLID, strconv.Itoa(p)); err != nil {
 			return nil, err
 		}
@@ -97,16 +108,14 @@ func ReadSwitch(run func(args ...string) (string, error), swLID string) (*Switch
 			return nil, err
 		}
 	}
-	s.Build()
 	return s, nil
 }
 
 // ParseLFT reads ibroute's unicast dump: rows "0x0003 002 : (Channel
 // Adapter portguid 0x0000000000100003: 'h2')". It returns the output port
-// of each LID and the CA port GUID on each output port that leads to a
-// channel adapter.
-func ParseLFT(out string) (lft map[uint16]int, ca map[int]uint64, err error) {
-	lft, ca = map[uint16]int{}, map[int]uint64{}
+// of each LID and, for the LIDs of channel adapters, their port GUIDs.
+func ParseLFT(out string) (lft map[uint16]int, dest map[uint16]uint64, err error) {
+	lft, dest = map[uint16]int{}, map[uint16]uint64{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -126,13 +135,13 @@ func ParseLFT(out string) (lft map[uint16]int, ca map[int]uint64, err error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("ibfwd: ibroute row %q: GUID %q", line, g)
 			}
-			ca[int(port)] = guid
+			dest[uint16(lid)] = guid
 		}
 	}
 	if len(lft) == 0 {
 		return nil, nil, fmt.Errorf("ibfwd: no LFT rows in ibroute's output %q", out)
 	}
-	return lft, ca, nil
+	return lft, dest, nil
 }
 
 // ParseMFT reads ibroute -M's multicast dump: a header "Ports: 0 1 2 ..."

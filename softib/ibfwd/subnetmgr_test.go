@@ -34,15 +34,15 @@ ports: in  1, out  2: |15| 1| 2| 3| 4| 5| 6| 7| 8| 9|10|11|12|13|14| 7|
 `
 
 func TestParseLFT(t *testing.T) {
-	lft, ca, err := ParseLFT(ibrouteLFT)
+	lft, dest, err := ParseLFT(ibrouteLFT)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := map[uint16]int{1: 1, 2: 0, 3: 2, 4: 3, 5: 4}; !mapsEqual(lft, want) {
 		t.Fatalf("LFT %v, want %v", lft, want)
 	}
-	if want := map[int]uint64{1: 0x100001, 2: 0x100003, 3: 0x100005, 4: 0x100007}; !mapsEqual(ca, want) {
-		t.Fatalf("CA ports %v, want %v", ca, want)
+	if want := map[uint16]uint64{1: 0x100001, 3: 0x100003, 4: 0x100005, 5: 0x100007}; !mapsEqual(dest, want) {
+		t.Fatalf("destinations %v, want %v", dest, want)
 	}
 	for _, bad := range []string{"", "0x00zz 001 : (Switch)", "0x0001 001 : (Channel Adapter portguid 0xq: 'h1')"} {
 		if _, _, err := ParseLFT(bad); err == nil {
@@ -88,7 +88,7 @@ func TestParseSL2VLTable(t *testing.T) {
 func TestSwitchRoutes(t *testing.T) {
 	s := &Switch{SL2VL: map[[2]int][16]uint8{}, MFT: map[uint16][]int{0xc000: {2, 3, 0}}}
 	var err error
-	if s.LFT, s.CA, err = ParseLFT(ibrouteLFT); err != nil {
+	if s.LFT, s.Dest, err = ParseLFT(ibrouteLFT); err != nil {
 		t.Fatal(err)
 	}
 	if err := ParseSL2VLTable(smpquerySL2VL, s.SL2VL); err != nil {
@@ -116,6 +116,18 @@ func TestSwitchRoutes(t *testing.T) {
 	}
 	if vl := s.VL(0, 0x100005, 0x100003); vl != 0 {
 		t.Errorf("SL 0 between ports with no table: VL %d, want 0", vl)
+	}
+
+	// A port that leads to two CAs (a link to another switch) is no CA
+	// port: no multicast goes out of it by GUID, and LIDs still route.
+	s.LFT[4] = 2
+	s.MFT[0xc001] = []int{2, 4}
+	s.Build()
+	if got := s.Multicast(0xc001); !slices.Equal(got, []uint64{0x100007}) {
+		t.Errorf("Multicast through an inter-switch port = %#x", got)
+	}
+	if g, ok := s.Unicast(4); !ok || g != 0x100005 {
+		t.Errorf("Unicast(4) = %#x, %v", g, ok)
 	}
 }
 
