@@ -1,14 +1,19 @@
 package ibfwd
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/ibsim"
@@ -222,4 +227,83 @@ func TestOpenSMRoutes(t *testing.T) {
 	sendUD(t, a, qa, 1, 64, ib.AHAttr{Path: ib.Path{DLID: 0x40}}, qb.Num(), 0x0b1b)
 	waitCounter(t, func() uint64 { return counter(fwd.Counters(), "drop_no_mft_entry") }, 1, "drop_no_mft_entry")
 	waitCounter(t, func() uint64 { return counter(fwd.Counters(), "drop_unrouted_lid") }, 1, "drop_unrouted_lid")
+}
+
+// TestOpenSMQoSVL15 is the QoS case with the SM's own tables:
+// OpenSM, restarted with a QoS policy whose SL-to-VL map sends SL 0 to
+// VL15 on switch ports, programs sw1 so; read back by SMP, the
+// forwarder drops SL 0 and carries SL 1.
+func TestOpenSMQoSVL15(t *testing.T) {
+	ibsim.Need(t, "ibroute", "ibswitches", "smpquery", "ibstat")
+	fab := ibsim.Up(t)
+	fab.StopSM()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "opensm.conf")
+	sl2vl := "15,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7"
+	if err := os.WriteFile(conf, []byte("force_log_flush TRUE\nsweep_interval 0\nqos TRUE\nqos_max_vls 8\n"+
+		"qos_policy_file "+filepath.Join(dir, "none")+"\nqos_swe_sl2vl "+sl2vl+"\nqos_sl2vl "+sl2vl+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	osm := exec.Command("opensm", "-F", conf, "-f", "stdout")
+	osm.Env = append(fab.Env("h1"), "OSM_TMP_DIR="+dir, "OSM_CACHE_DIR="+dir)
+	osm.Dir = dir
+	out, err := osm.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := osm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		osm.Process.Kill()
+		osm.Wait()
+	})
+	up := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "SUBNET UP") {
+				close(up)
+				io.Copy(io.Discard, out)
+				return
+			}
+		}
+	}()
+	select {
+	case <-up:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("OpenSM with QoS did not bring the subnet up")
+	}
+	sw := fab.SwitchLID(t)
+	routes, err := ReadSwitch(func(args ...string) (string, error) {
+		out, errs, err := fab.Run("h4", exec.Command(args[0], args[1:]...))
+		if err != nil {
+			return "", fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, errs)
+		}
+		return out, nil
+	}, sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, h3 := readCAPort(t, fab, "h2"), readCAPort(t, fab, "h3")
+	if vl0, vl1 := routes.VL(0, h2.guid, h3.guid), routes.VL(1, h2.guid, h3.guid); vl0 != 15 || vl1 != 1 {
+		t.Fatalf("sw1's SL-to-VL from h2 to h3 as read back: SL 0 on VL %d, SL 1 on VL %d; want 15 and 1 (%v)", vl0, vl1, routes.SL2VL)
+	}
+	fwd, err := New(netip.MustParseAddrPort("127.88.14.254:0"), routes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fwd.Close() })
+	s := &subnet{fwd: fwd, routes: NewStatic()}
+	a := s.addPort(t, 14, 2, softib.IBConfig{LID: h2.lid, LMC: h2.lmc, SMLID: h2.smLID, GUID: h2.guid, Forwarder: fwd.Addr()}, []ib.PKey{ib.DefaultPKey})
+	b := s.addPort(t, 14, 3, softib.IBConfig{LID: h3.lid, LMC: h3.lmc, SMLID: h3.smLID, GUID: h3.guid, Forwarder: fwd.Addr()}, []ib.PKey{ib.DefaultPKey})
+	qa, qb := udQP(t, a, ib.DefaultPKey, 0x0b1b), udQP(t, b, ib.DefaultPKey, 0x0b1b)
+	postRecvs(t, b, qb, 0, 4)
+	sendUD(t, a, qa, 1, 100, ib.AHAttr{Path: ib.Path{DLID: b.lid, SL: 0}}, qb.Num(), 0x0b1b)
+	sendUD(t, a, qa, 2, 100, ib.AHAttr{Path: ib.Path{DLID: b.lid, SL: 1}}, qb.Num(), 0x0b1b)
+	if wc := poll(t, b.rcq, 1)[0]; wc.Status != ib.WCSuccess || wc.SL != 1 {
+		t.Fatalf("completion %+v: not the SL 1 datagram", wc)
+	}
+	waitCounter(t, func() uint64 { return counter(fwd.Counters(), "drop_vl15") }, 1, "drop_vl15")
+	quiet(t, b.rcq, 50*time.Millisecond, "SL 0 datagram")
 }
