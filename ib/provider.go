@@ -330,7 +330,7 @@ type Completion struct {
 	ByteLen uint32 // received bytes (UD: including the GRH)
 	// UD receives only:
 	SrcQPN QPN
-	SrcGID GID // zero on InfiniBand when GRH is false
+	SrcGID GID
 	PKey   PKey
 	// InfiniBand UD receives: the sender's LID and the packet's SL from
 	// its LRH, and whether a GRH came with it (only then is SrcGID the
