@@ -33,6 +33,9 @@ type PortAttr struct {
 	// its LID choose among its paths. ACKDelay is the CA's local ACK delay
 	// code, which a REQ's Local ACK Timeout must cover. 0 elsewhere.
 	LMC, ACKDelay uint8
+	// LID is the port's base LID and SMLID the subnet manager's
+	// (InfiniBand; 0 elsewhere).
+	LID, SMLID uint16
 }
 
 // Device is one adapter port. The interface opens it at start and closes it
@@ -329,6 +332,12 @@ type Completion struct {
 	SrcQPN QPN
 	SrcGID GID
 	PKey   PKey
+	// InfiniBand UD receives: the sender's LID and the packet's SL from
+	// its LRH, and whether a GRH came with it (only then is SrcGID the
+	// sender's).
+	SrcLID uint16
+	SL     uint8
+	GRH    bool
 }
 
 // AHAttr describes a UD destination.
@@ -382,6 +391,10 @@ type MADAddr struct {
 	GID  GID
 	QPN  QPN // 1 for the GSI
 	PKey PKey
+	// LID and SL address a MAD inside an InfiniBand subnet (its LRH's
+	// DLID and SL when sent, SLID and SL when received); 0 on RoCE.
+	LID uint16
+	SL  uint8
 }
 
 // MAD is one received management datagram (always 256 octets).

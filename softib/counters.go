@@ -25,7 +25,14 @@ const (
 	dropTxError                       // the underlay refused a send
 	dropWrongSource                   // RC/UC: not from the QP's peer address to ours
 	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding
+	dropBadVCRC                       // InfiniBand link: variant CRC mismatch
+	dropDLIDZero                      // InfiniBand link: DLID 0, which names no port
+	dropWrongDLID                     // InfiniBand link: a unicast DLID not ours under our LMC
 	numDropCauses
+
+	// numRoCEDropCauses are the causes a RoCE device reports: the ones
+	// before the InfiniBand link's.
+	numRoCEDropCauses = dropBadVCRC
 )
 
 var dropNames = [numDropCauses]string{
@@ -44,6 +51,9 @@ var dropNames = [numDropCauses]string{
 	dropTxError:      "tx_error",
 	dropWrongSource:  "rx_drop_wrong_source",
 	dropStaleAck:     "rx_drop_stale_ack",
+	dropBadVCRC:      "rx_drop_bad_vcrc",
+	dropDLIDZero:     "rx_drop_dlid_zero",
+	dropWrongDLID:    "rx_drop_wrong_dlid",
 }
 
 // deviceCounters are updated from the receive goroutine and posting
@@ -65,7 +75,11 @@ func (d *Device) Counters() []ib.Counter {
 		{Name: "tx_bytes", Value: d.ctr.txBytes.Load()},
 		{Name: "tx_sends", Value: d.ctr.txSends.Load()},
 	}
-	for c := range numDropCauses {
+	n := numRoCEDropCauses
+	if d.ibp != nil {
+		n = numDropCauses
+	}
+	for c := range n {
 		out = append(out, ib.Counter{Name: dropNames[c], Value: d.ctr.drops[c].Load()})
 	}
 	return out

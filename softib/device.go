@@ -29,6 +29,13 @@ type Config struct {
 	// MaxMTU caps the active path MTU (default: the largest that fits the
 	// underlay interface's MTU).
 	MaxMTU ib.MTU
+	// LinkLayer is LinkEthernet (the default: RoCEv2 framing, peers at
+	// the underlay addresses their GIDs give) or LinkInfiniBand (native
+	// IB framing carried in UDP to the fabric forwarder in IB, peers
+	// addressed by LID).
+	LinkLayer string
+	// IB places the port on its InfiniBand subnet (LinkInfiniBand only).
+	IB IBConfig
 }
 
 // Device is a software InfiniBand adapter with one port. It implements
@@ -38,6 +45,7 @@ type Device struct {
 	port ib.PortAttr
 	fab  *fabric
 	nl   *netlink.Handle // in the underlay's namespace: the port's state
+	ibp  *ibPort         // InfiniBand link layer; nil on RoCE
 
 	mu     sync.Mutex
 	qps    qpTable                              // read lock-free per packet
@@ -49,9 +57,11 @@ type Device struct {
 
 	// Owned by the receive goroutine.
 	rxPkt   Packet
-	rxID    uint16 // IPv4 ID of the last packet received (checkICRC)
-	acks    []*qp  // responders owing an ACK at the end of this batch
-	touched []*cq  // CQs to signal at the end of this batch
+	rxID    uint16   // IPv4 ID of the last packet received (checkICRC)
+	rxFrame IBFrame  // InfiniBand link: the frame being received
+	rxFrom  rxSource // InfiniBand link: its sender, from LRH and GRH
+	acks    []*qp    // responders owing an ACK at the end of this batch
+	touched []*cq    // CQs to signal at the end of this batch
 	ackTx   txMsg
 
 	ctr    deviceCounters
@@ -86,13 +96,33 @@ func Open(cfg Config) (*Device, error) {
 		}
 	}
 	cfg.PKeys = slices.Clone(cfg.PKeys)
+	gid := ib.GIDFromAddr(cfg.Addr)
+	var ibp *ibPort
+	overhead := ibOverhead
+	switch cfg.LinkLayer {
+	case "", LinkEthernet:
+		cfg.LinkLayer = LinkEthernet
+	case LinkInfiniBand:
+		var err error
+		if ibp, err = newIBPort(cfg.IB, gid); err != nil {
+			return nil, err
+		}
+		cfg.IB = ibp.cfg
+		gid = ibp.gid()
+		overhead += LRHLen + ib.GRHLen + VCRCLen
+	default:
+		return nil, fmt.Errorf("softib: link layer %q: want %q or %q", cfg.LinkLayer, LinkEthernet, LinkInfiniBand)
+	}
 	fab, err := openFabric(cfg.Addr, cfg.Port)
 	if err != nil {
 		return nil, err
 	}
+	if ibp != nil {
+		fab.fwd = ibp.cfg.Forwarder
+	}
 	mtu := ib.MTU(0)
 	for m := ib.MTU4096; m >= ib.MTU256; m-- {
-		if m.Bytes()+ibOverhead+fab.ipUDPOverhead() <= fab.mtu {
+		if m.Bytes()+overhead+fab.ipUDPOverhead() <= fab.mtu {
 			mtu = m
 			break
 		}
@@ -111,20 +141,23 @@ func Open(cfg Config) (*Device, error) {
 		fab.close()
 		return nil, fmt.Errorf("softib: netlink: %w", err)
 	}
-	gid := ib.GIDFromAddr(cfg.Addr)
 	d := &Device{
 		cfg: cfg,
 		fab: fab,
 		nl:  nl,
+		ibp: ibp,
 		port: ib.PortAttr{
 			GID:       gid,
 			PKeys:     cfg.PKeys,
 			ActiveMTU: mtu,
-			LinkLayer: "Ethernet",
+			LinkLayer: cfg.LinkLayer,
 			GUID:      binary.BigEndian.Uint64(gid[8:]),
 		},
 		mgids:  map[netip.Addr]ib.GID{},
 		rxDone: make(chan struct{}),
+	}
+	if ibp != nil {
+		d.port.LID, d.port.LMC, d.port.SMLID = ibp.cfg.LID, ibp.cfg.LMC, ibp.cfg.SMLID
 	}
 	d.groups.Store(&map[netip.Addr][]*qp{})
 	// QP1's datagrams go to the MAD service, never to a CQ; its CQs only
@@ -247,6 +280,11 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 
 // CreateAH makes an address handle.
 func (d *Device) CreateAH(attr ib.AHAttr) (ib.AH, error) {
+	if d.ibp != nil {
+		// Addressed by the path's DLID, which may be anything: a DLID
+		// nobody has is the fabric's to drop, as on hardware.
+		return &ah{attr: attr, to: d.ibp.cfg.Forwarder.Addr(), route: d.route(attr.Path, attr.DestGID), multicast: IsMulticastLID(attr.Path.DLID)}, nil
+	}
 	a := attr.DestGID.Addr()
 	if !a.IsValid() {
 		return nil, fmt.Errorf("softib: address handle for %v", attr.DestGID)
@@ -256,7 +294,7 @@ func (d *Device) CreateAH(attr ib.AHAttr) (ib.AH, error) {
 	} else if a.Is4() != d.fab.v4 {
 		return nil, fmt.Errorf("softib: GID %v is not reachable over a %s underlay", attr.DestGID, family(d.fab.v4))
 	}
-	return &ah{attr: attr, to: a}, nil
+	return &ah{attr: attr, to: a, multicast: attr.DestGID.IsMulticast()}, nil
 }
 
 func family(v4 bool) string {
@@ -267,8 +305,10 @@ func family(v4 bool) string {
 }
 
 type ah struct {
-	attr ib.AHAttr
-	to   netip.Addr // underlay destination
+	attr      ib.AHAttr
+	to        netip.Addr // underlay destination
+	route     ibRoute    // InfiniBand link: LRH and GRH
+	multicast bool       // to a group: destination QPN 0xFFFFFF
 }
 
 func (a *ah) Attr() ib.AHAttr { return a.attr }
@@ -284,8 +324,9 @@ func (d *Device) underlayGroup(mgid ib.GID) netip.Addr {
 	return ib.IPv4Group(mgid).Addr()
 }
 
-// AttachMulticast makes a UD QP a member of the group; softib has no LIDs,
-// so mlid is not used.
+// AttachMulticast makes a UD QP a member of the group. On RoCE softib has
+// no LIDs and mlid is not used; on an InfiniBand link the group is its
+// MLID.
 func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID, mlid uint16) error {
 	q, ok := iq.(*qp)
 	if !ok || q.dev != d || q.typ != ib.UD {
@@ -293,6 +334,9 @@ func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID, mlid uint16) error {
 	}
 	if !mgid.IsMulticast() {
 		return fmt.Errorf("softib: %v is not a multicast GID", mgid)
+	}
+	if d.ibp != nil {
+		return d.attachMLID(q, mgid, mlid)
 	}
 	g := d.underlayGroup(mgid)
 	if err := d.fab.join(g); err != nil {
@@ -316,6 +360,9 @@ func (d *Device) DetachMulticast(iq ib.QP, mgid ib.GID) error {
 	q, ok := iq.(*qp)
 	if !ok || q.dev != d {
 		return errors.New("softib: not a QP of this device")
+	}
+	if d.ibp != nil {
+		return d.detachMLID(q, mgid)
 	}
 	g := d.underlayGroup(mgid)
 	d.mu.Lock()

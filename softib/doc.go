@@ -25,4 +25,11 @@
 // outstanding (rx_drop_stale_ack), and QP numbers are random, so a third
 // host on the underlay can neither guess a connection nor break one with a
 // stray packet.
+//
+// A device opened with LinkLayer "InfiniBand" is a port on a simulated
+// InfiniBand subnet instead: native IB frames (LRH, a GRH when the address
+// asks for one, BTH onwards, ICRC and VCRC: lrh.go, ibcrc.go, ibframe.go)
+// carried in UDP to the fabric forwarder of package ibfwd, addressed by
+// LID, checked on receipt as a port checks them (ibport.go). See
+// docs/ib-link-layer.md.
 package softib

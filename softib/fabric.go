@@ -21,6 +21,9 @@ type fabric struct {
 	v4      bool
 	ifindex int
 	mtu     int // underlay interface MTU
+	// fwd, when valid, is where every packet goes (InfiniBand link: the
+	// fabric forwarder) instead of the destination's fabric port.
+	fwd netip.AddrPort
 
 	fd     int // unicast socket
 	mcfd   int // multicast socket: wildcard-bound, sees only joined groups
@@ -355,14 +358,18 @@ func (f *fabric) send(t *txMsg, to netip.Addr, segSize int) error {
 	}
 	t.msg = unix.Msghdr{}
 	to = to.Unmap()
+	port := f.port
+	if f.fwd.IsValid() {
+		to, port = f.fwd.Addr().Unmap(), f.fwd.Port()
+	}
 	if f.v4 {
 		t.sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: to.As4()}
-		putPort(&t.sa4.Port, f.port)
+		putPort(&t.sa4.Port, port)
 		t.msg.Name = (*byte)(unsafe.Pointer(&t.sa4))
 		t.msg.Namelen = unix.SizeofSockaddrInet4
 	} else {
 		t.sa6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: to.As16()}
-		putPort(&t.sa6.Port, f.port)
+		putPort(&t.sa6.Port, port)
 		if to.IsLinkLocalUnicast() || to.IsLinkLocalMulticast() || to.IsMulticast() {
 			t.sa6.Scope_id = uint32(f.ifindex)
 		}

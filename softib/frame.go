@@ -1,12 +1,16 @@
 package softib
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
 
 // Every header and trailer of a train lives in its txMsg, so framing a
 // packet writes only into memory the sender already owns.
 const (
-	maxHeaderLen  = BTHLen + DETHLen // the largest header set softib sends
-	maxTrailerLen = 3 + 4            // pad + ICRC
+	maxHeaderLen  = LRHLen + ib.GRHLen + BTHLen + DETHLen // the largest header set softib sends (InfiniBand link)
+	maxTrailerLen = 3 + ICRCLen + VCRCLen                 // pad, ICRC, VCRC (InfiniBand link)
 )
 
 // frame adds packet seg of a train to tx: headers, the payload straight
@@ -14,8 +18,17 @@ const (
 // the datagrams of one GSO train the Identification values 0, 1, 2, ...
 // (an unconnected DF socket starts at 0, ip_select_ident_segs; then
 // inet_gso_segment counts up), and the ICRC covers it: packet seg is
-// hashed with ID seg.
-func (d *Device) frame(tx *txMsg, seg int, bth *BTH, deth *DETH, payload []byte, to netip.Addr) {
+// hashed with ID seg. On an InfiniBand link the packet is framed for
+// route r instead (frameIB).
+func (d *Device) frame(tx *txMsg, seg int, bth *BTH, deth *DETH, payload []byte, to netip.Addr, r *ibRoute) {
+	if d.ibp != nil {
+		p := Packet{BTH: *bth}
+		if deth != nil {
+			p.DETH = *deth
+		}
+		d.frameIB(tx, seg, r, &p, payload)
+		return
+	}
 	pad := PadCount(len(payload))
 	bth.PadCnt = pad
 	hdr := tx.hdr[seg][:BTHLen]
@@ -40,8 +53,12 @@ func (d *Device) frame(tx *txMsg, seg int, bth *BTH, deth *DETH, payload []byte,
 }
 
 // frameAck builds an ACK/NAK: BTH, AETH and ICRC in one buffer, sent as
-// one datagram (IPv4 ID 0).
-func (d *Device) frameAck(tx *txMsg, bth *BTH, aeth AETH, to netip.Addr) {
+// one datagram (IPv4 ID 0), or as one native IB frame for route r.
+func (d *Device) frameAck(tx *txMsg, bth *BTH, aeth AETH, to netip.Addr, r *ibRoute) {
+	if d.ibp != nil {
+		d.frameIB(tx, 0, r, &Packet{BTH: *bth, AETH: aeth}, nil)
+		return
+	}
 	b := tx.hdr[0][:BTHLen+AETHLen+4]
 	_ = bth.Encode(b)
 	_ = aeth.Encode(b[BTHLen:])

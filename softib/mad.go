@@ -50,7 +50,13 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	}
 	d := m.dev
 	dst := to.GID.Addr()
-	if !dst.IsValid() || dst.Is4() != d.fab.v4 {
+	var r ibRoute
+	if d.ibp != nil {
+		// As ib_umad sends a MAD inside the subnet: to the LID and SL
+		// given, without a GRH. A MAD without a LID goes to LID 0, where
+		// the fabric drops it, as on hardware.
+		r = d.route(ib.Path{DLID: to.LID, SL: to.SL}, to.GID)
+	} else if !dst.IsValid() || dst.Is4() != d.fab.v4 {
 		return errorf("MAD destination %v is not reachable on this underlay", to.GID)
 	}
 	pkey := to.PKey
@@ -70,7 +76,7 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	tx := txPool.Get().(*txMsg)
 	defer txPool.Put(tx)
 	tx.reset()
-	d.frame(tx, 0, &bth, &deth, mad, dst)
+	d.frame(tx, 0, &bth, &deth, mad, dst, &r)
 	err := d.fab.send(tx, dst, 0)
 	d.countTx(tx, err)
 	if err != nil {

@@ -29,6 +29,7 @@ type qp struct {
 	destGID  ib.GID
 	destAddr netip.Addr
 	destQPN  ib.QPN
+	route    ibRoute // InfiniBand link: the path's LRH and GRH
 	pmtu     int
 	minRNR   uint8
 	timeout  time.Duration // 0: ACK timeout disabled
@@ -89,7 +90,12 @@ func (q *qp) Modify(m ib.QPModify) error {
 				return errorf("modify QP %v to RTR: path MTU %v, destination QPN %v", q.num, m.PathMTU, m.DestQPN)
 			}
 			a := m.DestGID.Addr()
-			if !a.IsValid() || a.Is4() != q.dev.fab.v4 || m.DestGID.IsMulticast() {
+			if q.dev.ibp != nil {
+				if !IsUnicastLID(m.Path.DLID) {
+					return errorf("modify QP %v to RTR: destination LID %#x is not a unicast LID", q.num, m.Path.DLID)
+				}
+				q.route, a = q.dev.route(m.Path, m.DestGID), q.dev.ibp.cfg.Forwarder.Addr()
+			} else if !a.IsValid() || a.Is4() != q.dev.fab.v4 || m.DestGID.IsMulticast() {
 				return errorf("modify QP %v to RTR: destination GID %v is not reachable on this underlay", q.num, m.DestGID)
 			}
 			q.destGID, q.destAddr, q.destQPN = m.DestGID, a, m.DestQPN

@@ -29,6 +29,10 @@ func (d *Device) datagram(b []byte, src netip.AddrPort, dst netip.Addr, seg int)
 
 // receive checks and delivers one IB packet, packet seg of a GRO train.
 func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int) {
+	if d.ibp != nil {
+		d.receiveIB(b, srcAP)
+		return
+	}
 	d.ctr.rxPackets.Add(1)
 	d.ctr.rxBytes.Add(uint64(len(b)))
 	p := &d.rxPkt
@@ -57,6 +61,11 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 		d.multicast(p, src, dst)
 		return
 	}
+	d.deliver(p, src, dst)
+}
+
+// deliver hands a checked unicast packet to its QP.
+func (d *Device) deliver(p *Packet, src, dst netip.Addr) {
 	q, ok := d.qps.get(p.BTH.DestQP)
 	if !ok {
 		d.count(dropUnknownQP)
@@ -89,7 +98,17 @@ func (d *Device) recvMAD(p *Packet, src netip.Addr) {
 		d.count(dropNoRecv)
 		return
 	}
-	m.deliver(ib.MADAddr{GID: ib.GIDFromAddr(src), QPN: p.DETH.SrcQP, PKey: p.BTH.PKey}, p.Payload)
+	from := ib.MADAddr{GID: ib.GIDFromAddr(src), QPN: p.DETH.SrcQP, PKey: p.BTH.PKey}
+	if d.ibp != nil {
+		// As ib_umad reports it: the sender's LID and SL, its GID only
+		// if the MAD came with a GRH.
+		s := &d.rxFrom
+		from = ib.MADAddr{QPN: p.DETH.SrcQP, PKey: p.BTH.PKey, LID: s.slid, SL: s.sl}
+		if s.grh {
+			from.GID = s.sgid
+		}
+	}
+	m.deliver(from, p.Payload)
 }
 
 // multicast delivers a datagram to every QP attached to its group.
@@ -143,17 +162,31 @@ func (q *qp) recvUD(p *Packet, src netip.Addr) {
 		d.count(dropTooLong)
 		return
 	}
-	sgid := ib.GIDFromAddr(src)
-	writeGRH(buf[:ib.GRHLen], len(p.Payload), sgid, d.port.GID)
+	wc := ib.Completion{
+		ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num,
+		ByteLen: uint32(ib.GRHLen + len(p.Payload)),
+		SrcQPN:  p.DETH.SrcQP, PKey: p.BTH.PKey,
+	}
+	if d.ibp != nil {
+		// As verbs reports it: the source LID and SL always, the GRH
+		// (and so a source GID) only if the packet carried one.
+		s := &d.rxFrom
+		wc.SrcLID, wc.SL, wc.GRH = s.slid, s.sl, s.grh
+		if s.grh {
+			wc.SrcGID = s.sgid
+			writeGRH(buf[:ib.GRHLen], len(p.Payload), s.sgid, d.port.GID)
+		} else {
+			clear(buf[:ib.GRHLen])
+		}
+	} else {
+		wc.SrcGID = ib.GIDFromAddr(src)
+		writeGRH(buf[:ib.GRHLen], len(p.Payload), wc.SrcGID, d.port.GID)
+	}
 	copy(buf[ib.GRHLen:], p.Payload)
 	q.ctr.rxPackets.Add(1)
 	q.ctr.rxMessages.Add(1)
 	q.ctr.rxBytes.Add(uint64(len(p.Payload)))
-	q.recvCQ.push(&ib.Completion{
-		ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num,
-		ByteLen: uint32(ib.GRHLen + len(p.Payload)),
-		SrcQPN:  p.DETH.SrcQP, SrcGID: sgid, PKey: p.BTH.PKey,
-	})
+	q.recvCQ.push(&wc)
 	d.touch(q.recvCQ)
 }
 
@@ -170,8 +203,14 @@ func writeGRH(b []byte, payloadLen int, sgid, dgid ib.GID) {
 
 // fromPeer is rxe's check_addr: a connected QP takes packets only from its
 // peer's underlay address to ours. q.mu is held.
+// On an InfiniBand link the check is the LRH's: the packet's SLID is the
+// LID the QP's path leads to.
 func (q *qp) fromPeer(src, dst netip.Addr) bool {
-	if src == q.destAddr && dst == q.dev.fab.local {
+	if q.dev.ibp != nil {
+		if q.dev.rxFrom.slid == q.route.dlid {
+			return true
+		}
+	} else if src == q.destAddr && dst == q.dev.fab.local {
 		return true
 	}
 	q.dev.count(dropWrongSource)
@@ -378,7 +417,7 @@ func (d *Device) sendAck(q *qp, psn PSN, aeth AETH) {
 	bth := BTH{Opcode: OpRCAck, PKey: q.pkey, DestQP: q.destQPN, PSN: psn}
 	tx := &d.ackTx
 	tx.reset()
-	d.frameAck(tx, &bth, aeth, q.destAddr)
+	d.frameAck(tx, &bth, aeth, q.destAddr, &q.route)
 	err := d.fab.send(tx, q.destAddr, 0)
 	d.countTx(tx, err)
 	q.ctr.acksSent.Add(1)

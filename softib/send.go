@@ -188,7 +188,8 @@ func (q *qp) sendTrain(tx *txMsg, i int, psn PSN) uint32 {
 		for idx < e.npkts {
 			off := int(idx) * q.pmtu
 			payload := e.buf[off:min(off+q.pmtu, len(e.buf))]
-			l := PacketLen(OpRCSendOnly, len(payload)) // BTH, payload, pad, ICRC: the same for every SEND
+			// BTH, payload, pad, ICRC (and the link's LRH, GRH, VCRC): the same for every SEND
+			l := PacketLen(OpRCSendOnly, len(payload)) + q.dev.linkOverhead(&q.route)
 			if count > 0 && (l > segLen || tx.bytes+l > maxBytes) {
 				return q.sendTrainNow(tx, count, segLen)
 			}
@@ -201,7 +202,7 @@ func (q *qp) sendTrain(tx *txMsg, i int, psn PSN) uint32 {
 				AckReq: q.typ == ib.RC && last,
 				SE:     last,
 			}
-			q.dev.frame(tx, int(count), &bth, nil, payload, q.destAddr)
+			q.dev.frame(tx, int(count), &bth, nil, payload, q.destAddr, &q.route)
 			count++
 			idx++
 			if count == 1 {
@@ -265,7 +266,7 @@ func (q *qp) postUD(wrs []ib.SendWR) (int, error) {
 		q.frameUD(tx, 0, wr, dest, buf)
 		segLen := tx.bytes
 		count, payload := 1, len(buf)
-		if !dest.attr.DestGID.IsMulticast() && len(buf) > 0 {
+		if !dest.multicast && len(buf) > 0 {
 			limit := min(maxTrainSegments, q.dev.fab.maxUDPPayload()/segLen)
 			count, payload = q.extendTrain(tx, wrs[i:], dest, len(buf), mtu, limit)
 		}
@@ -290,7 +291,7 @@ func (q *qp) extendTrain(tx *txMsg, wrs []ib.SendWR, dest *ah, size, mtu, limit 
 	for count < len(wrs) && count < limit {
 		wr := &wrs[count]
 		next, ok := wr.AH.(*ah)
-		if !ok || next.to != dest.to || wr.RemoteQPN != wrs[0].RemoteQPN || wr.RemoteQKey != wrs[0].RemoteQKey {
+		if !ok || next.to != dest.to || next.route != dest.route || wr.RemoteQPN != wrs[0].RemoteQPN || wr.RemoteQKey != wrs[0].RemoteQKey {
 			break
 		}
 		buf, err := wr.SGE.Bytes()
@@ -310,12 +311,12 @@ func (q *qp) extendTrain(tx *txMsg, wrs []ib.SendWR, dest *ah, size, mtu, limit 
 // frameUD adds one UD SEND Only packet to tx as its seg-th datagram.
 func (q *qp) frameUD(tx *txMsg, seg int, wr *ib.SendWR, dest *ah, buf []byte) {
 	bth := BTH{Opcode: OpUDSendOnly, PKey: q.pkey, DestQP: wr.RemoteQPN & ib.QPNMask, PSN: q.req.next, SE: true}
-	if dest.attr.DestGID.IsMulticast() {
+	if dest.multicast {
 		bth.DestQP = ib.MulticastQPN
 	}
 	q.req.next = q.req.next.Add(1)
 	deth := DETH{QKey: wr.RemoteQKey, SrcQP: q.num}
-	q.dev.frame(tx, seg, &bth, &deth, buf, dest.to)
+	q.dev.frame(tx, seg, &bth, &deth, buf, dest.to, &dest.route)
 }
 
 // completeUD completes wrs with status.

@@ -31,11 +31,13 @@ var allowed = map[string][]string{
 	"sapath":  {"cm", "ib", "sa"},
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
-	"softib":    {"ib"},
-	"verbs":     {"ib"},
-	"umadsa":    {"ib", "sa"},
-	"rdmacm":    {"cm", "ib", "verbs"},
-	"ib/ibtest": {"ib"},
+	"softib":                        {"ib"},
+	"verbs":                         {"ib"},
+	"umadsa":                        {"ib", "sa"},
+	"rdmacm":                        {"cm", "ib", "verbs"},
+	"ib/ibtest":                     {"ib"},
+	"softib/ibfwd":                  {"ib", "softib"},
+	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd"},
 	// one interface and its kernel side: interfaces only, no transport
 	"ipoib/netdev":     {"mtu", "offload"},
 	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},

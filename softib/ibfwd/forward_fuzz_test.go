@@ -1,0 +1,64 @@
+package ibfwd
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/ipoibd/ipoibd/softib"
+)
+
+// FuzzForward feeds frames to the forwarder as if a registered port sent
+// them: whatever they hold, it forwards or counts them and never panics.
+// With octet 0 odd the VCRC is made right first, to reach the routing
+// behind it.
+func FuzzForward(f *testing.F) {
+	routes := NewStatic()
+	routes.SL2VL[3] = 15
+	if err := routes.AddPort(1, 0x10, 1); err != nil {
+		f.Fatal(err)
+	}
+	if err := routes.AddPort(2, 0x20, 0); err != nil {
+		f.Fatal(err)
+	}
+	if err := routes.AddGroup(0xc001, 1, 2); err != nil {
+		f.Fatal(err)
+	}
+	fw, err := New(netip.MustParseAddrPort("127.0.0.1:0"), routes)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { fw.Close() })
+	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { sink.Close() })
+	src := netip.MustParseAddrPort("127.0.0.1:9") // never sends: forward is called directly
+	for _, p := range []Port{{GUID: 1, LID: 0x10, LMC: 1, Addr: src}, {GUID: 2, LID: 0x20, Addr: sink.LocalAddr().(*net.UDPAddr).AddrPort()}} {
+		if err := fw.Register(p); err != nil {
+			f.Fatal(err)
+		}
+	}
+	for _, fr := range []softib.IBFrame{
+		{LRH: softib.LRH{DLID: 0x20, SLID: 0x11}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
+		{LRH: softib.LRH{DLID: 0xc001, SL: 3, SLID: 0x10}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}}},
+	} {
+		b, err := softib.AppendIBFrame(nil, &fr)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(append([]byte{1}, b...))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 {
+			return
+		}
+		b := in[1:]
+		if in[0]&1 != 0 && len(b) >= softib.VCRCLen {
+			n := len(b) - softib.VCRCLen
+			softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
+		}
+		fw.forward(b, src)
+	})
+}

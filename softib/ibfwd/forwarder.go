@@ -1,0 +1,257 @@
+package ibfwd
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib"
+)
+
+// Port is one softib port attached to the fabric: its port GUID, the LID
+// and LMC the subnet gave it (for display: forwarding follows Routes)
+// and the underlay address its frames come from and go to.
+type Port struct {
+	GUID uint64
+	LID  uint16
+	LMC  uint8
+	Addr netip.AddrPort
+}
+
+// dropCause names why the forwarder dropped a frame.
+type dropCause int
+
+const (
+	dropMalformed     dropCause = iota // no LRH, or a PktLen that does not match
+	dropBadVCRC                        // the link's CRC does not match
+	dropUnknownSource                  // not from a registered port's address
+	dropDLIDZero                       // DLID 0 names no port
+	dropUnrouted                       // unicast (or permissive) LID with no forwarding entry
+	dropNoMFTEntry                     // MLID with no multicast forwarding entry
+	dropVL15                           // SL mapped to VL15
+	dropNoPort                         // routed to a GUID no port registered
+	dropTxError                        // the underlay refused a send
+	numDropCauses
+)
+
+var dropNames = [numDropCauses]string{
+	dropMalformed:     "drop_malformed",
+	dropBadVCRC:       "drop_bad_vcrc",
+	dropUnknownSource: "drop_unknown_source",
+	dropDLIDZero:      "drop_dlid_zero",
+	dropUnrouted:      "drop_unrouted_lid",
+	dropNoMFTEntry:    "drop_no_mft_entry",
+	dropVL15:          "drop_vl15",
+	dropNoPort:        "drop_no_port",
+	dropTxError:       "drop_tx_error",
+}
+
+// maxFrame bounds a frame: LRH, GRH, BTH, DETH, 4096 octets, pad, ICRC,
+// VCRC fit with room to spare; anything longer is cut and fails its
+// PktLen check.
+const maxFrame = 8192
+
+// Forwarder is the subnet's switching on one UDP socket.
+type Forwarder struct {
+	conn   *net.UDPConn
+	routes atomic.Pointer[routesBox]
+	ports  atomic.Pointer[portTable]
+	mu     sync.Mutex // serialises Register
+
+	rx, tx atomic.Uint64
+	drops  [numDropCauses]atomic.Uint64
+	done   chan struct{}
+}
+
+type routesBox struct{ r Routes }
+
+// portTable is replaced whole on Register, so the forwarding goroutine
+// reads it without a lock.
+type portTable struct {
+	byGUID map[uint64]Port
+	byAddr map[netip.AddrPort]uint64
+}
+
+// New starts a forwarder listening on addr (port 0: any) with routes r.
+func New(addr netip.AddrPort, r Routes) (*Forwarder, error) {
+	if r == nil {
+		return nil, errors.New("ibfwd: no routes")
+	}
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		return nil, fmt.Errorf("ibfwd: %w", err)
+	}
+	bigBuffers(c)
+	f := &Forwarder{conn: c, done: make(chan struct{})}
+	f.routes.Store(&routesBox{r})
+	f.ports.Store(&portTable{byGUID: map[uint64]Port{}, byAddr: map[netip.AddrPort]uint64{}})
+	go f.run()
+	return f, nil
+}
+
+// socketBuffer is the forwarder's socket buffer each way. A switch loses
+// nothing (link credits hold the sender back); a UDP socket drops what its
+// buffer cannot hold, so it gets room for several windows of 64 KiB
+// messages from every port.
+const socketBuffer = 32 << 20
+
+// bigBuffers sets the socket buffers to socketBuffer, past the sysctl
+// limits where it may (root), else as far as they allow.
+func bigBuffers(c *net.UDPConn) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) {
+		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[0], socketBuffer) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[1], socketBuffer)
+			}
+		}
+	})
+}
+
+// Addr is the forwarder's underlay address: softib's IBConfig.Forwarder.
+func (f *Forwarder) Addr() netip.AddrPort {
+	return f.conn.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// Register attaches a port (or moves it to a new address).
+func (f *Forwarder) Register(p Port) error {
+	if p.GUID == 0 || !p.Addr.IsValid() {
+		return fmt.Errorf("ibfwd: port %#x at %v: want a GUID and an address", p.GUID, p.Addr)
+	}
+	p.Addr = netip.AddrPortFrom(p.Addr.Addr().Unmap(), p.Addr.Port())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	old := f.ports.Load()
+	t := &portTable{byGUID: map[uint64]Port{}, byAddr: map[netip.AddrPort]uint64{}}
+	for g, q := range old.byGUID {
+		if g != p.GUID && q.Addr != p.Addr {
+			t.byGUID[g], t.byAddr[q.Addr] = q, g
+		}
+	}
+	t.byGUID[p.GUID], t.byAddr[p.Addr] = p, p.GUID
+	f.ports.Store(t)
+	return nil
+}
+
+// Ports returns the registered ports.
+func (f *Forwarder) Ports() []Port {
+	var out []Port
+	for _, p := range f.ports.Load().byGUID {
+		out = append(out, p)
+	}
+	return out
+}
+
+// SetRoutes replaces the forwarding tables.
+func (f *Forwarder) SetRoutes(r Routes) { f.routes.Store(&routesBox{r}) }
+
+// Counters returns frames received and sent and the drops by cause.
+func (f *Forwarder) Counters() []ib.Counter {
+	out := []ib.Counter{{Name: "rx_frames", Value: f.rx.Load()}, {Name: "tx_frames", Value: f.tx.Load()}}
+	for c := range numDropCauses {
+		out = append(out, ib.Counter{Name: dropNames[c], Value: f.drops[c].Load()})
+	}
+	return out
+}
+
+// Close stops forwarding.
+func (f *Forwarder) Close() error {
+	err := f.conn.Close()
+	<-f.done
+	return err
+}
+
+func (f *Forwarder) count(c dropCause) { f.drops[c].Add(1) }
+
+func (f *Forwarder) run() {
+	defer close(f.done)
+	buf := make([]byte, maxFrame)
+	for {
+		n, src, err := f.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		f.forward(buf[:n], netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
+	}
+}
+
+// forward switches one frame, in place: the VL is rewritten and the VCRC
+// recomputed before it leaves.
+func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
+	f.rx.Add(1)
+	ports := f.ports.Load()
+	from, ok := ports.byAddr[src]
+	if !ok {
+		f.count(dropUnknownSource)
+		return
+	}
+	lrh, err := softib.DecodeLRH(b)
+	if err != nil || len(b) < softib.LRHLen+softib.VCRCLen || int(lrh.PktLen)*4 != len(b)-softib.VCRCLen {
+		f.count(dropMalformed)
+		return
+	}
+	n := len(b) - softib.VCRCLen
+	if softib.VCRC(b[:n]) != softib.GetVCRC(b[n:]) {
+		f.count(dropBadVCRC)
+		return
+	}
+	r := f.routes.Load().r
+	dlid := lrh.DLID
+	var one [1]uint64
+	var out []uint64
+	multicast := softib.IsMulticastLID(dlid)
+	switch {
+	case dlid == 0:
+		f.count(dropDLIDZero)
+		return
+	case multicast:
+		if out = r.Multicast(dlid); len(out) == 0 {
+			f.count(dropNoMFTEntry)
+			return
+		}
+	default:
+		g, ok := r.Unicast(dlid)
+		if !ok {
+			f.count(dropUnrouted)
+			return
+		}
+		one[0] = g
+		out = one[:]
+	}
+	for _, g := range out {
+		if multicast && g == from {
+			continue // a switch sends a multicast packet out of every member port but the one it came in on
+		}
+		p, ok := ports.byGUID[g]
+		if !ok {
+			f.count(dropNoPort)
+			continue
+		}
+		vl := r.VL(lrh.SL, from, g)
+		if vl >= 15 { // VL15 is management's (QP0): a data SL mapped there is dropped
+			f.count(dropVL15)
+			continue
+		}
+		if b[0]>>4 != vl {
+			b[0] = vl<<4 | b[0]&0x0f
+			softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
+		}
+		if _, err := f.conn.WriteToUDPAddrPort(b, p.Addr); err != nil {
+			f.count(dropTxError)
+			continue
+		}
+		f.tx.Add(1)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ibfwd
+
+const raceEnabled = false

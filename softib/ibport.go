@@ -1,0 +1,283 @@
+package softib
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// Link layers a softib port can have (Config.LinkLayer, and what
+// PortAttr.LinkLayer reports).
+const (
+	LinkEthernet   = "Ethernet"   // RoCEv2 framing, peers by GID-derived underlay address
+	LinkInfiniBand = "InfiniBand" // native IB framing through a fabric forwarder, peers by LID
+)
+
+// IBConfig is the port's place on an InfiniBand subnet (Config.LinkLayer
+// "InfiniBand"). On a real port the subnet manager assigns LID, LMC, SM
+// LID, GID prefix and P_Key table; softib has none yet, so its owner gives
+// them.
+type IBConfig struct {
+	LID       uint16 // the port's base LID, unicast
+	LMC       uint8  // LID mask count, 0-7: the port answers to LID .. LID+2^LMC-1
+	SMLID     uint16 // the subnet manager's LID
+	GIDPrefix uint64 // the GID's upper half (default fe80::/64)
+	// GUID is the port GUID, the GID's lower half (default: the lower
+	// half of the GID the underlay address gives on RoCE).
+	GUID uint64
+	// Forwarder is the fabric forwarder's underlay address: every packet
+	// leaves for it, and only packets from it are taken.
+	Forwarder netip.AddrPort
+}
+
+// defaultGIDPrefix is the link-local subnet prefix fe80::/64.
+const defaultGIDPrefix = 0xfe80_0000_0000_0000
+
+// ibPort is the InfiniBand link layer state of a device; nil on RoCE.
+type ibPort struct {
+	cfg   IBConfig
+	mask  uint16                           // the LID's path bits under LMC
+	mlids atomic.Pointer[map[uint16][]*qp] // attached MLID -> QPs
+	mgid  map[ib.GID]uint16                // attached MGID -> MLID (d.mu)
+}
+
+// newIBPort checks cfg and fills its defaults; gid is the RoCE GID of the
+// underlay address.
+func newIBPort(cfg IBConfig, gid ib.GID) (*ibPort, error) {
+	switch {
+	case !IsUnicastLID(cfg.LID):
+		return nil, fmt.Errorf("softib: LID %#x is not a unicast LID", cfg.LID)
+	case cfg.LMC > 7:
+		return nil, fmt.Errorf("softib: LMC %d exceeds 7", cfg.LMC)
+	case cfg.LID&(1<<cfg.LMC-1) != 0:
+		return nil, fmt.Errorf("softib: LID %#x is not aligned to its LMC %d", cfg.LID, cfg.LMC)
+	case !IsUnicastLID(cfg.LID + 1<<cfg.LMC - 1):
+		return nil, fmt.Errorf("softib: LIDs %#x+%d leave the unicast range", cfg.LID, 1<<cfg.LMC)
+	case cfg.SMLID != 0 && !IsUnicastLID(cfg.SMLID):
+		return nil, fmt.Errorf("softib: SM LID %#x is not a unicast LID", cfg.SMLID)
+	case !cfg.Forwarder.IsValid():
+		return nil, errors.New("softib: an InfiniBand port needs the fabric forwarder's address")
+	}
+	if cfg.GIDPrefix == 0 {
+		cfg.GIDPrefix = defaultGIDPrefix
+	}
+	if cfg.GUID == 0 {
+		cfg.GUID = binary.BigEndian.Uint64(gid[8:])
+	}
+	p := &ibPort{cfg: cfg, mask: 1<<cfg.LMC - 1, mgid: map[ib.GID]uint16{}}
+	p.mlids.Store(&map[uint16][]*qp{})
+	return p, nil
+}
+
+// gid is the port GID: subnet prefix and port GUID.
+func (p *ibPort) gid() (g ib.GID) {
+	binary.BigEndian.PutUint64(g[:8], p.cfg.GIDPrefix)
+	binary.BigEndian.PutUint64(g[8:], p.cfg.GUID)
+	return g
+}
+
+// ours reports whether a unicast DLID names this port: its base LID with
+// any path bits, or the permissive LID.
+func (p *ibPort) ours(dlid uint16) bool {
+	return dlid == PermissiveLID || dlid&^p.mask == p.cfg.LID
+}
+
+// ibRoute is how an InfiniBand-link packet is addressed: its LRH and,
+// when grh is set, its GRH. The zero value is the RoCE case (unused).
+type ibRoute struct {
+	dlid, slid uint16
+	sl         uint8
+	grh        bool
+	tclass     uint8
+	hopLmt     uint8
+	flow       uint32
+	dgid       ib.GID
+}
+
+// route turns a path to dgid into the headers this port sends.
+func (d *Device) route(p ib.Path, dgid ib.GID) ibRoute {
+	r := ibRoute{dlid: p.DLID, slid: d.ibp.cfg.LID | uint16(p.SrcPathBits)&d.ibp.mask, sl: p.SL & 15}
+	if p.GRH {
+		r.grh, r.tclass, r.hopLmt, r.flow, r.dgid = true, p.TrafficClass, p.HopLimit, p.FlowLabel&0xfffff, dgid
+	}
+	return r
+}
+
+// linkOverhead is what the link layer adds around an IB transport packet:
+// LRH, GRH and VCRC on InfiniBand, nothing on RoCE (its IP and UDP headers
+// are the underlay's).
+func (d *Device) linkOverhead(r *ibRoute) int {
+	if d.ibp == nil {
+		return 0
+	}
+	if r.grh {
+		return LRHLen + ib.GRHLen + VCRCLen
+	}
+	return LRHLen + VCRCLen
+}
+
+// frameIB adds one native IB frame to tx as its seg-th datagram: LRH, GRH
+// if the route has one, the transport headers of p, the payload straight
+// from registered memory, pad, ICRC and VCRC, each CRC computed over the
+// pieces where they lie.
+func (d *Device) frameIB(tx *txMsg, seg int, r *ibRoute, p *Packet, payload []byte) {
+	f := IBFrame{LRH: LRH{SL: r.sl, DLID: r.dlid, SLID: r.slid}, HasGRH: r.grh, Packet: *p}
+	if r.grh {
+		f.GRH = GRH{TClass: r.tclass, FlowLabel: r.flow, HopLmt: r.hopLmt, SGID: d.port.GID, DGID: r.dgid}
+	}
+	n, _ := PutIBHeaders(tx.hdr[seg][:], &f, len(payload)) // fields were range-checked when posted
+	hdr := tx.hdr[seg][:n]
+	pad := PadCount(len(payload))
+	trl := tx.trl[seg][:int(pad)+ICRCLen+VCRCLen]
+	clear(trl[:pad])
+	var grh []byte
+	off := LRHLen
+	if r.grh {
+		grh = hdr[LRHLen : LRHLen+ib.GRHLen]
+		off += ib.GRHLen
+	}
+	ic, _ := StartIBICRC(hdr[:LRHLen], grh)
+	ic.Update(hdr[off:])
+	ic.Update(payload)
+	ic.Update(trl[:pad])
+	PutICRC(trl[pad:], ic.Sum32())
+	vc := StartVCRC()
+	vc.Update(hdr)
+	vc.Update(payload)
+	vc.Update(trl[:int(pad)+ICRCLen])
+	PutVCRC(trl[int(pad)+ICRCLen:], vc.Sum16())
+	tx.add(hdr)
+	tx.add(payload)
+	tx.add(trl)
+	tx.segments++
+	tx.bytes += len(hdr) + len(payload) + len(trl)
+}
+
+// rxSource is what the LRH and GRH of the packet being received say about
+// its sender (receive goroutine).
+type rxSource struct {
+	slid uint16
+	sl   uint8
+	grh  bool
+	sgid ib.GID
+}
+
+// receiveIB checks one native IB frame as a port does and delivers it:
+// only from the forwarder (the port's one link), VCRC then ICRC, a DLID of
+// ours (our LID under the LMC, the permissive LID, or an MLID a QP is
+// attached to), a P_Key the port holds.
+func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
+	d.ctr.rxPackets.Add(1)
+	d.ctr.rxBytes.Add(uint64(len(b)))
+	p := d.ibp
+	if src != p.cfg.Forwarder {
+		d.count(dropWrongSource)
+		return
+	}
+	f := &d.rxFrame
+	if err := ParseIBFrame(b, f); err != nil {
+		d.count(dropMalformed)
+		return
+	}
+	vcrcOK, icrcOK := CheckIBCRCs(b, f.HasGRH)
+	switch {
+	case !vcrcOK:
+		d.count(dropBadVCRC)
+		return
+	case !icrcOK:
+		d.count(dropBadICRC)
+		return
+	}
+	dlid := f.LRH.DLID
+	multicast := IsMulticastLID(dlid)
+	switch {
+	case dlid == 0:
+		d.count(dropDLIDZero)
+		return
+	case !multicast && !p.ours(dlid):
+		d.count(dropWrongDLID)
+		return
+	}
+	pkt := &f.Packet
+	if !d.portAccepts(pkt.BTH.PKey) {
+		d.count(dropPKey)
+		return
+	}
+	d.rxFrom = rxSource{slid: f.LRH.SLID, sl: f.LRH.SL, grh: f.HasGRH, sgid: f.GRH.SGID}
+	if multicast || pkt.BTH.DestQP == ib.MulticastQPN {
+		members := (*p.mlids.Load())[dlid]
+		if !multicast || len(members) == 0 || pkt.BTH.DestQP != ib.MulticastQPN || pkt.BTH.Opcode != OpUDSendOnly {
+			d.count(dropNotMember)
+			return
+		}
+		for _, q := range members {
+			q.recvUD(pkt, src.Addr())
+		}
+		return
+	}
+	d.deliver(pkt, src.Addr(), d.fab.local)
+}
+
+// attachMLID makes q a member of the group with this MLID. There is no
+// underlay group to join: the forwarder's multicast table decides who
+// gets the group's packets, as a switch's MFT does.
+func (d *Device) attachMLID(q *qp, mgid ib.GID, mlid uint16) error {
+	if !IsMulticastLID(mlid) {
+		return fmt.Errorf("softib: %#x is not a multicast LID", mlid)
+	}
+	p := d.ibp
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old, ok := p.mgid[mgid]; ok && old != mlid {
+		return fmt.Errorf("softib: %v is attached with MLID %#x, not %#x", mgid, old, mlid)
+	}
+	old := *p.mlids.Load()
+	m := make(map[uint16][]*qp, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[mlid] = append(append([]*qp(nil), old[mlid]...), q)
+	p.mgid[mgid] = mlid
+	p.mlids.Store(&m)
+	return nil
+}
+
+// detachMLID undoes attachMLID.
+func (d *Device) detachMLID(q *qp, mgid ib.GID) error {
+	p := d.ibp
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	mlid, ok := p.mgid[mgid]
+	if !ok {
+		return fmt.Errorf("softib: QP %v is not attached to %v", q.num, mgid)
+	}
+	old := *p.mlids.Load()
+	var kept []*qp
+	found := false
+	for _, m := range old[mlid] {
+		if m == q && !found {
+			found = true
+			continue
+		}
+		kept = append(kept, m)
+	}
+	if !found {
+		return fmt.Errorf("softib: QP %v is not attached to %v", q.num, mgid)
+	}
+	m := make(map[uint16][]*qp, len(old))
+	for k, v := range old {
+		m[k] = v
+	}
+	if len(kept) == 0 {
+		delete(m, mlid)
+		delete(p.mgid, mgid)
+	} else {
+		m[mlid] = kept
+	}
+	p.mlids.Store(&m)
+	return nil
+}
