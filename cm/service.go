@@ -176,7 +176,7 @@ type ServiceParams struct {
 }
 
 func (p ServiceParams) engine() EngineConfig {
-	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, MaxConns: p.MaxConns, Event: p.Events}
+	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, LMC: p.Port.LMC, MaxConns: p.MaxConns, Event: p.Events}
 }
 
 // OwnService makes ipoibd's own connection service, the Engine, on the
