@@ -26,7 +26,7 @@ import (
 
 const (
 	addrPKey   ib.PKey = 0x8001
-	addrOurLMC         = 2
+	addrOurLMC uint8   = 2
 )
 
 var (
