@@ -393,3 +393,38 @@ func TestPermissiveREQAddressesQPAndMADs(t *testing.T) {
 		t.Errorf("sent %+v, want a REP to %+v", out, want)
 	}
 }
+
+// FuzzPassiveAddress: whatever a REQ's primary path and its MAD's source
+// say, the passive side's address names a unicast LID or is GID only,
+// carries a GRH exactly when the REQ came with one, and takes the
+// received LID only for a routed path naming the permissive LID.
+func FuzzPassiveAddress(f *testing.F) {
+	seed := make([]byte, reqPathLen)
+	(&Path{LocalLID: 0x11, RemoteLID: 0x21, SL: 3, SubnetLocal: true}).putREQ(seed)
+	f.Add(seed, uint16(0x12), uint8(6), uint8(2), false, uint8(0), uint8(2))
+	(&Path{LocalLID: permissiveLID, RemoteLID: permissiveLID, HopLimit: 64}).putREQ(seed)
+	f.Add(seed, uint16(0x12), uint8(6), uint8(2), true, uint8(0xff), uint8(0))
+	f.Add(seed, uint16(0), uint8(0), uint8(0), true, uint8(64), uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, lid uint16, sl, bits uint8, grh bool, hop, lmc uint8) {
+		if len(b) < reqPathLen {
+			return
+		}
+		p := decodeREQPath(b)
+		from := ib.MADAddr{QPN: 1, PKey: addrPKey, Path: ib.Path{DLID: lid, SL: sl & 0xf, SrcPathBits: bits & 0x7f, GRH: grh, HopLimit: hop}}
+		e := NewEngine(EngineConfig{GID: addrUs, PKey: addrPKey, LMC: lmc})
+		a := e.passiveAddress(from, &p)
+		if a == (ib.Path{}) {
+			return
+		}
+		if a.DLID == 0 || a.DLID >= 0xc000 {
+			t.Fatalf("address %+v names no unicast LID", a)
+		}
+		if a.GRH != grh || (a.GRH && a.HopLimit == 0) {
+			t.Fatalf("GRH %v hop %d from a MAD with GRH %v", a.GRH, a.HopLimit, grh)
+		}
+		routedFromIB := !p.SubnetLocal && lid != 0 && p.LocalLID == permissiveLID
+		if routedFromIB && (a.DLID != lid || a.SL != from.Path.SL) || !routedFromIB && (a.DLID != p.LocalLID || a.SL != p.SL) {
+			t.Fatalf("address %+v from REQ path %+v and MAD %+v", a, p, from.Path)
+		}
+	})
+}
