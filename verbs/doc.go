@@ -3,7 +3,8 @@
 // out the device contexts so that its connection service shares them).
 //
 // The provider is cgo and builds only with the tag rdma (and libibverbs-dev,
-// librdmacm-dev installed). Without the tag Open reports how to rebuild, so
+// librdmacm-dev and libibumad-dev installed: CM MADs go through libibumad,
+// so that ibsim's libumad2sim.so can carry them as it carries the SA's). Without the tag Open reports how to rebuild, so
 // the default build stays pure Go.
 //
 // Per packet the provider neither allocates nor takes a channel operation:
