@@ -39,13 +39,23 @@ const umadRecvPollMs = 100
 
 var umadInitOnce sync.Once
 
+// umadOldHdrLen is struct ib_user_mad_hdr_old: the same fields up to the
+// flow label, without the P_Key index (the MAD goes in partition index 0).
+// libibumad uses it when the port could not enable P_Key indices (a
+// kernel older than the index's ioctl).
+const umadOldHdrLen = 56
+
+// errNoPKeyIndex: a port without P_Key indices sends in index 0 only.
+var errNoPKeyIndex = errors.New("the port's MAD interface has no P_Key indices: only the partition at index 0 is reachable")
+
 // libUMAD is the port's CM agent through libibumad, the library every
 // InfiniBand management tool uses: on hardware it drives ib_umad, under
 // ibsim's libumad2sim.so the simulated fabric.
 type libUMAD struct {
 	portID C.int
 	agent  C.int
-	sbuf   unsafe.Pointer // umad_size() + 256 octets of C memory
+	hdr    int            // umad_size(): umadHdrLen, or umadOldHdrLen without P_Key indices
+	sbuf   unsafe.Pointer // hdr + 256 octets of C memory
 	rbuf   unsafe.Pointer
 	smu    sync.Mutex // sbuf
 	stop   atomic.Bool
@@ -60,14 +70,22 @@ func openUMAD(cfg umadConfig) (*umadService, error) {
 		return nil, errors.New("verbs: umad: the port has no P_Key table")
 	}
 	umadInitOnce.Do(func() { C.umad_init() })
-	if sz := int(C.umad_size()); sz != umadHdrLen {
-		return nil, fmt.Errorf("verbs: libibumad's MAD header is %d octets, not the %d of one with P_Key indices", sz, umadHdrLen)
+	var ca *C.char // nil: libibumad's first device
+	if cfg.device != "" {
+		ca = C.CString(cfg.device)
+		defer C.free(unsafe.Pointer(ca))
 	}
-	ca := C.CString(cfg.device)
-	defer C.free(unsafe.Pointer(ca))
 	id := C.umad_open_port(ca, C.int(cfg.port))
 	if id < 0 {
 		return nil, fmt.Errorf("verbs: umad_open_port(%s, %d): %w (is the ib_umad module loaded?)", cfg.device, cfg.port, syscall.Errno(-id))
+	}
+	// The header is the one with P_Key indices when the port enabled them
+	// (ib_umad and libumad2sim.so do), the older one without where it
+	// could not: libibumad says which once the port is open.
+	hdr := int(C.umad_size())
+	if hdr != umadHdrLen && hdr != umadOldHdrLen {
+		C.umad_close_port(id)
+		return nil, fmt.Errorf("verbs: libibumad's MAD header is %d octets, neither %d nor %d", hdr, umadHdrLen, umadOldHdrLen)
 	}
 	agent := C.ipoibd_umad_register(id, cmMgmtClass, cmClassVer, cmMethodSend)
 	if agent < 0 {
@@ -83,8 +101,8 @@ func openUMAD(cfg umadConfig) (*umadService, error) {
 		}
 		return nil, fmt.Errorf("verbs: registering a CM agent on %s port %d: %w", cfg.device, cfg.port, err)
 	}
-	sz := C.umad_size() + 256
-	u := &libUMAD{portID: id, agent: agent, sbuf: C.calloc(1, sz), rbuf: C.calloc(1, sz), ended: make(chan struct{})}
+	sz := C.size_t(hdr + 256)
+	u := &libUMAD{portID: id, agent: agent, hdr: hdr, sbuf: C.calloc(1, sz), rbuf: C.calloc(1, sz), ended: make(chan struct{})}
 	s := &umadService{cfg: cfg, io: u, agent: uint32(agent), recv: make(chan ib.MAD, 256), done: make(chan struct{})}
 	go s.readLoop(u)
 	return s, nil
@@ -95,7 +113,12 @@ func openUMAD(cfg umadConfig) (*umadService, error) {
 func (u *libUMAD) send(msg []byte) error {
 	u.smu.Lock()
 	defer u.smu.Unlock()
-	C.memcpy(u.sbuf, unsafe.Pointer(&msg[0]), C.size_t(len(msg)))
+	buf := unsafe.Slice((*byte)(u.sbuf), u.hdr+256)
+	if u.hdr == umadOldHdrLen && ne.Uint16(msg[umadOldHdrLen:]) != 0 {
+		return errNoPKeyIndex
+	}
+	copy(buf, msg[:u.hdr])
+	copy(buf[u.hdr:], msg[umadHdrLen:])
 	if rc := C.umad_send(u.portID, u.agent, u.sbuf, C.int(len(msg)-umadHdrLen), 0, 0); rc < 0 {
 		return fmt.Errorf("umad_send: %w", syscall.Errno(-rc))
 	}
@@ -138,9 +161,11 @@ func (s *umadService) readLoop(u *libUMAD) {
 		}
 		// ibsim hands over only the octets its sender filled; a MAD is
 		// 256 on the wire, the rest zero.
-		got := umadHdrLen + min(max(int(n), 0), 256)
+		got := min(max(int(n), 0), 256)
 		clear(msg[:])
-		copy(msg[:], unsafe.Slice((*byte)(u.rbuf), got))
+		in := unsafe.Slice((*byte)(u.rbuf), u.hdr+got)
+		copy(msg[:u.hdr], in) // without P_Key indices, index 0
+		copy(msg[umadHdrLen:], in[u.hdr:])
 		m, ok := s.parse(msg[:])
 		if !ok {
 			continue
