@@ -100,10 +100,16 @@ type Comm struct {
 	ACKTimeout       uint8
 	// Address is the InfiniBand addressing of the QP's RTR: on the active
 	// side the SA's path (ConnectParams.Address), on the passive side the
-	// REQ's primary path when it names LIDs. Zero (GID only) on RoCE and
+	// REQ's primary path (passiveAddress). Zero (GID only) on RoCE and
 	// softib.
 	Address ib.Path
 	Context any
+
+	// to is where this exchange's MADs go once it exists, as the kernel's
+	// cm_id_priv->av: the same path as Address, to QP1, in the REQ's
+	// partition. Answers to a MAD that matches no exchange go to that
+	// MAD's source instead (responseTo).
+	to ib.MADAddr
 
 	tid        uint64
 	last       [MADLen]byte // the last request or reply we sent, for retries and duplicates
@@ -166,6 +172,10 @@ type EngineConfig struct {
 	// REQs that are never completed cannot lock real peers out; at most
 	// MaxConns + MaxHalfOpen connections exist.
 	MaxConns, MaxHalfOpen, MaxHalfOpenPerSource int
+	// LMC is the port's LID mask count (InfiniBand): the low LMC bits of
+	// a REQ's remote LID choose which of our LIDs the passive side's
+	// packets come from (its source path bits).
+	LMC uint8
 	// CommIDTag, when not 0, is the top octet of every communication ID
 	// the engine chooses: a SharedQP1 shares the port's QP1 between
 	// engines and routes replies by it.
@@ -321,6 +331,9 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Comm, error) {
 		PathMTU: p.PathMTU, RetryCount: p.RetryCount, RNRRetry: p.RNRRetry, ACKTimeout: p.ACKTimeout,
 		Address: p.Address, Context: p.Context,
 	}
+	// The REQ and everything after it go where the QP's packets go: the
+	// SA's path on InfiniBand (cm_init_av_by_path), the GID elsewhere.
+	c.to = ib.MADAddr{GID: p.RemoteGID, QPN: ib.QP1, PKey: e.cfg.PKey, Path: p.Address}
 	primary := e.primaryPath(p.RemoteGID, p.ACKTimeout)
 	if p.Primary != nil {
 		primary = *p.Primary
@@ -387,7 +400,7 @@ func (e *Engine) Reject(c *Comm, reason RejectReason, private []byte) error {
 	if c.State != StateREQRcvd {
 		return ErrBadState
 	}
-	e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgREQ, reason, nil, private)
+	e.sendREJ(c.to, c.tid, c.LocalCommID, c.RemoteCommID, MsgREQ, reason, nil, private)
 	e.forget(c)
 	return nil
 }
@@ -414,7 +427,7 @@ func (e *Engine) RejectReply(c *Comm, reason RejectReason, private []byte) error
 	if c.State != StateREPRcvd {
 		return ErrBadState
 	}
-	e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgREP, reason, nil, private)
+	e.sendREJ(c.to, c.tid, c.LocalCommID, c.RemoteCommID, MsgREP, reason, nil, private)
 	e.forget(c)
 	return nil
 }
@@ -427,7 +440,7 @@ func (e *Engine) Disconnect(now time.Time, c *Comm) {
 	case StateEstablished, StateREPSent:
 		e.sendDREQ(now, c)
 	case StateREQSent, StateREPRcvd:
-		e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil, nil)
+		e.sendREJ(c.to, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil, nil)
 		e.forget(c)
 	case StateREQRcvd:
 		_ = e.Reject(c, RejConsumerReject, nil)
@@ -466,7 +479,7 @@ func (e *Engine) Expire(now time.Time) {
 			e.emit(Event{Type: EvDisconnected, Comm: c})
 		default: // REQ or REP unanswered
 			if c.State == StateREPSent || c.State == StateREQSent {
-				e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil, nil)
+				e.sendREJ(c.to, c.tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejTimeout, nil, nil)
 			}
 			e.forget(c)
 			e.emit(Event{Type: EvTimeout, Comm: c})
@@ -508,7 +521,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		// sender (REJ 12, our GID in the ARI as the kernel sends it) and
 		// believe nothing of it.
 		e.Stats.SourceMismatch++
-		e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
+		e.sendREJ(e.responseTo(from), tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
 		return
 	}
 	// Where the REQ comes from: its MAD's source, or without one (a MAD
@@ -522,21 +535,23 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 			// Another peer's (CA GUID, comm ID): comm IDs are unique per
 			// adapter, so the sender claims an adapter it is not.
 			e.Stats.SourceMismatch++
-			e.sendREJ(from.GID, tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
+			e.sendREJ(e.responseTo(from), tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
 			return
 		}
 		// A retransmission: answer as before, or tell a slow consumer's
 		// peer to wait; in timewait the connection is over: REJ 10 naming
 		// both comm IDs, "other" message, as the kernel's
-		// cm_dup_req_handler formats it.
+		// cm_dup_req_handler formats it. Its MRA and REJ answer the
+		// duplicate where it came from, as the kernel's do; a REP sent
+		// again goes where the first one went.
 		e.Stats.Duplicate++
 		switch c.State {
 		case StateREQRcvd:
-			e.sendMRA(c, MsgREQ)
+			e.sendMRA(e.responseTo(from), c, MsgREQ)
 		case StateREPSent, StateEstablished:
 			e.sendLast(c)
 		case StateTimewait:
-			e.sendREJ(c.RemoteGID, tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejStaleConnection, nil, nil)
+			e.sendREJ(e.responseTo(from), tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejStaleConnection, nil, nil)
 		}
 		return
 	}
@@ -548,22 +563,22 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 			// connection stays, only its own peer can declare it stale.
 			e.Stats.StaleForeign++
 		}
-		e.refuseREQ(src, tid, req, RejStaleConnection)
+		e.refuseREQ(from, tid, req, RejStaleConnection)
 		return
 	}
 	if !e.listening[req.ServiceID] {
-		e.refuseREQ(src, tid, req, RejInvalidServiceID)
+		e.refuseREQ(from, tid, req, RejInvalidServiceID)
 		return
 	}
 	if req.TransportType != TransportRC && req.TransportType != TransportUC {
-		e.refuseREQ(src, tid, req, RejInvalidTransportType)
+		e.refuseREQ(from, tid, req, RejInvalidTransportType)
 		return
 	}
 	if e.full() || e.halfOpenFrom[src] >= e.cfg.MaxHalfOpenPerSource {
 		if !e.full() {
 			e.Stats.BusySource++
 		}
-		e.refuseREQ(src, tid, req, RejNoResources)
+		e.refuseREQ(from, tid, req, RejNoResources)
 		return
 	}
 	c := &Comm{
@@ -571,10 +586,16 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		RemoteGID: src, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
 		Transport: req.TransportType, SendPSN: req.StartingPSN, RecvPSN: RandomPSN(), PathMTU: req.PathMTU,
 		RetryCount: req.RetryCount, RNRRetry: req.RNRRetryCount, ACKTimeout: req.Primary.LocalACKTimeout,
-		Address:    addressOf(&req.Primary),
+		Address:    e.passiveAddress(from, &req.Primary),
 		tid:        tid,
 		repTimeout: min(max(req.LocalCMResponseTimeout, minREPTimeout), e.cfg.ResponseTimeout),
 		repRetries: min(req.MaxCMRetries, e.cfg.MaxRetries),
+	}
+	// From the match on, REP and every later MAD go by the REQ's primary
+	// path in the REQ's partition, as the QP does (cm_init_av_by_path).
+	c.to = ib.MADAddr{GID: src, QPN: ib.QP1, PKey: req.PKey, Path: c.Address}
+	if !c.to.PKey.Valid() {
+		c.to.PKey = e.cfg.PKey
 	}
 	c.LocalCommID = e.newCommID()
 	e.byLocal[c.LocalCommID] = c
@@ -584,10 +605,11 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 }
 
 // refuseREQ answers a REQ the consumer never sees with a REJ for reason;
-// no connection exists, so the REJ names only the peer's comm ID.
-func (e *Engine) refuseREQ(to ib.GID, tid uint64, req *REQ, reason RejectReason) {
+// no connection exists, so the REJ names only the peer's comm ID and goes
+// where the REQ came from (the kernel's cm_issue_rej).
+func (e *Engine) refuseREQ(from ib.MADAddr, tid uint64, req *REQ, reason RejectReason) {
 	e.Stats.Rejected++
-	e.sendREJ(to, tid, 0, req.LocalCommID, MsgREQ, reason, nil, nil)
+	e.sendREJ(e.responseTo(from), tid, 0, req.LocalCommID, MsgREQ, reason, nil, nil)
 }
 
 // minREPTimeout is the shortest REP timeout code a REQ can ask for (about
@@ -624,7 +646,7 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 	c := e.byLocal[rep.RemoteCommID]
 	if c == nil || !c.Active || !fromPeer(from, c) {
 		e.Stats.Unknown.Add(AttrREP)
-		e.sendREJ(from.GID, e.newTID(), rep.RemoteCommID, rep.LocalCommID, MsgREP, RejInvalidCommID, nil, nil) // IDs swapped, as cm_issue_rej does
+		e.sendREJ(e.responseTo(from), e.newTID(), rep.RemoteCommID, rep.LocalCommID, MsgREP, RejInvalidCommID, nil, nil) // IDs swapped, as cm_issue_rej does
 		return
 	}
 	if c.State != StateREQSent {
@@ -640,7 +662,7 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 		} else {
 			e.Stats.StaleForeign++
 		}
-		e.sendREJ(c.RemoteGID, c.tid, c.LocalCommID, rep.LocalCommID, MsgREP, RejStaleConnection, nil, nil)
+		e.sendREJ(e.responseTo(from), c.tid, c.LocalCommID, rep.LocalCommID, MsgREP, RejStaleConnection, nil, nil)
 		e.forget(c)
 		e.emit(Event{Type: EvTimeout, Comm: c})
 		return
@@ -735,17 +757,18 @@ func (e *Engine) handleDREQ(now time.Time, from ib.MADAddr, tid uint64, dreq *DR
 	if c == nil || !fromPeer(from, c) || c.LocalQPN != dreq.RemoteQPN || c.RemoteCommID != dreq.LocalCommID {
 		// Unknown or already forgotten: answer anyway so the peer stops.
 		e.Stats.Unknown.Add(AttrDREQ)
-		e.sendDREP(from.GID, tid, dreq.RemoteCommID, dreq.LocalCommID)
+		e.sendDREP(e.responseTo(from), tid, dreq.RemoteCommID, dreq.LocalCommID)
 		return
 	}
 	switch c.State {
 	case StateEstablished, StateREPSent, StateDREQSent:
-		e.sendDREP(c.RemoteGID, tid, c.LocalCommID, c.RemoteCommID)
+		e.sendDREP(c.to, tid, c.LocalCommID, c.RemoteCommID)
 		e.timewait(now, c)
 		e.emit(Event{Type: EvDisconnected, Comm: c})
 	case StateTimewait:
+		// The kernel answers a DREQ in timewait where it came from.
 		e.Stats.Duplicate++
-		e.sendDREP(c.RemoteGID, tid, c.LocalCommID, c.RemoteCommID)
+		e.sendDREP(e.responseTo(from), tid, c.LocalCommID, c.RemoteCommID)
 	}
 }
 
@@ -855,18 +878,64 @@ func (e *Engine) primaryPath(remote ib.GID, ackTimeout uint8) Path {
 	return p
 }
 
-// addressOf is how the passive side reaches the peer when the REQ's path
-// names LIDs (an InfiniBand subnet): the peer's LID is the path's local
-// one, and a GRH goes with a hop limit above 0, as the kernel builds an
-// address from a path (ib_init_ah_attr_from_path). A routed path
-// (permissive LIDs, as RoCE, softib and our routed REQs have it) gives the
-// zero ib.Path: the GID alone.
-func addressOf(p *Path) ib.Path {
-	if p.LocalLID == 0 || p.LocalLID >= 0xc000 {
+// passiveAddress is how the passive side reaches the peer, from the REQ's
+// primary path p as the kernel's cm_req_handler builds it: the peer's LID
+// is the path's local LID with the path's SL, our source path bits the
+// low LMC bits of its remote LID. A routed path (not Subnet Local) that
+// names the permissive LID takes the received MAD's source LID and SL
+// instead, and our LID bits the MAD was sent to (cm_process_routed_req):
+// the route back is the one the REQ came by. A GRH goes with it only
+// when the REQ came with one (the kernel sets the path's hop limit from
+// the received GRH, ib_init_ah_attr_from_path adds a GRH for a hop limit
+// above 0); its flow label and traffic class are the path's. A path that
+// names no unicast LID (RoCE, softib: routed REQs whose MADs came with no
+// source LID) gives the zero ib.Path: the GID alone.
+func (e *Engine) passiveAddress(from ib.MADAddr, p *Path) ib.Path {
+	lid, sl, ours := p.LocalLID, p.SL, p.RemoteLID
+	bitsFromMAD := false
+	if !p.SubnetLocal && from.LIDRouted() {
+		if lid == permissiveLID {
+			lid, sl = from.Path.DLID, from.Path.SL
+		}
+		if ours == permissiveLID {
+			bitsFromMAD = true
+		}
+	}
+	if lid == 0 || lid >= 0xc000 {
 		return ib.Path{}
 	}
-	return ib.Path{DLID: p.LocalLID, SL: p.SL, StaticRate: p.PacketRate, GRH: p.HopLimit > 0,
-		HopLimit: p.HopLimit, TrafficClass: p.TrafficClass, FlowLabel: p.FlowLabel}
+	a := ib.Path{DLID: lid, SL: sl, StaticRate: p.PacketRate,
+		SrcPathBits: uint8(ours & (1<<min(e.cfg.LMC, 7) - 1))}
+	if bitsFromMAD {
+		a.SrcPathBits = from.Path.SrcPathBits
+	}
+	if from.Path.GRH {
+		a.GRH, a.HopLimit, a.TrafficClass, a.FlowLabel = true, from.Path.HopLimit, p.TrafficClass, p.FlowLabel
+		if a.HopLimit == 0 {
+			a.HopLimit = 0xff // what the kernel's response address carries on InfiniBand
+		}
+	}
+	return a
+}
+
+// permissiveLID names no port: a routed REQ's LIDs, which the receiver
+// replaces by the route the REQ came by.
+const permissiveLID = 0xffff
+
+// responseTo is where an answer to a MAD that matches no exchange of ours
+// goes (REJ and DREP for the unknown, MRA and REJ for duplicates): back
+// the way it came, as the kernel answers from a work completion
+// (cm_alloc_response_msg): the source LID, SL and our LID's bits, a GRH
+// only if the MAD had one, its P_Key.
+func (e *Engine) responseTo(from ib.MADAddr) ib.MADAddr {
+	to := from
+	if to.QPN == 0 {
+		to.QPN = ib.QP1
+	}
+	if to.PKey == 0 {
+		to.PKey = e.cfg.PKey
+	}
+	return to
 }
 
 func (e *Engine) arm(now time.Time, c *Comm, timeout time.Duration, retries int) {
@@ -876,14 +945,14 @@ func (e *Engine) arm(now time.Time, c *Comm, timeout time.Duration, retries int)
 
 func (e *Engine) sendLast(c *Comm) {
 	if c.lastValid {
-		e.send(c.RemoteGID, c.last[:])
+		e.send(c.to, c.last[:])
 	}
 }
 
 // sendREJ sends a REJ with the given ARI; a REJ 4 (Timeout) always carries
 // our CA GUID there, which is how the kernel finds the connection it ends
 // (cm_acquire_rejected_id ignores a REJ 4 without it).
-func (e *Engine) sendREJ(to ib.GID, tid uint64, local, remote uint32, rejected MsgType, reason RejectReason, ari, private []byte) {
+func (e *Engine) sendREJ(to ib.MADAddr, tid uint64, local, remote uint32, rejected MsgType, reason RejectReason, ari, private []byte) {
 	rej := REJ{LocalCommID: local, RemoteCommID: remote, MessageRejected: rejected, Reason: reason}
 	if reason == RejTimeout {
 		var guid [8]byte
@@ -898,23 +967,23 @@ func (e *Engine) sendREJ(to ib.GID, tid uint64, local, remote uint32, rejected M
 	}
 }
 
-func (e *Engine) sendMRA(c *Comm, what MsgType) {
+func (e *Engine) sendMRA(to ib.MADAddr, c *Comm, what MsgType) {
 	mra := MRA{LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID, MessageMRAed: what, ServiceTimeout: e.cfg.ResponseTimeout}
 	if mra.MarshalMAD(e.buf[:], c.tid) == nil {
-		e.send(c.RemoteGID, e.buf[:])
+		e.send(to, e.buf[:])
 	}
 }
 
-func (e *Engine) sendDREP(to ib.GID, tid uint64, local, remote uint32) {
+func (e *Engine) sendDREP(to ib.MADAddr, tid uint64, local, remote uint32) {
 	drep := DREP{LocalCommID: local, RemoteCommID: remote}
 	if drep.MarshalMAD(e.buf[:], tid) == nil {
 		e.send(to, e.buf[:])
 	}
 }
 
-func (e *Engine) send(to ib.GID, mad []byte) {
+func (e *Engine) send(to ib.MADAddr, mad []byte) {
 	e.Stats.Sent++
-	if err := e.cfg.Send(ib.MADAddr{GID: to, QPN: ib.QP1, PKey: e.cfg.PKey}, mad); err != nil {
+	if err := e.cfg.Send(to, mad); err != nil {
 		e.Stats.SendErrors++
 	}
 }

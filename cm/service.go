@@ -179,7 +179,7 @@ type ServiceParams struct {
 }
 
 func (p ServiceParams) engine() EngineConfig {
-	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, MaxConns: p.MaxConns, Event: p.Events}
+	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, LMC: p.Port.LMC, MaxConns: p.MaxConns, Event: p.Events}
 }
 
 // ServiceMaker makes the connection service of one interface. The maker

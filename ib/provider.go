@@ -330,11 +330,12 @@ type Completion struct {
 	ByteLen uint32 // received bytes (UD: including the GRH)
 	// UD receives only:
 	SrcQPN QPN
-	SrcGID GID
+	SrcGID GID // zero when the datagram carried no GRH
 	PKey   PKey
 	// InfiniBand UD receives: the sender's LID and the packet's SL from
 	// its LRH, and whether a GRH came with it (only then is SrcGID the
-	// sender's).
+	// sender's). Without a GRH the LID is the only source the fabric
+	// vouches for. 0 and false on RoCE.
 	SrcLID uint16
 	SL     uint8
 	GRH    bool
@@ -386,16 +387,30 @@ type AH interface {
 	Close() error
 }
 
-// MADAddr is where a management datagram comes from or goes to.
+// MADAddr is where a management datagram comes from or goes to, as the
+// kernel's user MAD interface reports and takes it (struct
+// ib_user_mad_hdr). On receive it is the way back to the sender, as the
+// kernel builds a response's address from a work completion
+// (ib_init_ah_attr_from_wc): Path.DLID is the sender's LID, Path.SL the
+// SL it came on, Path.SrcPathBits the bits of our LID it was sent to, and
+// Path.GRH whether it carried a global route header (then GID is its
+// source GID and HopLimit, TrafficClass and FlowLabel its fields; without
+// one GID is zero). On send the same fields say where the MAD goes: LID,
+// SL, our source path bits, and a GRH only when Path.GRH asks for one.
+// A zero Path.DLID is GID addressing, a GRH on every MAD, as on RoCE and
+// softib where ports have no LIDs.
 type MADAddr struct {
-	GID  GID
-	QPN  QPN // 1 for the GSI
+	GID GID
+	QPN QPN // 1 for the GSI
+	// PKey is the partition by value; providers translate it to and from
+	// the index into their port's current P_Key table.
 	PKey PKey
-	// LID and SL address a MAD inside an InfiniBand subnet (its LRH's
-	// DLID and SL when sent, SLID and SL when received); 0 on RoCE.
-	LID uint16
-	SL  uint8
+	Path Path
 }
+
+// LIDRouted reports whether a is addressed by LID (an InfiniBand port),
+// not by GID alone.
+func (a MADAddr) LIDRouted() bool { return a.Path.LIDRouted() }
 
 // MAD is one received management datagram (always 256 octets).
 type MAD struct {

@@ -160,10 +160,13 @@ func (d *Device) frameIB(tx *txMsg, seg int, r *ibRoute, p *Packet, payload []by
 // rxSource is what the LRH and GRH of the packet being received say about
 // its sender (receive goroutine).
 type rxSource struct {
-	slid uint16
-	sl   uint8
-	grh  bool
-	sgid ib.GID
+	slid, dlid uint16
+	sl         uint8
+	grh        bool
+	sgid       ib.GID
+	tclass     uint8
+	flow       uint32
+	hopLimit   uint8
 }
 
 // receiveIB checks one native IB frame as a port does and delivers it:
@@ -207,7 +210,8 @@ func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
 		d.count(dropPKey)
 		return
 	}
-	d.rxFrom = rxSource{slid: f.LRH.SLID, sl: f.LRH.SL, grh: f.HasGRH, sgid: f.GRH.SGID}
+	d.rxFrom = rxSource{slid: f.LRH.SLID, dlid: dlid, sl: f.LRH.SL, grh: f.HasGRH, sgid: f.GRH.SGID,
+		tclass: f.GRH.TClass, flow: f.GRH.FlowLabel, hopLimit: f.GRH.HopLmt}
 	if multicast || pkt.BTH.DestQP == ib.MulticastQPN {
 		members := (*p.mlids.Load())[dlid]
 		if !multicast || len(members) == 0 || pkt.BTH.DestQP != ib.MulticastQPN || pkt.BTH.Opcode != OpUDSendOnly {

@@ -52,10 +52,10 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	dst := to.GID.Addr()
 	var r ibRoute
 	if d.ibp != nil {
-		// As ib_umad sends a MAD inside the subnet: to the LID and SL
-		// given, without a GRH. A MAD without a LID goes to LID 0, where
-		// the fabric drops it, as on hardware.
-		r = d.route(ib.Path{DLID: to.LID, SL: to.SL}, to.GID)
+		// As ib_umad sends a MAD: to the LID, SL and source path bits
+		// given, with a GRH only when the address asks for one. A MAD
+		// without a LID goes to LID 0, where the fabric drops it.
+		r = d.route(to.Path, to.GID)
 	} else if !dst.IsValid() || dst.Is4() != d.fab.v4 {
 		return errorf("MAD destination %v is not reachable on this underlay", to.GID)
 	}

@@ -100,12 +100,15 @@ func (d *Device) recvMAD(p *Packet, src netip.Addr) {
 	}
 	from := ib.MADAddr{GID: ib.GIDFromAddr(src), QPN: p.DETH.SrcQP, PKey: p.BTH.PKey}
 	if d.ibp != nil {
-		// As ib_umad reports it: the sender's LID and SL, its GID only
-		// if the MAD came with a GRH.
+		// As ib_umad reports it: the way back to the sender (its LID,
+		// the SL, the bits of our LID it was sent to), its GID and GRH
+		// fields only if the MAD came with a GRH.
 		s := &d.rxFrom
-		from = ib.MADAddr{QPN: p.DETH.SrcQP, PKey: p.BTH.PKey, LID: s.slid, SL: s.sl}
+		from = ib.MADAddr{QPN: p.DETH.SrcQP, PKey: p.BTH.PKey, Path: ib.Path{
+			DLID: s.slid, SL: s.sl, SrcPathBits: uint8(s.dlid & d.ibp.mask)}}
 		if s.grh {
 			from.GID = s.sgid
+			from.Path.GRH, from.Path.TrafficClass, from.Path.FlowLabel, from.Path.HopLimit = true, s.tclass, s.flow, s.hopLimit
 		}
 	}
 	m.deliver(from, p.Payload)

@@ -121,6 +121,16 @@ func (d *Device) handleAsync(ev C.struct_ipoibd_async) {
 		}
 	case C.IBV_EVENT_SM_CHANGE, C.IBV_EVENT_CLIENT_REREGISTER, C.IBV_EVENT_LID_CHANGE, C.IBV_EVENT_PKEY_CHANGE:
 		if int(ev.port) == int(d.portNum) {
+			// Nothing here is cached by LID (MADs and QPs take the
+			// addresses the SA's answers give, asked again after this);
+			// the P_Key table is, by index, so it is read again first.
+			if t == C.IBV_EVENT_PKEY_CHANGE {
+				if err := d.rereadPKeys(); err != nil {
+					slog.Error("verbs: reading the P_Key table after a P_Key change failed; keeping the old one", "device", d.cfg.Device, "port", d.portNum, "err", err)
+				} else {
+					slog.Info("verbs: P_Key table read again", "device", d.cfg.Device, "port", d.portNum, "pkeys", d.pkeyTable())
+				}
+			}
 			d.subnetEvents.Add(1)
 			slog.Info("verbs: subnet event: paths and joins are asked again", "device", d.cfg.Device, "port", d.portNum, "event", name)
 		}

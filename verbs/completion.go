@@ -12,6 +12,8 @@ type rawWC struct {
 	qpNum     uint32
 	srcQP     uint32
 	pkeyIndex uint16
+	slid      uint16 // the sender's LID (InfiniBand; 0 on RoCE)
+	sl        uint8
 	grh       bool // wc_flags has IBV_WC_GRH: a GRH area precedes the data
 }
 
@@ -45,6 +47,7 @@ func (r *registry) complete(w *rawWC, pkeys []ib.PKey, out *ib.Completion) bool 
 	if t.ud || w.grh {
 		out.SrcQPN = ib.QPN(w.srcQP) & ib.QPNMask
 		out.PKey = t.recvPKey(int(w.pkeyIndex), pkeys)
+		out.SrcLID, out.SL = w.slid, w.sl&0xf
 	}
 	if w.grh {
 		out.SrcGID, _ = srcGIDFromGRH(e.buf)

@@ -47,6 +47,9 @@ func TestComplete(t *testing.T) {
 		{"UD receive", ud, 1, dgram,
 			rawWC{status: wcSuccess, byteLen: 45, qpNum: 0x11, srcQP: 0x22, pkeyIndex: 7, grh: true},
 			ib.Completion{ID: 1, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: 0x11, ByteLen: 45, SrcQPN: 0x22, SrcGID: peer, PKey: 0xffff}},
+		{"UD receive without a GRH on InfiniBand: the source LID and SL", ud, 7, dgram,
+			rawWC{status: wcSuccess, byteLen: 45, qpNum: 0x11, srcQP: 0x22, pkeyIndex: 7, slid: 0x1234, sl: 5},
+			ib.Completion{ID: 7, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: 0x11, ByteLen: 45, SrcQPN: 0x22, PKey: 0xffff, SrcLID: 0x1234, SL: 5}},
 		{"send retry exceeded: opcode and length are not valid", send, 2, nil,
 			rawWC{status: wcRetryExcErr, byteLen: 999, qpNum: 0x11, srcQP: 0x33},
 			ib.Completion{ID: 2, Status: ib.WCRetryExceeded, Opcode: ib.WCSend, QPN: 0x11}},
@@ -90,7 +93,7 @@ func TestComplete(t *testing.T) {
 	}
 
 	wantCounters := map[*wrTable][]ib.Counter{
-		ud:   {{Name: "x_posted", Value: 2}, {Name: "x_completed", Value: 2}, {Name: "x_errors", Value: 0}, {Name: "x_flushed", Value: 1}},
+		ud:   {{Name: "x_posted", Value: 3}, {Name: "x_completed", Value: 3}, {Name: "x_errors", Value: 0}, {Name: "x_flushed", Value: 1}},
 		send: {{Name: "x_posted", Value: 2}, {Name: "x_completed", Value: 2}, {Name: "x_errors", Value: 1}, {Name: "x_flushed", Value: 1}},
 		srq:  {{Name: "x_posted", Value: 2}, {Name: "x_completed", Value: 2}, {Name: "x_errors", Value: 0}, {Name: "x_flushed", Value: 0}},
 	}

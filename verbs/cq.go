@@ -176,9 +176,11 @@ func (c *cq) convert(w *C.struct_ibv_wc, out *ib.Completion) bool {
 		qpNum:     uint32(w.qp_num),
 		srcQP:     uint32(w.src_qp),
 		pkeyIndex: uint16(w.pkey_index),
+		slid:      uint16(w.slid),
+		sl:        uint8(w.sl),
 		grh:       w.wc_flags&C.IBV_WC_GRH != 0,
 	}
-	if !c.dev.reg.complete(&raw, c.dev.port.PKeys, out) {
+	if !c.dev.reg.complete(&raw, c.dev.pkeyTable(), out) {
 		c.dev.ctr.stale.Add(1)
 		return false
 	}

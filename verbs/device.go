@@ -40,6 +40,11 @@ type Device struct {
 	ctr devCounters
 	// subnetEvents counts the port's subnet events (async.go).
 	subnetEvents atomic.Uint64
+	// pkeys is the port's P_Key table as it is now: read again on a
+	// P_Key change event, since completions, QPs and MADs name P_Keys by
+	// index. pkeyTableLen is its size (ibv_port_attr.pkey_tbl_len).
+	pkeys        atomic.Pointer[[]ib.PKey]
+	pkeyTableLen int
 	async        *fdWatcher
 	groups       ipGroups
 
@@ -193,7 +198,7 @@ func (d *Device) Name() string { return d.cfg.Device }
 // Port returns the port attributes.
 func (d *Device) Port() ib.PortAttr {
 	p := d.port
-	p.PKeys = append([]ib.PKey(nil), d.port.PKeys...)
+	p.PKeys = slices.Clone(d.pkeyTable())
 	return p
 }
 
@@ -207,9 +212,9 @@ func (d *Device) MADs() (ib.MADService, error) {
 	if loaded, holders := CMModuleHolders(); loaded {
 		return nil, CMLoadedError(holders)
 	}
-	return openUMAD("/sys", "/dev/infiniband", umadConfig{
+	return openUMAD(umadConfig{
 		device: d.cfg.Device, port: int(d.portNum),
-		gidIndex: d.gidIndex, pkeys: d.Port().PKeys, ethernet: d.ethernet,
+		gidIndex: d.gidIndex, pkeys: d.pkeyTable, ethernet: d.ethernet,
 	})
 }
 

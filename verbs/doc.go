@@ -6,7 +6,8 @@
 // neither cm nor ipoib (deps_test.go holds it to that).
 //
 // The provider is cgo and builds only with the tag rdma (and libibverbs-dev,
-// librdmacm-dev installed). Without the tag Open reports how to rebuild, so
+// librdmacm-dev and libibumad-dev installed: CM MADs go through libibumad,
+// so that ibsim's libumad2sim.so can carry them as it carries the SA's). Without the tag Open reports how to rebuild, so
 // the default build stays pure Go.
 //
 // Per packet the provider neither allocates nor takes a channel operation:

@@ -104,12 +104,13 @@ func (q *qp) Modify(m ib.QPModify) error {
 	var rc C.int
 	switch m.State {
 	case ib.StateInit:
-		idx, ok := q.dev.pkeyIndex(m.PKey)
+		table := q.dev.pkeyTable()
+		idx, ok := pkeyIndex(table, m.PKey)
 		if !ok {
-			return fmt.Errorf("verbs: QP %v to INIT: P_Key %v is not in %s port %d's table %v", q.num, m.PKey, q.dev.cfg.Device, q.dev.portNum, q.dev.port.PKeys)
+			return fmt.Errorf("verbs: QP %v to INIT: P_Key %v is not in %s port %d's table %v", q.num, m.PKey, q.dev.cfg.Device, q.dev.portNum, table)
 		}
 		if rc = C.ipoibd_qp_init(q.qp, C.uint16_t(idx), C.uint8_t(q.dev.portNum), C.uint32_t(m.QKey)); rc == 0 {
-			q.pkey.Store(uint32(q.dev.port.PKeys[idx]))
+			q.pkey.Store(uint32(table[idx]))
 		}
 	case ib.StateRTR:
 		if q.typ != ib.UD && !m.PathMTU.Valid() {
@@ -188,16 +189,16 @@ func (q *qp) resetLocked(from ib.QPState) error {
 // returns 0 or the errno.
 func (q *qp) moveTo(state C.int) C.int { return C.ipoibd_qp_to(q.qp, state) }
 
-// pkeyIndex finds a P_Key in the port's table: the exact value, else the
+// pkeyIndex finds a P_Key in a port's table: the exact value, else the
 // same partition (a full member asking for a partition where the port is
 // a limited member, or the reverse, gets the port's entry).
-func (d *Device) pkeyIndex(p ib.PKey) (int, bool) {
-	for i, k := range d.port.PKeys {
+func pkeyIndex(table []ib.PKey, p ib.PKey) (int, bool) {
+	for i, k := range table {
 		if k == p {
 			return i, true
 		}
 	}
-	for i, k := range d.port.PKeys {
+	for i, k := range table {
 		if k.Valid() && k.Partition() == p.Partition() {
 			return i, true
 		}

@@ -70,11 +70,13 @@ func (d *Device) queryPort() error {
 	if !d.port.ActiveMTU.Valid() {
 		return fmt.Errorf("verbs: %s port %d reports active MTU code %d", d.cfg.Device, d.portNum, pa.active_mtu)
 	}
-	pkeys, err := d.queryPKeys(int(pa.pkey_tbl_len))
+	d.pkeyTableLen = int(pa.pkey_tbl_len)
+	pkeys, err := d.queryPKeys(d.pkeyTableLen)
 	if err != nil {
 		return err
 	}
 	d.port.PKeys = pkeys
+	d.pkeys.Store(&pkeys)
 	gids, err := d.queryGIDs(int(pa.gid_tbl_len))
 	if err != nil {
 		return err
@@ -88,6 +90,27 @@ func (d *Device) queryPort() error {
 		return fmt.Errorf("verbs: %s port %d: %w", d.cfg.Device, d.portNum, err)
 	}
 	d.port.GID, d.gidIndex, d.ifindex = g.gid, uint8(g.index), g.ifindex
+	return nil
+}
+
+// pkeyTable is the port's current P_Key table; callers must not change it.
+func (d *Device) pkeyTable() []ib.PKey {
+	if t := d.pkeys.Load(); t != nil {
+		return *t
+	}
+	return d.port.PKeys
+}
+
+// rereadPKeys reads the P_Key table again after a P_Key change event: the
+// SM may have added, removed or moved partitions, and every index resolved
+// from now on (QPs going to INIT, MADs, completions) must be the table's
+// new one. A failed read keeps the old table.
+func (d *Device) rereadPKeys() error {
+	pkeys, err := d.queryPKeys(d.pkeyTableLen)
+	if err != nil {
+		return err
+	}
+	d.pkeys.Store(&pkeys)
 	return nil
 }
 

@@ -3,37 +3,49 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"golang.org/x/sys/unix"
 )
 
 // umadConfig is what the MAD service needs to know of its port.
 type umadConfig struct {
 	device   string // rdma device name
 	port     int
-	gidIndex uint8     // our GID, the source of every GRH
-	pkeys    []ib.PKey // the port's P_Key table
-	ethernet bool      // RoCE: every MAD carries a GRH and no LID
+	gidIndex uint8 // our GID, the source of every GRH
+	// pkeys returns the port's P_Key table as it is now: the table can
+	// change under an SM, and MADs name P_Keys by index.
+	pkeys    func() []ib.PKey
+	ethernet bool // RoCE: every MAD carries a GRH and no LID
+}
+
+// umadIO moves whole MADs (header and MAD) in and out of the port's user
+// MAD agent: libibumad's umad_send and umad_recv on rdma-core (umadlib.go),
+// a fake in tests.
+type umadIO interface {
+	// send writes one header and MAD.
+	send(msg []byte) error
+	// close unregisters the agent and releases the port; a receive loop
+	// still running ends.
+	close() error
 }
 
 // umadService is QP1's CM class through ib_umad: an ib.MADService on a
 // port whose QP1 the kernel owns, so that the cm.Engine runs on rdma-core
 // adapters as on softib. It needs the kernel's CM (ib_cm) not loaded: the
 // MAD layer gives a class's methods to one agent only (method_in_use).
+// Its MADs go by the address the engine gives, LID and SL on InfiniBand:
+// nothing is learnt from received MADs, so nothing goes stale when the SM
+// moves LIDs.
 type umadService struct {
 	cfg   umadConfig
-	f     *os.File
-	path  string
+	io    umadIO
 	agent uint32
 	recv  chan ib.MAD
 	done  chan struct{}
@@ -41,12 +53,9 @@ type umadService struct {
 	wmu  sync.Mutex
 	wbuf [umadMsgLen]byte
 
-	lmu  sync.Mutex
-	lids map[ib.GID]uint16 // InfiniBand: the LIDs received MADs came from
-
-	sent, received, sendErrors                            atomic.Uint64
-	dropNoGRH, dropPKey, dropStatus, dropShort, dropQueue atomic.Uint64
-	closeOnce                                             sync.Once
+	sent, received, sendErrors, sendNoLID      atomic.Uint64
+	dropPKey, dropStatus, dropShort, dropQueue atomic.Uint64
+	closeOnce                                  sync.Once
 }
 
 var _ ib.MADService = (*umadService)(nil)
@@ -79,47 +88,6 @@ func CMLoadedError(holders []string) error {
 	return fmt.Errorf("--cm own cannot run: the kernel's CM module ib_cm is loaded%s and owns the CM class on QP1; unload it (modprobe -r rdma_ucm rdma_cm ib_cm, and whatever holds them: ib_ipoib, ib_iser, ib_srp, nvme_rdma, rpcrdma, ...) or use --cm kernel", held)
 }
 
-// umadPath finds /dev/infiniband/umadN of a device port through
-// /sys/class/infiniband_mad/umadN/{ibdev,port}.
-func (s sysfs) umadPath(devDir, device string, port int) (string, error) {
-	dir := filepath.Join(string(s), "class", "infiniband_mad")
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", fmt.Errorf("verbs: no user MAD devices (%v): is the ib_umad module loaded?", err)
-	}
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), "umad") {
-			continue
-		}
-		dev, err1 := os.ReadFile(filepath.Join(dir, e.Name(), "ibdev"))
-		p, err2 := os.ReadFile(filepath.Join(dir, e.Name(), "port"))
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		if n, err := strconv.Atoi(strings.TrimSpace(string(p))); err == nil && n == port && strings.TrimSpace(string(dev)) == device {
-			return filepath.Join(devDir, e.Name()), nil
-		}
-	}
-	return "", fmt.Errorf("verbs: no user MAD device for %s port %d under %s: is the ib_umad module loaded?", device, port, dir)
-}
-
-func (s *umadService) ioctl(req uintptr, arg unsafe.Pointer) error {
-	rc, err := s.f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var errno unix.Errno
-	if err := rc.Control(func(fd uintptr) {
-		_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, req, uintptr(arg))
-	}); err != nil {
-		return err
-	}
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
 // parse checks one read: a MAD the engine can answer, or a counted drop.
 func (s *umadService) parse(b []byte) (ib.MAD, bool) {
 	var m ib.MAD
@@ -132,21 +100,10 @@ func (s *umadService) parse(b []byte) (ib.MAD, bool) {
 		s.dropStatus.Add(1) // a send's timeout report; we send with no timeout
 		return m, false
 	}
-	from, ok := h.madFrom(s.cfg.pkeys)
-	switch {
-	case !ok && !h.GRH:
-		s.dropNoGRH.Add(1)
-		return m, false
-	case !ok:
+	from, ok := h.madFrom(s.cfg.pkeys())
+	if !ok {
 		s.dropPKey.Add(1)
 		return m, false
-	}
-	if !s.cfg.ethernet && h.LID != 0 {
-		s.lmu.Lock()
-		if len(s.lids) < 65536 {
-			s.lids[from.GID] = h.LID
-		}
-		s.lmu.Unlock()
 	}
 	s.received.Add(1)
 	m.From = from
@@ -154,42 +111,28 @@ func (s *umadService) parse(b []byte) (ib.MAD, bool) {
 	return m, true
 }
 
-// Send writes one MAD to a peer's QP1. It always carries a GRH: on RoCE
-// the kernel resolves the destination MAC from it; on InfiniBand the LID
-// is the one the peer's MADs came from (a peer not heard from yet gets
-// LID 0, which only a path query to the SA could fix).
+// Send writes one MAD to a peer's QP1 at the address the engine gives:
+// its LID, SL and our path bits on InfiniBand, a GRH only when asked
+// (always on RoCE, where the GID is the only address).
 func (s *umadService) Send(to ib.MADAddr, mad []byte) error {
 	if len(mad) != 256 {
 		return fmt.Errorf("verbs: umad: a MAD is 256 octets, not %d", len(mad))
 	}
-	idx := slices.Index(s.cfg.pkeys, to.PKey)
-	if idx < 0 {
-		idx = slices.IndexFunc(s.cfg.pkeys, func(p ib.PKey) bool { return p.Valid() && p.Partition() == to.PKey.Partition() })
-	}
-	if idx < 0 {
+	h, err := sendHdr(to, s.agent, s.cfg.gidIndex, s.cfg.pkeys(), s.cfg.ethernet)
+	if err != nil {
 		s.sendErrors.Add(1)
-		return fmt.Errorf("verbs: umad: P_Key %v is not in the port's table", to.PKey)
-	}
-	qpn := to.QPN
-	if qpn == 0 {
-		qpn = ib.QP1
-	}
-	h := umadHdr{
-		Agent: s.agent, Length: umadMsgLen, QPN: qpn, QKey: ib.GSIQKey,
-		GRH: true, GIDIndex: s.cfg.gidIndex, HopLimit: umadHopLimit, GID: to.GID, PKeyIndex: uint16(idx),
-	}
-	if !s.cfg.ethernet {
-		s.lmu.Lock()
-		h.LID = s.lids[to.GID]
-		s.lmu.Unlock()
+		if errors.Is(err, errNoLID) {
+			s.sendNoLID.Add(1)
+		}
+		return fmt.Errorf("verbs: umad send to %v: %w", to.GID, err)
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	h.encode(s.wbuf[:])
 	copy(s.wbuf[umadHdrLen:], mad)
-	if _, err := s.f.Write(s.wbuf[:]); err != nil {
+	if err := s.io.send(s.wbuf[:]); err != nil {
 		s.sendErrors.Add(1)
-		return fmt.Errorf("verbs: umad send to %v: %w", to.GID, err)
+		return fmt.Errorf("verbs: umad send to LID %#x %v: %w", h.LID, to.GID, err)
 	}
 	s.sent.Add(1)
 	return nil
@@ -198,21 +141,20 @@ func (s *umadService) Send(to ib.MADAddr, mad []byte) error {
 // Recv returns received MADs; it is closed when the service closes.
 func (s *umadService) Recv() <-chan ib.MAD { return s.recv }
 
-// Close unregisters the agent and closes the device (which ends readLoop).
+// Close unregisters the agent and releases the port (which ends the
+// receive loop).
 func (s *umadService) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.done)
-		id := s.agent
-		_ = s.ioctl(umadUnregisterAgent, unsafe.Pointer(&id))
-		err = s.f.Close()
+		err = s.io.close()
 	})
 	return err
 }
 
-// String names the device, e.g. "/dev/infiniband/umad0 (rxe0 port 1)".
+// String names the port, e.g. "libibumad rxe0 port 1".
 func (s *umadService) String() string {
-	return fmt.Sprintf("%s (%s port %d)", s.path, s.cfg.device, s.cfg.port)
+	return fmt.Sprintf("libibumad %s port %d", s.cfg.device, s.cfg.port)
 }
 
 // Counters are the MAD service's own: MADs both ways and drops by cause.
@@ -220,7 +162,7 @@ func (s *umadService) Counters() []ib.Counter {
 	return []ib.Counter{
 		{Name: "umad_sent", Value: s.sent.Load()}, {Name: "umad_received", Value: s.received.Load()},
 		{Name: "umad_send_errors", Value: s.sendErrors.Load()},
-		{Name: "umad_rx_drop_no_grh", Value: s.dropNoGRH.Load()},
+		{Name: "umad_send_no_lid", Value: s.sendNoLID.Load()},
 		{Name: "umad_rx_drop_bad_pkey_index", Value: s.dropPKey.Load()},
 		{Name: "umad_rx_drop_status", Value: s.dropStatus.Load()},
 		{Name: "umad_rx_drop_short", Value: s.dropShort.Load()},

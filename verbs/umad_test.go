@@ -5,11 +5,13 @@ package verbs
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
@@ -53,36 +55,231 @@ func TestUMADHdrLayout(t *testing.T) {
 	}
 }
 
-// struct ib_user_mad_reg_req2 and the ioctl numbers as the kernel's
-// _IOWR/_IOW macros make them.
-func TestUMADRegReq2Layout(t *testing.T) {
-	var r umadRegReq2
-	for _, f := range []struct {
-		name      string
-		got, want uintptr
+// header writes a golden ib_user_mad_hdr from hex fragments in the uapi's
+// field order; the host-order fields are written little-endian, so the
+// vectors hold on little-endian hosts only.
+func header(tb testing.TB, parts ...string) []byte {
+	tb.Helper()
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		tb.Skip("the golden headers are written for a little-endian host")
+	}
+	b, err := hex.DecodeString(strings.ReplaceAll(strings.Join(parts, ""), " ", ""))
+	if err != nil || len(b) != umadHdrLen {
+		tb.Fatalf("golden header of %d octets (%v)", len(b), err)
+	}
+	return b
+}
+
+var (
+	umadPeer = ib.GID{0xfe, 0x80, 8: 0x00, 0x02, 0xc9, 0x03, 0, 0, 0, 0x02}
+	// umadPKeys is a port's table: the default partition and 0x8001.
+	umadPKeys = []ib.PKey{0xffff, 0x8001}
+)
+
+// Golden vectors of what the kernel's recv_handler reports, and the
+// address the engine gets from it.
+func TestUMADRecvGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hdr  []byte
+		want ib.MADAddr
 	}{
-		{"size", unsafe.Sizeof(r), 40},
-		{"qpn", unsafe.Offsetof(r.QPN), 4},
-		{"mgmt_class", unsafe.Offsetof(r.MgmtClass), 8},
-		{"mgmt_class_version", unsafe.Offsetof(r.Version), 9},
-		{"flags", unsafe.Offsetof(r.Flags), 12},
-		{"method_mask", unsafe.Offsetof(r.MethodMask), 16},
-		{"oui", unsafe.Offsetof(r.OUI), 32},
-		{"rmpp_version", unsafe.Offsetof(r.RMPPVersion), 36},
-		{"REGISTER_AGENT2", umadRegisterAgent2, 0xc0281b04},
-		{"UNREGISTER_AGENT", umadUnregisterAgent, 0x40041b02},
+		{"GRH-less, inside the subnet: LID 0x12, SL 3, to our path bits 2, P_Key index 1", header(t,
+			"00000000", "00000000", "00000000", "00000000", "40010000", // id status timeout retries length
+			"00000001", "80010000", "0012", "03", "02", // qpn qkey lid sl path_bits
+			"00", "00", "00", "00", // grh_present gid_index hop_limit traffic_class
+			"00000000000000000000000000000000", "00000000", "0100", "000000000000"), // gid flow_label pkey_index reserved
+			ib.MADAddr{QPN: 1, PKey: 0x8001, Path: ib.Path{DLID: 0x12, SL: 3, SrcPathBits: 2}}},
+		{"with a GRH: the sender's GID and the GRH's fields", header(t,
+			"00000000", "00000000", "00000000", "00000000", "40010000",
+			"00000001", "80010000", "0034", "05", "00",
+			"01", "00", "ff", "20",
+			"fe80000000000000"+"0002c90300000002", "00012345", "0000", "000000000000"),
+			ib.MADAddr{GID: umadPeer, QPN: 1, PKey: 0xffff, Path: ib.Path{DLID: 0x34, SL: 5, GRH: true, HopLimit: 0xff, TrafficClass: 0x20, FlowLabel: 0x12345}}},
 	} {
-		if f.got != f.want {
-			t.Errorf("%s: %#x, want %#x", f.name, f.got, f.want)
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := decodeUMADHdr(tc.hdr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := h.madFrom(umadPKeys)
+			if !ok || got != tc.want {
+				t.Errorf("from %+v (ok %v)\nwant %+v", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// Golden vectors of what we write: LID-routed without a GRH unless the
+// address asks for one on InfiniBand, always a GRH on RoCE.
+func TestUMADSendGolden(t *testing.T) {
+	lid := ib.Path{DLID: 0x11, SL: 3, SrcPathBits: 1}
+	grh := ib.Path{DLID: 0x11, SL: 3, SrcPathBits: 1, GRH: true, HopLimit: 0xff, TrafficClass: 0x20, FlowLabel: 0x12345}
+	for _, tc := range []struct {
+		name     string
+		to       ib.MADAddr
+		ethernet bool
+		want     []byte
+	}{
+		{"InfiniBand, no GRH: DLID 0x11, SL 3, path bits 1, P_Key index 1",
+			ib.MADAddr{GID: umadPeer, QPN: 1, PKey: 0x8001, Path: lid}, false, header(t,
+				"07000000", "00000000", "00000000", "00000000", "40010000",
+				"00000001", "80010000", "0011", "03", "01",
+				"00", "00", "00", "00",
+				"00000000000000000000000000000000", "00000000", "0100", "000000000000")},
+		{"InfiniBand with a GRH asked for",
+			ib.MADAddr{GID: umadPeer, QPN: 1, PKey: 0x8001, Path: grh}, false, header(t,
+				"07000000", "00000000", "00000000", "00000000", "40010000",
+				"00000001", "80010000", "0011", "03", "01",
+				"01", "02", "ff", "20",
+				"fe80000000000000"+"0002c90300000002", "00012345", "0100", "000000000000")},
+		{"RoCE: GID only, a GRH with hop limit 64",
+			ib.MADAddr{GID: umadPeer, QPN: 1, PKey: 0xffff}, true, header(t,
+				"07000000", "00000000", "00000000", "00000000", "40010000",
+				"00000001", "80010000", "0000", "00", "00",
+				"01", "02", "40", "00",
+				"fe80000000000000"+"0002c90300000002", "00000000", "0000", "000000000000")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got [umadHdrLen]byte
+			h, err := sendHdr(tc.to, 7, 2, umadPKeys, tc.ethernet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.encode(got[:])
+			if !bytes.Equal(got[:], tc.want) {
+				t.Errorf("header\n% x\nwant\n% x", got, tc.want)
+			}
+		})
+	}
+}
+
+// What cannot be sent is refused before it reaches the port.
+func TestUMADSendHdrRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		to   ib.MADAddr
+		want error
+	}{
+		{"InfiniBand without a LID", ib.MADAddr{GID: umadPeer, QPN: 1, PKey: 0xffff}, errNoLID},
+		{"a P_Key the port does not hold", ib.MADAddr{QPN: 1, PKey: 0x8002, Path: ib.Path{DLID: 5}}, nil},
+	} {
+		if _, err := sendHdr(tc.to, 1, 0, umadPKeys, false); err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: %v, want an error (%v)", tc.name, err, tc.want)
 		}
 	}
+	// The other membership of a partition the port holds is its entry.
+	if h, err := sendHdr(ib.MADAddr{QPN: 1, PKey: 0x0001, Path: ib.Path{DLID: 5}}, 1, 0, umadPKeys, false); err != nil || h.PKeyIndex != 1 {
+		t.Errorf("limited member of 0x8001: index %d, %v; want 1", h.PKeyIndex, err)
+	}
+}
+
+// fakeUMAD records what the service sends.
+type fakeUMAD struct{ sent [][]byte }
+
+func (f *fakeUMAD) send(msg []byte) error { f.sent = append(f.sent, bytes.Clone(msg)); return nil }
+func (f *fakeUMAD) close() error          { return nil }
+
+// P_Key indices both ways follow the table as it is now: after the SM
+// moved 0x8001 from index 1 to 2, a MAD arriving with index 2 is in 0x8001
+// and one sent in 0x8001 names index 2.
+func TestUMADPKeyTableChange(t *testing.T) {
+	table := umadPKeys
+	io := &fakeUMAD{}
+	s := &umadService{cfg: umadConfig{pkeys: func() []ib.PKey { return table }}, io: io}
+	to := ib.MADAddr{QPN: 1, PKey: 0x8001, Path: ib.Path{DLID: 9}}
+	msg := make([]byte, umadMsgLen)
+	(&umadHdr{Length: umadMsgLen, QPN: 1, LID: 9, PKeyIndex: 2}).encode(msg)
+	if _, ok := s.parse(msg); ok {
+		t.Error("index 2 accepted with a table of 2")
+	}
+	table = []ib.PKey{0xffff, 0x8003, 0x8001}
+	if m, ok := s.parse(msg); !ok || m.From.PKey != 0x8001 {
+		t.Errorf("after the change: %+v %v, want P_Key 0x8001", m.From, ok)
+	}
+	if err := s.Send(to, make([]byte, 256)); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := decodeUMADHdr(io.sent[0]); h.PKeyIndex != 2 || h.LID != 9 {
+		t.Errorf("sent with P_Key index %d to LID %d, want 2 and 9", h.PKeyIndex, h.LID)
+	}
+}
+
+func TestUMADSendCounters(t *testing.T) {
+	io := &fakeUMAD{}
+	s := &umadService{cfg: umadConfig{pkeys: func() []ib.PKey { return umadPKeys }}, io: io}
+	if err := s.Send(ib.MADAddr{GID: umadPeer, QPN: 1, PKey: 0xffff}, make([]byte, 256)); !errors.Is(err, errNoLID) {
+		t.Errorf("send without a LID: %v", err)
+	}
+	if err := s.Send(ib.MADAddr{QPN: 1, PKey: 0xffff, Path: ib.Path{DLID: 3}}, make([]byte, 256)); err != nil {
+		t.Error(err)
+	}
+	if len(io.sent) != 1 {
+		t.Errorf("%d MADs reached the port, want 1", len(io.sent))
+	}
+	for _, want := range []ib.Counter{{Name: "umad_sent", Value: 1}, {Name: "umad_send_errors", Value: 1}, {Name: "umad_send_no_lid", Value: 1}} {
+		if !slices.Contains(s.Counters(), want) {
+			t.Errorf("counters %v lack %v", s.Counters(), want)
+		}
+	}
+}
+
+// Answering a received MAD goes back the way it came: the header we write
+// for its address names the LID, SL and path bits it reported, and a GRH
+// exactly when it had one; one without a LID is refused, never sent to
+// LID 0.
+func FuzzUMADAnswer(f *testing.F) {
+	for _, h := range []umadHdr{
+		{Length: umadMsgLen, QPN: 1, LID: 0x12, SL: 3, PathBits: 2, PKeyIndex: 1},
+		{Length: umadMsgLen, QPN: 1, LID: 0x34, SL: 5, GRH: true, HopLimit: 0xff, TClass: 0x20, GID: umadPeer, FlowLabel: 0x12345},
+		{Length: umadMsgLen, QPN: 1, GRH: true, GID: umadPeer},
+	} {
+		b := make([]byte, umadHdrLen)
+		h.encode(b)
+		f.Add(b)
+	}
+	pkeys := []ib.PKey{0xffff, 0x8001, 0x0002}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := decodeUMADHdr(data)
+		if err != nil {
+			return
+		}
+		from, ok := h.madFrom(pkeys)
+		if !ok {
+			if int(h.PKeyIndex) < len(pkeys) {
+				t.Fatalf("index %d refused", h.PKeyIndex)
+			}
+			return
+		}
+		out, err := sendHdr(from, 1, 0, pkeys, false)
+		if h.LID == 0 {
+			if !errors.Is(err, errNoLID) {
+				t.Fatalf("no LID: %v, want errNoLID", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, umadHdrLen)
+		out.encode(b)
+		back, _ := decodeUMADHdr(b)
+		if back.LID != h.LID || back.SL != h.SL&0xf || back.PathBits != h.PathBits&0x7f || back.GRH != h.GRH ||
+			back.PKeyIndex != h.PKeyIndex || back.QPN != h.QPN&ib.QPNMask && !(h.QPN&ib.QPNMask == 0 && back.QPN == ib.QP1) {
+			t.Fatalf("answer %+v to %+v", back, h)
+		}
+		if h.GRH && (back.GID != h.GID || back.TClass != h.TClass || back.FlowLabel != h.FlowLabel&0xfffff ||
+			back.HopLimit != h.HopLimit && !(h.HopLimit == 0 && back.HopLimit == umadHopLimit)) {
+			t.Fatalf("answer's GRH %+v to %+v", back, h)
+		}
+	})
 }
 
 // Every read is either a MAD the engine can answer or a counted drop.
 func TestUMADParse(t *testing.T) {
 	peer := ib.GID{0xfe, 0x80, 15: 7}
 	pkeys := []ib.PKey{0xffff, 0x8001}
-	good := umadHdr{Length: umadMsgLen, QPN: 1, GRH: true, GID: peer, PKeyIndex: 1, LID: 9}
+	good := umadHdr{Length: umadMsgLen, QPN: 1, GRH: true, GID: peer, PKeyIndex: 1, LID: 9, SL: 2, HopLimit: 0xff}
 	msg := func(h umadHdr, n int) []byte {
 		b := make([]byte, umadMsgLen)
 		h.encode(b)
@@ -102,11 +299,11 @@ func TestUMADParse(t *testing.T) {
 		{"short header", msg(good, 10), false, "umad_rx_drop_short"},
 		{"short MAD", msg(good, umadMsgLen-1), false, "umad_rx_drop_short"},
 		{"send timeout report", msg(with(func(h *umadHdr) { h.Status = 110 }), umadMsgLen), false, "umad_rx_drop_status"},
-		{"no GRH", msg(with(func(h *umadHdr) { h.GRH = false }), umadMsgLen), false, "umad_rx_drop_no_grh"},
+		{"no GRH: kept, addressed by LID", msg(with(func(h *umadHdr) { h.GRH = false }), umadMsgLen), true, "umad_received"},
 		{"P_Key index outside the table", msg(with(func(h *umadHdr) { h.PKeyIndex = 2 }), umadMsgLen), false, "umad_rx_drop_bad_pkey_index"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &umadService{cfg: umadConfig{pkeys: pkeys}, lids: map[ib.GID]uint16{}}
+			s := &umadService{cfg: umadConfig{pkeys: func() []ib.PKey { return pkeys }}}
 			m, ok := s.parse(tc.read)
 			if ok != tc.ok {
 				t.Fatalf("ok %v, want %v", ok, tc.ok)
@@ -123,20 +320,21 @@ func TestUMADParse(t *testing.T) {
 			if !ok {
 				return
 			}
-			if m.From != (ib.MADAddr{GID: peer, QPN: 1, PKey: 0x8001}) {
-				t.Errorf("from %+v", m.From)
+			want := ib.MADAddr{QPN: 1, PKey: 0x8001, Path: ib.Path{DLID: 9, SL: 2}}
+			if h, _ := decodeUMADHdr(tc.read); h.GRH {
+				want.GID, want.Path.GRH, want.Path.HopLimit = peer, true, 0xff
+			}
+			if m.From != want {
+				t.Errorf("from %+v, want %+v", m.From, want)
 			}
 			if !bytes.Equal(m.Data[:], tc.read[umadHdrLen:]) {
 				t.Error("MAD data differs")
-			}
-			if s.lids[peer] != 9 {
-				t.Errorf("LID learned: %d, want 9", s.lids[peer])
 			}
 		})
 	}
 }
 
-func TestUMADPathAndCMHolders(t *testing.T) {
+func TestCMHolders(t *testing.T) {
 	root := t.TempDir()
 	write := func(rel, data string) {
 		p := filepath.Join(root, rel)
@@ -147,22 +345,7 @@ func TestUMADPathAndCMHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("class/infiniband_mad/abi_version", "5\n")
-	write("class/infiniband_mad/umad0/ibdev", "rxe0\n")
-	write("class/infiniband_mad/umad0/port", "1\n")
-	write("class/infiniband_mad/umad1/ibdev", "rxe1\n")
-	write("class/infiniband_mad/umad1/port", "1\n")
 	s := sysfs(root)
-	for _, tc := range []struct {
-		dev  string
-		port int
-		want string
-	}{{"rxe0", 1, "/dev/infiniband/umad0"}, {"rxe1", 1, "/dev/infiniband/umad1"}, {"rxe1", 2, ""}, {"mlx5_0", 1, ""}} {
-		got, err := s.umadPath("/dev/infiniband", tc.dev, tc.port)
-		if got != tc.want || (err == nil) != (tc.want != "") {
-			t.Errorf("%s port %d: %q, %v; want %q", tc.dev, tc.port, got, err, tc.want)
-		}
-	}
 	if loaded, _ := s.cmHolders(); loaded {
 		t.Error("ib_cm reported loaded without /sys/module/ib_cm")
 	}
@@ -177,12 +360,16 @@ func TestUMADPathAndCMHolders(t *testing.T) {
 	}
 }
 
-// The header decoder takes any octets: a decoded header encodes back to the
-// same fields, and parse counts what it does not hand on.
+// The header decoder takes any octets, GRH-less headers as well as those
+// with a GRH: a decoded header encodes back to the same fields, and parse
+// counts exactly one event for each read (received or a drop by cause).
 func FuzzUMADHdr(f *testing.F) {
 	b := make([]byte, umadMsgLen)
 	(&umadHdr{Length: umadMsgLen, QPN: 1, GRH: true}).encode(b)
 	f.Add(b)
+	g := make([]byte, umadMsgLen)
+	(&umadHdr{Length: umadMsgLen, QPN: 1, LID: 0x12, SL: 3, PathBits: 2}).encode(g)
+	f.Add(g)
 	f.Add(b[:10])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, err := decodeUMADHdr(data)
@@ -195,7 +382,7 @@ func FuzzUMADHdr(f *testing.F) {
 		if err != nil || back != h {
 			t.Fatalf("round trip: %+v, want %+v", back, h)
 		}
-		s := &umadService{cfg: umadConfig{pkeys: []ib.PKey{0xffff}}, lids: map[ib.GID]uint16{}}
+		s := &umadService{cfg: umadConfig{pkeys: func() []ib.PKey { return []ib.PKey{0xffff} }}}
 		_, ok := s.parse(data)
 		var sum uint64
 		for _, c := range s.Counters() {

@@ -2,17 +2,20 @@ package verbs
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
 
-// The kernel's user MAD interface (ib_umad, /dev/infiniband/umadN): every
-// read and write is a struct ib_user_mad_hdr (include/uapi/rdma/
-// ib_user_mad.h) followed by the 256-octet MAD. The header is in host
-// order except the fields the uapi marks __be (QPN, Q_Key, LID, flow
-// label). This layout, with the P_Key index, is the one the kernel uses
-// once an agent was registered with IB_USER_MAD_REGISTER_AGENT2.
+// The kernel's user MAD interface (ib_umad, /dev/infiniband/umadN), as
+// libibumad hands it over: every MAD read or written is a struct
+// ib_user_mad_hdr (include/uapi/rdma/ib_user_mad.h; libibumad's struct
+// ib_user_mad) followed by the 256-octet MAD. The header is in host order
+// except the fields the uapi marks __be (QPN, Q_Key, LID, flow label).
+// This layout, with the P_Key index, is the one the kernel uses once the
+// file enabled P_Key indices, as libibumad's umad_open_port does.
 
 // umadHdrLen is sizeof(struct ib_user_mad_hdr).
 const umadHdrLen = 64
@@ -93,28 +96,6 @@ func decodeUMADHdr(b []byte) (umadHdr, error) {
 	return h, nil
 }
 
-// umadRegReq2 is struct ib_user_mad_reg_req2, the argument of
-// IB_USER_MAD_REGISTER_AGENT2 (40 octets).
-type umadRegReq2 struct {
-	ID          uint32 // out: the agent id
-	QPN         uint32 // 1: the GSI
-	MgmtClass   uint8
-	Version     uint8
-	_           uint16
-	Flags       uint32
-	MethodMask  [2]uint64 // bit n: receive unsolicited method n
-	OUI         uint32
-	RMPPVersion uint8
-	_           [3]uint8
-}
-
-// The ioctls of ib_umad: _IOWR(0x1b, 4, struct ib_user_mad_reg_req2) and
-// _IOW(0x1b, 2, __u32).
-const (
-	umadRegisterAgent2  = 3<<30 | 40<<16 | 0x1b<<8 | 4
-	umadUnregisterAgent = 1<<30 | 4<<16 | 0x1b<<8 | 2
-)
-
 // CM class MADs (IBA 12.6): class 0x07, version 2, and every message is a
 // Send (0x03).
 const (
@@ -126,12 +107,63 @@ const (
 )
 
 // madFrom turns a received header into the address the CM engine answers
-// to; pkeys is the port's P_Key table. ok is false for what the engine
-// cannot answer: no GRH (an InfiniBand peer inside the subnet names itself
-// by LID only) or a P_Key index outside the table.
+// to, as the kernel reported it (recv_handler): the sender's LID and SL,
+// the bits of our LID it was sent to, and, when it carried a GRH, the
+// sender's GID and the GRH's fields. pkeys is the port's current P_Key
+// table; ok is false for a P_Key index outside it, the one thing the
+// engine could not answer. A MAD without a GRH (the kernel's CM inside a
+// subnet) is kept: its LID is its address.
 func (h *umadHdr) madFrom(pkeys []ib.PKey) (ib.MADAddr, bool) {
-	if !h.GRH || int(h.PKeyIndex) >= len(pkeys) {
+	if int(h.PKeyIndex) >= len(pkeys) {
 		return ib.MADAddr{}, false
 	}
-	return ib.MADAddr{GID: h.GID, QPN: h.QPN & ib.QPNMask, PKey: pkeys[h.PKeyIndex]}, true
+	a := ib.MADAddr{QPN: h.QPN & ib.QPNMask, PKey: pkeys[h.PKeyIndex],
+		Path: ib.Path{DLID: h.LID, SL: h.SL & 0xf, SrcPathBits: h.PathBits & 0x7f}}
+	if h.GRH {
+		a.GID = h.GID
+		a.Path.GRH, a.Path.HopLimit, a.Path.TrafficClass, a.Path.FlowLabel = true, h.HopLimit, h.TClass, h.FlowLabel&0xfffff
+	}
+	return a, true
+}
+
+// errNoLID: an InfiniBand MAD needs the destination's LID; a zero one
+// would go to LID 0, which is no port (issue 22: REQs went there).
+var errNoLID = errors.New("no LID to send to (InfiniBand MADs go by LID; GID addressing is RoCE's)")
+
+// sendHdr is the header that sends one MAD to to, as ib_umad_write builds
+// the address from it: the destination LID, SL and our source path bits,
+// and a GRH only when the address asks for one. On a RoCE port (ethernet)
+// every MAD carries a GRH, the only address there, with the address's
+// hop limit or umadHopLimit. pkeys is the port's current P_Key table: the
+// header names the P_Key by its index.
+func sendHdr(to ib.MADAddr, agent uint32, gidIndex uint8, pkeys []ib.PKey, ethernet bool) (umadHdr, error) {
+	idx := slices.Index(pkeys, to.PKey)
+	if idx < 0 {
+		idx = slices.IndexFunc(pkeys, func(p ib.PKey) bool { return p.Valid() && p.Partition() == to.PKey.Partition() })
+	}
+	if idx < 0 {
+		return umadHdr{}, fmt.Errorf("P_Key %v is not in the port's table", to.PKey)
+	}
+	qpn := to.QPN
+	if qpn == 0 {
+		qpn = ib.QP1
+	}
+	h := umadHdr{Agent: agent, Length: umadMsgLen, QPN: qpn, QKey: ib.GSIQKey, PKeyIndex: uint16(idx)}
+	grh := to.Path.GRH
+	if ethernet {
+		grh = true
+	} else {
+		if !to.LIDRouted() {
+			return umadHdr{}, errNoLID
+		}
+		h.LID, h.SL, h.PathBits = to.Path.DLID, to.Path.SL&0xf, to.Path.SrcPathBits&0x7f
+	}
+	if grh {
+		h.GRH, h.GIDIndex, h.GID = true, gidIndex, to.GID
+		h.HopLimit, h.TClass, h.FlowLabel = to.Path.HopLimit, to.Path.TrafficClass, to.Path.FlowLabel&0xfffff
+		if !to.Path.GRH || h.HopLimit == 0 {
+			h.HopLimit = umadHopLimit
+		}
+	}
+	return h, nil
 }

@@ -410,12 +410,12 @@ func TestMADsLIDRouted(t *testing.T) {
 	defer mb.Close()
 	mad := make([]byte, 256)
 	testutil.Fill(mad, 9)
-	if err := ma.Send(ib.MADAddr{LID: b.lid, SL: 4, QPN: ib.QP1}, mad); err != nil {
+	if err := ma.Send(ib.MADAddr{Path: ib.Path{DLID: b.lid, SL: 4}, QPN: ib.QP1}, mad); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case m := <-mb.Recv():
-		want := ib.MADAddr{QPN: ib.QP1, PKey: ib.DefaultPKey, LID: a.lid, SL: 4}
+		want := ib.MADAddr{QPN: ib.QP1, PKey: ib.DefaultPKey, Path: ib.Path{DLID: a.lid, SL: 4}}
 		if m.From != want || !bytes.Equal(m.Data[:], mad) {
 			t.Fatalf("MAD from %+v, want %+v", m.From, want)
 		}
@@ -423,12 +423,12 @@ func TestMADsLIDRouted(t *testing.T) {
 		t.Fatal("no MAD")
 	}
 	// The answer goes back to the LID it came from.
-	if err := mb.Send(ib.MADAddr{LID: a.lid, QPN: ib.QP1}, mad); err != nil {
+	if err := mb.Send(ib.MADAddr{Path: ib.Path{DLID: a.lid}, QPN: ib.QP1}, mad); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case m := <-ma.Recv():
-		if m.From.LID != b.lid || m.From.GID != (ib.GID{}) {
+		if m.From.Path.DLID != b.lid || m.From.GID != (ib.GID{}) {
 			t.Fatalf("answer from %+v", m.From)
 		}
 	case <-time.After(5 * time.Second):
