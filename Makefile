@@ -39,7 +39,7 @@ deps-proof:
 # libibumad (tag rdma); then the real-kernel RDMA test bed.
 test: lint deps-proof
 	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -tags rdma -run OpenSM ./sapath/ ./ipoib/
+	$(GO) test -count=1 -tags rdma -run 'OpenSM|IBSim' ./sapath/ ./ipoib/ ./verbs/
 	GO=$(GO) scripts/rxe-testbed.sh
 
 # Debian's kernel under QEMU with two soft-RoCE devices (root; TESTBED_SKIP=1 skips).
