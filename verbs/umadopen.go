@@ -14,7 +14,13 @@ static int ipoibd_umad_register(int portid, int mclass, int version, int method)
 	long mask[16 / sizeof(long)];
 	memset(mask, 0, sizeof mask);
 	mask[method / (8 * sizeof(long))] |= 1L << (method % (8 * sizeof(long)));
-	return umad_register(portid, mclass, version, 0, mask);
+	// umad_register reports every refusal as -EPERM; the ioctl's errno
+	// tells a class taken by another agent (EINVAL) from the rest.
+	errno = 0;
+	int rc = umad_register(portid, mclass, version, 0, mask);
+	if (rc < 0 && errno != 0)
+		return -errno;
+	return rc;
 }
 */
 import "C"

@@ -101,7 +101,7 @@ for cmmode in rc uc; do
 		continue
 	fi
 	pass "$mode-up"
-	check "$mode-show" sh -c "ip netns exec $NA ipoibd show | grep -q 'cm .*/dev/infiniband/umad' && ip netns exec $NA ipoibd show | grep -q 'connected mode advertised'"
+	check "$mode-show" sh -c "ip netns exec $NA ipoibd show | grep -q 'cm .*libibumad' && ip netns exec $NA ipoibd show | grep -q 'connected mode advertised'"
 	if [ $cmmode = rc ]; then
 		# A second daemon on the same port: refused in one line, before it
 		# makes an interface, and the first one does not notice.
