@@ -253,3 +253,44 @@ func TestOpenSMSubnetLIDChange(t *testing.T) {
 		t.Fatalf("after Refresh: %+v", wc)
 	}
 }
+
+// TestOpenSMSubnetLinkVL15: SL 0 mapped to VL15 on the links between the
+// switches only (set by SMP, testdata/setsl2vl.c: OpenSM's QoS options
+// map SLs by port kind, every switch port alike) and read back by
+// Refresh: SL 0 still goes from h1 to h2 on sw1, and is dropped from h1
+// to h4 across the switches, where SL 1 goes.
+func TestOpenSMSubnetLinkVL15(t *testing.T) {
+	ibsim.Need(t, "gcc", "/usr/include/infiniband/umad.h")
+	set := filepath.Join(t.TempDir(), "setsl2vl")
+	if out, err := exec.Command("gcc", "-Wall", "-o", set, "testdata/setsl2vl.c", "-libumad").CombinedOutput(); err != nil {
+		t.Fatalf("building setsl2vl: %v\n%s", err, out)
+	}
+	fab, sn, s := twoSwitches(t, 18)
+	for _, sw := range sn.Switches {
+		for in, inPeer := range sw.Links {
+			for out, outPeer := range sw.Links {
+				if !inPeer.Switch && outPeer.Switch {
+					fab.Output(t, "h4", exec.Command(set, strconv.Itoa(int(sw.LID)), strconv.Itoa(in), strconv.Itoa(out), "15,1,2,3,4,5,6,7,8,9,10,11,12,13,14,7"))
+				}
+			}
+		}
+	}
+	if _, err := Refresh(s.fwd, diags(fab)); err != nil {
+		t.Fatal(err)
+	}
+	a, b, d := s.openCA(t, fab, "h1", 18, 1), s.openCA(t, fab, "h2", 18, 2), s.openCA(t, fab, "h4", 18, 4)
+	qa, qb, qd := udQP(t, a, ib.DefaultPKey, 0x0b1b), udQP(t, b, ib.DefaultPKey, 0x0b1b), udQP(t, d, ib.DefaultPKey, 0x0b1b)
+	postRecvs(t, b, qb, 0, 4)
+	postRecvs(t, d, qd, 0, 4)
+	sendUD(t, a, qa, 1, 100, ib.AHAttr{Path: ib.Path{DLID: b.lid, SL: 0}}, qb.Num(), 0x0b1b)
+	if wc := poll(t, b.rcq, 1)[0]; wc.Status != ib.WCSuccess || wc.SL != 0 {
+		t.Fatalf("SL 0 within sw1: %+v", wc)
+	}
+	sendUD(t, a, qa, 2, 100, ib.AHAttr{Path: ib.Path{DLID: d.lid, SL: 0}}, qd.Num(), 0x0b1b)
+	sendUD(t, a, qa, 3, 100, ib.AHAttr{Path: ib.Path{DLID: d.lid, SL: 1}}, qd.Num(), 0x0b1b)
+	if wc := poll(t, d.rcq, 1)[0]; wc.Status != ib.WCSuccess || wc.SL != 1 {
+		t.Fatalf("completion %+v: not the SL 1 datagram", wc)
+	}
+	waitCounter(t, func() uint64 { return counter(s.fwd.Counters(), "drop_vl15") }, 1, "drop_vl15")
+	quiet(t, d.rcq, 50*time.Millisecond, "SL 0 datagram across the switches")
+}
