@@ -2,9 +2,13 @@ package ibfwd
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ipoibd/ipoibd/softib"
 )
 
 // What infiniband-diags print for ibsim's TwoSwitches fabric under
@@ -277,5 +281,65 @@ func TestSubnetRouteDoesNotAllocate(t *testing.T) {
 		out, _ = s.Route(out[:0], guidH1, 0xc000, 1)
 	}); n != 0 || len(out) != 2 {
 		t.Fatalf("%v allocations, %d deliveries", n, len(out))
+	}
+}
+
+// TestForwardOnSubnetDoesNotAllocate: the forwarder on a Subnet sends a
+// unicast frame across both switches and a multicast frame to two
+// members without allocating.
+func TestForwardOnSubnetDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
+	tables := newFabricTables()
+	tables.mft["2"] = map[uint16][]int{0xc000: {2, 5}}
+	tables.mft["3"] = map[uint16][]int{0xc000: {2, 5}}
+	s, err := ReadSubnet(tables.run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := New(netip.MustParseAddrPort("127.0.0.1:0"), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fw.Close() })
+	src := netip.MustParseAddrPort("127.0.0.1:9") // never sends: forward is called directly
+	ports := []Port{{GUID: guidH1, Addr: src}}
+	for _, g := range []uint64{guidH2, guidH4} {
+		sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sink.Close() })
+		ports = append(ports, Port{GUID: g, Addr: sink.LocalAddr().(*net.UDPAddr).AddrPort()})
+	}
+	for _, p := range ports {
+		if err := fw.Register(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var frames [][]byte
+	for _, fr := range []softib.IBFrame{
+		{LRH: softib.LRH{DLID: lidH4, SL: 1, SLID: lidH1}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 256)}},
+		{LRH: softib.LRH{DLID: 0xc000, SL: 1, SLID: lidH1}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}, Payload: make([]byte, 256)}},
+	} {
+		b, err := softib.AppendIBFrame(nil, &fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, b)
+	}
+	round := func() {
+		for _, b := range frames {
+			fw.forward(b, src)
+		}
+	}
+	round()
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Fatalf("%v allocations per round", n)
+	}
+	// Rounds: one, then AllocsPerRun's warm-up and its 200.
+	if tx := counter(fw.Counters(), "tx_frames"); tx != 3*202 {
+		t.Fatalf("tx_frames %d, want 3 per round (%v)", tx, fw.Counters())
 	}
 }
