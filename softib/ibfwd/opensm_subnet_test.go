@@ -34,17 +34,23 @@ func diags(fab *ibsim.Fabric) func(args ...string) (string, error) {
 	}
 }
 
-// twoSwitches brings up the fabric, reads it and starts a forwarder on
-// its tables, 127.88.<net8>.254.
-func twoSwitches(t *testing.T, net8 int) (*ibsim.Fabric, *Subnet, *subnet) {
+// twoSwitches brings up the fabric and starts a forwarder,
+// 127.88.<net8>.254, on its tables if read (else on none: the test will
+// Refresh).
+func twoSwitches(t *testing.T, net8 int, read bool) (*ibsim.Fabric, *Subnet, *subnet) {
 	t.Helper()
 	ibsim.Need(t, "ibnetdiscover", "ibroute", "smpquery", "ibstat", "ibtracert")
 	fab := ibsim.UpOn(t, ibsim.TwoSwitches)
-	sn, err := ReadSubnet(diags(fab))
-	if err != nil {
-		t.Fatal(err)
+	var sn *Subnet
+	var routes Routes = NewStatic()
+	if read {
+		var err error
+		if sn, err = ReadSubnet(diags(fab)); err != nil {
+			t.Fatal(err)
+		}
+		routes = sn
 	}
-	fwd, err := New(netip.MustParseAddrPort(fmt.Sprintf("127.88.%d.254:0", net8)), sn)
+	fwd, err := New(netip.MustParseAddrPort(fmt.Sprintf("127.88.%d.254:0", net8)), routes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +101,7 @@ func TestOpenSMSubnet(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-tags", "rdma", "-o", sa, "../../internal/testbed/saclient").CombinedOutput(); err != nil {
 		t.Fatalf("building saclient: %v\n%s", err, out)
 	}
-	fab, sn, s := twoSwitches(t, 15)
+	fab, sn, s := twoSwitches(t, 15, true)
 	hosts := []string{"h1", "h2", "h3", "h4"}
 	n := map[string]*node{}
 	for i, h := range hosts {
@@ -186,7 +192,7 @@ func TestOpenSMSubnet(t *testing.T) {
 // back, both hops from h1 to h4 map SL 0 to VL15 and the forwarder drops
 // SL 0 while SL 1 crosses both switches.
 func TestOpenSMSubnetQoS(t *testing.T) {
-	fab, _, s := twoSwitches(t, 16)
+	fab, _, s := twoSwitches(t, 16, false)
 	sl2vl := "15,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7"
 	fab.RestartSM(t, "qos TRUE\nqos_max_vls 8\nqos_policy_file /nonexistent\nqos_swe_sl2vl "+sl2vl+"\nqos_sl2vl "+sl2vl+"\n", nil)
 	sn, err := Refresh(s.fwd, diags(fab))
@@ -219,7 +225,7 @@ func TestOpenSMSubnetQoS(t *testing.T) {
 // h4's new LID leads to h2, which drops it as not its LID; after Refresh,
 // to h4.
 func TestOpenSMSubnetLIDChange(t *testing.T) {
-	fab, _, s := twoSwitches(t, 17)
+	fab, _, s := twoSwitches(t, 17, true)
 	a := s.openCA(t, fab, "h1", 17, 1)
 	old2, old4 := readCAPort(t, fab, "h2"), readCAPort(t, fab, "h4")
 	fab.RestartSM(t, "", map[string]string{"guid2lid": fmt.Sprintf("0x%016x 0x%04x 0x%04x\n0x%016x 0x%04x 0x%04x\n",
@@ -265,7 +271,15 @@ func TestOpenSMSubnetLinkVL15(t *testing.T) {
 	if out, err := exec.Command("gcc", "-Wall", "-o", set, "testdata/setsl2vl.c", "-libumad").CombinedOutput(); err != nil {
 		t.Fatalf("building setsl2vl: %v\n%s", err, out)
 	}
-	fab, sn, s := twoSwitches(t, 18)
+	fab, _, s := twoSwitches(t, 18, false)
+	links, err := diags(fab)("ibnetdiscover", "-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := ParseNetDiscover(links)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, sw := range sn.Switches {
 		for in, inPeer := range sw.Links {
 			for out, outPeer := range sw.Links {
