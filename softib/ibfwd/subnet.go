@@ -214,7 +214,8 @@ func parsePortRef(f []string) (PortRef, uint16, error) {
 }
 
 // Build walks every CA port's packets to every LID and MLID the tables
-// hold; call it once the tables are filled (ReadSubnet does).
+// hold; call it once the tables are filled (ReadSubnet does), and not
+// on a Subnet a Forwarder has: change a copy and swap it in.
 func (s *Subnet) Build() {
 	s.routes = map[routeKey][]target{}
 	lids, mlids := map[uint16]bool{}, map[uint16]bool{}
