@@ -203,7 +203,7 @@ func (c *control) sendNeigh(slot uint32, n int, to ib.LinkAddr, unicast bool, gr
 		}
 		i.sendUD(&c.sends, slot, n, m.ah, ib.MulticastQPN)
 	default:
-		i.sendUD(&c.sends, slot, n, i.bcast, ib.MulticastQPN)
+		i.sendUD(&c.sends, slot, n, *i.bcast.Load(), ib.MulticastQPN)
 	}
 	i.postBatch(&c.sends)
 }

@@ -118,7 +118,7 @@ func (i *Interface) joinBroadcast() error {
 		return fmt.Errorf("ipoib: the SA's broadcast group %v has MTU code %d, not an IB MTU", mgid, g.MTU.Value)
 	}
 	i.bcastGroup = g
-	i.qkey = g.QKey
+	i.qkey.Store(uint32(g.QKey))
 	if m := encap.MTUForIB(mtu); m < i.udMTU {
 		i.udMTU = m
 		if i.cfg.MTU == 0 && i.cfg.Mode == Datagram {
@@ -189,7 +189,9 @@ func (s *subnet) runGroups(i *Interface) {
 			if j.state == sa.FullMember {
 				// A new group is made like the broadcast group, as the
 				// kernel's ipoib makes it.
+				i.bcastMu.Lock()
 				req.Create = sa.ParamsOf(i.bcastGroup)
+				i.bcastMu.Unlock()
 			}
 			r.rec, r.err = s.sa.Join(req)
 			select {
@@ -260,12 +262,7 @@ func (c *control) joined(r groupResult) {
 	}
 	i.ctr.inc(subnetJoins)
 	if r.mgid == i.bcastGroup.MGID {
-		// Joined again after a subnet event. A new MLID or Q_Key would
-		// need the UD QP made again.
-		if r.rec.MLID != i.bcastGroup.MLID || r.rec.QKey != i.bcastGroup.QKey {
-			i.log.Warn("the SA changed the broadcast group: restart the interface to take it",
-				"mlid", r.rec.MLID, "was_mlid", i.bcastGroup.MLID, "qkey", r.rec.QKey, "was_qkey", i.bcastGroup.QKey)
-		}
+		c.followBroadcast(r.rec) // joined again after a subnet event
 		return
 	}
 	if r.state == sa.FullMember {
@@ -322,9 +319,8 @@ func (c *control) attach(r groupResult) bool {
 // LID change moves paths. The kernel's ipoib flushes its paths and
 // restarts its joins on the same events.
 func (c *control) followSubnet() {
-	s := c.subnet
 	ev, ok := c.i.dev.(ib.SubnetEventer)
-	if s == nil || !ok {
+	if !ok {
 		return
 	}
 	n := ev.SubnetEvents()
@@ -332,7 +328,14 @@ func (c *control) followSubnet() {
 		return
 	}
 	c.subnetSeen = n
+	port := c.i.dev.Port()
+	c.followPKey(port.PKeys)
+	s := c.subnet
+	if s == nil {
+		return
+	}
 	c.i.log.Info("subnet event: asking the SA again for paths and joins")
+	s.paths.SetLMC(port.LMC) // a LID change may come with a new LMC
 	s.paths.Invalidate(c.now)
 	s.pathW.Ask(s.paths.Due(c.now)...)
 	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember})
