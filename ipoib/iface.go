@@ -213,7 +213,9 @@ type pendingPacket struct {
 type neighPacket struct {
 	etherType uint16
 	n         int
-	src       ib.LinkAddr // UD source: QPN and GID
+	src       ib.LinkAddr // UD source: QPN and GID (zero without a GRH on InfiniBand)
+	srcLID    uint16      // InfiniBand: the sender's LID, which the fabric vouches for (0 on RoCE)
+	grh       bool        // InfiniBand: a GRH came, so src.GID is its source GID
 	data      [128]byte
 }
 

@@ -203,6 +203,7 @@ func (i *Interface) neighToControl(etherType uint16, pkt []byte, c *ib.Completio
 	}
 	m.etherType, m.n = etherType, copy(m.data[:], pkt)
 	m.src = ib.LinkAddr{QPN: c.SrcQPN, GID: c.SrcGID}
+	m.srcLID, m.grh = c.SrcLID, c.GRH
 	if isReply(etherType, pkt) {
 		select {
 		case i.rxReply <- m:

@@ -100,8 +100,12 @@ type subnet struct {
 	// one would cost every IPv6 resolution a probe interval.
 	held  map[netip.Addr][]heldSend
 	nheld int
-	stop  chan struct{}
-	done  chan struct{}
+	// awaiting are ARP/ND packets from InfiniBand senders whose claim
+	// waits for a path to be checked against (vouch.go), by GID.
+	awaiting map[ib.GID][]neighPacket
+	nawait   int
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // joinBroadcast joins the broadcast group through the SA, as the kernel's
@@ -153,15 +157,16 @@ func (i *Interface) startSubnet() *subnet {
 		return nil
 	}
 	s := &subnet{
-		sa:      i.cfg.Subnet,
-		paths:   sapath.New(sapath.Config{LMC: i.port.LMC, ACKDelay: i.port.ACKDelay}),
-		pathW:   sapath.NewWorker(i.cfg.Subnet, i.pkey),
-		jobs:    make(chan groupJob, 256),
-		results: make(chan groupResult, 256),
-		asked:   map[ib.GID]sa.JoinState{},
-		held:    map[netip.Addr][]heldSend{},
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		sa:       i.cfg.Subnet,
+		paths:    sapath.New(sapath.Config{LMC: i.port.LMC, ACKDelay: i.port.ACKDelay}),
+		pathW:    sapath.NewWorker(i.cfg.Subnet, i.pkey),
+		jobs:     make(chan groupJob, 256),
+		results:  make(chan groupResult, 256),
+		asked:    map[ib.GID]sa.JoinState{},
+		held:     map[netip.Addr][]heldSend{},
+		awaiting: map[ib.GID][]neighPacket{},
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	go s.runGroups(i)
 	return s
@@ -375,6 +380,7 @@ func (c *control) unicastPath(gid ib.GID) (sapath.Path, bool) {
 func (c *control) pathAnswered(r sapath.Result) {
 	s := c.subnet
 	s.paths.Done(r.DGID, r.Record, r.Err, c.now)
+	defer c.pathCame(r) // after the neighbors that had the path moved to it
 	if r.Err != nil {
 		return // the cache retries; a path it held stays in use
 	}
