@@ -216,6 +216,7 @@ type neighPacket struct {
 	src       ib.LinkAddr // UD source: QPN and GID (zero without a GRH on InfiniBand)
 	srcLID    uint16      // InfiniBand: the sender's LID, which the fabric vouches for (0 on RoCE)
 	grh       bool        // InfiniBand: a GRH came, so src.GID is its source GID
+	parked    bool        // handled again after waiting for a path (vouch.go): counted once
 	data      [128]byte
 }
 

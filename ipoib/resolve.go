@@ -67,7 +67,9 @@ func (c *control) handleARP(pkt []byte, m *neighPacket) {
 		i.ctr.inc(rxDropMalformed)
 		return
 	}
-	i.ctr.inc(arpIn)
+	if !m.parked {
+		i.ctr.inc(arpIn)
+	}
 	if c.isLocal(a.SenderIP) || a.SenderHW.SameNode(i.local) {
 		return
 	}
@@ -128,7 +130,9 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 		i.ctr.inc(rxDropMalformed)
 		return
 	}
-	i.ctr.inc(ndIn)
+	if !p.parked {
+		i.ctr.inc(ndIn)
+	}
 	switch m.Type {
 	case neigh.TypeNeighborSolicitation:
 		if !c.isLocal(m.Target) {

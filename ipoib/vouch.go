@@ -85,7 +85,9 @@ func (c *control) awaitPath(gid ib.GID, m *neighPacket) {
 		c.i.ctr.inc(learnNoPath)
 		return
 	}
-	s.awaiting[gid] = append(s.awaiting[gid], *m)
+	p := *m
+	p.parked = true
+	s.awaiting[gid] = append(s.awaiting[gid], p)
 	s.nawait++
 	s.pathW.Ask(s.paths.Due(c.now)...)
 }

@@ -82,42 +82,55 @@ func newRawPort(t *testing.T, fab *ibtest.Fabric, lid uint16, qkey ib.QKey) *raw
 // link is the port's own link address.
 func (r *rawPort) link() ib.LinkAddr { return ib.LinkAddr{QPN: r.qp.Num(), GID: r.dev.Port().GID} }
 
-// sendARP sends an ARP request for target, claiming sender is at claimed,
-// to h by its LID, with a GRH or not.
-func (r *rawPort) sendARP(t *testing.T, h *fakeHost, claimed ib.LinkAddr, sender, target netip.Addr, grh bool, qkey ib.QKey) {
+// solicit sends an ARP request (IPv4 target) or a neighbor solicitation
+// (IPv6) for target, claiming sender is at claimed, to h by its LID, with
+// a GRH or not.
+func (r *rawPort) solicit(t *testing.T, h *fakeHost, claimed ib.LinkAddr, sender, target netip.Addr, grh bool, qkey ib.QKey) {
+	t.Helper()
+	r.sendNeigh(t, h, neigh.ARPRequest, claimed, sender, target, grh, qkey)
+}
+
+// sendNeigh sends ARP operation op (IPv4 target) or a neighbor
+// solicitation (IPv6) from sender, claiming claimed, to h by its LID.
+func (r *rawPort) sendNeigh(t *testing.T, h *fakeHost, op uint16, claimed ib.LinkAddr, sender, target netip.Addr, grh bool, qkey ib.QKey) {
 	t.Helper()
 	buf := r.mr.Slab().Bytes()
-	a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: claimed, SenderIP: sender, TargetIP: target}
-	if err := a.Encode(buf[encap.HeaderLen:]); err != nil {
-		t.Fatal(err)
+	n := neigh.ARPLen
+	if target.Is4() {
+		a := neigh.ARP{Op: op, SenderHW: claimed, SenderIP: sender, TargetIP: target}
+		if op == neigh.ARPReply {
+			a.TargetHW = h.local
+		}
+		if err := a.Encode(buf[encap.HeaderLen:]); err != nil {
+			t.Fatal(err)
+		}
+		_ = encap.PutHeader(buf, encap.EtherTypeARP)
+	} else {
+		m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: target, LinkAddr: claimed, HasLinkAddr: true}
+		var err error
+		if n, err = m.EncodeIPv6(buf[encap.HeaderLen:], sender, neigh.SolicitedNode(target)); err != nil {
+			t.Fatal(err)
+		}
+		_ = encap.PutHeader(buf, encap.EtherTypeIPv6)
 	}
-	_ = encap.PutHeader(buf, encap.EtherTypeARP)
 	ah, err := r.dev.CreateAH(ib.AHAttr{DestGID: h.local.GID, Path: ib.Path{DLID: h.ibdev.Port().LID, GRH: grh, HopLimit: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wr := ib.SendWR{ID: 1, SGE: ib.SGE{MR: r.mr, Offset: 0, Length: encap.HeaderLen + neigh.ARPLen}, AH: ah, RemoteQPN: h.local.QPN, RemoteQKey: qkey}
+	wr := ib.SendWR{ID: 1, SGE: ib.SGE{MR: r.mr, Offset: 0, Length: encap.HeaderLen + n}, AH: ah, RemoteQPN: h.local.QPN, RemoteQKey: qkey}
 	if _, err := r.qp.PostSend([]ib.SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestVouchedByLID: on an InfiniBand subnet an ARP request's claimed link
+// TestVouchedByLID: on an InfiniBand subnet an ARP request's or neighbor
+// solicitation's claimed link
 // address is believed only when the SA's path for the claimed GID leads to
 // the LID the datagram came from (and, with a GRH, the path for its source
 // GID too). What fails is neither learned nor answered and is counted by
 // cause; a claim whose path is not known yet is checked once it comes.
 func TestVouchedByLID(t *testing.T) {
-	const qkey = 0x0b1b
-	sender := netip.MustParseAddr("10.9.0.50")
-	for _, tc := range []struct {
-		name    string
-		claim   func(m *rawPort, b *fakeHost) ib.LinkAddr
-		grh     bool
-		mPath   uint16 // the LID the SA gives for m's GID (0: none)
-		cause   counter
-		learned bool
-	}{
+	for _, tc := range []vouchCase{
 		{"its own address, no GRH", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, false, 0x30, learnCandidates, true},
 		{"its own address with a GRH", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, true, 0x30, learnCandidates, true},
 		{"another host's address, no GRH", func(_ *rawPort, b *fakeHost) ib.LinkAddr { return b.local }, false, 0x30, learnLIDMismatch, false},
@@ -125,40 +138,92 @@ func TestVouchedByLID(t *testing.T) {
 		{"its own address, no GRH, the SA puts its GID elsewhere", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, false, 0x31, learnLIDMismatch, false},
 		{"a GID the SA has no path for", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, false, 0, learnNoPath, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeSA(qkey)
-			h, fab := lidHosts(t, f, 2)
-			a, b := h[0], h[1]
-			m := newRawPort(t, fab, 0x30, qkey)
-			if tc.mPath != 0 {
-				f.mu.Lock()
-				f.paths[m.dev.Port().GID] = tc.mPath
-				f.mu.Unlock()
+		for _, v6 := range []bool{false, true} {
+			name, sender := "ARP: "+tc.name, netip.MustParseAddr("10.9.0.50")
+			if v6 {
+				name, sender = "NS: "+tc.name, netip.MustParseAddr("fd00:9::50")
 			}
-			before := a.count(tc.cause)
-			m.sendARP(t, a, tc.claim(m, b), sender, a.ip4, tc.grh, qkey)
-			waitFor(t, "the ARP request is judged", func() bool { return a.count(tc.cause) > before })
-			n, ok := a.neighbor(sender)
-			if ok != tc.learned || (ok && (n.State != "CANDIDATE" || n.LinkAddr != m.link().String())) {
-				t.Errorf("a's neighbor %v: %+v (present %v), want learned %v at %v", sender, n, ok, tc.learned, m.link())
-			}
-			for _, c := range []counter{learnLIDMismatch, learnGRHMismatch, learnNoPath, learnLinkMismatch} {
-				if c != tc.cause && a.count(c) != 0 {
-					t.Errorf("%s = %d, want 0", counterNames[c], a.count(c))
-				}
-			}
-			// An answer goes to the claim only when it was believed (m posted
-			// no receive: its device counts what arrives).
-			answered := func() bool { return m.dev.Counter("rx_drop_no_recv_buffer") > 0 }
-			if tc.learned {
-				waitFor(t, "a answers m", answered)
-			} else {
-				a.ibdev.Settle()
-				m.dev.Settle()
-				if answered() {
-					t.Error("a answered a claim it did not believe")
-				}
-			}
-		})
+			t.Run(name, func(t *testing.T) { tc.run(t, sender) })
+		}
 	}
+}
+
+// vouchCase is a claim from a third port at LID 0x30, sent to host a.
+type vouchCase struct {
+	name    string
+	claim   func(m *rawPort, b *fakeHost) ib.LinkAddr
+	grh     bool
+	mPath   uint16 // the LID the SA gives for m's GID (0: none)
+	cause   counter
+	learned bool
+}
+
+func (tc vouchCase) run(t *testing.T, sender netip.Addr) {
+	const qkey = 0x0b1b
+	f := newFakeSA(qkey)
+	h, fab := lidHosts(t, f, 2)
+	a, b := h[0], h[1]
+	m := newRawPort(t, fab, 0x30, qkey)
+	if tc.mPath != 0 {
+		f.mu.Lock()
+		f.paths[m.dev.Port().GID] = tc.mPath
+		f.mu.Unlock()
+	}
+	before := a.count(tc.cause)
+	target := a.ip4
+	if sender.Is6() {
+		target = a.ip6
+	}
+	m.solicit(t, a, tc.claim(m, b), sender, target, tc.grh, qkey)
+	waitFor(t, "the solicitation is judged", func() bool { return a.count(tc.cause) > before })
+	n, ok := a.neighbor(sender)
+	if ok != tc.learned || (ok && (n.State != "CANDIDATE" || n.LinkAddr != m.link().String())) {
+		t.Errorf("a's neighbor %v: %+v (present %v), want learned %v at %v", sender, n, ok, tc.learned, m.link())
+	}
+	for _, c := range []counter{learnLIDMismatch, learnGRHMismatch, learnNoPath, learnLinkMismatch} {
+		if c != tc.cause && a.count(c) != 0 {
+			t.Errorf("%s = %d, want 0", counterNames[c], a.count(c))
+		}
+	}
+	// An answer goes to the claim only when it was believed (m posted
+	// no receive: its device counts what arrives).
+	answered := func() bool { return m.dev.Counter("rx_drop_no_recv_buffer") > 0 }
+	if tc.learned {
+		waitFor(t, "a answers m", answered)
+	} else {
+		a.ibdev.Settle()
+		m.dev.Settle()
+		if answered() {
+			t.Error("a answered a claim it did not believe")
+		}
+	}
+}
+
+// TestVouchedReplies: an ARP reply resolves a neighbor we asked for only
+// when its claim is the sender's own: one that names another host's link
+// address from a GRH-less source is counted and leaves the neighbor
+// unresolved; the sender's own answer then resolves it.
+func TestVouchedReplies(t *testing.T) {
+	const qkey = 0x0b1b
+	f := newFakeSA(qkey)
+	h, fab := lidHosts(t, f, 2)
+	a, b := h[0], h[1]
+	m := newRawPort(t, fab, 0x30, qkey)
+	f.mu.Lock()
+	f.paths[m.dev.Port().GID] = 0x30
+	f.mu.Unlock()
+	ghost := netip.MustParseAddr("10.9.0.60")
+	a.send(packetTo(a.ip4, ghost, 300, 1))
+	waitFor(t, "a asks for the address", func() bool { _, ok := a.neighbor(ghost); return ok })
+
+	m.sendNeigh(t, a, neigh.ARPReply, b.local, ghost, a.ip4, false, qkey)
+	waitFor(t, "the false reply is judged", func() bool { return a.count(learnLIDMismatch) == 1 })
+	if n, _ := a.neighbor(ghost); n.LinkAddr != "" {
+		t.Fatalf("a's neighbor %v after a reply claiming b's address: %+v", ghost, n)
+	}
+	m.sendNeigh(t, a, neigh.ARPReply, m.link(), ghost, a.ip4, false, qkey)
+	waitFor(t, "the sender's own reply resolves the neighbor", func() bool {
+		n, _ := a.neighbor(ghost)
+		return n.LinkAddr == m.link().String()
+	})
 }
