@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ type subnetDevice struct {
 	events   atomic.Uint64
 	mu       sync.Mutex
 	pkeys    []ib.PKey         // nil: the device's own
+	lid      uint16            // the port's LID as the SM set it
 	attached map[ib.GID]uint16 // MGID -> the MLID of its attachment
 	attaches int
 }
@@ -31,6 +33,7 @@ func (d *subnetDevice) Port() ib.PortAttr {
 	if d.pkeys != nil {
 		p.PKeys = d.pkeys
 	}
+	p.LID = d.lid
 	return p
 }
 
@@ -63,7 +66,7 @@ func subnetDeviceHosts(t *testing.T, f *fakeSA, n int, mode Mode) ([]*fakeHost, 
 	for k := range n {
 		mods[k] = func(c *Config) {
 			c.Subnet, c.Mode = f, mode
-			devs[k] = &subnetDevice{Device: c.Device.(*ibtest.Device), attached: map[ib.GID]uint16{}}
+			devs[k] = &subnetDevice{Device: c.Device.(*ibtest.Device), attached: map[ib.GID]uint16{}, lid: uint16(0x10 + k)}
 			c.Device = devs[k]
 		}
 	}
@@ -106,7 +109,9 @@ func TestSubnetBroadcastChangeFollowed(t *testing.T) {
 				t.Fatalf("b got %d octets before the change, want a's packet", len(got))
 			}
 			linkA, linkB := a.LinkAddr(), b.LinkAddr()
+			f.mu.Lock()
 			joins := len(f.joins)
+			f.mu.Unlock()
 
 			f.mu.Lock()
 			tc.change(f, bcast)
@@ -215,6 +220,71 @@ func TestSubnetPKeyIndexMoved(t *testing.T) {
 				if got := b.next(t); string(got) != string(p) {
 					t.Fatalf("packet %d after the event: b got %d octets", seq, len(got))
 				}
+			}
+		})
+	}
+}
+
+// TestSubnetLIDMovesReconnect: after a subnet event, connections made for
+// LIDs that no longer hold are made again, as the kernel's ipoib flushes
+// the paths they hang on: all of them when the SM gave our port another
+// LID, those to a peer when the SA's new path puts it at another LID.
+// An event that moved nothing keeps them. Traffic goes on throughout.
+func TestSubnetLIDMovesReconnect(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		move   func(f *fakeSA, d *subnetDevice, b *fakeHost)
+		redone bool
+	}{
+		{"our LID moved", func(_ *fakeSA, d *subnetDevice, _ *fakeHost) { d.lid = 0x77 }, true},
+		{"the peer's LID moved", func(f *fakeSA, _ *subnetDevice, b *fakeHost) { f.paths[b.local.GID] = 0x66 }, true},
+		{"nothing moved", func(*fakeSA, *subnetDevice, *fakeHost) {}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeSA(0x0b1b)
+			h, devs := subnetDeviceHosts(t, f, 2, Connected)
+			a, b := h[0], h[1]
+			out := packetTo(a.ip4, b.ip4, 3000, 1)
+			a.send(out)
+			if got := b.next(t); string(got) != string(out) {
+				t.Fatalf("b got %d octets, want a's packet", len(got))
+			}
+			waitFor(t, "a connects to b", func() bool { return len(a.Connections()) > 0 })
+			before := a.Connections()[0].LocalQPN
+			queries := f.queried(b.local.GID)
+
+			f.mu.Lock()
+			devs[0].mu.Lock()
+			tc.move(f, devs[0], b)
+			devs[0].mu.Unlock()
+			f.mu.Unlock()
+			devs[0].events.Add(1)
+			waitFor(t, "a asks for b's path again", func() bool { return f.queried(b.local.GID) > queries })
+			a.Show() // the answer is taken by now or in the next turns of the control loop
+			gone := func() bool {
+				for _, c := range a.Connections() {
+					if c.LocalQPN == before {
+						return false
+					}
+				}
+				return true
+			}
+			if tc.redone {
+				waitFor(t, "the old connection is torn down", gone)
+			} else if gone() {
+				t.Error("the connection was torn down after an event that moved nothing")
+			}
+			for seq := byte(2); seq < 4; seq++ {
+				p := packetTo(a.ip4, b.ip4, 3000, seq)
+				a.send(p)
+				if got := b.next(t); string(got) != string(p) {
+					t.Fatalf("packet %d after the event: b got %d octets", seq, len(got))
+				}
+			}
+			if tc.redone {
+				waitFor(t, "a connects to b again", func() bool {
+					return len(a.Connections()) > 0 && !slices.ContainsFunc(a.Connections(), func(c ConnInfo) bool { return c.LocalQPN == before })
+				})
 			}
 		})
 	}

@@ -335,6 +335,16 @@ func (c *control) followSubnet() {
 	c.subnetSeen = n
 	port := c.i.dev.Port()
 	c.followPKey(port.PKeys)
+	if port.LID != c.lid {
+		// Peers reach our connections' QPs by our old LID: as on the
+		// kernel's normal flush after a LID change, they are torn down and
+		// made again once the paths are asked again.
+		if c.lid != 0 {
+			c.i.log.Warn("the SM moved our port to another LID: connections torn down", "lid", port.LID, "was_lid", c.lid)
+			c.disconnectAll("our LID changed")
+		}
+		c.lid = port.LID
+	}
 	s := c.subnet
 	if s == nil {
 		return
@@ -388,16 +398,24 @@ func (c *control) pathAnswered(r sapath.Result) {
 	if !ok {
 		return
 	}
+	moved := false
 	if u := c.ahs[r.DGID]; u != nil {
 		if u.ah.Attr().Path == p.AH {
 			return // a refresh that changed nothing
 		}
+		moved = u.ah.Attr().Path.DLID != p.AH.DLID
 		u.used = c.now
 		c.retired = append(c.retired, u) // sends may still name it
 		delete(c.ahs, r.DGID)
 	}
 	for _, e := range c.i.neigh.All() {
 		if e.Resolved() && e.Link.GID == r.DGID {
+			if moved && c.i.mgr != nil {
+				// Its connections' QPs were made ready for the old LID:
+				// connect again by the new path, as the kernel's ipoib
+				// drops a path's connections when it flushes the path.
+				c.i.mgr.Disconnect(c.now, e.Link, "the SA moved the peer to another LID")
+			}
 			c.resolved(e, e.Link)
 		}
 	}

@@ -171,12 +171,20 @@ func (c *control) followPKey(table []ib.PKey) {
 	}
 	i.log.Warn("the port's P_Key table moved our partition: connections torn down, UD QP made ready again",
 		"pkey", i.pkey, "index", k, "was_index", was)
-	if i.mgr != nil {
-		for _, conn := range i.mgr.Connections() {
-			i.mgr.Disconnect(c.now, conn.Peer, "P_Key table changed")
-		}
-	}
+	c.disconnectAll("P_Key table changed")
 	if err := c.reinitUD(i.qKey()); err != nil {
 		i.log.Error("making the UD QP ready again after a P_Key change failed; restart the interface", "err", err)
+	}
+}
+
+// disconnectAll tears down every connection; the neighbors connect again
+// when traffic asks.
+func (c *control) disconnectAll(reason string) {
+	i := c.i
+	if i.mgr == nil {
+		return
+	}
+	for _, conn := range i.mgr.Connections() {
+		i.mgr.Disconnect(c.now, conn.Peer, reason)
 	}
 }
