@@ -15,9 +15,9 @@ import (
 )
 
 // lidHosts are n hosts on a LID-routed ibtest fabric (host k at LID
-// 0x10+k), served by f, which knows their paths; it returns the fabric
-// too, for a third party to send from.
-func lidHosts(t *testing.T, f *fakeSA, n int) ([]*fakeHost, *ibtest.Fabric) {
+// 0x10+k), served by f, which knows their paths, and configured by mods
+// if any; it returns the fabric too, for a third party to send from.
+func lidHosts(t *testing.T, f *fakeSA, n int, mods ...func(k int, c *Config)) ([]*fakeHost, *ibtest.Fabric) {
 	t.Helper()
 	fab := ibtest.NewFabric()
 	hosts := make([]*fakeHost, n)
@@ -35,6 +35,9 @@ func lidHosts(t *testing.T, f *fakeSA, n int) ([]*fakeHost, *ibtest.Fabric) {
 		cfg := Config{Name: "ib0", Device: dev, Netdev: h.nd.Open, Queues: 1, Subnet: f,
 			Addrs: []netip.Prefix{netip.PrefixFrom(h.ip4, 24), netip.PrefixFrom(h.ip6, 64)},
 			Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
+		for _, m := range mods {
+			m(k, &cfg)
+		}
 		if h.Interface, err = New(cfg); err != nil {
 			_ = dev.Close()
 			t.Fatal(err)
