@@ -301,6 +301,11 @@ func NewEngine(cfg EngineConfig) *Engine {
 	}
 }
 
+// SetLMC takes the port's LID mask count after the SM changed it (a LID
+// change): REQs from now on are answered from the LID their path names
+// under it. Exchanges under way keep their address.
+func (e *Engine) SetLMC(lmc uint8) { e.cfg.LMC = lmc }
+
 // Listen makes REQs for serviceID reach the consumer.
 func (e *Engine) Listen(serviceID uint64) error {
 	e.listening[serviceID] = true

@@ -187,3 +187,20 @@ func TestEngineFloodLogRateLimited(t *testing.T) {
 		t.Errorf("second line: %s, want 1000 refused since the first", lines[1])
 	}
 }
+
+// TestEngineSetLMC: the passive side's source path bits follow the port's
+// LMC as the SM changes it (the low LMC bits of the REQ's remote LID).
+func TestEngineSetLMC(t *testing.T) {
+	a := newAddrEngine(t, func(c *EngineConfig) { c.LMC = 0 })
+	for _, tc := range []struct {
+		lmc      uint8
+		wantBits uint8
+	}{{0, 0}, {2, 1}, {7, 0x21}} {
+		a.e.SetLMC(tc.lmc)
+		r := addrREQ(0x100+uint32(tc.lmc), ib.QPN(0x42+uint32(tc.lmc)))
+		out := a.feed(addrFrom, r, 1)
+		if len(out) != 1 || out[0].attr != AttrREP || out[0].to.Path.SrcPathBits != tc.wantBits {
+			t.Errorf("LMC %d: sent %v, want a REP from path bits %#x of remote LID %#x", tc.lmc, out, tc.wantBits, r.Primary.RemoteLID)
+		}
+	}
+}

@@ -351,6 +351,11 @@ func (c *control) followSubnet() {
 	}
 	c.i.log.Info("subnet event: asking the SA again for paths and joins")
 	s.paths.SetLMC(port.LMC) // a LID change may come with a new LMC
+	if m := c.i.mgr; m != nil {
+		if l, ok := m.Service().(interface{ SetLMC(uint8) }); ok {
+			l.SetLMC(port.LMC)
+		}
+	}
 	s.paths.Invalidate(c.now)
 	s.pathW.Ask(s.paths.Due(c.now)...)
 	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember})
