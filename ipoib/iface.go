@@ -20,7 +20,11 @@
 //   - control.go: the control goroutine's loop and timers
 //   - pending.go: packets waiting for a neighbor or a connection
 //   - resolve.go: ARP and ND; neighbors.go: what the neighbor state machine
-//     asks for, and the paths the datapath reads
+//     asks for, and the paths the datapath reads; vouch.go: on InfiniBand,
+//     whether a claimed link address is its sender's (the SA's path and the
+//     source LID)
+//   - subnet.go: the SA's joins and paths; udqp.go: following the subnet's
+//     changes (the broadcast group's Q_Key and MLID, our P_Key's index)
 //   - conns.go: starting connections, and the manager's up/down callbacks;
 //     connfail.go: connections whose QP cannot send
 //   - addrs.go: our addresses and multicast groups; link.go: the link's MTU,
