@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -110,6 +111,11 @@ type Comm struct {
 	// partition. Answers to a MAD that matches no exchange go to that
 	// MAD's source instead (responseTo).
 	to ib.MADAddr
+	// source is the peer's source as the fabric shows it (source.go),
+	// which its setup slot counts against; srcLID the LID its MADs come
+	// from on InfiniBand (0 until known), which later MADs must match.
+	source sourceKey
+	srcLID uint16
 
 	tid        uint64
 	last       [MADLen]byte // the last request or reply we sent, for retries and duplicates
@@ -141,9 +147,10 @@ const (
 	// DefaultHopLimit is the hop limit of our REQs' primary path: a RoCEv2
 	// or softib path is routed over IP, as rdma_cm's RoCE routes have it.
 	DefaultHopLimit = 64
-	// DefaultMaxHalfOpenPerSource bounds the connections one source GID
-	// may have in setup at once: a peer needs one or two, a flood from one
-	// place must not take every half-open slot.
+	// DefaultMaxHalfOpenPerSource bounds the connections one source (a
+	// GID on RoCE framing, a LID on InfiniBand: source.go) may have in
+	// setup at once: a peer needs one or two, a flood from one place must
+	// not take every half-open slot.
 	DefaultMaxHalfOpenPerSource = 16
 )
 
@@ -166,7 +173,7 @@ type EngineConfig struct {
 	HopLimit uint8
 	// MaxConns bounds connections past setup (established, disconnecting,
 	// in timewait), MaxHalfOpen those in setup, MaxHalfOpenPerSource those
-	// in setup with one peer GID (defaults 4096, 256 and
+	// in setup from one source as the fabric shows it (defaults 4096, 256 and
 	// DefaultMaxHalfOpenPerSource). Beyond them a REQ draws REJ "no
 	// resources". Connections in setup never count against MaxConns, so
 	// REQs that are never completed cannot lock real peers out; at most
@@ -184,6 +191,9 @@ type EngineConfig struct {
 	Send func(to ib.MADAddr, mad []byte) error
 	// Event reports to the consumer; it may call back into the engine.
 	Event func(Event)
+	// Log, when set, gets a rate-limited line naming a source whose REQs
+	// are refused because it holds its share of the setup slots.
+	Log *slog.Logger
 }
 
 // EngineStats counts what the engine did with what it received. Each
@@ -206,8 +216,10 @@ type EngineStats struct {
 	// the MAD's source; they are rejected.
 	SourceMismatch uint64 `counter:"req_source_mismatch"`
 	// BusySource counts REQs refused because their source already has
-	// MaxHalfOpenPerSource connections in setup.
+	// MaxHalfOpenPerSource connections in setup; Full those refused
+	// because MaxConns or MaxHalfOpen is reached.
 	BusySource uint64 `counter:"req_busy_source"`
+	Full       uint64 `counter:"req_refused_full"`
 	SendErrors uint64 `counter:"send_errors"`
 	// Unknown counts MADs naming no connection we know (or one whose peer
 	// is at another address), by kind; Unsupported the kinds IPoIB does
@@ -227,9 +239,10 @@ type Engine struct {
 	byQP      map[remoteQP]*Comm // established ones, by the peer's QP: the stale rule
 	nextTID   uint64
 	halfOpen  int
-	// halfOpenFrom counts the half-open connections of each peer GID; it
+	// halfOpenFrom counts the half-open connections of each source; it
 	// never holds a zero count, so it is no larger than halfOpen.
-	halfOpenFrom map[ib.GID]int
+	halfOpenFrom map[sourceKey]int
+	flood        floodLog
 	buf          [MADLen]byte
 	Stats        EngineStats
 }
@@ -281,12 +294,17 @@ func NewEngine(cfg EngineConfig) *Engine {
 		byLocal:      map[uint32]*Comm{},
 		byRemote:     map[remoteID]*Comm{},
 		byQP:         map[remoteQP]*Comm{},
-		halfOpenFrom: map[ib.GID]int{},
+		halfOpenFrom: map[sourceKey]int{},
 		// A random start, so a restarted node does not reuse the TIDs its
 		// peers may still remember.
 		nextTID: binary.BigEndian.Uint64(seed[:]),
 	}
 }
+
+// SetLMC takes the port's LID mask count after the SM changed it (a LID
+// change): REQs from now on are answered from the LID their path names
+// under it. Exchanges under way keep their address.
+func (e *Engine) SetLMC(lmc uint8) { e.cfg.LMC = lmc }
 
 // Listen makes REQs for serviceID reach the consumer.
 func (e *Engine) Listen(serviceID uint64) error {
@@ -334,6 +352,7 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Comm, error) {
 	// The REQ and everything after it go where the QP's packets go: the
 	// SA's path on InfiniBand (cm_init_av_by_path), the GID elsewhere.
 	c.to = ib.MADAddr{GID: p.RemoteGID, QPN: ib.QP1, PKey: e.cfg.PKey, Path: p.Address}
+	c.source = sourceOf(c.to, p.RemoteGID)
 	primary := e.primaryPath(p.RemoteGID, p.ACKTimeout)
 	if p.Primary != nil {
 		primary = *p.Primary
@@ -524,12 +543,14 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		e.sendREJ(e.responseTo(from), tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
 		return
 	}
-	// Where the REQ comes from: its MAD's source, or without one (a MAD
-	// without a GRH) the REQ's word, which is all there is.
+	// The peer's GID: its MAD's source, or without one (a MAD without a
+	// GRH) the REQ's word, which is all there is; its setup slot counts
+	// against what the fabric shows (source.go).
 	src := from.GID
 	if src == (ib.GID{}) {
 		src = req.Primary.LocalGID
 	}
+	source := sourceOf(from, src)
 	if c := e.byRemote[remoteID{req.LocalCAGUID, req.LocalCommID}]; c != nil {
 		if !fromPeer(from, c) {
 			// Another peer's (CA GUID, comm ID): comm IDs are unique per
@@ -574,10 +595,14 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		e.refuseREQ(from, tid, req, RejInvalidTransportType)
 		return
 	}
-	if e.full() || e.halfOpenFrom[src] >= e.cfg.MaxHalfOpenPerSource {
-		if !e.full() {
-			e.Stats.BusySource++
-		}
+	if e.full() {
+		e.Stats.Full++
+		e.refuseREQ(from, tid, req, RejNoResources)
+		return
+	}
+	if e.halfOpenFrom[source] >= e.cfg.MaxHalfOpenPerSource {
+		e.Stats.BusySource++
+		e.flood.refuse(e.cfg.Log, now, source, e.cfg.MaxHalfOpenPerSource)
 		e.refuseREQ(from, tid, req, RejNoResources)
 		return
 	}
@@ -590,6 +615,10 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		tid:        tid,
 		repTimeout: min(max(req.LocalCMResponseTimeout, minREPTimeout), e.cfg.ResponseTimeout),
 		repRetries: min(req.MaxCMRetries, e.cfg.MaxRetries),
+		source:     source,
+	}
+	if from.LIDRouted() {
+		c.srcLID = from.Path.DLID
 	}
 	// From the match on, REP and every later MAD go by the REQ's primary
 	// path in the REQ's partition, as the QP does (cm_init_av_by_path).
@@ -622,7 +651,10 @@ const minREPTimeout = 12
 // IPv4-mapped GID) must be the source's own. Other GUIDs cannot be
 // derived from an address (softib on IPv6 uses the interface ID, adapters
 // their node GUID) and are taken as they come. A MAD without a source GID
-// (InfiniBand without a GRH) has nothing to compare.
+// (InfiniBand without a GRH) has nothing to compare: its source LID may be
+// another of the peer's LIDs than the REQ's Primary Local LID (its LMC),
+// and a GID's LID is the SA's to say; the source LID is what identifies
+// the peer from then on (fromPeer) and what its slots count against.
 func reqFromItsSource(from ib.MADAddr, req *REQ) bool {
 	if from.GID == (ib.GID{}) {
 		return true
@@ -634,12 +666,6 @@ func reqFromItsSource(from ib.MADAddr, req *REQ) bool {
 		return from.GID.IsIPv4Mapped() && req.LocalCAGUID == binary.BigEndian.Uint64(from.GID[8:])
 	}
 	return true
-}
-
-// fromPeer reports whether a MAD comes from c's peer (or from nowhere we
-// can tell).
-func fromPeer(from ib.MADAddr, c *Comm) bool {
-	return from.GID == (ib.GID{}) || from.GID == c.RemoteGID
 }
 
 func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
@@ -668,6 +694,9 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 		return
 	}
 	e.setState(c, StateREPRcvd)
+	if from.LIDRouted() && c.srcLID == 0 {
+		c.srcLID = from.Path.DLID // the peer's answers come from here on
+	}
 	c.RemoteCommID, c.RemoteQPN, c.RemoteGUID = rep.LocalCommID, rep.LocalQPN, rep.LocalCAGUID
 	c.SendPSN = rep.StartingPSN
 	c.RNRRetry = rep.RNRRetryCount
@@ -849,13 +878,13 @@ func (e *Engine) setState(c *Comm, s State) {
 	switch {
 	case is && !was:
 		e.halfOpen++
-		e.halfOpenFrom[c.RemoteGID]++
+		e.halfOpenFrom[c.source]++
 	case was && !is:
 		e.halfOpen--
-		if n := e.halfOpenFrom[c.RemoteGID] - 1; n > 0 {
-			e.halfOpenFrom[c.RemoteGID] = n
+		if n := e.halfOpenFrom[c.source] - 1; n > 0 {
+			e.halfOpenFrom[c.source] = n
 		} else {
-			delete(e.halfOpenFrom, c.RemoteGID)
+			delete(e.halfOpenFrom, c.source)
 		}
 	}
 }

@@ -141,11 +141,11 @@ func FuzzEngineMAD(f *testing.F) {
 // checkAccounting: the half-open counts agree with the connections' states.
 func checkAccounting(tb testing.TB, e *Engine) {
 	tb.Helper()
-	n, from := 0, map[ib.GID]int{}
+	n, from := 0, map[sourceKey]int{}
 	for _, c := range e.byLocal {
 		if halfOpen(c.State) {
 			n++
-			from[c.RemoteGID]++
+			from[c.source]++
 		}
 	}
 	if n != e.halfOpen || !maps.Equal(from, e.halfOpenFrom) {

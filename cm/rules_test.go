@@ -182,7 +182,7 @@ func TestEngineStaleRuleSource(t *testing.T) {
 			// The other QPNs were new REQs from the third host: at most
 			// MaxHalfOpenPerSource of them are in setup, the rest refused.
 			if n := len(qpns) - 1; n > 0 {
-				inSetup := b.e.halfOpenFrom[third]
+				inSetup := b.e.halfOpenFrom[sourceKey{gid: third}]
 				if inSetup != min(n, DefaultMaxHalfOpenPerSource) || b.e.Stats.BusySource != uint64(n-inSetup) {
 					t.Errorf("third host: %d in setup, %d refused as busy, of %d", inSetup, b.e.Stats.BusySource, n)
 				}

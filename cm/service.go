@@ -2,6 +2,7 @@ package cm
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -176,10 +177,12 @@ type ServiceParams struct {
 	UDQPN    ib.QPN
 	MaxConns int
 	Events   func(Event)
+	// Log gets the engine's rate-limited lines (nil: none).
+	Log *slog.Logger
 }
 
 func (p ServiceParams) engine() EngineConfig {
-	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, LMC: p.Port.LMC, MaxConns: p.MaxConns, Event: p.Events}
+	return EngineConfig{GID: p.Port.GID, GUID: p.Port.GUID, PKey: p.PKey, LMC: p.Port.LMC, MaxConns: p.MaxConns, Event: p.Events, Log: p.Log}
 }
 
 // ServiceMaker makes the connection service of one interface. The maker

@@ -60,6 +60,8 @@ type control struct {
 	carrier    bool   // the TUN's carrier is on (followPort)
 	noViaCache bool   // the route subscription failed: do not cache next hops
 	subnetSeen uint64 // the device's subnet events taken (followSubnet)
+	pkeyIndex  int    // our partition's index in the port's P_Key table (followPKey)
+	lid        uint16 // the port's LID as last seen (followSubnet)
 }
 
 func (c *control) init(i *Interface) {
@@ -68,6 +70,8 @@ func (c *control) init(i *Interface) {
 	c.wantGroups = map[ib.GID]netip.Addr{}
 	c.groupRecs = map[ib.GID]joinedGroup{}
 	c.subnet = i.startSubnet()
+	c.pkeyIndex = pkeyIndex(i.port.PKeys, i.pkey)
+	c.lid = i.port.LID
 	if ev, ok := i.dev.(ib.SubnetEventer); ok {
 		c.subnetSeen = ev.SubnetEvents() // events before Start changed nothing yet
 	}

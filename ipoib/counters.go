@@ -56,6 +56,12 @@ const (
 	subnetJoinFailures   // multicast joins the SA refused or did not answer
 	txDropJoining        // multicast packets to a group whose send-only join (InfiniBand) is under way
 	txDropNoPath         // unicast ARP/ND answers dropped: no path record (InfiniBand) to the node yet
+	subnetBcastChanges   // the SA changed the broadcast group's Q_Key, MLID or path: followed (udqp.go)
+	udReinits            // the UD QP went through RESET to RTS again (a new Q_Key or P_Key index)
+	pkeyIndexChanges     // the port's P_Key table moved our partition: UD QP made ready again, connections torn down
+	learnLIDMismatch     // InfiniBand ARP/ND whose claimed GID's path has another LID than the datagram's source: not learned
+	learnGRHMismatch     // InfiniBand ARP/ND whose GRH source GID's path has another LID than the datagram's source: not learned
+	learnNoPath          // InfiniBand ARP/ND from a GRH-less source whose claim has no path yet to check it against: not learned
 	numCounters
 )
 
@@ -76,7 +82,9 @@ var counterNames = [numCounters]string{
 	txUnreachable: "tx_unreachable_sent", txUnreachableLimited: "tx_unreachable_limited",
 	txSuperPackets: "tx_super_packets", txDropOffload: "tx_drop_offload", rxCoalesced: "rx_coalesced",
 	subnetJoins: "sa_joins", subnetJoinFailures: "sa_join_failures", txDropJoining: "tx_drop_joining",
-	txDropNoPath: "tx_drop_no_path",
+	txDropNoPath: "tx_drop_no_path", subnetBcastChanges: "sa_bcast_changes", udReinits: "ud_qp_reinits",
+	pkeyIndexChanges: "pkey_index_changes", learnLIDMismatch: "learn_lid_mismatch",
+	learnGRHMismatch: "learn_grh_lid_mismatch", learnNoPath: "learn_no_path",
 }
 
 type counters [numCounters]atomic.Uint64
@@ -97,7 +105,8 @@ func isDropCounter(k counter) bool {
 	switch k {
 	case txDropMalformed, txDropNoNeigh, txDropQueueFull, txDropTooBig, txDropNoRoute, txDropPost,
 		txErrors, rxDropMalformed, rxDropEtherType, rxDropTUN, rxErrors, ctlDropBusy, ctlDropSolicitBusy,
-		learnLimited, learnLinkMismatch, txConnErrors, subnetJoinFailures, txDropJoining, txDropNoPath:
+		learnLimited, learnLinkMismatch, txConnErrors, subnetJoinFailures, txDropJoining, txDropNoPath,
+		learnLIDMismatch, learnGRHMismatch, learnNoPath:
 		return true
 	}
 	return false

@@ -20,7 +20,11 @@
 //   - control.go: the control goroutine's loop and timers
 //   - pending.go: packets waiting for a neighbor or a connection
 //   - resolve.go: ARP and ND; neighbors.go: what the neighbor state machine
-//     asks for, and the paths the datapath reads
+//     asks for, and the paths the datapath reads; vouch.go: on InfiniBand,
+//     whether a claimed link address is its sender's (the SA's path and the
+//     source LID)
+//   - subnet.go: the SA's joins and paths; udqp.go: following the subnet's
+//     changes (the broadcast group's Q_Key and MLID, our P_Key's index)
 //   - conns.go: starting connections, and the manager's up/down callbacks;
 //     connfail.go: connections whose QP cannot send
 //   - addrs.go: our addresses and multicast groups; link.go: the link's MTU,
@@ -141,10 +145,15 @@ type Interface struct {
 	pkey  ib.PKey
 	local ib.LinkAddr
 	udMTU int // largest IP packet over UD
-	qkey  ib.QKey
+	// qkey is the UD QP's Q_Key (an ib.QKey), which every UD send names:
+	// the broadcast group's, which the SA may change (subnet.go).
+	qkey atomic.Uint32
 	// bcastGroup is the broadcast group as the SA's join answered (zero
-	// without a Subnet).
+	// without a Subnet). The control goroutine changes it when the SA
+	// does (followBroadcast), under bcastMu, which the group worker takes
+	// to read it.
 	bcastGroup sa.MCMemberRecord
+	bcastMu    sync.Mutex
 	mtu        int // interface MTU (the control goroutine follows the link's)
 
 	linkLocal netip.Prefix // RFC 4391's, from the port GID
@@ -156,7 +165,9 @@ type Interface struct {
 	recvCQ ib.CQ
 	udQP   ib.QP
 	srq    ib.SRQ
-	bcast  ib.AH
+	// bcast is the broadcast group's address handle, made again when the
+	// SA moves the group (followBroadcast); the datapath loads it.
+	bcast atomic.Pointer[ib.AH]
 
 	neigh  *neigh.Table
 	mgr    *ipoibcm.Manager // nil in datagram mode
@@ -206,7 +217,10 @@ type pendingPacket struct {
 type neighPacket struct {
 	etherType uint16
 	n         int
-	src       ib.LinkAddr // UD source: QPN and GID
+	src       ib.LinkAddr // UD source: QPN and GID (zero without a GRH on InfiniBand)
+	srcLID    uint16      // InfiniBand: the sender's LID, which the fabric vouches for (0 on RoCE)
+	grh       bool        // InfiniBand: a GRH came, so src.GID is its source GID
+	parked    bool        // handled again after waiting for a path (vouch.go): counted once
 	data      [128]byte
 }
 
@@ -298,12 +312,12 @@ func settle(cfg Config) (*Interface, error) {
 		requests:  make(chan func()),
 		mcastAHs:  map[netip.Addr]mcastDest{},
 		wantGroup: make(chan netip.Addr, 64),
-		qkey:      ib.DefaultIPoIBQKey,
 		neigh:     neigh.NewTable(8, 65536),
 		logs:      newLogLimiter(cfg.Log.Handler(), logBurst, logWindow),
 		done:      make(chan struct{}),
 	}
 	i.log = slog.New(i.logs.handler()).With("if", cfg.Name)
+	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
 	i.datagram.Store(cfg.Mode == Datagram)
 	if cfg.Mode == Connected {
 		if cfg.RC {
@@ -361,7 +375,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 	}
 	return ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(events func(cm.Event)) (cm.Service, error) {
-			return newService(cm.ServiceParams{Port: port, PKey: i.pkey, UDQPN: i.local.QPN, MaxConns: cfg.MaxConns, Events: events})
+			return newService(cm.ServiceParams{Port: port, PKey: i.pkey, UDQPN: i.local.QPN, MaxConns: cfg.MaxConns, Events: events, Log: i.log})
 		},
 		PKey:        i.pkey,
 		Local:       i.local,
@@ -424,23 +438,10 @@ func (i *Interface) openQueues() error {
 	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.recvCQ, MaxSend: numTx + numNeighTx, MaxRecv: numUDRx}); err != nil {
 		return err
 	}
-	for _, m := range []ib.QPModify{
-		{State: ib.StateInit, PKey: i.pkey, QKey: i.qkey},
-		{State: ib.StateRTR},
-		{State: ib.StateRTS},
-	} {
-		if err := i.udQP.Modify(m); err != nil {
-			return fmt.Errorf("ipoib: UD QP to %v: %w", m.State, err)
-		}
-	}
-	var wrs []ib.RecvWR
-	for s := uint32(firstUDRx); s < numSlots; s++ {
-		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.recvSGE(s)})
-	}
-	if _, err := i.udQP.PostRecv(wrs); err != nil {
+	if err := i.readyUD(i.qKey()); err != nil {
 		return err
 	}
-	wrs = wrs[:0]
+	var wrs []ib.RecvWR
 	for s := uint32(firstSRQRx); s < firstUDRx; s++ {
 		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.recvSGE(s)})
 	}
@@ -455,9 +456,11 @@ func (i *Interface) openQueues() error {
 	if i.cfg.Subnet != nil {
 		bcast.Path = groupPath(i.bcastGroup)
 	}
-	if i.bcast, err = i.dev.CreateAH(bcast); err != nil {
+	ah, err := i.dev.CreateAH(bcast)
+	if err != nil {
 		return err
 	}
+	i.bcast.Store(&ah)
 	return nil
 }
 

@@ -89,7 +89,7 @@ func (i *Interface) Show() Info {
 			Addrs: []string{}, Groups: []string{},
 			Mode: i.Mode().String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
-			Offloads: i.offloads(), QKey: uint32(i.qkey), BcastMLID: i.bcastGroup.MLID,
+			Offloads: i.offloads(), QKey: uint32(i.qKey()), BcastMLID: i.bcastGroup.MLID,
 		}
 		if i.cfg.Subnet != nil {
 			info.Subnet = "sa"

@@ -53,7 +53,7 @@ func (i *Interface) sendConnected(b *sendBatch, slot uint32, n int, p *neigh.Pat
 
 // sendUD queues an n-octet IPoIB message in slot as a UD datagram.
 func (i *Interface) sendUD(b *sendBatch, slot uint32, n int, ah ib.AH, qpn ib.QPN) {
-	i.addSend(b, i.udQP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: i.qkey})
+	i.addSend(b, i.udQP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n), AH: ah, RemoteQPN: qpn, RemoteQKey: i.qKey()})
 }
 
 // reapSends takes send completions off the CQ: their slots go back to the

@@ -54,20 +54,22 @@ func (c *control) announce(ip netip.Addr) {
 func (c *control) handleNeighPacket(m *neighPacket) {
 	pkt := m.data[:m.n]
 	if m.etherType == encap.EtherTypeARP {
-		c.handleARP(pkt, m.src)
+		c.handleARP(pkt, m)
 		return
 	}
-	c.handleND(pkt, m.src)
+	c.handleND(pkt, m)
 }
 
-func (c *control) handleARP(pkt []byte, from ib.LinkAddr) {
-	i := c.i
+func (c *control) handleARP(pkt []byte, m *neighPacket) {
+	i, from := c.i, m.src
 	a, err := neigh.DecodeARP(pkt)
 	if err != nil {
 		i.ctr.inc(rxDropMalformed)
 		return
 	}
-	i.ctr.inc(arpIn)
+	if !m.parked {
+		i.ctr.inc(arpIn)
+	}
 	if c.isLocal(a.SenderIP) || a.SenderHW.SameNode(i.local) {
 		return
 	}
@@ -77,6 +79,10 @@ func (c *control) handleARP(pkt []byte, from ib.LinkAddr) {
 		i.ctr.inc(solicitNotOurs)
 	}
 	_, onLink := c.onLink(a.SenderIP)
+	// What is learned or answered must be the sender's own (vouch).
+	if onLink && (forUs && request || i.neigh.Get(a.SenderIP) != nil) && !c.vouch(m, a.SenderHW) {
+		return
+	}
 	switch {
 	case !onLink:
 	case forUs && request:
@@ -99,6 +105,11 @@ func (c *control) solicitedBy(ip netip.Addr, link, from ib.LinkAddr) {
 		c.i.ctr.inc(learnLinkMismatch)
 		return
 	}
+	// A GRH-less sender (InfiniBand) was vouched for by its LID: its claim
+	// is its own, and its learning budget is its node's.
+	if from.GID == (ib.GID{}) {
+		from = link
+	}
 	c.learnFrom(ip, link, from)
 }
 
@@ -112,14 +123,16 @@ func replyTo(claimed, from ib.LinkAddr) ib.LinkAddr {
 	return from
 }
 
-func (c *control) handleND(pkt []byte, from ib.LinkAddr) {
-	i := c.i
+func (c *control) handleND(pkt []byte, p *neighPacket) {
+	i, from := c.i, p.src
 	src, _, m, err := neigh.DecodeIPv6ND(pkt)
 	if err != nil {
 		i.ctr.inc(rxDropMalformed)
 		return
 	}
-	i.ctr.inc(ndIn)
+	if !p.parked {
+		i.ctr.inc(ndIn)
+	}
 	switch m.Type {
 	case neigh.TypeNeighborSolicitation:
 		if !c.isLocal(m.Target) {
@@ -132,6 +145,9 @@ func (c *control) handleND(pkt []byte, from ib.LinkAddr) {
 		}
 		reply := from
 		if m.HasLinkAddr {
+			if !c.vouch(p, m.LinkAddr) {
+				return
+			}
 			reply = replyTo(m.LinkAddr, from)
 			c.solicitedBy(src, m.LinkAddr, from)
 		}
@@ -139,7 +155,8 @@ func (c *control) handleND(pkt []byte, from ib.LinkAddr) {
 			Target: m.Target, LinkAddr: i.local, HasLinkAddr: true}
 		c.sendND(&na, m.Target, src, reply, true)
 	case neigh.TypeNeighborAdvertisement:
-		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.local) {
+		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.local) &&
+			i.neigh.Get(m.Target) != nil && c.vouch(p, m.LinkAddr) {
 			c.heard(m.Target, m.LinkAddr)
 		}
 	}
@@ -203,7 +220,7 @@ func (c *control) sendNeigh(slot uint32, n int, to ib.LinkAddr, unicast bool, gr
 		}
 		i.sendUD(&c.sends, slot, n, m.ah, ib.MulticastQPN)
 	default:
-		i.sendUD(&c.sends, slot, n, i.bcast, ib.MulticastQPN)
+		i.sendUD(&c.sends, slot, n, *i.bcast.Load(), ib.MulticastQPN)
 	}
 	i.postBatch(&c.sends)
 }

@@ -33,6 +33,13 @@ func (i *Interface) drainRecv() {
 	if i.stopping.Load() {
 		return
 	}
+	i.drainLocked(false)
+}
+
+// drainLocked is drainRecv's work, with rxMu held. holdUD keeps the UD
+// QP's slots from being posted again: the UD QP is being made again
+// (reinitUD), which posts all of them once it is ready.
+func (i *Interface) drainLocked(holdUD bool) {
 	wc, udWRs, srqWRs := &i.rxBuf.wc, &i.rxBuf.udWRs, &i.rxBuf.srqWRs
 	for {
 		n := i.recvCQ.Poll(wc[:])
@@ -56,7 +63,7 @@ func (i *Interface) drainRecv() {
 			if slot < firstUDRx {
 				srqWRs[nsrq] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
 				nsrq++
-			} else {
+			} else if !holdUD {
 				udWRs[nud] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
 				nud++
 			}
@@ -196,6 +203,7 @@ func (i *Interface) neighToControl(etherType uint16, pkt []byte, c *ib.Completio
 	}
 	m.etherType, m.n = etherType, copy(m.data[:], pkt)
 	m.src = ib.LinkAddr{QPN: c.SrcQPN, GID: c.SrcGID}
+	m.srcLID, m.grh = c.SrcLID, c.GRH
 	if isReply(etherType, pkt) {
 		select {
 		case i.rxReply <- m:

@@ -100,8 +100,12 @@ type subnet struct {
 	// one would cost every IPv6 resolution a probe interval.
 	held  map[netip.Addr][]heldSend
 	nheld int
-	stop  chan struct{}
-	done  chan struct{}
+	// awaiting are ARP/ND packets from InfiniBand senders whose claim
+	// waits for a path to be checked against (vouch.go), by GID.
+	awaiting map[ib.GID][]neighPacket
+	nawait   int
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // joinBroadcast joins the broadcast group through the SA, as the kernel's
@@ -118,7 +122,7 @@ func (i *Interface) joinBroadcast() error {
 		return fmt.Errorf("ipoib: the SA's broadcast group %v has MTU code %d, not an IB MTU", mgid, g.MTU.Value)
 	}
 	i.bcastGroup = g
-	i.qkey = g.QKey
+	i.qkey.Store(uint32(g.QKey))
 	if m := encap.MTUForIB(mtu); m < i.udMTU {
 		i.udMTU = m
 		if i.cfg.MTU == 0 && i.cfg.Mode == Datagram {
@@ -153,15 +157,16 @@ func (i *Interface) startSubnet() *subnet {
 		return nil
 	}
 	s := &subnet{
-		sa:      i.cfg.Subnet,
-		paths:   sapath.New(sapath.Config{LMC: i.port.LMC, ACKDelay: i.port.ACKDelay}),
-		pathW:   sapath.NewWorker(i.cfg.Subnet, i.pkey),
-		jobs:    make(chan groupJob, 256),
-		results: make(chan groupResult, 256),
-		asked:   map[ib.GID]sa.JoinState{},
-		held:    map[netip.Addr][]heldSend{},
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		sa:       i.cfg.Subnet,
+		paths:    sapath.New(sapath.Config{LMC: i.port.LMC, ACKDelay: i.port.ACKDelay}),
+		pathW:    sapath.NewWorker(i.cfg.Subnet, i.pkey),
+		jobs:     make(chan groupJob, 256),
+		results:  make(chan groupResult, 256),
+		asked:    map[ib.GID]sa.JoinState{},
+		held:     map[netip.Addr][]heldSend{},
+		awaiting: map[ib.GID][]neighPacket{},
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	go s.runGroups(i)
 	return s
@@ -189,7 +194,9 @@ func (s *subnet) runGroups(i *Interface) {
 			if j.state == sa.FullMember {
 				// A new group is made like the broadcast group, as the
 				// kernel's ipoib makes it.
+				i.bcastMu.Lock()
 				req.Create = sa.ParamsOf(i.bcastGroup)
+				i.bcastMu.Unlock()
 			}
 			r.rec, r.err = s.sa.Join(req)
 			select {
@@ -260,12 +267,7 @@ func (c *control) joined(r groupResult) {
 	}
 	i.ctr.inc(subnetJoins)
 	if r.mgid == i.bcastGroup.MGID {
-		// Joined again after a subnet event. A new MLID or Q_Key would
-		// need the UD QP made again.
-		if r.rec.MLID != i.bcastGroup.MLID || r.rec.QKey != i.bcastGroup.QKey {
-			i.log.Warn("the SA changed the broadcast group: restart the interface to take it",
-				"mlid", r.rec.MLID, "was_mlid", i.bcastGroup.MLID, "qkey", r.rec.QKey, "was_qkey", i.bcastGroup.QKey)
-		}
+		c.followBroadcast(r.rec) // joined again after a subnet event
 		return
 	}
 	if r.state == sa.FullMember {
@@ -322,9 +324,8 @@ func (c *control) attach(r groupResult) bool {
 // LID change moves paths. The kernel's ipoib flushes its paths and
 // restarts its joins on the same events.
 func (c *control) followSubnet() {
-	s := c.subnet
 	ev, ok := c.i.dev.(ib.SubnetEventer)
-	if s == nil || !ok {
+	if !ok {
 		return
 	}
 	n := ev.SubnetEvents()
@@ -332,7 +333,29 @@ func (c *control) followSubnet() {
 		return
 	}
 	c.subnetSeen = n
+	port := c.i.dev.Port()
+	c.followPKey(port.PKeys)
+	if port.LID != c.lid {
+		// Peers reach our connections' QPs by our old LID: as on the
+		// kernel's normal flush after a LID change, they are torn down and
+		// made again once the paths are asked again.
+		if c.lid != 0 {
+			c.i.log.Warn("the SM moved our port to another LID: connections torn down", "lid", port.LID, "was_lid", c.lid)
+			c.disconnectAll("our LID changed")
+		}
+		c.lid = port.LID
+	}
+	s := c.subnet
+	if s == nil {
+		return
+	}
 	c.i.log.Info("subnet event: asking the SA again for paths and joins")
+	s.paths.SetLMC(port.LMC) // a LID change may come with a new LMC
+	if m := c.i.mgr; m != nil {
+		if l, ok := m.Service().(interface{ SetLMC(uint8) }); ok {
+			l.SetLMC(port.LMC)
+		}
+	}
 	s.paths.Invalidate(c.now)
 	s.pathW.Ask(s.paths.Due(c.now)...)
 	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember})
@@ -372,6 +395,7 @@ func (c *control) unicastPath(gid ib.GID) (sapath.Path, bool) {
 func (c *control) pathAnswered(r sapath.Result) {
 	s := c.subnet
 	s.paths.Done(r.DGID, r.Record, r.Err, c.now)
+	defer c.pathCame(r) // after the neighbors that had the path moved to it
 	if r.Err != nil {
 		return // the cache retries; a path it held stays in use
 	}
@@ -379,16 +403,24 @@ func (c *control) pathAnswered(r sapath.Result) {
 	if !ok {
 		return
 	}
+	moved := false
 	if u := c.ahs[r.DGID]; u != nil {
 		if u.ah.Attr().Path == p.AH {
 			return // a refresh that changed nothing
 		}
+		moved = u.ah.Attr().Path.DLID != p.AH.DLID
 		u.used = c.now
 		c.retired = append(c.retired, u) // sends may still name it
 		delete(c.ahs, r.DGID)
 	}
 	for _, e := range c.i.neigh.All() {
 		if e.Resolved() && e.Link.GID == r.DGID {
+			if moved && c.i.mgr != nil {
+				// Its connections' QPs were made ready for the old LID:
+				// connect again by the new path, as the kernel's ipoib
+				// drops a path's connections when it flushes the path.
+				c.i.mgr.Disconnect(c.now, e.Link, "the SA moved the peer to another LID")
+			}
 			c.resolved(e, e.Link)
 		}
 	}

@@ -232,7 +232,7 @@ func (i *Interface) isBroadcast(dst netip.Addr) bool {
 // making it on first use.
 func (i *Interface) multicastDest(dst netip.Addr) (mcastDest, bool) {
 	if i.isBroadcast(dst) {
-		return mcastDest{ah: i.bcast}, true
+		return mcastDest{ah: *i.bcast.Load()}, true
 	}
 	i.mcastMu.Lock()
 	defer i.mcastMu.Unlock()

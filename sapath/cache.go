@@ -227,6 +227,11 @@ func gone(err error) bool {
 	return se.Status.Code() == sa.StatusNoRecords.Code() || se.Status.Code() == sa.StatusInvalidGID.Code()
 }
 
+// SetLMC takes the port's LID mask count after the SM changed it (a LID
+// change): answers converted from now on take their source path bits
+// under it; with Invalidate, every path does.
+func (c *Cache) SetLMC(lmc uint8) { c.cfg.LMC = lmc }
+
 // Invalidate has every destination asked again now, as the kernel's
 // ipoib_mark_paths_invalid on an SM change, LID change or client
 // reregister: the paths held stay in use until their answers come.

@@ -123,7 +123,21 @@ func (d *Device) handleAsync(ev C.struct_ipoibd_async) {
 		if int(ev.port) == int(d.portNum) {
 			// Nothing here is cached by LID (MADs and QPs take the
 			// addresses the SA's answers give, asked again after this);
-			// the P_Key table is, by index, so it is read again first.
+			// the P_Key table is, by index, so it is read again first,
+			// and the port's LID, LMC and SM LID, which Port reports.
+			// QPs past INIT keep the P_Key index they were given: verbs
+			// cannot move a live QP to another index, so the interface
+			// does what the kernel's ipoib heavy flush does when its
+			// partition's index moved (ipoib.followPKey: connections torn
+			// down, the UD QP through RESET to RTS again).
+			if t != C.IBV_EVENT_PKEY_CHANGE {
+				if a, changed, err := d.rereadAddr(); err != nil {
+					slog.Error("verbs: reading the port's LID after a subnet event failed; keeping the old one", "device", d.cfg.Device, "port", d.portNum, "err", err)
+				} else if changed {
+					slog.Info("verbs: the port's LID, LMC or SM LID changed", "device", d.cfg.Device, "port", d.portNum,
+						"lid", a.lid, "lmc", a.lmc, "sm_lid", a.smLID)
+				}
+			}
 			if t == C.IBV_EVENT_PKEY_CHANGE {
 				if err := d.rereadPKeys(); err != nil {
 					slog.Error("verbs: reading the P_Key table after a P_Key change failed; keeping the old one", "device", d.cfg.Device, "port", d.portNum, "err", err)

@@ -48,6 +48,10 @@ type Device struct {
 	async        *fdWatcher
 	groups       ipGroups
 
+	// addr is the port's LID, LMC and SM LID as they are now: read again
+	// on a LID change, SM change or client reregister (rereadAddr).
+	addr atomic.Pointer[portAddr]
+
 	mu      sync.Mutex
 	closed  atomic.Bool
 	qps     map[*qp]struct{}
@@ -199,6 +203,9 @@ func (d *Device) Name() string { return d.cfg.Device }
 func (d *Device) Port() ib.PortAttr {
 	p := d.port
 	p.PKeys = slices.Clone(d.pkeyTable())
+	if a := d.addr.Load(); a != nil {
+		p.LID, p.LMC, p.SMLID = a.lid, a.lmc, a.smLID
+	}
 	return p
 }
 

@@ -65,7 +65,7 @@ func (d *Device) queryPort() error {
 	if d.ethernet {
 		d.port.LinkLayer = "Ethernet"
 	}
-	d.port.LMC = uint8(pa.lmc)
+	d.setAddr(addrOf(&pa))
 	d.port.ActiveMTU = ib.MTU(pa.active_mtu)
 	if !d.port.ActiveMTU.Valid() {
 		return fmt.Errorf("verbs: %s port %d reports active MTU code %d", d.cfg.Device, d.portNum, pa.active_mtu)
@@ -91,6 +91,39 @@ func (d *Device) queryPort() error {
 	}
 	d.port.GID, d.gidIndex, d.ifindex = g.gid, uint8(g.index), g.ifindex
 	return nil
+}
+
+// portAddr is where the port is on its subnet, as the SM set it: its
+// base LID, LID mask count and the SM's LID (all 0 on RoCE).
+type portAddr struct {
+	lid, smLID uint16
+	lmc        uint8
+}
+
+func addrOf(pa *C.struct_ibv_port_attr) portAddr {
+	return portAddr{lid: uint16(pa.lid), smLID: uint16(pa.sm_lid), lmc: uint8(pa.lmc)}
+}
+
+// setAddr takes the port's address; it reports whether it changed.
+func (d *Device) setAddr(a portAddr) bool {
+	if d.ethernet {
+		a = portAddr{} // RoCE ports report no LIDs that mean anything
+	}
+	old := d.addr.Swap(&a)
+	return old == nil || *old != a
+}
+
+// rereadAddr reads the port's LID, LMC and SM LID again after a subnet
+// event: a LID change may come with a new LMC (the SM assigns both with
+// the LID), and Port must not report the ones read at open. A failed
+// read keeps the old ones.
+func (d *Device) rereadAddr() (portAddr, bool, error) {
+	var pa C.struct_ibv_port_attr
+	if rc := C.ipoibd_query_port(d.ctx, C.uint8_t(d.portNum), &pa); rc != 0 {
+		return portAddr{}, false, verbError(fmt.Sprintf("ibv_query_port %s port %d", d.cfg.Device, d.portNum), errnoValue(rc))
+	}
+	a := addrOf(&pa)
+	return a, d.setAddr(a), nil
 }
 
 // pkeyTable is the port's current P_Key table; callers must not change it.

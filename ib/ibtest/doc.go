@@ -12,7 +12,11 @@
 // connected QP takes messages only from the GID named in its RTR
 // transition; RC sends complete when the peer took them, and fail with
 // WCRetryExceeded when the peer is gone (no device, no such QP, not
-// receiving); Error and Close flush outstanding work.
+// receiving); Error and Close flush outstanding work. A device opened
+// with a LID (Config.LID) is also reached by it, as on an InfiniBand
+// subnet: a UD address handle naming a LID sends there, with a GRH only
+// when the path asks, and the receive completion reports the sender's LID,
+// the SL and whether a GRH came (a source GID only then).
 //
 // Seams that differ from a real adapter, on purpose:
 //   - RC and UC messages travel whole (up to MaxMessage octets); there are

@@ -17,10 +17,15 @@ import (
 const MaxMessage = 1 << 16
 
 // Fabric is an in-memory subnet: the devices opened on it reach each other
-// by GID.
+// by GID, and those opened with a LID also by LID, as on an InfiniBand
+// subnet: a UD datagram sent by an address handle that names a LID goes to
+// that LID's port, with a GRH only if the handle asks for one, and its
+// completion reports the sender's LID, the SL and whether a GRH came (the
+// source GID only then).
 type Fabric struct {
 	mu      sync.Mutex
 	devices map[ib.GID]*Device
+	lids    map[uint16]*Device
 	opened  int    // devices opened so far: default names and GUIDs
 	nextQPN ib.QPN // QPNs are unique fabric-wide and never reused
 
@@ -56,7 +61,7 @@ var fabricCounterNames = [numFabricCounters]string{
 
 // NewFabric returns an empty fabric.
 func NewFabric() *Fabric {
-	return &Fabric{devices: map[ib.GID]*Device{}, nextQPN: 0x000100}
+	return &Fabric{devices: map[ib.GID]*Device{}, lids: map[uint16]*Device{}, nextQPN: 0x000100}
 }
 
 // SetImpair sets the loss and reordering from now on; the zero Impair
@@ -102,6 +107,9 @@ type Config struct {
 	PKeys     []ib.PKey // default [0xffff]
 	ActiveMTU ib.MTU    // default 4096
 	LinkLayer string    // default "InfiniBand"
+	// LID is the port's LID on a LID-routed fabric (0: none, the port is
+	// reached by GID alone, as on RoCE).
+	LID uint16
 }
 
 // Open brings up a device on the fabric.
@@ -142,18 +150,27 @@ func (f *Fabric) Open(cfg Config) (*Device, error) {
 	if _, taken := f.devices[cfg.GID]; taken {
 		return nil, fmt.Errorf("ibtest: GID %v is already on the fabric", cfg.GID)
 	}
+	if cfg.LID >= 0xc000 {
+		return nil, fmt.Errorf("ibtest: LID %#x is not a unicast LID", cfg.LID)
+	}
+	if _, taken := f.lids[cfg.LID]; taken && cfg.LID != 0 {
+		return nil, fmt.Errorf("ibtest: LID %#x is already on the fabric", cfg.LID)
+	}
 	f.opened++
 	d := &Device{
 		fab:  f,
 		name: cfg.Name,
 		port: ib.PortAttr{GID: cfg.GID, PKeys: slices.Clone(cfg.PKeys), ActiveMTU: cfg.ActiveMTU,
-			LinkLayer: cfg.LinkLayer, GUID: cfg.GUID},
+			LinkLayer: cfg.LinkLayer, GUID: cfg.GUID, LID: cfg.LID},
 		qps:    map[ib.QPN]*qp{},
 		groups: map[ib.GID][]*qp{},
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
 	f.devices[cfg.GID] = d
+	if cfg.LID != 0 {
+		f.lids[cfg.LID] = d
+	}
 	go d.run()
 	return d, nil
 }
@@ -181,6 +198,9 @@ func (f *Fabric) remove(d *Device) {
 	defer f.mu.Unlock()
 	if f.devices[d.port.GID] == d {
 		delete(f.devices, d.port.GID)
+	}
+	if f.lids[d.port.LID] == d {
+		delete(f.lids, d.port.LID)
 	}
 }
 
@@ -233,6 +253,11 @@ func (f *Fabric) deliver(p *packet) {
 		return
 	}
 	d := f.device(p.dgid)
+	if p.dlid != 0 {
+		f.mu.Lock()
+		d = f.lids[p.dlid]
+		f.mu.Unlock()
+	}
 	if d == nil {
 		f.counted[fabricNoDest].Add(1)
 		if p.kind == kindRC {
@@ -265,6 +290,11 @@ type packet struct {
 	pkey   ib.PKey
 	qkey   ib.QKey
 	data   []byte
+	// UD on a LID-routed fabric: the LRH's DLID (0: by dgid) and SLID,
+	// its SL, and whether a GRH goes with it.
+	dlid, slid uint16
+	sl         uint8
+	grh        bool
 	// RC: the sender's QP (for the outcome), the message's sequence
 	// number on it and its RNR retry count; kindAck: the outcome.
 	from     *qp
@@ -295,4 +325,20 @@ func (p *packet) ack(status ib.WCStatus) {
 // errorf makes an error naming the package.
 func errorf(format string, args ...any) error {
 	return errors.New("ibtest: " + fmt.Sprintf(format, args...))
+}
+
+// route addresses a UD datagram from d by path on a LID-routed fabric: a
+// path naming a unicast LID sends it there, with a GRH only if the path
+// asks; multicast and GID-only paths go by GID with a GRH. The SLID is
+// d's LID with the path's source path bits. A port without a LID sends
+// by GID, as on RoCE.
+func (d *Device) route(p *packet, path ib.Path) {
+	if d.port.LID == 0 {
+		return
+	}
+	p.slid, p.sl = d.port.LID|uint16(path.SrcPathBits), path.SL&0xf
+	p.grh = true
+	if path.LIDRouted() && path.DLID < 0xc000 && !p.dgid.IsMulticast() {
+		p.dlid, p.grh = path.DLID, path.GRH
+	}
 }

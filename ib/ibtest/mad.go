@@ -45,7 +45,9 @@ func (m *madService) String() string { return fmt.Sprintf("%s on an in-memory fa
 func (m *madService) Recv() <-chan ib.MAD { return m.recv }
 
 // Send transmits one MAD to the QP to names (QP1 when 0) with to.PKey (the
-// port's default when 0).
+// port's default when 0). From a port with a LID, a MAD whose address
+// names a LID goes there with a GRH only if asked (its GID may then be
+// zero), as the kernel's ib_umad sends it.
 func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	if len(mad) != madLen {
 		return errorf("MAD of %d octets, want %d", len(mad), madLen)
@@ -56,12 +58,14 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	if closed {
 		return ib.ErrClosed
 	}
-	if to.GID == (ib.GID{}) || to.GID.IsMulticast() {
+	d := m.dev
+	byLID := d.port.LID != 0 && to.LIDRouted()
+	if (to.GID == (ib.GID{}) && !byLID) || to.GID.IsMulticast() {
 		return errorf("MAD destination %v", to.GID)
 	}
-	d := m.dev
 	p := &packet{kind: kindMAD, sgid: d.port.GID, dgid: to.GID, srcQPN: ib.QP1, dstQPN: to.QPN,
 		pkey: to.PKey, qkey: ib.GSIQKey, data: slices.Clone(mad)}
+	d.route(p, to.Path)
 	if p.pkey == 0 {
 		p.pkey = d.port.PKeys[0]
 	}
@@ -92,7 +96,18 @@ func (d *Device) recvMAD(p *packet) {
 		d.count(dropNoRecv)
 		return
 	}
-	m.deliver(ib.MADAddr{GID: p.sgid, QPN: p.srcQPN, PKey: p.pkey}, p.data)
+	from := ib.MADAddr{GID: p.sgid, QPN: p.srcQPN, PKey: p.pkey}
+	if p.slid != 0 {
+		// As ib_umad reports it: the way back is the sender's LID and SL,
+		// with its GRH only if one came.
+		from.Path = ib.Path{DLID: p.slid, SL: p.sl, GRH: p.grh}
+		if p.grh {
+			from.Path.HopLimit = 0xff
+		} else {
+			from.GID = ib.GID{}
+		}
+	}
+	m.deliver(from, p.data)
 }
 
 func (m *madService) deliver(from ib.MADAddr, b []byte) {

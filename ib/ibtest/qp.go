@@ -191,6 +191,7 @@ func (q *qp) sendUD(wr *ib.SendWR, buf []byte) {
 		if p.dgid.IsMulticast() {
 			p.dstQPN = ib.MulticastQPN
 		}
+		q.dev.route(p, dest.attr.Path)
 		q.countTx(len(buf))
 		q.dev.fab.send(p)
 	}
@@ -287,14 +288,21 @@ func (q *qp) recvUD(p *packet) {
 		d.count(dropTooLong)
 		return
 	}
-	writeGRH(buf[:ib.GRHLen], len(p.data), p.sgid, p.dgid)
+	sgid := p.sgid
+	if p.slid != 0 && !p.grh {
+		sgid = ib.GID{} // no GRH: the LID is all the fabric shows
+		clear(buf[:ib.GRHLen])
+	} else {
+		writeGRH(buf[:ib.GRHLen], len(p.data), p.sgid, p.dgid)
+	}
 	copy(buf[ib.GRHLen:], p.data)
 	q.ctr[qpRxMessages].Add(1)
 	q.ctr[qpRxBytes].Add(uint64(len(p.data)))
 	q.recvCQ.push(ib.Completion{
 		ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num,
 		ByteLen: uint32(ib.GRHLen + len(p.data)),
-		SrcQPN:  p.srcQPN, SrcGID: p.sgid, PKey: p.pkey,
+		SrcQPN:  p.srcQPN, SrcGID: sgid, PKey: p.pkey,
+		SrcLID: p.slid, SL: p.sl, GRH: p.slid != 0 && p.grh,
 	})
 	d.touch(q.recvCQ)
 }

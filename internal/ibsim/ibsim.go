@@ -56,6 +56,36 @@ Hca	1 "h4"
 [1]	"sw1"[4]
 `
 
+// TwoSwitches is a fabric of two 8-port switches linked twice, sw1
+// port 5 to sw2 port 5 and port 6 to port 6: h1 and h2 on sw1's ports 1
+// and 2, h3 and h4 on sw2's ports 1 and 2. OpenSM runs on h1. ibsim
+// gives the switches node GUIDs 0x200000 and 0x200001, and hN port GUID
+// 0x100000+2N-1, in the order they are listed.
+const TwoSwitches = `Switch	8 "sw1"
+[1]	"h1"[1]
+[2]	"h2"[1]
+[5]	"sw2"[5]
+[6]	"sw2"[6]
+
+Switch	8 "sw2"
+[1]	"h3"[1]
+[2]	"h4"[1]
+[5]	"sw1"[5]
+[6]	"sw1"[6]
+
+Hca	1 "h1"
+[1]	"sw1"[1]
+
+Hca	1 "h2"
+[1]	"sw1"[2]
+
+Hca	1 "h3"
+[1]	"sw2"[1]
+
+Hca	1 "h4"
+[1]	"sw2"[2]
+`
+
 // How long the fabric may take to come up, and a program run on it.
 const (
 	upTimeout  = 10 * time.Second
@@ -92,9 +122,16 @@ type Fabric struct {
 // ends.
 func Up(t testing.TB) *Fabric {
 	t.Helper()
+	return UpOn(t, Topology)
+}
+
+// UpOn is Up on another topology, in ibsim's format (TwoSwitches); its
+// node h1 runs OpenSM.
+func UpOn(t testing.TB, topology string) *Fabric {
+	t.Helper()
 	f := &Fabric{dir: t.TempDir(), sock: fmt.Sprintf("ipoibd-ibsim-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
 	net := filepath.Join(f.dir, "net")
-	if err := os.WriteFile(net, []byte(Topology), 0o644); err != nil {
+	if err := os.WriteFile(net, []byte(topology), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sim := exec.Command("ibsim", "-n", "-s", net)
@@ -111,16 +148,40 @@ func Up(t testing.TB) *Fabric {
 			t.Fatal("ibsim did not come up")
 		}
 	}
+	f.startSM(t, f.dir, "")
+	return f
+}
+
+// RestartSM kills OpenSM and starts it again on h1 with conf added to
+// its configuration (lines of opensm.conf) and its cache directory
+// holding files (name to content: guid2lid gives LIDs to port GUIDs), as
+// a subnet manager restarted with another configuration. It returns once
+// the new one says "SUBNET UP".
+func (f *Fabric) RestartSM(t testing.TB, conf string, files map[string]string) {
+	t.Helper()
+	f.StopSM()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.startSM(t, dir, conf)
+}
+
+// startSM starts OpenSM on h1 with its configuration and cache in dir.
+func (f *Fabric) startSM(t testing.TB, dir, conf string) {
+	t.Helper()
 	// Our own configuration, not /etc/opensm's: no sweeps after the
 	// first, and a log flushed line by line to our pipe, for "SUBNET UP"
 	// to be seen when it happens.
-	conf := filepath.Join(f.dir, "opensm.conf")
-	if err := os.WriteFile(conf, []byte("force_log_flush TRUE\nsweep_interval 0\n"), 0o644); err != nil {
+	path := filepath.Join(dir, "opensm.conf")
+	if err := os.WriteFile(path, []byte("force_log_flush TRUE\nsweep_interval 0\n"+conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	log := &watch{want: []byte("SUBNET UP"), seen: make(chan struct{})}
-	f.osm = exec.Command("opensm", "-F", conf, "-f", "stdout")
-	f.osm.Env = append(f.Env("h1"), "OSM_TMP_DIR="+f.dir, "OSM_CACHE_DIR="+f.dir)
+	f.osm = exec.Command("opensm", "-F", path, "-f", "stdout")
+	f.osm.Env = append(f.Env("h1"), "OSM_TMP_DIR="+dir, "OSM_CACHE_DIR="+dir)
 	f.osm.Stdout = log
 	f.start(t, f.osm)
 	select {
@@ -128,7 +189,6 @@ func Up(t testing.TB) *Fabric {
 	case <-time.After(upTimeout):
 		t.Fatalf("OpenSM did not bring the subnet up:\n%s", log)
 	}
-	return f
 }
 
 // start runs a daemon in the fabric's directory, killed at the end of the
@@ -236,10 +296,17 @@ func describe(host string, cmd *exec.Cmd) string {
 // SwitchLID is sw1's LID, as ibswitches finds it.
 func (f *Fabric) SwitchLID(t testing.TB) string {
 	t.Helper()
+	return f.SwitchLIDOf(t, "sw1")
+}
+
+// SwitchLIDOf is the LID of the switch named name, as ibswitches finds
+// it.
+func (f *Fabric) SwitchLIDOf(t testing.TB, name string) string {
+	t.Helper()
 	out := f.Output(t, "h4", exec.Command("ibswitches"))
-	m := regexp.MustCompile(`"sw1".* lid (\d+)`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`"` + regexp.QuoteMeta(name) + `".* lid (\d+)`).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("ibswitches: no sw1:\n%s", out)
+		t.Fatalf("ibswitches: no %s:\n%s", name, out)
 	}
 	return m[1]
 }

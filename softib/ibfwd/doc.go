@@ -3,16 +3,19 @@
 // endpoint every port sends its native IB frames to, which forwards each
 // one as the subnet's switches would, by the DLID in its LRH.
 //
-// It holds what the subnet manager programs into switches: a unicast
-// forwarding table (LID to port), a multicast forwarding table (MLID to
+// It holds what the subnet manager programs into switches: unicast
+// forwarding tables (LID to port), multicast forwarding tables (MLID to
 // ports) and SL-to-VL maps. They come through the Routes interface:
-// Static tables given by hand, or Switch, a one-switch subnet's tables as
-// OpenSM programmed them, read back with ibroute and smpquery (ReadSwitch)
-// on an ibsim fabric or a real one. Like a switch it checks the VCRC, rewrites the
-// VL from the SL and recomputes the VCRC, and drops, counting each cause:
-// a bad VCRC, DLID 0, a LID with no route, an MLID with no entry, an SL
-// that maps to VL15, a packet from an address that is no registered port.
+// Static tables given by hand; Switch, a one-switch subnet's tables as
+// OpenSM programmed them, read back with ibroute and smpquery
+// (ReadSwitch); or Subnet, a subnet of any number of switches, its links
+// from ibnetdiscover and every switch's tables (ReadSubnet, Refresh),
+// through which a packet is walked hop by hop. Like a switch it checks the
+// VCRC, rewrites the VL from the SL and recomputes the VCRC, and drops,
+// counting each cause: a bad VCRC, DLID 0, a LID with no route (a loop
+// or a dead end included), an MLID with no entry, an SL that maps to
+// VL15 on a hop, a packet from an address that is no registered port.
 //
-// The subnet is collapsed into one switch: a route names the port the
-// packet leaves on, not the hops in between.
+// The whole subnet is one UDP endpoint: the hops are walked when the
+// tables are read, not taken one by one per packet.
 package ibfwd

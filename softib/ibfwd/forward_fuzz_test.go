@@ -11,7 +11,8 @@ import (
 // FuzzForward feeds frames to the forwarder as if a registered port sent
 // them: whatever they hold, it forwards or counts them and never panics.
 // With octet 0 odd the VCRC is made right first, to reach the routing
-// behind it.
+// behind it; with its bit 1 set the frame comes from h1 of a two-switch
+// Subnet's tables (subnet_test.go) instead of the Static ones.
 func FuzzForward(f *testing.F) {
 	routes := NewStatic()
 	routes.SL2VL[3] = 15
@@ -34,8 +35,23 @@ func FuzzForward(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { sink.Close() })
+	tables := newFabricTables()
+	tables.mft["2"] = map[uint16][]int{0xc000: {2, 5}}
+	tables.mft["3"] = map[uint16][]int{0xc000: {2, 5}}
+	tables.vl15[[3]int{2, 1, 6}] = true
+	subnet, err := ReadSubnet(tables.run)
+	if err != nil {
+		f.Fatal(err)
+	}
+	sink2, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { sink2.Close() })
 	src := netip.MustParseAddrPort("127.0.0.1:9") // never sends: forward is called directly
-	for _, p := range []Port{{GUID: 1, LID: 0x10, LMC: 1, Addr: src}, {GUID: 2, LID: 0x20, Addr: sink.LocalAddr().(*net.UDPAddr).AddrPort()}} {
+	src2 := netip.MustParseAddrPort("127.0.0.1:10")
+	for _, p := range []Port{{GUID: 1, LID: 0x10, LMC: 1, Addr: src}, {GUID: 2, LID: 0x20, Addr: sink.LocalAddr().(*net.UDPAddr).AddrPort()},
+		{GUID: guidH1, LID: lidH1, Addr: src2}, {GUID: guidH4, LID: lidH4, Addr: sink2.LocalAddr().(*net.UDPAddr).AddrPort()}} {
 		if err := fw.Register(p); err != nil {
 			f.Fatal(err)
 		}
@@ -43,12 +59,15 @@ func FuzzForward(f *testing.F) {
 	for _, fr := range []softib.IBFrame{
 		{LRH: softib.LRH{DLID: 0x20, SLID: 0x11}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
 		{LRH: softib.LRH{DLID: 0xc001, SL: 3, SLID: 0x10}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}}},
+		{LRH: softib.LRH{DLID: lidH4, SLID: lidH1}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
+		{LRH: softib.LRH{DLID: 0xc000, SLID: lidH1}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}}},
 	} {
 		b, err := softib.AppendIBFrame(nil, &fr)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(append([]byte{1}, b...))
+		f.Add(append([]byte{3}, b...))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
@@ -59,6 +78,12 @@ func FuzzForward(f *testing.F) {
 			n := len(b) - softib.VCRCLen
 			softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
 		}
-		fw.forward(b, src)
+		if in[0]&2 != 0 {
+			fw.SetRoutes(subnet)
+			fw.forward(b, src2)
+		} else {
+			fw.SetRoutes(routes)
+			fw.forward(b, src)
+		}
 	})
 }

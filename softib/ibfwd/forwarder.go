@@ -64,6 +64,10 @@ type Forwarder struct {
 	ports  atomic.Pointer[portTable]
 	mu     sync.Mutex // serialises Register
 
+	// out is the forwarding goroutine's room for a frame's deliveries,
+	// reused so that forwarding allocates nothing.
+	out []Delivery
+
 	rx, tx atomic.Uint64
 	drops  [numDropCauses]atomic.Uint64
 	done   chan struct{}
@@ -88,7 +92,7 @@ func New(addr netip.AddrPort, r Routes) (*Forwarder, error) {
 		return nil, fmt.Errorf("ibfwd: %w", err)
 	}
 	bigBuffers(c)
-	f := &Forwarder{conn: c, done: make(chan struct{})}
+	f := &Forwarder{conn: c, done: make(chan struct{}), out: make([]Delivery, 0, 64)}
 	f.routes.Store(&routesBox{r})
 	f.ports.Store(&portTable{byGUID: map[uint64]Port{}, byAddr: map[netip.AddrPort]uint64{}})
 	go f.run()
@@ -209,28 +213,23 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 	}
 	r := f.routes.Load().r
 	dlid := lrh.DLID
-	var one [1]uint64
-	var out []uint64
 	multicast := softib.IsMulticastLID(dlid)
-	switch {
-	case dlid == 0:
+	if dlid == 0 {
 		f.count(dropDLIDZero)
 		return
-	case multicast:
-		if out = r.Multicast(dlid); len(out) == 0 {
-			f.count(dropNoMFTEntry)
-			return
-		}
-	default:
-		g, ok := r.Unicast(dlid)
-		if !ok {
-			f.count(dropUnrouted)
-			return
-		}
-		one[0] = g
-		out = one[:]
 	}
-	for _, g := range out {
+	out, ok := r.Route(f.out[:0], from, dlid, lrh.SL)
+	f.out = out[:0] // keeps whatever room Route grew
+	if !ok {
+		if multicast {
+			f.count(dropNoMFTEntry)
+		} else {
+			f.count(dropUnrouted)
+		}
+		return
+	}
+	for _, d := range out {
+		g, vl := d.To, d.VL
 		if multicast && g == from {
 			continue // a switch sends a multicast packet out of every member port but the one it came in on
 		}
@@ -239,7 +238,6 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 			f.count(dropNoPort)
 			continue
 		}
-		vl := r.VL(lrh.SL, from, g)
 		if vl >= 15 { // VL15 is management's (QP0): a data SL mapped there is dropped
 			f.count(dropVL15)
 			continue

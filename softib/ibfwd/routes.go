@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/ipoibd/ipoibd/softib"
 )
 
 // Routes are the forwarding tables of the subnet, as a subnet manager
@@ -11,14 +13,21 @@ import (
 // and must not be changed after they are handed to Forwarder.SetRoutes:
 // swap in a new one instead.
 type Routes interface {
-	// Unicast returns the port (by port GUID) a packet to lid leaves on.
-	Unicast(lid uint16) (guid uint64, ok bool)
-	// Multicast returns the ports a packet to mlid leaves on; none when
-	// the group has no entry.
-	Multicast(mlid uint16) []uint64
-	// VL returns the virtual lane a packet of service level sl travels
-	// on from port from to port to (GUIDs); 15 means it is dropped.
-	VL(sl uint8, from, to uint64) uint8
+	// Route appends to out where a packet of service level sl that the
+	// CA port from (a port GUID) sends to dlid arrives: one CA port for a
+	// unicast LID, every member CA port but the sender for an MLID, each
+	// with the VL it arrives on (15 when a hop on the way maps the SL to
+	// VL15, where a switch drops it). ok is false when the tables have
+	// no entry: an unrouted LID (no LFT entry, a loop or a dead end on the
+	// way) or an MLID with no MFT entry at the sender's switch. It must
+	// not allocate once out has room.
+	Route(out []Delivery, from uint64, dlid uint16, sl uint8) (_ []Delivery, ok bool)
+}
+
+// Delivery is one copy of a packet arriving at a CA port.
+type Delivery struct {
+	To uint64 // the CA port's GUID
+	VL uint8  // the VL of its last hop; 15: dropped on the way
 }
 
 // Static is a Routes given as tables.
@@ -69,14 +78,33 @@ func (s *Static) Clone() *Static {
 	return c
 }
 
-// Unicast implements Routes.
+// Unicast returns the port a packet to lid leaves on.
 func (s *Static) Unicast(lid uint16) (uint64, bool) {
 	g, ok := s.LFT[lid]
 	return g, ok
 }
 
-// Multicast implements Routes.
+// Multicast returns the member ports of mlid.
 func (s *Static) Multicast(mlid uint16) []uint64 { return s.MFT[mlid] }
 
-// VL implements Routes.
+// VL returns the VL of sl: the same between all ports.
 func (s *Static) VL(sl uint8, _, _ uint64) uint8 { return s.SL2VL[sl&15] }
+
+// Route implements Routes: the ports of the tables, reached in one hop.
+func (s *Static) Route(out []Delivery, from uint64, dlid uint16, sl uint8) ([]Delivery, bool) {
+	vl := s.SL2VL[sl&15]
+	if softib.IsMulticastLID(dlid) {
+		m := s.MFT[dlid]
+		for _, g := range m {
+			if g != from {
+				out = append(out, Delivery{To: g, VL: vl})
+			}
+		}
+		return out, len(m) > 0
+	}
+	g, ok := s.LFT[dlid]
+	if !ok {
+		return out, false
+	}
+	return append(out, Delivery{To: g, VL: vl}), true
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/ipoibd/ipoibd/softib"
 )
 
 // Switch is the Routes of a subnet of one switch as its subnet manager
@@ -57,16 +59,34 @@ func (s *Switch) Build() {
 	}
 }
 
-// Unicast implements Routes.
+// Unicast returns the CA port a packet to lid leaves to.
 func (s *Switch) Unicast(lid uint16) (uint64, bool) {
 	g, ok := s.Dest[lid]
 	return g, ok
 }
 
-// Multicast implements Routes.
+// Multicast returns the CA ports a packet to mlid leaves to.
 func (s *Switch) Multicast(mlid uint16) []uint64 { return s.mcast[mlid] }
 
-// VL implements Routes: the SL-to-VL table of the pair of switch ports
+// Route implements Routes: one switch, one hop.
+func (s *Switch) Route(out []Delivery, from uint64, dlid uint16, sl uint8) ([]Delivery, bool) {
+	if softib.IsMulticastLID(dlid) {
+		m := s.mcast[dlid]
+		for _, g := range m {
+			if g != from {
+				out = append(out, Delivery{To: g, VL: s.VL(sl, from, g)})
+			}
+		}
+		return out, len(m) > 0
+	}
+	g, ok := s.Dest[dlid]
+	if !ok {
+		return out, false
+	}
+	return append(out, Delivery{To: g, VL: s.VL(sl, from, g)}), true
+}
+
+// VL returns the SL-to-VL table of the pair of switch ports
 // the packet goes between; VL0 where the SM programmed none.
 func (s *Switch) VL(sl uint8, from, to uint64) uint8 {
 	in, ok1 := s.port[from]
