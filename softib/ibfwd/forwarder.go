@@ -64,6 +64,8 @@ type Forwarder struct {
 	ports  atomic.Pointer[portTable]
 	mu     sync.Mutex // serialises Register
 
+	tap    atomic.Pointer[func([]byte)]
+
 	rx, tx atomic.Uint64
 	drops  [numDropCauses]atomic.Uint64
 	done   chan struct{}
@@ -151,6 +153,18 @@ func (f *Forwarder) Ports() []Port {
 	return out
 }
 
+// SetTap has tap called with every frame a registered port sent that
+// parses and passes its VCRC, before it is switched (or dropped by the
+// tables), from the forwarding goroutine; nil removes it. tap must not
+// keep the slice.
+func (f *Forwarder) SetTap(tap func(frame []byte)) {
+	if tap == nil {
+		f.tap.Store(nil)
+		return
+	}
+	f.tap.Store(&tap)
+}
+
 // SetRoutes replaces the forwarding tables.
 func (f *Forwarder) SetRoutes(r Routes) { f.routes.Store(&routesBox{r}) }
 
@@ -206,6 +220,9 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 	if softib.VCRC(b[:n]) != softib.GetVCRC(b[n:]) {
 		f.count(dropBadVCRC)
 		return
+	}
+	if tap := f.tap.Load(); tap != nil {
+		(*tap)(b)
 	}
 	r := f.routes.Load().r
 	dlid := lrh.DLID
