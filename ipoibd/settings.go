@@ -106,7 +106,7 @@ type settings struct {
 	// softibIB: --softib-link ib; the port's place on the subnet is read
 	// when it opens (openSoftib), not from flags.
 	softibIB bool
-	verbs    verbsPort     // with --provider verbs
+	verbs    verbsPort // with --provider verbs
 	// connService and peers are --cm and --peers; which connection
 	// service runs also depends on the host (chooseConnService).
 	connService string

@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +85,30 @@ type Fabric struct {
 	dir  string // the test's temporary directory, where every node runs
 	sock string // IBSIM_SOCKNAME: the simulator's, apart from any other's
 	osm  *exec.Cmd
+	// netns and server: in remote mode (Options.Netns), the namespace
+	// ibsim and OpenSM run in and the address nodes reach it at.
+	netns  string
+	server netip.Addr
 }
+
+// Options shape a fabric other than Up's.
+type Options struct {
+	Topology string // ibsim's net file (default Topology)
+	SMNode   string // the node OpenSM runs as (default "h1")
+	// Netns runs ibsim in remote mode (UDP, ports RemotePort to
+	// RemotePort+10) and OpenSM inside this named network namespace, at
+	// its address Server. umad2sim's default, abstract unix sockets, is
+	// per network namespace: a node in another namespace (an ipoibd in a
+	// testnet host) reaches the simulator only this way, with
+	// IBSIM_SERVER_NAME and IBSIM_SERVER_PORT (Env). Run and Output then
+	// run their commands in Netns too.
+	Netns  string
+	Server netip.Addr
+}
+
+// RemotePort is ibsim's control port in remote mode (its default); node
+// i's data port is RemotePort+1+i.
+const RemotePort = 7070
 
 // Up starts ibsim on the Topology and OpenSM on h1 and returns once
 // OpenSM says "SUBNET UP". Both are killed (SIGKILL: OpenSM's own exit
@@ -92,21 +116,36 @@ type Fabric struct {
 // ends.
 func Up(t testing.TB) *Fabric {
 	t.Helper()
-	f := &Fabric{dir: t.TempDir(), sock: fmt.Sprintf("ipoibd-ibsim-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
+	return UpWith(t, Options{})
+}
+
+// UpWith is Up with Options.
+func UpWith(t testing.TB, o Options) *Fabric {
+	t.Helper()
+	if o.Topology == "" {
+		o.Topology = Topology
+	}
+	if o.SMNode == "" {
+		o.SMNode = "h1"
+	}
+	f := &Fabric{dir: t.TempDir(), sock: fmt.Sprintf("ipoibd-ibsim-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6),
+		netns: o.Netns, server: o.Server}
+	if f.netns != "" && !f.server.IsValid() {
+		t.Fatal("ibsim: a fabric in a namespace needs the address nodes reach it at (Options.Server)")
+	}
 	net := filepath.Join(f.dir, "net")
-	if err := os.WriteFile(net, []byte(Topology), 0o644); err != nil {
+	if err := os.WriteFile(net, []byte(o.Topology), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sim := exec.Command("ibsim", "-n", "-s", net)
 	sim.Env = append(os.Environ(), "IBSIM_SOCKNAME="+f.sock)
+	if f.netns != "" {
+		sim = f.inNetns(exec.Command("ibsim", "-r", "-l", fmt.Sprint(RemotePort), "-n", "-s", net))
+	}
 	f.start(t, sim)
 	// ibsim says it is ready before it binds its sockets, and they are
-	// abstract (no file to watch): poll for the control socket.
-	for end := time.Now().Add(upTimeout); ; time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile("/proc/net/unix")
-		if bytes.Contains(b, []byte("@"+f.sock+":ctl")) {
-			break
-		}
+	// abstract or UDP (no file to watch): poll for the control socket.
+	for end := time.Now().Add(upTimeout); !f.listening(sim.Process.Pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("ibsim did not come up")
 		}
@@ -119,8 +158,8 @@ func Up(t testing.TB) *Fabric {
 		t.Fatal(err)
 	}
 	log := &watch{want: []byte("SUBNET UP"), seen: make(chan struct{})}
-	f.osm = exec.Command("opensm", "-F", conf, "-f", "stdout")
-	f.osm.Env = append(f.Env("h1"), "OSM_TMP_DIR="+f.dir, "OSM_CACHE_DIR="+f.dir)
+	f.osm = f.inNetns(exec.Command("opensm", "-F", conf, "-f", "stdout"))
+	f.osm.Env = append(f.Env(o.SMNode), "OSM_TMP_DIR="+f.dir, "OSM_CACHE_DIR="+f.dir)
 	f.osm.Stdout = log
 	f.start(t, f.osm)
 	select {
@@ -130,6 +169,31 @@ func Up(t testing.TB) *Fabric {
 	}
 	return f
 }
+
+// listening reports whether ibsim (pid) has bound its control socket:
+// the abstract one, or in remote mode the UDP port in its namespace.
+func (f *Fabric) listening(pid int) bool {
+	if f.netns == "" {
+		b, _ := os.ReadFile("/proc/net/unix")
+		return bytes.Contains(b, []byte("@"+f.sock+":ctl"))
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/udp", pid))
+	return bytes.Contains(b, []byte(fmt.Sprintf(":%04X ", RemotePort)))
+}
+
+// inNetns makes cmd run in the fabric's namespace, if it has one.
+func (f *Fabric) inNetns(cmd *exec.Cmd) *exec.Cmd {
+	if f.netns == "" {
+		return cmd
+	}
+	c := exec.Command("ip", append([]string{"netns", "exec", f.netns}, cmd.Args...)...)
+	c.Env = cmd.Env
+	return c
+}
+
+// Dir is the fabric's directory, where its nodes should run: umad2sim
+// makes its fake sysfs in a node's working directory.
+func (f *Fabric) Dir() string { return f.dir }
 
 // start runs a daemon in the fabric's directory, killed at the end of the
 // test, or by the kernel if the test binary dies without its cleanups (go
@@ -180,13 +244,23 @@ func (w *watch) String() string {
 
 // Env is what a program on node host needs to reach the simulator.
 func (f *Fabric) Env(host string) []string {
-	return append(os.Environ(), "IBSIM_SOCKNAME="+f.sock, "SIM_HOST="+host, "LD_PRELOAD="+Umad2sim)
+	return append(os.Environ(), f.NodeEnv(host)...)
+}
+
+// NodeEnv is what Env adds to the process's environment.
+func (f *Fabric) NodeEnv(host string) []string {
+	if f.netns != "" {
+		return []string{"IBSIM_SERVER_NAME=" + f.server.String(), fmt.Sprintf("IBSIM_SERVER_PORT=%d", RemotePort),
+			"SIM_HOST=" + host, "LD_PRELOAD=" + Umad2sim}
+	}
+	return []string{"IBSIM_SOCKNAME=" + f.sock, "SIM_HOST=" + host, "LD_PRELOAD=" + Umad2sim}
 }
 
 // Run runs cmd as node host, in the fabric's directory, killed if it takes
 // 20 s. What cmd.Env holds is added to the node's environment.
 func (f *Fabric) Run(host string, cmd *exec.Cmd) (stdout, stderr string, err error) {
 	cmd.Env = append(f.Env(host), cmd.Env...)
+	cmd = f.inNetns(cmd)
 	cmd.Dir = f.dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

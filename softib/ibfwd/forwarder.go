@@ -64,7 +64,7 @@ type Forwarder struct {
 	ports  atomic.Pointer[portTable]
 	mu     sync.Mutex // serialises Register
 
-	tap    atomic.Pointer[func([]byte)]
+	tap atomic.Pointer[func([]byte)]
 
 	rx, tx atomic.Uint64
 	drops  [numDropCauses]atomic.Uint64
