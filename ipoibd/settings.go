@@ -103,15 +103,16 @@ type settings struct {
 	iface    ipoib.Config
 	provider string        // providerSoftib or providerVerbs
 	softib   softib.Config // with --provider softib
-	// softibIB: --softib-link ib; the port's place on the subnet is read
-	// when it opens (openSoftib), not from flags.
-	softibIB bool
-	verbs    verbsPort // with --provider verbs
+	verbs    verbsPort     // with --provider verbs
 	// connService and peers are --cm and --peers; which connection
 	// service runs also depends on the host (chooseConnService).
 	connService string
 	peers       string
 	children    []childFlag
+
+	// softibIB: --softib-link ib; the port's place on the subnet is read
+	// when it opens (openSoftibIB), not from flags.
+	softibIB bool
 }
 
 // verbsPort is the rdma-core port --device and --port name.
