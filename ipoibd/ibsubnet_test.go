@@ -4,7 +4,6 @@ import (
 	"bufio"
 	be "encoding/binary"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -254,12 +253,14 @@ func startForwarder(t *testing.T, c *cluster, k int, bin string, fab *ibsim.Fabr
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
+	var counters []string // what it prints after it started: its counters at the end
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
+		t.Logf("softib-ibfwd counters: %s", strings.Join(counters, ", "))
 		if t.Failed() {
 			t.Logf("softib-ibfwd stderr:\n%s", stderr.String())
 		}
@@ -270,10 +271,15 @@ func startForwarder(t *testing.T, c *cluster, k int, bin string, fab *ibsim.Fabr
 		for sc.Scan() {
 			if strings.HasPrefix(sc.Text(), "forwarding on") {
 				ready <- sc.Text()
+				break
 			}
 		}
 		close(ready)
-		_, _ = io.Copy(io.Discard, out)
+		for sc.Scan() {
+			if !strings.HasSuffix(sc.Text(), " 0") {
+				counters = append(counters, sc.Text())
+			}
+		}
 	}()
 	select {
 	case l, ok := <-ready:
