@@ -3,6 +3,14 @@
 # only), pings between every pair over IPv4 and IPv6, iperf3 over RC at
 # MTU 65520, and the neighbor and connection tables. Run as root:
 # sudo make demo. It removes everything it made, also when a step fails.
+#
+# IB=1 (sudo make demo IB=1): the same three hosts on an InfiniBand
+# subnet. A fourth namespace is the fabric: ibsim simulates a switch and
+# the hosts' adapters, OpenSM brings the subnet up, and softib-ibfwd
+# switches the hosts' native InfiniBand frames by the tables OpenSM
+# programmed. Each ipoibd runs --softib-link ib as its ibsim node (under
+# libumad2sim.so): LID, GID and P_Keys from the SM, joins and paths from
+# the SA, CM MADs LID-routed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # The hosts, their addresses and daemons come from internal/testnet's
@@ -21,14 +29,28 @@ on() { "$testnet" exec "$name" "$@"; }
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo make demo): it makes network namespaces and TUN devices" >&2; exit 1; }
 [ -x "$testnet" ] || { echo "demo: no $testnet (run make build)" >&2; exit 1; }
 "$testnet" down "$name" 2>/dev/null || true
-trap '"$testnet" down "$name"' EXIT
-trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$testnet" log "$name" $k >&2 || true; done' ERR
+ib=${IB:-}
+fabric_pids=()
+# The daemons stop first (their exit tells ibsim), then the fabric.
+cleanup() {
+	"$testnet" down "$name"
+	((${#fabric_pids[@]})) && kill "${fabric_pids[@]}" 2>/dev/null
+	[ -n "${simdir:-}" ] && rm -rf "$simdir"
+	return 0
+}
+trap cleanup EXIT
+trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$testnet" log "$name" $k >&2 || true; done; [ -n "${simdir:-}" ] && tail -n 5 "$simdir"/*.log >&2' ERR
 
-step "three hosts on one bridge (underlay 10.$net.0.0/24, MTU 9000), one ipoibd each"
-"$testnet" up "$name" 3
-"$testnet" start "$name" 1 --mode connected
-"$testnet" start "$name" 2 --mode connected
-"$testnet" start "$name" 3 --mode datagram
+if [ "$ib" != 1 ]; then
+	step "three hosts on one bridge (underlay 10.$net.0.0/24, MTU 9000), one ipoibd each"
+	"$testnet" up "$name" 3
+	"$testnet" start "$name" 1 --mode connected
+	"$testnet" start "$name" 2 --mode connected
+	"$testnet" start "$name" 3 --mode datagram
+else
+	# shellcheck source=scripts/demo-ib.sh
+	. "$here/demo-ib.sh"
+fi
 for k in 1 2 3; do on $k ip -br addr show dev ib0; done
 
 step "routes on h1's ib0"
@@ -63,4 +85,5 @@ on 1 "$IPOIBD" neigh
 step "h1: ipoibd conn"
 on 1 "$IPOIBD" conn
 
+[ "$ib" = 1 ] && ib_judges
 step "done: every step passed; tearing down"
