@@ -181,6 +181,16 @@ func TestIBSubnet(t *testing.T) {
 	rtt := c.on(1, "ping", "-c", "5", "-i", "0.1", "-W", "2", c.ip4(2))
 	gbps := iperf3(t, c, 1, 2, c.ip4(2), 3)
 	t.Logf("IB subnet: ping h1->h2 over RC: %s; iperf3 h1->h2 over RC %.2f Gbit/s", rtt[strings.LastIndex(rtt, "rtt"):], gbps)
+	for _, k := range []int{1, 2} {
+		var notable []string
+		for name, v := range c.stats(k) {
+			if v != 0 && (strings.Contains(name, "drop") || strings.Contains(name, "retr") || strings.Contains(name, "timeout") || strings.Contains(name, "nak")) {
+				notable = append(notable, fmt.Sprintf("%s=%d", name, v))
+			}
+		}
+		slices.Sort(notable)
+		t.Logf("h%d after iperf3: %s", k, strings.Join(notable, " "))
+	}
 
 	// A peer killed and restarted: a new port client on the same node,
 	// traffic comes back.
