@@ -20,10 +20,6 @@ type PortInfo struct {
 	PKeys []ib.PKey
 }
 
-// maxPKeys bounds the P_Key table QueryPort reads; ports have 16 to 128
-// entries, and ipoibd's P_Key indices stay below this.
-const maxPKeys = 1024
-
 // pkeyTable is the P_Key table t (host order, as libibumad reads sysfs)
 // without its trailing invalid entries.
 func pkeyTable(t []uint16) []ib.PKey {

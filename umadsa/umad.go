@@ -45,6 +45,10 @@ import (
 	"github.com/ipoibd/ipoibd/sa"
 )
 
+// maxPKeys bounds the P_Key table QueryPort reads; ports have 16 to 128
+// entries, and ipoibd's P_Key indices stay below this.
+const maxPKeys = 1024
+
 // gsiQKey is QP1's well-known Q_Key; umad_set_addr takes it as an int.
 var gsiQKey = uint32(ib.GSIQKey)
 
