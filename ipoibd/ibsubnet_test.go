@@ -102,7 +102,7 @@ func TestIBSubnet(t *testing.T) {
 	for k := 1; k <= 4; k++ {
 		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
 	}
-	startForwarder(t, c, fabHost, bins[1], fab, args)
+	startForwarder(t, c, fabHost, fab, args)
 
 	c.tn.Daemon = bins[0]
 	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
@@ -246,9 +246,13 @@ func ibGID(guid uint64) string {
 
 // startForwarder runs softib-ibfwd on host k, as the fabric reaches it,
 // and waits for it to have read the tables.
-func startForwarder(t *testing.T, c *cluster, k int, bin string, fab *ibsim.Fabric, args []string) {
+func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []string) {
 	t.Helper()
-	cmd := c.command(k, bin, args...)
+	bins, err := ibBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := c.command(k, bins[1], args...)
 	// The forwarder preloads umad2sim into its diag commands itself.
 	for _, e := range fab.NodeEnv("sm") {
 		if strings.HasPrefix(e, "IBSIM_") {
