@@ -34,7 +34,8 @@ fabric_pids=()
 # The daemons stop first (their exit tells ibsim), then the fabric.
 cleanup() {
 	"$testnet" down "$name"
-	((${#fabric_pids[@]})) && kill "${fabric_pids[@]}" 2>/dev/null
+	# SIGKILL: OpenSM's own exit can hang on a simulator already gone.
+	((${#fabric_pids[@]})) && kill -KILL "${fabric_pids[@]}" 2>/dev/null
 	[ -n "${simdir:-}" ] && rm -rf "$simdir"
 	return 0
 }
@@ -59,7 +60,7 @@ fwd=$fab_addr:4790
 node() {
 	local n=$1
 	shift
-	(cd "$simdir" && SIM_HOST=$n LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 \
+	(cd "$simdir" && SIM_HOST=$n LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 exec \
 		"$testnet" exec "$name" "$fab" "$@")
 }
 
@@ -95,7 +96,9 @@ ib_subnet() {
 	(cd "$simdir" && exec "$testnet" exec "$name" "$fab" ibsim -r -l 7070 -n -s net >ibsim.log 2>&1) &
 	fabric_pids+=($!)
 	await "ibsim listening" ibsim_up
-	node sm env OSM_TMP_DIR="$simdir" OSM_CACHE_DIR="$simdir" opensm -F opensm.conf -f stdout >"$simdir/opensm.log" 2>&1 &
+	# Not through node: $! must be OpenSM's pid, not a function's subshell.
+	(cd "$simdir" && SIM_HOST=sm LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 \
+		OSM_TMP_DIR=$simdir OSM_CACHE_DIR=$simdir exec "$testnet" exec "$name" "$fab" opensm -F opensm.conf -f stdout >opensm.log 2>&1) &
 	fabric_pids+=($!)
 	await "OpenSM's SUBNET UP" grep -q "SUBNET UP" "$simdir/opensm.log"
 	ok "OpenSM: SUBNET UP"
