@@ -191,6 +191,9 @@ func TestIBSubnet(t *testing.T) {
 		slices.Sort(notable)
 		t.Logf("h%d after iperf3: %s", k, strings.Join(notable, " "))
 	}
+	for _, k := range []int{1, 2, fabHost} {
+		t.Logf("h%d UDP: %s", k, udpErrors(c.on(k, "cat", "/proc/net/snmp")))
+	}
 
 	// A peer killed and restarted: a new port client on the same node,
 	// traffic comes back.
@@ -216,6 +219,26 @@ func TestIBSubnet(t *testing.T) {
 	c.on(2, "ping", "-c", "2", "-i", "0.1", "-W", "2", "-M", "do", "-s", "65000", c.ip4(1))
 
 	checkCMCapture(t, mads, nodes)
+}
+
+// udpErrors is the Udp line pair of /proc/net/snmp as name=value.
+func udpErrors(snmp string) string {
+	var rows [][]string
+	for _, l := range strings.Split(snmp, "\n") {
+		if strings.HasPrefix(l, "Udp: ") {
+			rows = append(rows, strings.Fields(l)[1:])
+		}
+	}
+	if len(rows) != 2 {
+		return "?"
+	}
+	var out []string
+	for i, n := range rows[0] {
+		if i < len(rows[1]) && rows[1][i] != "0" {
+			out = append(out, n+"="+rows[1][i])
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // ibstatPort reads a node's port LID and GUID with ibstat.
