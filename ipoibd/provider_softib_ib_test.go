@@ -49,3 +49,13 @@ func TestIBPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestSoftibIBNeedsRDMA: the tests' ipoibd is built without the rdma tag,
+// so --softib-link ib cannot read the port through libibumad: it says so,
+// and how to build one that can.
+func TestSoftibIBNeedsRDMA(t *testing.T) {
+	_, errOut, code := runBinary(t, binary, "--underlay", "127.0.0.1", "--softib-link", "ib", "--softib-fabric", "127.0.0.1:4790")
+	if code == 0 || !strings.Contains(errOut, "--softib-link ib") || !strings.Contains(errOut, "-tags rdma") {
+		t.Errorf("exit %d, stderr %q; want a refusal naming the flag and -tags rdma", code, errOut)
+	}
+}
