@@ -55,10 +55,11 @@ bench: build
 	scripts/deps.sh runtime
 	scripts/bench.sh
 
-# The main job: a three-host cluster over softib (needs root).
+# The main job: a three-host cluster over softib (needs root). IB=1: the
+# same on an InfiniBand subnet that OpenSM runs under ibsim.
 demo: build
-	scripts/deps.sh runtime
-	scripts/demo.sh
+	IB=$(IB) scripts/deps.sh runtime
+	IB=$(IB) GO=$(GO) scripts/demo.sh
 
 # Installs the daemon and the systemd template unit ipoibd@IFNAME.service;
 # flags per interface go in /etc/ipoibd/IFNAME.env (see dist/ib0.env.example).

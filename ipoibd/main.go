@@ -16,14 +16,19 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/ipoibd/ipoibd/umadsa"
 	"github.com/spf13/pflag"
 )
 
+// main leaves through C's exit (umadsa.Exit) in builds with libibumad:
+// under ibsim's libumad2sim.so (softib --softib-link ib) the simulated
+// port's slot is freed only in an atexit handler.
 func main() {
 	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "ipoibd:", err)
-		os.Exit(1)
+		umadsa.Exit(1)
 	}
+	umadsa.Exit(0)
 }
 
 // dispatch runs one command; what it prints for the operator goes to out.

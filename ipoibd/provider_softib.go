@@ -10,9 +10,14 @@ import (
 const softibPKeyHint = "softib: list it in --softib-pkeys"
 
 // openSoftib opens the software adapter and puts it in cfg. Its
-// connection service is always ipoibd's own, on its QP1, and it has no
-// subnet administrator: the underlay's multicast and addresses serve.
+// connection service is always ipoibd's own, on its QP1. On RoCE framing
+// it has no subnet administrator: the underlay's multicast and addresses
+// serve; on the InfiniBand link layer it is a node of a subnet
+// (openSoftibIB).
 func openSoftib(sc softib.Config, cfg *ipoib.Config) (ib.Device, error) {
+	if sc.LinkLayer == softib.LinkInfiniBand {
+		return openSoftibIB(sc, cfg)
+	}
 	dev, err := softib.Open(sc)
 	if err != nil {
 		return nil, err // not dev: a nil *softib.Device is no nil ib.Device

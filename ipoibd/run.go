@@ -90,6 +90,9 @@ func openProvider(s settings, choice connServiceChoice, cfg *ipoib.Config) (ib.D
 		return dev, verbsPKeyHint, err
 	}
 	dev, err := openSoftib(s.softib, cfg)
+	if s.softibIB {
+		return dev, softibIBPKeyHint, err
+	}
 	return dev, softibPKeyHint, err
 }
 

@@ -26,6 +26,8 @@ type options struct {
 	underlay    string
 	softibPort  uint16
 	softibPKeys string
+	softibLink  string // --softib-link
+	softibFab   string // --softib-fabric
 	pkey        string
 	mode        string
 	cmModes     string
@@ -59,6 +61,8 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
 	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
 	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, comma-separated (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
+	fs.StringVar(&o.softibLink, "softib-link", "ethernet", "softib: link layer, ethernet (RoCEv2 framing, peers at their underlay addresses) or ib (native InfiniBand framing through the fabric forwarder softib-ibfwd, on a subnet OpenSM runs under ibsim: LID, LMC, SM LID, GID and P_Key table are read through libibumad, run under ibsim's libumad2sim.so, and the SA's joins and paths are used as on an InfiniBand adapter; needs a binary built with -tags rdma)")
+	fs.StringVar(&o.softibFab, "softib-fabric", "", "softib --softib-link ib: the fabric forwarder's underlay `ADDR:PORT` (required with ib)")
 	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface")
 	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
 	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
@@ -105,6 +109,10 @@ type settings struct {
 	connService string
 	peers       string
 	children    []childFlag
+
+	// softibIB: --softib-link ib; the port's place on the subnet is read
+	// when it opens (openSoftibIB), not from flags.
+	softibIB bool
 }
 
 // verbsPort is the rdma-core port --device and --port name.
@@ -164,6 +172,7 @@ func (o *options) settings() (settings, error) {
 	switch o.provider {
 	case providerSoftib:
 		s.softib, err = o.softibConfig(s.iface.PKey)
+		s.softibIB = s.softib.LinkLayer == softib.LinkInfiniBand
 	case providerVerbs:
 		s.verbs, err = o.verbsPort()
 	default:
@@ -246,6 +255,28 @@ func (o *options) softibConfig(pkey ib.PKey) (softib.Config, error) {
 	var err error
 	if cfg.Addr, err = netip.ParseAddr(o.underlay); err != nil {
 		return cfg, fmt.Errorf("--underlay %q: not an IP address", o.underlay)
+	}
+	switch o.softibLink {
+	case "ethernet", "":
+		if o.softibFab != "" {
+			return cfg, errors.New("--softib-fabric is for --softib-link ib: on ethernet, peers are reached at their underlay addresses")
+		}
+	case "ib":
+		cfg.LinkLayer = softib.LinkInfiniBand
+		if o.softibFab == "" {
+			return cfg, errors.New("--softib-link ib needs --softib-fabric ADDR:PORT, the fabric forwarder's underlay address (softib-ibfwd -listen)")
+		}
+		if cfg.IB.Forwarder, err = netip.ParseAddrPort(o.softibFab); err != nil {
+			return cfg, fmt.Errorf("--softib-fabric %q: want ADDR:PORT, e.g. 10.77.0.254:4790", o.softibFab)
+		}
+		// The subnet manager sets the P_Key table of an InfiniBand port.
+		if o.softibPKeys != "" {
+			return cfg, errors.New("--softib-pkeys is for --softib-link ethernet: on ib the subnet manager sets the P_Key table (OpenSM's partitions.conf)")
+		}
+		cfg.PKeys = nil
+		return cfg, nil
+	default:
+		return cfg, fmt.Errorf("--softib-link %q: want ethernet or ib", o.softibLink)
 	}
 	if o.softibPKeys == "" {
 		return cfg, nil

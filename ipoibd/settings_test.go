@@ -59,6 +59,11 @@ func TestParseSettings(t *testing.T) {
 		{"softib table and port", append([]string{"--softib-pkeys", "0xffff, 0x8001", "--softib-port", "4792"}, u...), func(s *settings) {
 			s.softib.PKeys, s.softib.Port = []ib.PKey{0xffff, 0x8001}, 4792
 		}},
+		{"softib on an InfiniBand subnet", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790"}, u...), func(s *settings) {
+			s.softib.LinkLayer, s.softib.PKeys, s.softibIB = softib.LinkInfiniBand, nil, true // the SM's table, read when the port opens
+			s.softib.IB.Forwarder = netip.MustParseAddrPort("10.0.0.254:4790")
+		}},
+		{"softib on ethernet, said", append([]string{"--softib-link", "ethernet"}, u...), func(*settings) {}},
 		{"IPv6 underlay", []string{"--underlay", "fd00::7"}, func(s *settings) { s.softib.Addr = netip.MustParseAddr("fd00::7") }},
 		{"children", append([]string{"--child", "0x8002", "--child", "0x8003=192.168.78.1/24,fd01::1/64"}, u...), func(s *settings) {
 			s.children = []childFlag{{"0x8002", childRequest{PKey: "0x8002"}},
@@ -130,6 +135,12 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"bad underlay", []string{"--underlay", "nonsense"}, `--underlay "nonsense": not an IP address`},
 		{"underlay with a prefix", []string{"--underlay", "10.0.0.1/24"}, `--underlay "10.0.0.1/24"`},
 		{"bad softib pkeys", append([]string{"--softib-pkeys", "0xffff,0x0000"}, u...), "--softib-pkeys: P_Key"},
+		{"bad softib link", append([]string{"--softib-link", "roce"}, u...), `--softib-link "roce": want ethernet or ib`},
+		{"ib without a fabric", append([]string{"--softib-link", "ib"}, u...), "--softib-link ib needs --softib-fabric"},
+		{"ib with a bad fabric", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254"}, u...), `--softib-fabric "10.0.0.254"`},
+		{"fabric on ethernet", append([]string{"--softib-fabric", "10.0.0.254:4790"}, u...), "--softib-fabric is for --softib-link ib"},
+		{"softib pkeys on ib", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790", "--softib-pkeys", "0xffff"}, u...),
+			"on ib the subnet manager sets the P_Key table"},
 		{"softib port out of range", append([]string{"--softib-port", "65536"}, u...), "--softib-port"},
 		{"verbs without a device", []string{"--provider", "verbs"}, "--device is required with --provider verbs"},
 		{"verbs with an underlay", append(verbs, u...), "--underlay is for --provider softib"},

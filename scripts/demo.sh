@@ -3,6 +3,14 @@
 # only), pings between every pair over IPv4 and IPv6, iperf3 over RC at
 # MTU 65520, and the neighbor and connection tables. Run as root:
 # sudo make demo. It removes everything it made, also when a step fails.
+#
+# IB=1 (sudo make demo IB=1): the same three hosts on an InfiniBand
+# subnet. A fourth namespace is the fabric: ibsim simulates a switch and
+# the hosts' adapters, OpenSM brings the subnet up, and softib-ibfwd
+# switches the hosts' native InfiniBand frames by the tables OpenSM
+# programmed. Each ipoibd runs --softib-link ib as its ibsim node (under
+# libumad2sim.so): LID, GID and P_Keys from the SM, joins and paths from
+# the SA, CM MADs LID-routed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # The hosts, their addresses and daemons come from internal/testnet's
@@ -21,14 +29,136 @@ on() { "$testnet" exec "$name" "$@"; }
 [ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo make demo): it makes network namespaces and TUN devices" >&2; exit 1; }
 [ -x "$testnet" ] || { echo "demo: no $testnet (run make build)" >&2; exit 1; }
 "$testnet" down "$name" 2>/dev/null || true
-trap '"$testnet" down "$name"' EXIT
-trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$testnet" log "$name" $k >&2 || true; done' ERR
+ib=${IB:-}
+fabric_pids=()
+# The daemons stop first (their exit tells ibsim), then the fabric.
+cleanup() {
+	"$testnet" down "$name"
+	# SIGKILL: OpenSM's own exit can hang on a simulator already gone.
+	((${#fabric_pids[@]})) && kill -KILL "${fabric_pids[@]}" 2>/dev/null
+	[ -n "${simdir:-}" ] && rm -rf "$simdir"
+	return 0
+}
+trap cleanup EXIT
+trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$testnet" log "$name" $k >&2 || true; done; [ -n "${simdir:-}" ] && tail -n 5 "$simdir"/*.log >&2' ERR
 
-step "three hosts on one bridge (underlay 10.$net.0.0/24, MTU 9000), one ipoibd each"
-"$testnet" up "$name" 3
-"$testnet" start "$name" 1 --mode connected
-"$testnet" start "$name" 2 --mode connected
-"$testnet" start "$name" 3 --mode datagram
+# The InfiniBand subnet (IB=1): hosts h1-h3 and the fabric host h4
+# (ibsim, OpenSM, softib-ibfwd), then one ipoibd per host on
+# --softib-link ib. ib_judges, at the end, asks the subnet manager what it
+# made of them.
+GO=${GO:-go}
+root=$here/..
+umad2sim=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so
+fab=4
+fab_addr=10.$net.0.$fab
+fwd=$fab_addr:4790
+
+# node NAME CMD...: run CMD as ibsim node NAME, in the fabric host; umad2sim
+# makes a fake sysfs in a node's working directory. ibsim's remote mode
+# (UDP 7070-7080, IBSIM_SERVER_NAME) is the way umad2sim reaches the
+# simulator from another network namespace.
+node() {
+	local n=$1
+	shift
+	(cd "$simdir" && SIM_HOST=$n LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 exec \
+		"$testnet" exec "$name" "$fab" "$@")
+}
+
+# await WHAT CMD...: wait up to 10 s for CMD to succeed.
+await() {
+	local what=$1
+	shift
+	for _ in $(seq 100); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	echo "demo: $what did not happen within 10 s" >&2
+	return 1
+}
+
+# ibsim binds its sockets after it says it is ready: wait for its UDP port.
+ibsim_up() { "$testnet" exec "$name" "$fab" cat /proc/net/udp | grep -q ':1B9E '; }
+
+ib_subnet() {
+	step "building ipoibd with libibumad (-tags rdma) and the fabric forwarder"
+	(cd "$root" && "$GO" build -tags rdma -o bin/ipoibd-rdma ./ipoibd && "$GO" build -o bin/softib-ibfwd ./softib/ibfwd/cmd/softib-ibfwd)
+	IPOIBD=$root/bin/ipoibd-rdma
+
+	step "three hosts and the fabric host h$fab on one bridge (underlay 10.$net.0.0/24)"
+	"$testnet" up "$name" 4
+	simdir=$(mktemp -d /tmp/ipoibd-demo-ib.XXXXXX)
+	printf '%s\n' 'Switch	8 "sw1"' '[1]	"h1"[1]' '[2]	"h2"[1]' '[3]	"h3"[1]' '[4]	"sm"[1]' '' \
+		'Hca	1 "h1"' '[1]	"sw1"[1]' '' 'Hca	1 "h2"' '[1]	"sw1"[2]' '' \
+		'Hca	1 "h3"' '[1]	"sw1"[3]' '' 'Hca	1 "sm"' '[1]	"sw1"[4]' >"$simdir/net"
+	printf 'force_log_flush TRUE\nsweep_interval 0\n' >"$simdir/opensm.conf"
+
+	step "ibsim and OpenSM on h$fab ($fab_addr)"
+	(cd "$simdir" && exec "$testnet" exec "$name" "$fab" ibsim -r -l 7070 -n -s net >ibsim.log 2>&1) &
+	fabric_pids+=($!)
+	await "ibsim listening" ibsim_up
+	# Not through node: $! must be OpenSM's pid, not a function's subshell.
+	(cd "$simdir" && SIM_HOST=sm LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 \
+		OSM_TMP_DIR=$simdir OSM_CACHE_DIR=$simdir exec "$testnet" exec "$name" "$fab" opensm -F opensm.conf -f stdout >opensm.log 2>&1) &
+	fabric_pids+=($!)
+	await "OpenSM's SUBNET UP" grep -q "SUBNET UP" "$simdir/opensm.log"
+	ok "OpenSM: SUBNET UP"
+
+	local k st guid lid mode ports=()
+	for k in 1 2 3; do
+		st=$(node h$k ibstat)
+		guid=$(awk '/Port GUID/ {print $3}' <<<"$st")
+		lid=$(awk '/Base lid/ {print $3}' <<<"$st")
+		ports+=(-port "$guid,$lid@10.$net.0.$k:4791")
+		ok "h$k: port GUID $guid, LID $lid (ibstat, as sysfs shows it on hardware)"
+	done
+
+	step "softib-ibfwd on $fwd: switching by the tables OpenSM programmed in sw1"
+	(cd "$simdir" && IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 exec "$testnet" exec "$name" "$fab" \
+		"$root/bin/softib-ibfwd" -listen "$fwd" -sm-node sm -refresh 300ms "${ports[@]}" >fwd.log 2>&1) &
+	fabric_pids+=($!)
+	await "softib-ibfwd forwarding" grep -q "forwarding on" "$simdir/fwd.log"
+	cat "$simdir/fwd.log"
+
+	step "one ipoibd per host on --softib-link ib, each its ibsim node"
+	for k in 1 2 3; do
+		mode=connected
+		[ $k = 3 ] && mode=datagram
+		(cd "$simdir" && SIM_HOST=h$k LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 \
+			IPOIBD=$IPOIBD "$testnet" start "$name" $k --softib-link ib --softib-fabric "$fwd" --mode $mode)
+	done
+	for k in 1 2 3; do
+		"$testnet" log "$name" $k | grep "InfiniBand subnet" | sed "s/^/   h$k: /"
+	done
+}
+
+# ib_judges: what OpenSM says of the hosts after the traffic.
+ib_judges() {
+	local sw g1 g2
+	step "OpenSM's judges: sw1's unicast and multicast forwarding tables (ibroute)"
+	sw=$(node sm ibswitches | sed -n 's/.* lid \([0-9]*\) .*/\1/p' | head -1)
+	node sm ibroute "$sw"
+	node sm ibroute -M "$sw"
+	step "the SA's path h1 -> h2 (saquery), the one h1's connection took"
+	g1=$(node h1 ibstat | awk '/Port GUID/ {print $3}')
+	g2=$(node h2 ibstat | awk '/Port GUID/ {print $3}')
+	node sm saquery -p --sgid-to-dgid "$(gid "$g1")-$(gid "$g2")" | grep -E 'dlid|slid|sl\.|mtu'
+}
+
+# gid GUID: the link-local GID of a port GUID, as saquery takes it.
+gid() {
+	local h=${1#0x}
+	printf 'fe80::%x:%x:%x:%x' $((16#${h:0:4})) $((16#${h:4:4})) $((16#${h:8:4})) $((16#${h:12:4}))
+}
+
+if [ "$ib" != 1 ]; then
+	step "three hosts on one bridge (underlay 10.$net.0.0/24, MTU 9000), one ipoibd each"
+	"$testnet" up "$name" 3
+	"$testnet" start "$name" 1 --mode connected
+	"$testnet" start "$name" 2 --mode connected
+	"$testnet" start "$name" 3 --mode datagram
+else
+	ib_subnet
+fi
 for k in 1 2 3; do on $k ip -br addr show dev ib0; done
 
 step "routes on h1's ib0"
@@ -63,4 +193,5 @@ on 1 "$IPOIBD" neigh
 step "h1: ipoibd conn"
 on 1 "$IPOIBD" conn
 
+[ "$ib" = 1 ] && ib_judges
 step "done: every step passed; tearing down"

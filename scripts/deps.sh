@@ -4,7 +4,8 @@
 # installs what is missing, so `make test` can call it every time.
 #
 #   deps.sh [all]      what make test needs, and staticcheck
-#   deps.sh runtime    what make demo and make bench need
+#   deps.sh runtime    what make demo and make bench need (IB=1: and
+#                      make demo IB=1, the demo on an ibsim subnet)
 #   deps.sh apt        all the apt packages, without the Go tools
 #                      (scripts/deps-proof.sh, in a chroot without Go)
 #   deps.sh MODE --list  print the packages MODE is responsible for
@@ -69,17 +70,21 @@ if [ "$mode" != runtime ]; then
 	want cpio cpio
 	want kmod depmod modprobe # the guest's module index
 	# cgo in verbs/ (go vet -tags rdma, the test bed's builds).
-	want gcc gcc
-	want libc6-dev /usr/include/stdlib.h
 	want libibverbs-dev /usr/include/infiniband/verbs.h
 	want librdmacm-dev /usr/include/rdma/rdma_cma.h
-	# The SA client's judge (umadsa/opensm_test.go): OpenSM on a fabric
-	# simulated by ibsim (ibsim-utils brings libumad2sim.so), checked with
-	# infiniband-diags; the client's cgo needs libibumad's header.
+fi
+if [ "$mode" != runtime ] || [ "${IB:-}" = 1 ]; then
+	# The SA client's judge (umadsa/opensm_test.go) and the demo on an
+	# InfiniBand subnet (make demo IB=1): OpenSM on a fabric simulated by
+	# ibsim (ibsim-utils brings libumad2sim.so), read with
+	# infiniband-diags; umadsa's cgo (ipoibd -tags rdma) needs gcc and
+	# libibumad's header.
+	want gcc gcc
+	want libc6-dev /usr/include/stdlib.h
 	want libibumad-dev /usr/include/infiniband/umad.h
 	want ibsim-utils ibsim /usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so
 	want opensm opensm
-	want infiniband-diags saquery ibroute ibswitches
+	want infiniband-diags saquery ibroute ibswitches ibstat smpquery
 fi
 [ "$list" = --list ] && exit 0
 

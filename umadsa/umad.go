@@ -9,19 +9,25 @@ package umadsa
 #include <string.h>
 #include <infiniband/umad.h>
 
-static int sa_port(const char *ca, int port, unsigned *lid, unsigned *smlid, unsigned *smsl,
-		unsigned *state, unsigned char gid[16], uint16_t *pkey0) {
+static int sa_port(const char *ca, int port, unsigned *lid, unsigned *lmc, unsigned *smlid, unsigned *smsl,
+		unsigned *state, unsigned char gid[16], uint16_t *pkeys, unsigned *npkeys) {
 	umad_port_t p;
 	int rc = umad_get_port(ca, port, &p);
 	if (rc < 0)
 		return rc;
 	*lid = p.base_lid;
+	*lmc = p.lmc;
 	*smlid = p.sm_lid;
 	*smsl = p.sm_sl;
 	*state = p.state;
 	memcpy(gid, &p.gid_prefix, 8);
 	memcpy(gid + 8, &p.port_guid, 8);
-	*pkey0 = p.pkeys_size > 0 && p.pkeys ? p.pkeys[0] : 0;
+	unsigned n = p.pkeys ? p.pkeys_size : 0;
+	if (n > *npkeys)
+		n = *npkeys;
+	if (n > 0)
+		memcpy(pkeys, p.pkeys, n * sizeof *pkeys);
+	*npkeys = n;
 	umad_release_port(&p);
 	return 0;
 }
@@ -39,21 +45,12 @@ import (
 	"github.com/ipoibd/ipoibd/sa"
 )
 
+// maxPKeys bounds the P_Key table QueryPort reads; ports have 16 to 128
+// entries, and ipoibd's P_Key indices stay below this.
+const maxPKeys = 1024
+
 // gsiQKey is QP1's well-known Q_Key; umad_set_addr takes it as an int.
 var gsiQKey = uint32(ib.GSIQKey)
-
-// PortInfo is what libibumad reports of a port.
-type PortInfo struct {
-	CA     string
-	Port   int
-	LID    uint16
-	SMLID  uint16
-	SMSL   uint8
-	State  int // 4: active
-	GID    ib.GID
-	PKey0  ib.PKey // the P_Key at index 0, which our MADs carry
-	Active bool
-}
 
 // UMAD is an SA agent on one port through libibumad: the calls ibsim's
 // libumad2sim.so intercepts, and the kernel's ib_umad on a real port.
@@ -81,8 +78,8 @@ func umadInit() error {
 	return initErr
 }
 
-// QueryPort reads a port's LIDs, SM, state and GID (ca "" and port 0: the
-// first active port, as libibumad picks).
+// QueryPort reads a port's LIDs, SM, state, GID and P_Key table (ca ""
+// and port 0: the first active port, as libibumad picks).
 func QueryPort(ca string, port int) (PortInfo, error) {
 	if err := umadInit(); err != nil {
 		return PortInfo{}, err
@@ -92,16 +89,22 @@ func QueryPort(ca string, port int) (PortInfo, error) {
 		cca = C.CString(ca)
 		defer C.free(unsafe.Pointer(cca))
 	}
-	var lid, smlid, smsl, state C.unsigned
+	var lid, lmc, smlid, smsl, state C.unsigned
 	var gid [16]C.uchar
-	var pkey C.uint16_t
-	if rc := C.sa_port(cca, C.int(port), &lid, &smlid, &smsl, &state, &gid[0], &pkey); rc < 0 {
+	pkeys := (*C.uint16_t)(C.calloc(maxPKeys, 2))
+	defer C.free(unsafe.Pointer(pkeys))
+	npkeys := C.unsigned(maxPKeys)
+	if rc := C.sa_port(cca, C.int(port), &lid, &lmc, &smlid, &smsl, &state, &gid[0], pkeys, &npkeys); rc < 0 {
 		return PortInfo{}, fmt.Errorf("umad_get_port(%q, %d): %w", ca, port, syscall.Errno(-rc))
 	}
-	pi := PortInfo{CA: ca, Port: port, LID: uint16(lid), SMLID: uint16(smlid), SMSL: uint8(smsl), State: int(state),
-		PKey0: ib.PKey(pkey), Active: state == 4}
+	pi := PortInfo{CA: ca, Port: port, LID: uint16(lid), LMC: uint8(lmc), SMLID: uint16(smlid), SMSL: uint8(smsl),
+		State: int(state), Active: state == 4}
 	for i := range gid {
 		pi.GID[i] = byte(gid[i])
+	}
+	pi.PKeys = pkeyTable(unsafe.Slice((*uint16)(unsafe.Pointer(pkeys)), int(npkeys)))
+	if len(pi.PKeys) > 0 {
+		pi.PKey0 = pi.PKeys[0]
 	}
 	return pi, nil
 }

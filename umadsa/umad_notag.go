@@ -2,7 +2,10 @@
 
 package umadsa
 
-import "errors"
+import (
+	"errors"
+	"os"
+)
 
 // PortClient is an SA client on a port; without rdma-core there is none.
 type PortClient struct{ *Client }
@@ -14,3 +17,12 @@ func OpenPortClient(ca string, port int) (*PortClient, error) {
 
 // Close does nothing.
 func (p *PortClient) Close() error { return nil }
+
+// errNoRDMA says that this binary has no libibumad.
+var errNoRDMA = errors.New("umadsa: ipoibd was built without RDMA support (build tag rdma): no libibumad to read the port from (build with -tags rdma)")
+
+// QueryPort reports that this binary has no libibumad.
+func QueryPort(ca string, port int) (PortInfo, error) { return PortInfo{}, errNoRDMA }
+
+// Exit is os.Exit: without libibumad no C atexit handler waits.
+func Exit(code int) { os.Exit(code) }

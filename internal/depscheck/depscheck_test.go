@@ -247,8 +247,12 @@ func readFresh(t *testing.T) map[string]bool {
 }
 
 // depsList: the packages `deps.sh MODE` is responsible for.
+// The runtime list is IB=1's, a superset: make demo IB=1 runs the demo
+// on an ibsim subnet after `IB=1 deps.sh runtime`.
 func depsList(t *testing.T, mode string) []string {
-	out, err := exec.Command("bash", filepath.Join(root, "scripts", "deps.sh"), mode, "--list").Output()
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "deps.sh"), mode, "--list")
+	cmd.Env = append(os.Environ(), "IB=1")
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("deps.sh %s --list: %v", mode, err)
 	}

@@ -34,8 +34,9 @@ var runtimeScripts = map[string]bool{"scripts/demo.sh": true, "scripts/bench.sh"
 var runtimeGo = map[string]bool{"internal/testnet": true, "internal/testnet/cmd/testnet": true}
 
 // shellRunners are script functions whose arguments, after the first
-// `from`, are a command line: demo.sh and bench.sh's `on K CMD...`.
-var shellRunners = map[string]int{"on": 1}
+// `from`, are a command line: demo.sh and bench.sh's `on K CMD...`,
+// demo.sh's `node NAME CMD...` and `await WHAT CMD...`.
+var shellRunners = map[string]int{"on": 1, "node": 1, "await": 1}
 
 // skipDirs hold no host code: the guest's programs (internal/testbed, run
 // in the rxe test bed's QEMU guest, whose image gets its own packages from

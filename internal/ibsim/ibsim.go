@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,7 +115,31 @@ type Fabric struct {
 	dir  string // the test's temporary directory, where every node runs
 	sock string // IBSIM_SOCKNAME: the simulator's, apart from any other's
 	osm  *exec.Cmd
+	// netns and server: in remote mode (Options.Netns), the namespace
+	// ibsim and OpenSM run in and the address nodes reach it at.
+	netns  string
+	server netip.Addr
+	smNode string // the node OpenSM runs as
 }
+
+// Options shape a fabric other than Up's.
+type Options struct {
+	Topology string // ibsim's net file (default Topology)
+	SMNode   string // the node OpenSM runs as (default "h1")
+	// Netns runs ibsim in remote mode (UDP, ports RemotePort to
+	// RemotePort+10) and OpenSM inside this named network namespace, at
+	// its address Server. umad2sim's default, abstract unix sockets, is
+	// per network namespace: a node in another namespace (an ipoibd in a
+	// testnet host) reaches the simulator only this way, with
+	// IBSIM_SERVER_NAME and IBSIM_SERVER_PORT (Env). Run and Output then
+	// run their commands in Netns too.
+	Netns  string
+	Server netip.Addr
+}
+
+// RemotePort is ibsim's control port in remote mode (its default); node
+// i's data port is RemotePort+1+i.
+const RemotePort = 7070
 
 // Up starts ibsim on the Topology and OpenSM on h1 and returns once
 // OpenSM says "SUBNET UP". Both are killed (SIGKILL: OpenSM's own exit
@@ -122,37 +147,53 @@ type Fabric struct {
 // ends.
 func Up(t testing.TB) *Fabric {
 	t.Helper()
-	return UpOn(t, Topology)
+	return UpWith(t, Options{})
 }
 
 // UpOn is Up on another topology, in ibsim's format (TwoSwitches); its
 // node h1 runs OpenSM.
 func UpOn(t testing.TB, topology string) *Fabric {
 	t.Helper()
-	f := &Fabric{dir: t.TempDir(), sock: fmt.Sprintf("ipoibd-ibsim-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
+	return UpWith(t, Options{Topology: topology})
+}
+
+// UpWith is Up with Options.
+func UpWith(t testing.TB, o Options) *Fabric {
+	t.Helper()
+	if o.Topology == "" {
+		o.Topology = Topology
+	}
+	if o.SMNode == "" {
+		o.SMNode = "h1"
+	}
+	f := &Fabric{dir: t.TempDir(), sock: fmt.Sprintf("ipoibd-ibsim-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6),
+		netns: o.Netns, server: o.Server}
+	if f.netns != "" && !f.server.IsValid() {
+		t.Fatal("ibsim: a fabric in a namespace needs the address nodes reach it at (Options.Server)")
+	}
 	net := filepath.Join(f.dir, "net")
-	if err := os.WriteFile(net, []byte(topology), 0o644); err != nil {
+	if err := os.WriteFile(net, []byte(o.Topology), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sim := exec.Command("ibsim", "-n", "-s", net)
 	sim.Env = append(os.Environ(), "IBSIM_SOCKNAME="+f.sock)
+	if f.netns != "" {
+		sim = f.inNetns(exec.Command("ibsim", "-r", "-l", fmt.Sprint(RemotePort), "-n", "-s", net))
+	}
 	f.start(t, sim)
 	// ibsim says it is ready before it binds its sockets, and they are
-	// abstract (no file to watch): poll for the control socket.
-	for end := time.Now().Add(upTimeout); ; time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile("/proc/net/unix")
-		if bytes.Contains(b, []byte("@"+f.sock+":ctl")) {
-			break
-		}
+	// abstract or UDP (no file to watch): poll for the control socket.
+	for end := time.Now().Add(upTimeout); !f.listening(sim.Process.Pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("ibsim did not come up")
 		}
 	}
+	f.smNode = o.SMNode
 	f.startSM(t, f.dir, "")
 	return f
 }
 
-// RestartSM kills OpenSM and starts it again on h1 with conf added to
+// RestartSM kills OpenSM and starts it again on its node with conf added to
 // its configuration (lines of opensm.conf) and its cache directory
 // holding files (name to content: guid2lid gives LIDs to port GUIDs), as
 // a subnet manager restarted with another configuration. It returns once
@@ -169,7 +210,7 @@ func (f *Fabric) RestartSM(t testing.TB, conf string, files map[string]string) {
 	f.startSM(t, dir, conf)
 }
 
-// startSM starts OpenSM on h1 with its configuration and cache in dir.
+// startSM starts OpenSM on the SM node with its configuration and cache in dir.
 func (f *Fabric) startSM(t testing.TB, dir, conf string) {
 	t.Helper()
 	// Our own configuration, not /etc/opensm's: no sweeps after the
@@ -180,8 +221,8 @@ func (f *Fabric) startSM(t testing.TB, dir, conf string) {
 		t.Fatal(err)
 	}
 	log := &watch{want: []byte("SUBNET UP"), seen: make(chan struct{})}
-	f.osm = exec.Command("opensm", "-F", path, "-f", "stdout")
-	f.osm.Env = append(f.Env("h1"), "OSM_TMP_DIR="+dir, "OSM_CACHE_DIR="+dir)
+	f.osm = f.inNetns(exec.Command("opensm", "-F", path, "-f", "stdout"))
+	f.osm.Env = append(f.Env(f.smNode), "OSM_TMP_DIR="+dir, "OSM_CACHE_DIR="+dir)
 	f.osm.Stdout = log
 	f.start(t, f.osm)
 	select {
@@ -190,6 +231,31 @@ func (f *Fabric) startSM(t testing.TB, dir, conf string) {
 		t.Fatalf("OpenSM did not bring the subnet up:\n%s", log)
 	}
 }
+
+// listening reports whether ibsim (pid) has bound its control socket:
+// the abstract one, or in remote mode the UDP port in its namespace.
+func (f *Fabric) listening(pid int) bool {
+	if f.netns == "" {
+		b, _ := os.ReadFile("/proc/net/unix")
+		return bytes.Contains(b, []byte("@"+f.sock+":ctl"))
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/udp", pid))
+	return bytes.Contains(b, []byte(fmt.Sprintf(":%04X ", RemotePort)))
+}
+
+// inNetns makes cmd run in the fabric's namespace, if it has one.
+func (f *Fabric) inNetns(cmd *exec.Cmd) *exec.Cmd {
+	if f.netns == "" {
+		return cmd
+	}
+	c := exec.Command("ip", append([]string{"netns", "exec", f.netns}, cmd.Args...)...)
+	c.Env = cmd.Env
+	return c
+}
+
+// Dir is the fabric's directory, where its nodes should run: umad2sim
+// makes its fake sysfs in a node's working directory.
+func (f *Fabric) Dir() string { return f.dir }
 
 // start runs a daemon in the fabric's directory, killed at the end of the
 // test, or by the kernel if the test binary dies without its cleanups (go
@@ -240,13 +306,23 @@ func (w *watch) String() string {
 
 // Env is what a program on node host needs to reach the simulator.
 func (f *Fabric) Env(host string) []string {
-	return append(os.Environ(), "IBSIM_SOCKNAME="+f.sock, "SIM_HOST="+host, "LD_PRELOAD="+Umad2sim)
+	return append(os.Environ(), f.NodeEnv(host)...)
+}
+
+// NodeEnv is what Env adds to the process's environment.
+func (f *Fabric) NodeEnv(host string) []string {
+	if f.netns != "" {
+		return []string{"IBSIM_SERVER_NAME=" + f.server.String(), fmt.Sprintf("IBSIM_SERVER_PORT=%d", RemotePort),
+			"SIM_HOST=" + host, "LD_PRELOAD=" + Umad2sim}
+	}
+	return []string{"IBSIM_SOCKNAME=" + f.sock, "SIM_HOST=" + host, "LD_PRELOAD=" + Umad2sim}
 }
 
 // Run runs cmd as node host, in the fabric's directory, killed if it takes
 // 20 s. What cmd.Env holds is added to the node's environment.
 func (f *Fabric) Run(host string, cmd *exec.Cmd) (stdout, stderr string, err error) {
 	cmd.Env = append(f.Env(host), cmd.Env...)
+	cmd = f.inNetns(cmd)
 	cmd.Dir = f.dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -297,18 +373,6 @@ func describe(host string, cmd *exec.Cmd) string {
 func (f *Fabric) SwitchLID(t testing.TB) string {
 	t.Helper()
 	return f.SwitchLIDOf(t, "sw1")
-}
-
-// SwitchLIDOf is the LID of the switch named name, as ibswitches finds
-// it.
-func (f *Fabric) SwitchLIDOf(t testing.TB, name string) string {
-	t.Helper()
-	out := f.Output(t, "h4", exec.Command("ibswitches"))
-	m := regexp.MustCompile(`"` + regexp.QuoteMeta(name) + `".* lid (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("ibswitches: no %s:\n%s", name, out)
-	}
-	return m[1]
 }
 
 // MulticastPorts reads ibroute -M's row for mlid on the switch with LID
@@ -376,4 +440,16 @@ func Child(arg string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = []string{childEnv + "=" + arg}
 	return cmd
+}
+
+// SwitchLIDOf is the LID of the switch named name, as ibswitches finds
+// it.
+func (f *Fabric) SwitchLIDOf(t testing.TB, name string) string {
+	t.Helper()
+	out := f.Output(t, "h4", exec.Command("ibswitches"))
+	m := regexp.MustCompile(`"` + regexp.QuoteMeta(name) + `".* lid (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("ibswitches: no %s:\n%s", name, out)
+	}
+	return m[1]
 }

@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"rdmacm":                        {"cm", "ib", "verbs"},
 	"ib/ibtest":                     {"ib"},
 	"softib/ibfwd":                  {"ib", "softib"},
-	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd"},
+	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib"}, // softib: -capture picks the MADs with its frame parser
 	// one interface and its kernel side: interfaces only, no transport
 	"ipoib/netdev":     {"mtu", "offload"},
 	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},

@@ -34,7 +34,12 @@ type Cluster struct {
 	Net  int
 	// Daemon is the ipoibd binary that Start runs and asks.
 	Daemon string
-	dir    string
+	// Env, if set, gives host k's daemon environment beyond the
+	// caller's (ibsim's variables for --softib-link ib), and Dir, if
+	// set, its working directory.
+	Env func(k int) []string
+	Dir string
+	dir string
 }
 
 // clusterName: a name that makes namespace and interface names (NAME-vK

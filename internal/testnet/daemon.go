@@ -57,6 +57,10 @@ func (c *Cluster) Start(k int, flags ...string) error {
 	}
 	cmd := c.Command(k, c.Daemon, append(args, flags...)...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if c.Env != nil {
+		cmd.Env = append(os.Environ(), c.Env(k)...)
+	}
+	cmd.Dir = c.Dir
 	err = cmd.Start()
 	log.Close()
 	if err != nil {

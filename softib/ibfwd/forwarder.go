@@ -68,6 +68,8 @@ type Forwarder struct {
 	// reused so that forwarding allocates nothing.
 	out []Delivery
 
+	tap atomic.Pointer[func([]byte)]
+
 	rx, tx atomic.Uint64
 	drops  [numDropCauses]atomic.Uint64
 	done   chan struct{}
@@ -155,6 +157,18 @@ func (f *Forwarder) Ports() []Port {
 	return out
 }
 
+// SetTap has tap called with every frame a registered port sent that
+// parses and passes its VCRC, before it is switched (or dropped by the
+// tables), from the forwarding goroutine; nil removes it. tap must not
+// keep the slice.
+func (f *Forwarder) SetTap(tap func(frame []byte)) {
+	if tap == nil {
+		f.tap.Store(nil)
+		return
+	}
+	f.tap.Store(&tap)
+}
+
 // SetRoutes replaces the forwarding tables.
 func (f *Forwarder) SetRoutes(r Routes) { f.routes.Store(&routesBox{r}) }
 
@@ -210,6 +224,9 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 	if softib.VCRC(b[:n]) != softib.GetVCRC(b[n:]) {
 		f.count(dropBadVCRC)
 		return
+	}
+	if tap := f.tap.Load(); tap != nil {
+		(*tap)(b)
 	}
 	r := f.routes.Load().r
 	dlid := lrh.DLID

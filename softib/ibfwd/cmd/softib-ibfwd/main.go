@@ -9,6 +9,20 @@
 //
 // Each -port is registered and its LIDs routed to it. It prints its
 // counters on SIGUSR1 and when it ends (SIGINT, SIGTERM).
+//
+// With -sm-node it forwards by the tables the subnet manager of an ibsim
+// fabric programmed instead: it reads them with infiniband-diags
+// (ibroute, ibroute -M, smpquery sl2vl) run as that node under ibsim's
+// libumad2sim.so, and again every -refresh, so that a join's new MFT
+// entry takes effect (fabric.go). The -port flags then only register the
+// ports (GUIDs and LIDs are the fabric's, e.g. from ibstat):
+//
+//	IBSIM_SERVER_NAME=10.77.0.254 IBSIM_SERVER_PORT=7070 \
+//	softib-ibfwd -listen 10.77.0.254:4790 -sm-node sm \
+//	    -port 0x0000000000100001,1@10.77.0.1:4791 ...
+//
+// -capture writes the MADs (QP1 frames) the ports send as a pcap file of
+// link type 247 (InfiniBand, LRH through VCRC).
 package main
 
 import (
@@ -19,6 +33,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ipoibd/ipoibd/softib/ibfwd"
 )
@@ -34,17 +49,29 @@ func main() {
 	var ports, groups list
 	flag.Var(&ports, "port", "a port, `GUID,LID[,LMC]@addr:port` (repeat)")
 	flag.Var(&groups, "group", "a multicast table entry, `MLID=GUID,...` (repeat)")
+	var fc fabricConfig
+	flag.StringVar(&fc.node, "sm-node", "", "read the tables the subnet manager programmed, running infiniband-diags as this ibsim `node` (under -umad2sim; IBSIM_SOCKNAME or IBSIM_SERVER_NAME/_PORT from the environment); -group and -sl2vl are then refused")
+	flag.StringVar(&fc.umad2sim, "umad2sim", defaultUmad2sim, "ibsim's libumad2sim.so, preloaded into the infiniband-diags commands of -sm-node")
+	flag.StringVar(&fc.swLID, "switch", "", "with -sm-node: read only this switch's tables, `LID` (default: every switch, walked hop by hop)")
+	flag.DurationVar(&fc.refresh, "refresh", time.Second, "with -sm-node: how often the tables are read again (0: once)")
+	capture := flag.String("capture", "", "write the MADs (QP1 frames) ports send to this pcap `file`, link type 247")
 	flag.Parse()
-	if err := run(*listen, *sl2vl, ports, groups); err != nil {
+	if err := run(*listen, *sl2vl, ports, groups, fc, *capture); err != nil {
 		fmt.Fprintln(os.Stderr, "softib-ibfwd:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, sl2vl string, ports, groups []string) error {
+func run(listen, sl2vl string, ports, groups []string, fc fabricConfig, capture string) error {
 	addr, err := netip.ParseAddrPort(listen)
 	if err != nil {
 		return fmt.Errorf("-listen: %w", err)
+	}
+	if fc.node != "" {
+		if sl2vl != "" || len(groups) > 0 {
+			return fmt.Errorf("-sm-node reads the multicast and SL-to-VL tables from the fabric: no -group or -sl2vl with it")
+		}
+		return runFabric(addr, ports, fc, capture)
 	}
 	routes := ibfwd.NewStatic()
 	if sl2vl != "" {
@@ -82,7 +109,22 @@ func run(listen, sl2vl string, ports, groups []string) error {
 			return err
 		}
 	}
+	if capture != "" {
+		w, err := newCapture(capture)
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		f.SetTap(w.tap)
+	}
 	fmt.Printf("forwarding on %v for %d ports\n", f.Addr(), len(regs))
+	serveSignals(f, nil)
+	return nil
+}
+
+// serveSignals prints the counters on SIGUSR1 and at the end (SIGINT,
+// SIGTERM); stop, if not nil, is closed at the end.
+func serveSignals(f *ibfwd.Forwarder, stop chan struct{}) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
 	for s := range sig {
@@ -90,8 +132,10 @@ func run(listen, sl2vl string, ports, groups []string) error {
 			fmt.Printf("%s %d\n", c.Name, c.Value)
 		}
 		if s != syscall.SIGUSR1 {
-			return nil
+			if stop != nil {
+				close(stop)
+			}
+			return
 		}
 	}
-	return nil
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	be "encoding/binary"
+	"fmt"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/umadsa"
+)
+
+// softibIBPKeyHint says where a P_Key missing from an InfiniBand-link
+// softib port's table comes from: the subnet manager, as on hardware.
+const softibIBPKeyHint = "the subnet manager sets it (OpenSM's partitions.conf)"
+
+// openSoftibIB opens a softib port on the InfiniBand link layer as the
+// port of the subnet node this process is: its LID, LMC, SM LID, GID and
+// P_Key table come from the subnet manager through libibumad (under
+// ibsim's libumad2sim.so), as verbs reads them from sysfs, and the SA
+// client is opened as on a verbs InfiniBand port. On error nothing stays
+// open.
+func openSoftibIB(sc softib.Config, cfg *ipoib.Config) (ib.Device, error) {
+	pi, err := umadsa.QueryPort("", 0)
+	if err != nil {
+		return nil, fmt.Errorf("softib --softib-link ib: reading the port from the subnet: %w", err)
+	}
+	if err := ibPlace(pi, &sc); err != nil {
+		return nil, err
+	}
+	dev, err := softib.Open(sc)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := umadsa.OpenPortClient("", 0)
+	if err != nil {
+		_ = dev.Close()
+		return nil, fmt.Errorf("softib --softib-link ib: the subnet administrator's client: %w", err)
+	}
+	cfg.Device, cfg.Subnet = dev, sub
+	if cfg.Log != nil {
+		cfg.Log.Info("softib port on the InfiniBand subnet", "lid", pi.LID, "lmc", pi.LMC, "sm_lid", pi.SMLID,
+			"gid", pi.GID, "pkeys", len(sc.PKeys), "forwarder", sc.IB.Forwarder)
+	}
+	return dev, nil
+}
+
+// ibPlace puts what the subnet manager assigned the port (pi) in sc: a
+// port that is not active, or has no LID or SM yet, is refused, as is a
+// P_Key table softib cannot hold.
+func ibPlace(pi umadsa.PortInfo, sc *softib.Config) error {
+	switch {
+	case !pi.Active:
+		return fmt.Errorf("softib --softib-link ib: the port is not active (state %d): is OpenSM running on the fabric?", pi.State)
+	case pi.LID == 0 || pi.SMLID == 0:
+		return fmt.Errorf("softib --softib-link ib: the port has LID %d and SM LID %d: the subnet manager has not swept it", pi.LID, pi.SMLID)
+	case len(pi.PKeys) == 0:
+		return fmt.Errorf("softib --softib-link ib: the port's P_Key table is empty")
+	}
+	for i, p := range pi.PKeys {
+		if !p.Valid() {
+			return fmt.Errorf("softib --softib-link ib: the SM's P_Key table has no partition at index %d: softib holds only tables without gaps", i)
+		}
+	}
+	sc.PKeys = pi.PKeys
+	sc.IB.LID, sc.IB.LMC, sc.IB.SMLID = pi.LID, pi.LMC, pi.SMLID
+	sc.IB.GIDPrefix = be.BigEndian.Uint64(pi.GID[:8])
+	sc.IB.GUID = be.BigEndian.Uint64(pi.GID[8:])
+	return nil
+}
