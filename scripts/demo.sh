@@ -35,7 +35,10 @@ fabric_pids=()
 cleanup() {
 	"$testnet" down "$name"
 	# SIGKILL: OpenSM's own exit can hang on a simulator already gone.
-	((${#fabric_pids[@]})) && kill -KILL "${fabric_pids[@]}" 2>/dev/null
+	if ((${#fabric_pids[@]})); then
+		kill -KILL "${fabric_pids[@]}" 2>/dev/null
+		wait "${fabric_pids[@]}" 2>/dev/null || true # reaped here: bash reports no "Killed"
+	fi
 	[ -n "${simdir:-}" ] && rm -rf "$simdir"
 	return 0
 }
