@@ -107,7 +107,7 @@ func TestIBSubnet(t *testing.T) {
 	for k := 1; k <= 4; k++ {
 		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
 	}
-	startForwarder(t, c, fabHost, fab, args)
+	fwd := startForwarder(t, c, fabHost, fab, args)
 
 	c.tn.Daemon = bins[0]
 	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
@@ -142,6 +142,14 @@ func TestIBSubnet(t *testing.T) {
 		}
 	}
 
+	// The groups the daemons joined are forwarded before the first ping:
+	// OpenSM programmed them, and the forwarder read them back.
+	var mlids []string
+	for _, sw := range []string{"sw1", "sw2"} {
+		mlids = append(mlids, mftMLIDs(fab.Output(t, "sm", exec.Command("ibroute", "-M", fab.SwitchLIDOf(t, sw))))...)
+	}
+	fwd.await(t, mlids, 20*time.Second)
+
 	start := time.Now()
 	for a := 1; a <= 4; a++ {
 		for b := 1; b <= 4; b++ {
@@ -150,10 +158,12 @@ func TestIBSubnet(t *testing.T) {
 			}
 			// The first packet to a peer may wait on joins (the
 			// solicited-node group's, send-only) and on OpenSM's new
-			// MFT entry reaching the forwarder: it gets 5 s, then
-			// none may be lost.
+			// MFT entry reaching the forwarder at its next read of
+			// every switch (seconds on a loaded machine): until one
+			// ping is answered, each asking a failed neighbor again;
+			// then none may be lost.
 			for _, dst := range []string{c.ip4(b), c.ip6(b)} {
-				c.on(a, "ping", "-c", "1", "-W", "5", dst)
+				firstReply(t, c, a, dst, 30*time.Second)
 				c.ping(a, dst, 2)
 			}
 		}
@@ -274,9 +284,71 @@ func ibGID(guid uint64) string {
 	return g.String()
 }
 
+// firstReply pings dst from host k until one ping is answered.
+func firstReply(t *testing.T, c *cluster, k int, dst string, timeout time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(timeout); ; {
+		out, err := c.try(k, "ping", "-c", "1", "-W", "2", dst)
+		if err == nil {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("h%d: no reply from %s in %v: %v\n%s", k, dst, timeout, err, out)
+		}
+	}
+}
+
+// forwarderTables follows the "tables:" lines softib-ibfwd prints when
+// the tables it forwards by change.
+type forwarderTables struct {
+	mu      sync.Mutex
+	last    string        // the newest "tables:" line
+	changed chan struct{} // capacity one: last changed
+}
+
+func (f *forwarderTables) set(l string) {
+	f.mu.Lock()
+	f.last = l
+	f.mu.Unlock()
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// await waits until the forwarder's tables carry every MLID in mlids.
+func (f *forwarderTables) await(t *testing.T, mlids []string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		f.mu.Lock()
+		have := strings.Fields(f.last)
+		f.mu.Unlock()
+		if !slices.ContainsFunc(mlids, func(m string) bool { return !slices.Contains(have, m) }) {
+			return
+		}
+		select {
+		case <-f.changed:
+		case <-deadline:
+			t.Fatalf("the forwarder's tables never carried MLIDs %v (last: %q)", mlids, have)
+		}
+	}
+}
+
+// mftMLIDs lists the MLIDs an ibroute -M dump holds.
+func mftMLIDs(dump string) []string {
+	var m []string
+	for _, l := range strings.Split(dump, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "0x") {
+			m = append(m, strings.ToLower(f[0]))
+		}
+	}
+	return m
+}
+
 // startForwarder runs softib-ibfwd on host k, as the fabric reaches it,
 // and waits for it to have read the tables.
-func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []string) {
+func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []string) *forwarderTables {
 	t.Helper()
 	bins, err := ibBinaries()
 	if err != nil {
@@ -298,6 +370,7 @@ func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []s
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	var counters []string // what it prints after it started: its counters at the end
+	tables := &forwarderTables{changed: make(chan struct{}, 1)}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -320,8 +393,11 @@ func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []s
 		}
 		close(ready)
 		for sc.Scan() {
-			if !strings.HasSuffix(sc.Text(), " 0") {
-				counters = append(counters, sc.Text())
+			switch l := sc.Text(); {
+			case strings.HasPrefix(l, "tables:"):
+				tables.set(l)
+			case !strings.HasSuffix(l, " 0"):
+				counters = append(counters, l)
 			}
 		}
 	}()
@@ -334,6 +410,7 @@ func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []s
 	case <-time.After(20 * time.Second):
 		t.Fatalf("softib-ibfwd did not start forwarding: %s", stderr.String())
 	}
+	return tables
 }
 
 // mftHasAll reports whether some row of ibroute -M's dump forwards to

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +105,8 @@ func runFabric(addr netip.AddrPort, ports []string, fc fabricConfig, capture str
 		which = "switch LID " + sw
 	}
 	fmt.Printf("forwarding on %v for %d ports by the tables of %s (node %s)\n", f.Addr(), len(ports), which, fc.node)
+	last := summary(routes)
+	fmt.Println("tables:", last)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -124,9 +128,42 @@ func runFabric(addr netip.AddrPort, ports []string, fc fabricConfig, capture str
 				continue
 			}
 			f.SetRoutes(r)
+			// Said when it changes, so that a script can wait for the
+			// group a join made to be forwarded.
+			if s := summary(r); s != last {
+				fmt.Println("tables:", s)
+				last = s
+			}
 		}
 	}()
 	serveSignals(f, stop)
 	<-done
 	return nil
+}
+
+// summary says what tables r holds in one line: the switches read and
+// the MLIDs they forward, sorted.
+func summary(r ibfwd.Routes) string {
+	mlids := map[uint16]bool{}
+	switches := 0
+	switch r := r.(type) {
+	case *ibfwd.Subnet:
+		switches = len(r.Switches)
+		for _, sw := range r.Switches {
+			for m := range sw.MFT {
+				mlids[m] = true
+			}
+		}
+	case *ibfwd.Switch:
+		switches = 1
+		for m := range r.MFT {
+			mlids[m] = true
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d switches, MLIDs", switches)
+	for _, m := range slices.Sorted(maps.Keys(mlids)) {
+		fmt.Fprintf(&b, " %#x", m)
+	}
+	return b.String()
 }
