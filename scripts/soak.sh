@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The soak (make soak; root; not part of make test): three hosts over softib
+# in connected mode for SOAK_SECONDS (default 180). h1's underlay drops
+# SOAK_LOSS % (default 2) of the fabric datagrams it receives; iperf3 runs
+# h1 -> h2 and h2 -> h1 at SOAK_RATE each (default 300M: the machine is
+# shared); pings run h1 <-> h2 both ways and h1 -> h3; h3's daemon is
+# killed with SIGKILL and restarted every SOAK_RESTART_EVERY s (default 30).
+# Every SOAK_SAMPLE s (default 10) it prints, per host, the daemon's RSS and
+# Go heap in use, goroutines, open files, neighbors and connections (from
+# --metrics-listen), and at the end every lost ping with whether it fell in
+# a restart window. The daemons write heap profiles (IPOIBD_HEAPPROFILE)
+# to SOAK_DIR (default /tmp/soak): `go tool pprof -sample_index=inuse_space
+# bin/ipoibd $SOAK_DIR/h1.heap` shows what holds memory.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+testnet=${TESTNET:-$here/../bin/testnet}
+IPOIBD=${IPOIBD:-$here/../bin/ipoibd}
+export IPOIBD
+name=soak
+net=${CLUSTER_NET:-78}
+export CLUSTER_NET=$net
+seconds=${SOAK_SECONDS:-180}
+loss=${SOAK_LOSS:-2}
+rate=${SOAK_RATE:-300M}
+restart_every=${SOAK_RESTART_EVERY:-30}
+sample=${SOAK_SAMPLE:-10}
+dir=${SOAK_DIR:-/tmp/soak}
+metrics=127.0.0.1:9468
+
+[ "$(id -u)" = 0 ] || { echo "soak: run as root (sudo make soak)" >&2; exit 1; }
+[ -x "$testnet" ] || { echo "soak: no $testnet (run make build)" >&2; exit 1; }
+on() { "$testnet" exec "$name" "$@"; }
+mkdir -p "$dir"
+rm -f "$dir"/*.heap "$dir"/*.ping "$dir"/restarts "$dir"/samples
+
+bg=()
+cleanup() {
+	local p
+	for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	"$testnet" down "$name" || true
+}
+"$testnet" down "$name" 2>/dev/null || true
+trap cleanup EXIT
+
+start() {
+	IPOIBD_HEAPPROFILE=$dir/h$1.heap "$testnet" start "$name" "$1" --mode connected --metrics-listen "$metrics"
+}
+
+"$testnet" up "$name" 3
+for k in 1 2 3; do start $k; done
+"$testnet" loss "$name" 1 "$loss"
+
+# One scrape of host k's metrics, summed per name (labels dropped).
+scrape() {
+	on "$1" curl -sf --max-time 5 "http://$metrics/metrics" | awk '
+		/^#/ { next }
+		{ n = $1; sub(/\{.*/, "", n); v[n] += $NF }
+		END {
+			printf "%7.1f %7.1f %5d %4d %4d %4d\n",
+				v["process_resident_memory_bytes"] / 1048576, v["go_memstats_heap_inuse_bytes"] / 1048576,
+				v["go_goroutines"], v["process_open_fds"], v["ipoibd_neighbors"], v["ipoibd_connections"]
+		}'
+}
+
+# Pings with timestamps (-D) and a line for each unanswered one (-O).
+ping_bg() { # from to label
+	on "$1" ping -D -O -i 0.2 -W 1 "192.168.$net.$2" >"$dir/$3.ping" 2>&1 &
+	bg+=($!)
+}
+ping_bg 1 2 h1-h2
+ping_bg 2 1 h2-h1
+ping_bg 1 3 h1-h3
+
+on 2 iperf3 -s -p 5201 -D
+on 1 iperf3 -s -p 5202 -D
+for kp in 2:5201 1:5202; do
+	for _ in $(seq 50); do on "${kp%:*}" ss -Hltn "sport = :${kp#*:}" | grep -q . && break; sleep 0.1; done
+done
+on 1 iperf3 -c "192.168.$net.2" -p 5201 -t "$seconds" -b "$rate" -i 0 >"$dir/iperf-h1-h2" 2>&1 &
+bg+=($!)
+on 2 iperf3 -c "192.168.$net.1" -p 5202 -t "$seconds" -b "$rate" -i 0 >"$dir/iperf-h2-h1" 2>&1 &
+bg+=($!)
+
+printf '%6s %4s %7s %7s %5s %4s %4s %4s\n' t host rss_MiB heap_MiB gorout fds neigh conns | tee "$dir/samples"
+t0=$(date +%s)
+next_restart=$restart_every
+next_sample=0
+while :; do
+	t=$(($(date +%s) - t0))
+	[ "$t" -le "$seconds" ] || break
+	if [ "$t" -ge "$next_sample" ]; then
+		for k in 1 2 3; do
+			printf '%6d %4s %s\n' "$t" "h$k" "$(scrape $k || echo '   (no answer)')"
+		done | tee -a "$dir/samples"
+		next_sample=$((next_sample + sample))
+	fi
+	if [ "$t" -ge "$next_restart" ] && [ $((t + 5)) -lt "$seconds" ]; then
+		a=$(date +%s.%N)
+		"$testnet" stop "$name" 3 KILL
+		start 3
+		echo "$a $(date +%s.%N)" >>"$dir/restarts"
+		next_restart=$((next_restart + restart_every))
+	fi
+	sleep 1
+done
+for p in "${bg[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+wait 2>/dev/null || true
+
+echo
+echo "== iperf3"
+for f in "$dir"/iperf-*; do echo "${f##*/}: $(grep -E 'sender|receiver' "$f" | awk '{print $(NF-3), $(NF-2), $NF}' | tr '\n' ' ')"; done
+echo "== pings (lost: answered never; in a restart window: within 5 s after h3's SIGKILL)"
+for f in "$dir"/*.ping; do
+	awk -v restarts="$dir/restarts" -v label="${f##*/}" '
+		BEGIN { while ((getline l < restarts) > 0) { split(l, r, " "); n++; from[n] = r[1]; to[n] = r[2] + 5 } }
+		/no answer yet/ {
+			ts = $1; gsub(/[\[\]]/, "", ts); seq = $0; sub(/.*icmp_seq=/, "", seq); sub(/ .*/, "", seq)
+			inwin = 0; for (i = 1; i <= n; i++) if (ts >= from[i] && ts <= to[i]) inwin = 1
+			if (label ~ /h3/ && inwin) win++; else { out++; printf "   %s lost seq %s at %s\n", label, seq, ts }
+		}
+		/transmitted/ { summary = $0 }
+		END { printf "%s: %s; lost in restart windows %d, outside %d\n", label, summary, win, out }' "$f"
+done
+echo "== samples in $dir/samples, heap profiles in $dir/h*.heap"
