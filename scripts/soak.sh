@@ -7,7 +7,7 @@
 # killed with SIGKILL and restarted every SOAK_RESTART_EVERY s (default 30).
 # Every SOAK_SAMPLE s (default 10) it prints, per host, the daemon's RSS and
 # Go heap in use, goroutines, open files, neighbors and connections (from
-# --metrics-listen), and at the end every lost ping with whether it fell in
+# --metrics-listen) and how much of the packet slab is resident, and at the end every lost ping with whether it fell in
 # a restart window. The daemons write heap profiles (IPOIBD_HEAPPROFILE)
 # to SOAK_DIR (default /tmp/soak): `go tool pprof -sample_index=inuse_space
 # bin/ipoibd $SOAK_DIR/h1.heap` shows what holds memory.
@@ -63,6 +63,22 @@ scrape() {
 		}'
 }
 
+# The resident part of host k's packet slab (ipoib/slots.go): the one
+# anonymous mapping of slab_bytes, which pages fault into as slots are
+# first used; bounded by its size, unlike a leak.
+slab_bytes=$(((256 + 32 + 256) * 68 * 1024 + 2048 * 8 * 1024))
+slab_mib() {
+	local pid range rest cur=0 kb=0
+	pid=$("$testnet" pid "$name" "$1") || { echo 0; return; }
+	while read -r range rest; do
+		case $range in
+		*-*) cur=$(((16#${range#*-}) - (16#${range%-*}) == slab_bytes)) ;;
+		Rss:) [ "$cur" = 0 ] || kb=$((kb + ${rest%% *})) ;;
+		esac
+	done <"/proc/$pid/smaps" 2>/dev/null || true
+	echo $((kb / 1024))
+}
+
 # Pings with timestamps (-D) and a line for each unanswered one (-O).
 ping_bg() { # from to label
 	on "$1" ping -D -O -i 0.2 -W 1 "192.168.$net.$2" >"$dir/$3.ping" 2>&1 &
@@ -82,7 +98,7 @@ bg+=($!)
 on 2 iperf3 -c "192.168.$net.1" -p 5202 -t "$seconds" -b "$rate" -i 0 >"$dir/iperf-h2-h1" 2>&1 &
 bg+=($!)
 
-printf '%6s %4s %7s %7s %5s %4s %4s %4s\n' t host rss_MiB heap_MiB gorout fds neigh conns | tee "$dir/samples"
+printf '%6s %4s %7s %7s %5s %4s %4s %4s %7s\n' t host rss_MiB heap_MiB gorout fds neigh conns slab_MiB | tee "$dir/samples"
 t0=$(date +%s)
 next_restart=$restart_every
 next_sample=0
@@ -91,7 +107,9 @@ while :; do
 	[ "$t" -le "$seconds" ] || break
 	if [ "$t" -ge "$next_sample" ]; then
 		for k in 1 2 3; do
-			printf '%6d %4s %s\n' "$t" "h$k" "$(scrape $k || echo '   (no answer)')"
+			printf '%6d %4s %s %7.1f\n' "$t" "h$k" "$(scrape $k || echo '   (no answer)')" "$(slab_mib $k)"
+			# Kept per sample for go tool pprof -diff_base.
+			cp "$dir/h$k.heap" "$dir/h$k-$t.heap" 2>/dev/null || true
 		done | tee -a "$dir/samples"
 		next_sample=$((next_sample + sample))
 	fi
