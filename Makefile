@@ -58,6 +58,7 @@ bench: build
 # Memory and connections over a long run with loss, iperf3, pings and
 # SIGKILL restarts (root; not part of test; SOAK_SECONDS, default 180).
 soak: build
+	$(GO) build -o bin/reqflood ./internal/reqflood
 	scripts/deps.sh runtime
 	scripts/soak.sh
 

@@ -5,6 +5,8 @@
 # h1 -> h2 and h2 -> h1 at SOAK_RATE each (default 300M: the machine is
 # shared); pings run h1 <-> h2 both ways and h1 -> h3; h3's daemon is
 # killed with SIGKILL and restarted every SOAK_RESTART_EVERY s (default 30).
+# Half-way, a fourth host without a daemon floods h2 with SOAK_FLOOD REQs
+# that never complete (default 20000, at 4000/s; internal/reqflood).
 # Every SOAK_SAMPLE s (default 10) it prints, per host, the daemon's RSS and
 # Go heap in use, goroutines, open files, neighbors and connections (from
 # --metrics-listen) and how much of the packet slab is resident, and at the end every lost ping with whether it fell in
@@ -15,6 +17,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 testnet=${TESTNET:-$here/../bin/testnet}
 IPOIBD=${IPOIBD:-$here/../bin/ipoibd}
+reqflood=${REQFLOOD:-$here/../bin/reqflood}
+flood=${SOAK_FLOOD:-20000}
 export IPOIBD
 name=soak
 net=${CLUSTER_NET:-78}
@@ -47,7 +51,7 @@ start() {
 	IPOIBD_HEAPPROFILE=$dir/h$1.heap "$testnet" start "$name" "$1" --mode connected --metrics-listen "$metrics"
 }
 
-"$testnet" up "$name" 3
+"$testnet" up "$name" 4
 for k in 1 2 3; do start $k; done
 "$testnet" loss "$name" 1 "$loss"
 
@@ -102,6 +106,7 @@ printf '%6s %4s %7s %7s %5s %4s %4s %4s %7s\n' t host rss_MiB heap_MiB gorout fd
 t0=$(date +%s)
 next_restart=$restart_every
 next_sample=0
+flooded=0
 while :; do
 	t=$(($(date +%s) - t0))
 	[ "$t" -le "$seconds" ] || break
@@ -112,6 +117,13 @@ while :; do
 			cp "$dir/h$k.heap" "$dir/h$k-$t.heap" 2>/dev/null || true
 		done | tee -a "$dir/samples"
 		next_sample=$((next_sample + sample))
+	fi
+	if [ "$flooded" = 0 ] && [ "$t" -ge $((seconds / 2)) ] && [ "$flood" -gt 0 ]; then
+		flooded=1
+		link=$(on 2 "$IPOIBD" show --json | jq -r .link_addr)
+		echo "   $t s: h4 floods h2 with $flood REQs"
+		on 4 "$reqflood" -from "10.$net.0.4" -to "10.$net.0.2" -link "$link" -n "$flood" >"$dir/reqflood" 2>&1 &
+		bg+=($!)
 	fi
 	if [ "$t" -ge "$next_restart" ] && [ $((t + 5)) -lt "$seconds" ]; then
 		a=$(date +%s.%N)
