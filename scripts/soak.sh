@@ -9,7 +9,8 @@
 # that never complete (default 20000, at 4000/s; internal/reqflood).
 # Every SOAK_SAMPLE s (default 10) it prints, per host, the daemon's RSS and
 # Go heap in use, goroutines, open files, neighbors and connections (from
-# --metrics-listen) and how much of the packet slab is resident, and at the end every lost ping with whether it fell in
+# --metrics-listen), how much of the packet slab is resident and the RSS
+# split into anonymous and file-backed memory, and at the end every lost ping with whether it fell in
 # a restart window. The daemons write heap profiles (IPOIBD_HEAPPROFILE)
 # to SOAK_DIR (default /tmp/soak): `go tool pprof -sample_index=inuse_space
 # bin/ipoibd $SOAK_DIR/h1.heap` shows what holds memory.
@@ -83,9 +84,19 @@ slab_mib() {
 	echo $((kb / 1024))
 }
 
+# Host k's RSS split: anonymous (heap, stacks, the slab) and file-backed
+# (the daemon's own code and data, paged in as its code paths first run).
+rss_parts() {
+	local pid
+	pid=$("$testnet" pid "$name" "$1") || { echo "0 0"; return; }
+	awk '/^RssAnon:/ { a = $2 } /^RssFile:/ { f = $2 } END { printf "%7.1f %7.1f", a / 1024, f / 1024 }' "/proc/$pid/status" 2>/dev/null || echo "0 0"
+}
+
 # Pings with timestamps (-D) and a line for each unanswered one (-O).
 ping_bg() { # from to label
-	on "$1" ping -D -O -i 0.2 -W 1 "192.168.$net.$2" >"$dir/$3.ping" 2>&1 &
+	# Not through on(): $! must be ping itself (testnet exec becomes it),
+	# to be stopped with SIGINT, which makes it print its summary.
+	"$testnet" exec "$name" "$1" ping -D -O -i 0.2 -W 1 "192.168.$net.$2" >"$dir/$3.ping" 2>&1 &
 	bg+=($!)
 }
 ping_bg 1 2 h1-h2
@@ -102,7 +113,7 @@ bg+=($!)
 on 2 iperf3 -c "192.168.$net.1" -p 5202 -t "$seconds" -b "$rate" -i 0 >"$dir/iperf-h2-h1" 2>&1 &
 bg+=($!)
 
-printf '%6s %4s %7s %7s %5s %4s %4s %4s %7s\n' t host rss_MiB heap_MiB gorout fds neigh conns slab_MiB | tee "$dir/samples"
+printf '%6s %4s %7s %7s %5s %4s %4s %4s %7s %7s %7s\n' t host rss_MiB heap_MiB gorout fds neigh conns slab_MiB anon_MiB file_MiB | tee "$dir/samples"
 t0=$(date +%s)
 next_restart=$restart_every
 next_sample=0
@@ -112,7 +123,7 @@ while :; do
 	[ "$t" -le "$seconds" ] || break
 	if [ "$t" -ge "$next_sample" ]; then
 		for k in 1 2 3; do
-			printf '%6d %4s %s %7.1f\n' "$t" "h$k" "$(scrape $k || echo '   (no answer)')" "$(slab_mib $k)"
+			printf '%6d %4s %s %7.1f %s\n' "$t" "h$k" "$(scrape $k || echo '   (no answer)')" "$(slab_mib $k)" "$(rss_parts $k)"
 			# Kept per sample for go tool pprof -diff_base.
 			cp "$dir/h$k.heap" "$dir/h$k-$t.heap" 2>/dev/null || true
 		done | tee -a "$dir/samples"
@@ -139,17 +150,23 @@ wait 2>/dev/null || true
 
 echo
 echo "== iperf3"
-for f in "$dir"/iperf-*; do echo "${f##*/}: $(grep -E 'sender|receiver' "$f" | awk '{print $(NF-3), $(NF-2), $NF}' | tr '\n' ' ')"; done
-echo "== pings (lost: answered never; in a restart window: within 5 s after h3's SIGKILL)"
+for f in "$dir"/iperf-*; do grep -E 'sender|receiver' "$f" | sed "s|^\[ *[0-9]*\] *|${f##*/}: |"; done
+echo "== pings (lost: never answered; h3's restart window: from its SIGKILL to 5 s after its daemon answers again)"
 for f in "$dir"/*.ping; do
 	awk -v restarts="$dir/restarts" -v label="${f##*/}" '
-		BEGIN { while ((getline l < restarts) > 0) { split(l, r, " "); n++; from[n] = r[1]; to[n] = r[2] + 5 } }
-		/no answer yet/ {
-			ts = $1; gsub(/[\[\]]/, "", ts); seq = $0; sub(/.*icmp_seq=/, "", seq); sub(/ .*/, "", seq)
-			inwin = 0; for (i = 1; i <= n; i++) if (ts >= from[i] && ts <= to[i]) inwin = 1
-			if (label ~ /h3/ && inwin) win++; else { out++; printf "   %s lost seq %s at %s\n", label, seq, ts }
-		}
+		BEGIN { while ((getline l < restarts) > 0) { split(l, r, " "); n++; from[n] = r[1] + 0; to[n] = r[2] + 5 } }
+		/bytes from/ { seq = $0; sub(/.*icmp_seq=/, "", seq); sub(/ .*/, "", seq); answered[seq] = 1 }
+		/no answer yet/ { seq = $0; sub(/.*icmp_seq=/, "", seq); ts = $1; gsub(/[][]/, "", ts); late[seq] = ts + 0 }
 		/transmitted/ { summary = $0 }
-		END { printf "%s: %s; lost in restart windows %d, outside %d\n", label, summary, win, out }' "$f"
+		END {
+			for (seq in late) {
+				if (seq in answered) continue
+				inwin = 0
+				for (i = 1; i <= n; i++) if (late[seq] >= from[i] && late[seq] <= to[i]) inwin = 1
+				if (label ~ /h3/ && inwin) win++
+				else { out++; printf "   %s: seq %s lost at %.3f\n", label, seq, late[seq] }
+			}
+			printf "%s: %s; lost in restart windows %d, outside them %d\n", label, summary, win, out
+		}' "$f"
 done
 echo "== samples in $dir/samples, heap profiles in $dir/h*.heap"
