@@ -70,18 +70,23 @@ scrape() {
 
 # The resident part of host k's packet slab (ipoib/slots.go): the one
 # anonymous mapping of slab_bytes, which pages fault into as slots are
-# first used; bounded by its size, unlike a leak.
+# first used; bounded by its size, unlike a leak (since #27 all at once).
 slab_bytes=$(((256 + 32 + 256) * 68 * 1024 + 2048 * 8 * 1024))
 slab_mib() {
-	local pid range rest cur=0 kb=0
-	pid=$("$testnet" pid "$name" "$1") || { echo 0; return; }
+	local pid range rest cur=0 kb=0 seen=0
+	pid=$("$testnet" pid "$name" "$1") || { echo -; return; }
 	while read -r range rest; do
 		case $range in
-		*-*) cur=$(((16#${range#*-}) - (16#${range%-*}) == slab_bytes)) ;;
+		*-*)
+			cur=$(((16#${range#*-}) - (16#${range%-*}) == slab_bytes))
+			seen=$((seen | cur))
+			;;
 		Rss:) [ "$cur" = 0 ] || kb=$((kb + ${rest%% *})) ;;
 		esac
 	done <"/proc/$pid/smaps" 2>/dev/null || true
-	echo $((kb / 1024))
+	# No mapping of that size: the kernel merged the slab with a
+	# neighbouring one.
+	if [ "$seen" = 1 ]; then echo $((kb / 1024)); else echo -; fi
 }
 
 # Host k's RSS split: anonymous (heap, stacks, the slab) and file-backed
@@ -123,7 +128,7 @@ while :; do
 	[ "$t" -le "$seconds" ] || break
 	if [ "$t" -ge "$next_sample" ]; then
 		for k in 1 2 3; do
-			printf '%6d %4s %s %7.1f %s\n' "$t" "h$k" "$(scrape $k || echo '   (no answer)')" "$(slab_mib $k)" "$(rss_parts $k)"
+			printf '%6d %4s %s %7s %s\n' "$t" "h$k" "$(scrape $k || echo '   (no answer)')" "$(slab_mib $k)" "$(rss_parts $k)"
 			# Kept per sample for go tool pprof -diff_base.
 			cp "$dir/h$k.heap" "$dir/h$k-$t.heap" 2>/dev/null || true
 		done | tee -a "$dir/samples"
