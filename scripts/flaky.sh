@@ -52,7 +52,7 @@ for k in $(seq "$runs"); do
 		echo "run $k: ok"
 	else
 		failed=$((failed + 1))
-		echo "run $k: FAILED: $(grep -E '^\s*--- FAIL|^FAIL\s|^panic:' "$log" | sed 's/ (.*)$//' | tr -s ' ' | paste -sd ';' -)"
+		echo "run $k: FAILED: $(grep -E '^\s*--- FAIL|^FAIL\s|^panic:' "$log" | sed -E 's/^\s+//; s/ \(.*\)$//' | tr -s ' ' | paste -sd ';' -)"
 	fi
 done
 echo
