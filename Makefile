@@ -4,7 +4,7 @@ GO ?= go
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: build test testbed lint fuzz bench demo deps deps-proof install uninstall unit man soak flaky
+.PHONY: build test testbed lint fuzz bench demo deps deps-proof install uninstall unit man soak
 
 build:
 	$(GO) build ./...
