@@ -4,7 +4,7 @@ GO ?= go
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: build test testbed lint fuzz bench demo deps deps-proof install uninstall unit man
+.PHONY: build test testbed lint fuzz bench demo deps deps-proof install uninstall unit man soak
 
 build:
 	$(GO) build ./...
@@ -54,6 +54,13 @@ fuzz:
 bench: build
 	scripts/deps.sh runtime
 	scripts/bench.sh
+
+# Memory and connections over a long run with loss, iperf3, pings and
+# SIGKILL restarts (root; not part of test; SOAK_SECONDS, default 180).
+soak: build
+	$(GO) build -o bin/reqflood ./internal/reqflood
+	scripts/deps.sh runtime
+	scripts/soak.sh
 
 # The main job: a three-host cluster over softib (needs root). IB=1: the
 # same on an InfiniBand subnet that OpenSM runs under ibsim.

@@ -51,6 +51,7 @@ want iperf3 iperf3
 want nftables nft # internal/testnet's loss (demo, bench, tests)
 want socat socat  # the bench baseline, the multicast test
 want jq jq        # make bench reads iperf3 -J and show --json
+want curl curl    # scrapes --metrics-listen (make soak, ipoibd/metrics_test.go)
 want wireguard-go wireguard-go # the bench baseline
 want wireguard-tools wg
 if [ "$mode" != runtime ]; then
@@ -62,7 +63,6 @@ if [ "$mode" != runtime ]; then
 	# unit's systemd-analyze security score.
 	want util-linux setpriv
 	want systemd systemd-analyze
-	want curl curl # scrapes --metrics-listen (ipoibd/metrics_test.go)
 	want shellcheck shellcheck # make lint checks the shell scripts
 	# The rxe test bed (scripts/rxe-testbed.sh).
 	want qemu-system-x86 qemu-system-x86_64

@@ -52,6 +52,7 @@ var allowed = map[string][]string{
 	"internal/depscheck":           nil,
 	"internal/forge":               {"cm", "encap", "ib", "inetsum", "softib"},
 	"internal/ibsim":               nil,
+	"internal/reqflood":            {"ib", "internal/forge"},
 	"internal/testbed/saclient":    {"ib", "sa", "umadsa"},
 	"internal/testbed/sibcm":       {"cm", "ib", "softib"},
 	"internal/testbed/sibpingpong": {"ib", "softib"},
