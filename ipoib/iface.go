@@ -186,13 +186,19 @@ type Interface struct {
 	// wantGroup asks the control goroutine for a send-only join (Subnet).
 	wantGroup chan netip.Addr
 
-	ctr    counters
-	log    *slog.Logger
-	logs   *logLimiter // rate-limits log's lines
-	done   chan struct{}
-	wg     sync.WaitGroup
-	ctl    control // owned by the control goroutine
-	closed sync.Once
+	ctr  counters
+	log  *slog.Logger
+	logs *logLimiter // rate-limits log's lines
+	done chan struct{}
+	// lost is closed when the interface can carry nothing any more (its
+	// link was deleted, its TUN cannot be read), with lostErr saying why:
+	// the daemon must not outlive it.
+	lost     chan struct{}
+	lostOnce sync.Once
+	lostErr  error
+	wg       sync.WaitGroup
+	ctl      control // owned by the control goroutine
+	closed   sync.Once
 
 	rxMu     sync.Mutex // drainRecv: the rx goroutine or the provider's
 	rxBuf    rxBuffers
@@ -315,6 +321,7 @@ func settle(cfg Config) (*Interface, error) {
 		neigh:     neigh.NewTable(8, 65536),
 		logs:      newLogLimiter(cfg.Log.Handler(), logBurst, logWindow),
 		done:      make(chan struct{}),
+		lost:      make(chan struct{}),
 	}
 	i.log = slog.New(i.logs.handler()).With("if", cfg.Name)
 	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
@@ -544,6 +551,41 @@ func (i *Interface) do(f func()) {
 	case i.requests <- func() { f(); close(ran) }:
 		<-ran
 	case <-i.done:
+	}
+}
+
+// errLinkDeleted is why an interface whose link was deleted is lost.
+var errLinkDeleted = errors.New("the interface was deleted (ip link del)")
+
+// markLost reports the interface lost (Lost), once; never while it closes,
+// when the TUN's reads fail and its link goes as they should.
+func (i *Interface) markLost(err error) {
+	select {
+	case <-i.done:
+		return
+	default:
+	}
+	i.lostOnce.Do(func() {
+		i.lostErr = fmt.Errorf("%s: %w", i.Name(), err)
+		close(i.lost)
+	})
+}
+
+// Lost is closed when the interface can carry nothing any more: its link
+// was deleted or its TUN cannot be read. LostErr then says why, in one
+// line naming the interface.
+func (i *Interface) Lost() <-chan struct{} { return i.lost }
+
+// Closing is closed when Close begins.
+func (i *Interface) Closing() <-chan struct{} { return i.done }
+
+// LostErr is why the interface was lost (nil while Lost is open).
+func (i *Interface) LostErr() error {
+	select {
+	case <-i.lost:
+		return i.lostErr
+	default:
+		return nil
 	}
 }
 

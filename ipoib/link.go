@@ -26,6 +26,8 @@ func (c *control) followLink(u LinkEvent) {
 		c.refreshAddrs()
 	case LinkState:
 		c.linkChanged(u)
+	case LinkGone:
+		i.markLost(errLinkDeleted)
 	case RoutesChanged:
 		i.neigh.ClearVia()
 	case AddrsUnwatched:

@@ -13,6 +13,7 @@ import (
 	"github.com/ipoibd/ipoibd/tun"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The kernel side's interfaces live in package netdev, so that its fake
@@ -35,6 +36,7 @@ const (
 	AddrsUnwatched  = netdev.AddrsUnwatched
 	LinkUnwatched   = netdev.LinkUnwatched
 	RoutesUnwatched = netdev.RoutesUnwatched
+	LinkGone        = netdev.LinkGone
 )
 
 // OpenTUN is the daemon's Netdev: a TUN device whose link is read and
@@ -135,6 +137,10 @@ func (t *tunNetdev) Watch(stop <-chan struct{}) <-chan LinkEvent {
 				a := u.Link.Attrs()
 				if a == nil || a.Index != t.Index() {
 					continue
+				}
+				if u.Header.Type == unix.RTM_DELLINK {
+					e = LinkEvent{Change: LinkGone}
+					break
 				}
 				e = LinkEvent{Change: LinkState, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
 			case u, ok := <-routes:

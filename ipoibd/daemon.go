@@ -67,9 +67,38 @@ func (d *daemon) add(cfg ipoib.Config) (*ipoib.Interface, error) {
 	}
 	iface.Start()
 	d.mu.Lock()
+	first := len(d.ifaces) == 0
 	d.ifaces = append(d.ifaces, &served{iface: iface, ctl: ctl})
 	d.mu.Unlock()
+	if !first {
+		go d.dropWhenLost(iface)
+	}
 	return iface, nil
+}
+
+// dropWhenLost removes a child whose link was deleted under the daemon,
+// as the kernel's child goes with its link; the first interface's loss
+// ends the daemon instead (serve).
+func (d *daemon) dropWhenLost(iface *ipoib.Interface) {
+	select {
+	case <-iface.Lost():
+	case <-iface.Closing():
+		return
+	}
+	d.changing.Lock()
+	defer d.changing.Unlock()
+	d.mu.Lock()
+	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface == iface })
+	if k < 0 { // removed or closing already
+		d.mu.Unlock()
+		return
+	}
+	victim := d.ifaces[k]
+	d.ifaces = slices.Delete(d.ifaces, k, k+1)
+	d.mu.Unlock()
+	d.base.Log.Warn("child lost: removed", "parent", d.base.Name, "err", iface.LostErr())
+	_ = victim.ctl.Close()
+	iface.Close()
 }
 
 // first returns the interface the flags describe (nil once closing).

@@ -87,4 +87,7 @@ const (
 	AddrsUnwatched
 	LinkUnwatched
 	RoutesUnwatched
+	// LinkGone: the link was deleted (`ip link del`); the interface
+	// can carry nothing any more.
+	LinkGone
 )
