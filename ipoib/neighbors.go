@@ -246,3 +246,31 @@ func (c *control) forget(e *neigh.Entry) {
 		c.i.mgr.Disconnect(c.now, e.Link, "neighbor expired")
 	}
 }
+
+// FlushNeighbors forgets the neighbor ip, or every neighbor when ip is
+// not valid, as `ip neigh flush` does: the next packet resolves it again
+// (its connection goes, what waited for it is dropped and counted). It
+// reports how many were forgotten.
+func (i *Interface) FlushNeighbors(ip netip.Addr) int {
+	n := 0
+	i.do(func() {
+		c := &i.ctl
+		for _, e := range i.neigh.All() {
+			if !ip.IsValid() || e.IP == ip {
+				c.forget(e)
+				n++
+			}
+		}
+		if n > 0 {
+			i.log.Info("neighbors flushed", "count", n, "ip", ipOrAll(ip))
+		}
+	})
+	return n
+}
+
+func ipOrAll(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return "all"
+	}
+	return ip.String()
+}

@@ -119,6 +119,29 @@ func TestRestartedPeerReachedAtOnce(t *testing.T) {
 		c.on(2, binary, "child", "del", "0x8001")
 		c.on(2, binary, "child", "add", "0x8001", "--addr", child(2)+"/24")
 	})
+	// By hand: `neigh flush IP` forgets one neighbor, `neigh flush` all;
+	// the next packet resolves them again.
+	if out := c.on(1, binary, "neigh", "flush", c.ip4(2)); strings.TrimSpace(out) != "ib0: 1 neighbors flushed" {
+		t.Errorf("neigh flush %s said %q", c.ip4(2), out)
+	}
+	if n, ok := c.neighbors(1)[c.ip4(2)]; ok {
+		t.Errorf("h2 still a neighbor after the flush: %+v", n)
+	}
+	c.ping(1, c.ip4(2), 2)
+	c.on(1, binary, "neigh", "flush", "--ifname", "ib0.8001")
+	if n := len(c.neighbors(1)); n == 0 {
+		t.Errorf("flushing the child's neighbors flushed ib0's")
+	}
+	if out := c.on(1, binary, "neigh", "flush"); !strings.Contains(out, "ib0: ") || strings.Contains(out, " 0 neighbors") {
+		t.Errorf("neigh flush said %q", out)
+	}
+	if n := len(c.neighbors(1)); n != 0 {
+		t.Errorf("%d neighbors left after neigh flush", n)
+	}
+	if out, err := c.try(1, binary, "neigh", "flush", "ib0", "nonsense", "x"); err == nil {
+		t.Errorf("neigh flush with junk arguments succeeded: %s", out)
+	}
+	c.ping(1, c.ip4(2), 2)
 	if log := c.logOf(1); strings.Count(log, "level=ERROR") > 0 {
 		t.Errorf("h1 logged errors:\n%s", log)
 	}
