@@ -341,8 +341,9 @@ func settle(cfg Config) (*Interface, error) {
 			i.mtu = ConnectedMTU
 		}
 	}
-	if i.mtu < 1280 && hasIPv6(cfg.Addrs) {
-		return nil, fmt.Errorf("ipoib: MTU %d is below IPv6's 1280; give the underlay a larger MTU", i.mtu)
+	if i.mtu < tun.IPv6MinMTU && hasIPv6(cfg.Addrs) {
+		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
+		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
 	}
 	if i.mtu > ConnectedMTU || (cfg.Mode == Datagram && i.mtu > i.udMTU) {
 		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit", i.mtu, cfg.Mode)

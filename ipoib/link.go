@@ -5,6 +5,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/tun"
 )
 
 // This file follows the interface's link as an operator changes it, and its
@@ -45,13 +46,27 @@ func (c *control) followLink(u LinkEvent) {
 // linkChanged applies a change of the link's MTU or up/down state.
 func (c *control) linkChanged(u LinkEvent) {
 	i := c.i
-	republish := false
+	republish, ipv6Back := false, false
 	if u.MTU > 0 && u.MTU != i.mtu {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)
+		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.linkLocal.IsValid()
+		switch {
+		case u.MTU < tun.IPv6MinMTU && i.mtu >= tun.IPv6MinMTU && wantIPv6:
+			i.log.Warn("IPv6 off on this link until its MTU is at least 1280", "mtu", u.MTU)
+		case u.MTU >= tun.IPv6MinMTU && i.mtu < tun.IPv6MinMTU && wantIPv6:
+			ipv6Back = true
+		}
 		i.mtu = u.MTU
 		republish = true
 	}
 	up := u.Up
+	if up && ipv6Back && c.linkUp {
+		n, err := i.netdev.EnsureAddrs(i.ownAddrs())
+		if err != nil {
+			i.log.Warn("restoring IPv6 addresses after the MTU change", "err", err)
+		}
+		i.log.Info("IPv6 on again: addresses restored", "mtu", u.MTU, "added", n)
+	}
 	if up && !c.linkUp {
 		n, err := i.netdev.EnsureAddrs(i.ownAddrs())
 		if err != nil {

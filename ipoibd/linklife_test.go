@@ -73,3 +73,46 @@ func TestDaemonEndsWithItsInterface(t *testing.T) {
 		t.Errorf("the log still reports the TUN's read error:\n%s", log)
 	}
 }
+
+// TestSmallMTUsKeepIPv4AndBringIPv6Back: an MTU below IPv6's 1280 leaves
+// IPv6 off on the link, as the kernel does, and IPv4 running; when the MTU
+// allows IPv6 again, the addresses and the RFC 4391 link-local (the only
+// link-local) come back. A daemon may start so: --mtu 1000, and datagram
+// mode on a 1500-octet underlay (UD MTU 1020).
+func TestSmallMTUsKeepIPv4AndBringIPv6Back(t *testing.T) {
+	c := newCluster(t, "smallmtu", 3)
+	c.start(1)
+	c.start(2, "--mtu", "1000")
+	c.on(3, "ip", "link", "set", "eth0", "mtu", "1500")
+	c.start(3, "--mode", "datagram")
+	for _, k := range []int{2, 3} {
+		if m := c.show(k).MTU; m >= 1280 {
+			t.Errorf("h%d: MTU %d, want below 1280", k, m)
+		}
+		c.ping(1, c.ip4(k), 2)
+		c.ping(k, c.ip4(1), 2)
+		if n := strings.Count(c.logOf(k), "IPv6 left off"); n != 1 {
+			t.Errorf("h%d: %d lines say IPv6 is left off, want 1", k, n)
+		}
+	}
+
+	ipv6Back := func(k int) bool {
+		out := c.on(k, "ip", "-6", "-o", "addr", "show", "dev", "ib0")
+		return strings.Contains(out, c.ip6(k)+"/64") && strings.Contains(out, linkLocalOf(t, c.show(k).GID)+"/64") &&
+			strings.Count(out, "fe80:") == 1
+	}
+	c.on(1, "ip", "link", "set", "ib0", "mtu", "100")
+	c.ping(2, c.ip4(1), 1) // IPv4 at MTU 100
+	c.on(1, "ip", "link", "set", "ib0", "mtu", "65520")
+	await(t, 5*time.Second, "h1's IPv6 addresses and only its own link-local back", func() bool { return ipv6Back(1) })
+	c.on(1, "ip", "link", "set", "ib0", "down")
+	c.on(1, "ip", "link", "set", "ib0", "up")
+	await(t, 5*time.Second, "the same after down and up", func() bool { return ipv6Back(1) })
+	if out := c.on(1, "ip", "-d", "link", "show", "ib0"); !strings.Contains(out, "addrgenmode none") {
+		t.Errorf("h1's addrgenmode is not none:\n%s", out)
+	}
+	c.on(2, "ip", "link", "set", "ib0", "mtu", "65520")
+	await(t, 5*time.Second, "h2's IPv6 on once its MTU allows it", func() bool { return ipv6Back(2) })
+	c.ping(1, c.ip6(2), 2)
+	c.ping(2, c.ip6(1), 2)
+}

@@ -265,7 +265,11 @@ func (d *Device) configure(cfg Config) error {
 		return fmt.Errorf("tun: %s txqueuelen %d: %w", cfg.Name, cfg.TxQueueLen, err)
 	}
 	addrs := cfg.Addrs
-	if cfg.LinkLocal.IsValid() {
+	if cfg.MTU < IPv6MinMTU {
+		// The kernel has no IPv6 on such a link (nor an addrgenmode to
+		// set): it runs IPv4 alone until its MTU allows IPv6 again.
+		addrs = withoutIPv6(addrs)
+	} else if cfg.LinkLocal.IsValid() {
 		if err := d.stopAddrGen(); err != nil {
 			return err
 		}
