@@ -34,6 +34,7 @@
 package ipoib
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,6 +133,9 @@ type Config struct {
 	// the unicast paths come from it. Nil on RoCE and softib, and with the
 	// kernel's CM, whose rdma_cm does this.
 	Subnet Subnet
+	// Renamed, if set, is called on the control goroutine when the kernel
+	// renamed the interface (ip link set NAME name NEW).
+	Renamed func(old, new string)
 	// Netdev opens the interface in the kernel (default OpenTUN).
 	Netdev func(tun.Config) (Netdev, error)
 	Log    *slog.Logger
@@ -157,6 +161,9 @@ type Interface struct {
 	mtu        int // interface MTU (the control goroutine follows the link's)
 
 	linkLocal netip.Prefix // RFC 4391's, from the port GID
+	// name is the interface's name now: cfg.Name, then what the kernel
+	// renamed it to (the control goroutine follows it).
+	name atomic.Pointer[string]
 
 	netdev Netdev
 	netns  netns.NsHandle // the namespace the interface lives in
@@ -323,7 +330,8 @@ func settle(cfg Config) (*Interface, error) {
 		done:      make(chan struct{}),
 		lost:      make(chan struct{}),
 	}
-	i.log = slog.New(i.logs.handler()).With("if", cfg.Name)
+	i.name.Store(&cfg.Name)
+	i.log = slog.New(ifHandler{h: i.logs.handler(), name: i.Name})
 	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
 	i.datagram.Store(cfg.Mode == Datagram)
 	if cfg.Mode == Connected {
@@ -593,8 +601,33 @@ func (i *Interface) LostErr() error {
 // LinkAddr returns the interface's link address.
 func (i *Interface) LinkAddr() ib.LinkAddr { return i.local }
 
-// Name returns the interface name.
-func (i *Interface) Name() string { return i.netdev.Name() }
+// Name returns the interface name, as the kernel has it now (the control
+// goroutine follows renames).
+func (i *Interface) Name() string { return *i.name.Load() }
+
+// ifHandler puts the interface's name now first in every line's attributes
+// (if=NAME): a rename shows in the lines that follow.
+type ifHandler struct {
+	h    slog.Handler
+	name func() string
+}
+
+func (h ifHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.h.Enabled(ctx, l) }
+
+func (h ifHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	out.AddAttrs(slog.String("if", h.name()))
+	r.Attrs(func(a slog.Attr) bool { out.AddAttrs(a); return true })
+	return h.h.Handle(ctx, out)
+}
+
+func (h ifHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return ifHandler{h: h.h.WithAttrs(as), name: h.name}
+}
+
+func (h ifHandler) WithGroup(g string) slog.Handler {
+	return ifHandler{h: h.h.WithGroup(g), name: h.name}
+}
 
 // PKey returns the interface's partition key.
 func (i *Interface) PKey() ib.PKey { return i.pkey }

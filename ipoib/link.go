@@ -46,6 +46,14 @@ func (c *control) followLink(u LinkEvent) {
 // linkChanged applies a change of the link's MTU or up/down state.
 func (c *control) linkChanged(u LinkEvent) {
 	i := c.i
+	if u.Name != "" && u.Name != i.Name() {
+		old := i.Name()
+		i.name.Store(&u.Name)
+		i.log.Info("interface renamed", "from", old)
+		if i.cfg.Renamed != nil {
+			i.cfg.Renamed(old, u.Name)
+		}
+	}
 	republish, ipv6Back := false, false
 	if u.MTU > 0 && u.MTU != i.mtu {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)

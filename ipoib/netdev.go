@@ -142,7 +142,10 @@ func (t *tunNetdev) Watch(stop <-chan struct{}) <-chan LinkEvent {
 					e = LinkEvent{Change: LinkGone}
 					break
 				}
-				e = LinkEvent{Change: LinkState, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
+				if a.Name != "" && a.Name != t.Name() {
+					t.Renamed(a.Name)
+				}
+				e = LinkEvent{Change: LinkState, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0, Name: a.Name}
 			case u, ok := <-routes:
 				// Our own MTU host routes change nothing about next hops.
 				switch {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +117,41 @@ func TestSmallMTUsKeepIPv4AndBringIPv6Back(t *testing.T) {
 	await(t, 5*time.Second, "h2's IPv6 on once its MTU allows it", func() bool { return ipv6Back(2) })
 	c.ping(1, c.ip6(2), 2)
 	c.ping(2, c.ip6(1), 2)
+}
+
+// TestRenameIsFollowed: `ip link set ib0 name ibx` moves the control
+// socket, the logs and the metrics labels to the new name.
+func TestRenameIsFollowed(t *testing.T) {
+	if _, err := lookTools("curl"); err != nil {
+		t.Skip(err)
+	}
+	c := newCluster(t, "rename", 2)
+	const metricsAt = "127.0.0.1:9469"
+	c.start(1, "--metrics-listen", metricsAt)
+	c.start(2)
+	c.ping(1, c.ip4(2), 1)
+	// A TUN is renamed while down, as most NICs.
+	c.on(1, "ip", "link", "set", "ib0", "down")
+	c.on(1, "ip", "link", "set", "ib0", "name", "ibx")
+	c.on(1, "ip", "link", "set", "ibx", "up")
+	var info struct {
+		Name string `json:"ifname"`
+	}
+	await(t, 5*time.Second, "show ibx answers", func() bool {
+		out, err := c.try(1, binary, "show", "ibx", "--json")
+		return err == nil && json.Unmarshal([]byte(out), &info) == nil && info.Name == "ibx"
+	})
+	if out, err := c.try(1, binary, "show", "ib0"); err == nil {
+		t.Errorf("show ib0 still answers after the rename:\n%s", out)
+	}
+	c.ping(1, c.ip4(2), 2)
+	c.ping(2, c.ip4(1), 2)
+	c.on(1, "kill", "-HUP", strconv.Itoa(c.pid(1)))
+	await(t, 5*time.Second, "a log line under the new name", func() bool {
+		return strings.Contains(c.logOf(1), "SIGHUP: nothing re-read)\" if=ibx")
+	})
+	out := c.on(1, "curl", "-sS", "--fail", "--max-time", "5", "http://"+metricsAt+"/metrics")
+	if !strings.Contains(out, `interface="ibx"`) || strings.Contains(out, `interface="ib0"`) {
+		t.Errorf("the metrics do not label ibx alone:\n%.2000s", out)
+	}
 }

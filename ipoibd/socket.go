@@ -97,7 +97,7 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 		if s.iface == s.d.first() {
 			r.Children = s.d.children()
 		} else {
-			r.Parent = s.d.base.Name
+			r.Parent = s.d.parentName()
 		}
 		reply = r
 	case "child-add", "child-del":
@@ -122,7 +122,7 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 // interface's socket takes (children have no children).
 func (s *controlServer) child(req request) any {
 	if s.iface != s.d.first() {
-		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.base.Name}
+		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.parentName()}
 	}
 	var name string
 	var err error
