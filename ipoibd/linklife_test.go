@@ -155,3 +155,28 @@ func TestRenameIsFollowed(t *testing.T) {
 		t.Errorf("the metrics do not label ibx alone:\n%.2000s", out)
 	}
 }
+
+// TestUnderlayAddressIsTheCarrier: the underlay address deleted under a
+// softib daemon turns ib0's carrier off, with a WARN line; put back, the
+// carrier and the traffic come back.
+func TestUnderlayAddressIsTheCarrier(t *testing.T) {
+	c := newCluster(t, "uaddr", 2)
+	c.start(1)
+	c.start(2)
+	c.ping(1, c.ip4(2), 1)
+	lowerUp := func() bool {
+		return strings.Contains(c.on(1, "ip", "link", "show", "ib0"), "LOWER_UP")
+	}
+	c.on(1, "ip", "addr", "del", c.underlay(1)+"/24", "dev", "eth0")
+	await(t, 5*time.Second, "ib0 loses its carrier with the underlay address", func() bool { return !lowerUp() })
+	if log := c.logOf(1); !strings.Contains(log, "level=WARN msg=\"port down: carrier off\"") {
+		t.Errorf("no WARN line says the carrier went off:\n%s", log)
+	}
+	c.on(1, "ip", "addr", "add", c.underlay(1)+"/24", "dev", "eth0")
+	await(t, 5*time.Second, "ib0's carrier back with the address", lowerUp)
+	await(t, 10*time.Second, "traffic back", func() bool {
+		_, err := c.try(1, "ping", "-c", "1", "-W", "1", c.ip4(2))
+		return err == nil
+	})
+	c.ping(2, c.ip4(1), 2)
+}
