@@ -2,8 +2,10 @@ package ipoib
 
 import (
 	"errors"
+	"strings"
 	"time"
 
+	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/neigh"
@@ -99,8 +101,15 @@ func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 	b.until = c.now.Add(b.wait)
 	c.backoff[key] = b
 	es := i.neigh.ByLink(peer)
+	// The peer's port said the QPN is no more (it restarted, or its child
+	// was made again): a claim of a new one need not wait for silence.
+	gone := strings.HasSuffix(reason, cm.RejInvalidServiceID.String()) || strings.HasSuffix(reason, cm.RejStaleConnection.String())
 	for _, e := range es {
-		c.apply(e, e.Suspect(c.now), e.Link)
+		if old := e.Link; gone {
+			c.apply(e, e.Gone(c.now), old)
+		} else {
+			c.apply(e, e.Suspect(c.now), e.Link)
+		}
 		c.flush(e)
 	}
 	// A REJ or a timeout is the peer's doing: routine, counted by cm.

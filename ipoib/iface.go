@@ -34,6 +34,7 @@
 package ipoib
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,6 +133,9 @@ type Config struct {
 	// the unicast paths come from it. Nil on RoCE and softib, and with the
 	// kernel's CM, whose rdma_cm does this.
 	Subnet Subnet
+	// Renamed, if set, is called on the control goroutine when the kernel
+	// renamed the interface (ip link set NAME name NEW).
+	Renamed func(old, new string)
 	// Netdev opens the interface in the kernel (default OpenTUN).
 	Netdev func(tun.Config) (Netdev, error)
 	Log    *slog.Logger
@@ -157,6 +161,9 @@ type Interface struct {
 	mtu        int // interface MTU (the control goroutine follows the link's)
 
 	linkLocal netip.Prefix // RFC 4391's, from the port GID
+	// name is the interface's name now: cfg.Name, then what the kernel
+	// renamed it to (the control goroutine follows it).
+	name atomic.Pointer[string]
 
 	netdev Netdev
 	netns  netns.NsHandle // the namespace the interface lives in
@@ -186,13 +193,19 @@ type Interface struct {
 	// wantGroup asks the control goroutine for a send-only join (Subnet).
 	wantGroup chan netip.Addr
 
-	ctr    counters
-	log    *slog.Logger
-	logs   *logLimiter // rate-limits log's lines
-	done   chan struct{}
-	wg     sync.WaitGroup
-	ctl    control // owned by the control goroutine
-	closed sync.Once
+	ctr  counters
+	log  *slog.Logger
+	logs *logLimiter // rate-limits log's lines
+	done chan struct{}
+	// lost is closed when the interface can carry nothing any more (its
+	// link was deleted, its TUN cannot be read), with lostErr saying why:
+	// the daemon must not outlive it.
+	lost     chan struct{}
+	lostOnce sync.Once
+	lostErr  error
+	wg       sync.WaitGroup
+	ctl      control // owned by the control goroutine
+	closed   sync.Once
 
 	rxMu     sync.Mutex // drainRecv: the rx goroutine or the provider's
 	rxBuf    rxBuffers
@@ -315,8 +328,10 @@ func settle(cfg Config) (*Interface, error) {
 		neigh:     neigh.NewTable(8, 65536),
 		logs:      newLogLimiter(cfg.Log.Handler(), logBurst, logWindow),
 		done:      make(chan struct{}),
+		lost:      make(chan struct{}),
 	}
-	i.log = slog.New(i.logs.handler()).With("if", cfg.Name)
+	i.name.Store(&cfg.Name)
+	i.log = slog.New(ifHandler{h: i.logs.handler(), name: i.Name})
 	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
 	i.datagram.Store(cfg.Mode == Datagram)
 	if cfg.Mode == Connected {
@@ -334,8 +349,9 @@ func settle(cfg Config) (*Interface, error) {
 			i.mtu = ConnectedMTU
 		}
 	}
-	if i.mtu < 1280 && hasIPv6(cfg.Addrs) {
-		return nil, fmt.Errorf("ipoib: MTU %d is below IPv6's 1280; give the underlay a larger MTU", i.mtu)
+	if i.mtu < tun.IPv6MinMTU && hasIPv6(cfg.Addrs) {
+		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
+		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
 	}
 	if i.mtu > ConnectedMTU || (cfg.Mode == Datagram && i.mtu > i.udMTU) {
 		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit", i.mtu, cfg.Mode)
@@ -547,11 +563,71 @@ func (i *Interface) do(f func()) {
 	}
 }
 
+// errLinkDeleted is why an interface whose link was deleted is lost.
+var errLinkDeleted = errors.New("the interface was deleted (ip link del)")
+
+// markLost reports the interface lost (Lost), once; never while it closes,
+// when the TUN's reads fail and its link goes as they should.
+func (i *Interface) markLost(err error) {
+	select {
+	case <-i.done:
+		return
+	default:
+	}
+	i.lostOnce.Do(func() {
+		i.lostErr = fmt.Errorf("%s: %w", i.Name(), err)
+		close(i.lost)
+	})
+}
+
+// Lost is closed when the interface can carry nothing any more: its link
+// was deleted or its TUN cannot be read. LostErr then says why, in one
+// line naming the interface.
+func (i *Interface) Lost() <-chan struct{} { return i.lost }
+
+// Closing is closed when Close begins.
+func (i *Interface) Closing() <-chan struct{} { return i.done }
+
+// LostErr is why the interface was lost (nil while Lost is open).
+func (i *Interface) LostErr() error {
+	select {
+	case <-i.lost:
+		return i.lostErr
+	default:
+		return nil
+	}
+}
+
 // LinkAddr returns the interface's link address.
 func (i *Interface) LinkAddr() ib.LinkAddr { return i.local }
 
-// Name returns the interface name.
-func (i *Interface) Name() string { return i.netdev.Name() }
+// Name returns the interface name, as the kernel has it now (the control
+// goroutine follows renames).
+func (i *Interface) Name() string { return *i.name.Load() }
+
+// ifHandler puts the interface's name now first in every line's attributes
+// (if=NAME): a rename shows in the lines that follow.
+type ifHandler struct {
+	h    slog.Handler
+	name func() string
+}
+
+func (h ifHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.h.Enabled(ctx, l) }
+
+func (h ifHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	out.AddAttrs(slog.String("if", h.name()))
+	r.Attrs(func(a slog.Attr) bool { out.AddAttrs(a); return true })
+	return h.h.Handle(ctx, out)
+}
+
+func (h ifHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return ifHandler{h: h.h.WithAttrs(as), name: h.name}
+}
+
+func (h ifHandler) WithGroup(g string) slog.Handler {
+	return ifHandler{h: h.h.WithGroup(g), name: h.name}
+}
 
 // PKey returns the interface's partition key.
 func (i *Interface) PKey() ib.PKey { return i.pkey }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/tun"
 )
 
 // This file follows the interface's link as an operator changes it, and its
@@ -26,6 +27,8 @@ func (c *control) followLink(u LinkEvent) {
 		c.refreshAddrs()
 	case LinkState:
 		c.linkChanged(u)
+	case LinkGone:
+		i.markLost(errLinkDeleted)
 	case RoutesChanged:
 		i.neigh.ClearVia()
 	case AddrsUnwatched:
@@ -43,13 +46,35 @@ func (c *control) followLink(u LinkEvent) {
 // linkChanged applies a change of the link's MTU or up/down state.
 func (c *control) linkChanged(u LinkEvent) {
 	i := c.i
-	republish := false
+	if u.Name != "" && u.Name != i.Name() {
+		old := i.Name()
+		i.name.Store(&u.Name)
+		i.log.Info("interface renamed", "from", old)
+		if i.cfg.Renamed != nil {
+			i.cfg.Renamed(old, u.Name)
+		}
+	}
+	republish, ipv6Back := false, false
 	if u.MTU > 0 && u.MTU != i.mtu {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)
+		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.linkLocal.IsValid()
+		switch {
+		case u.MTU < tun.IPv6MinMTU && i.mtu >= tun.IPv6MinMTU && wantIPv6:
+			i.log.Warn("IPv6 off on this link until its MTU is at least 1280", "mtu", u.MTU)
+		case u.MTU >= tun.IPv6MinMTU && i.mtu < tun.IPv6MinMTU && wantIPv6:
+			ipv6Back = true
+		}
 		i.mtu = u.MTU
 		republish = true
 	}
 	up := u.Up
+	if up && ipv6Back && c.linkUp {
+		n, err := i.netdev.EnsureAddrs(i.ownAddrs())
+		if err != nil {
+			i.log.Warn("restoring IPv6 addresses after the MTU change", "err", err)
+		}
+		i.log.Info("IPv6 on again: addresses restored", "mtu", u.MTU, "added", n)
+	}
 	if up && !c.linkUp {
 		n, err := i.netdev.EnsureAddrs(i.ownAddrs())
 		if err != nil {

@@ -123,13 +123,24 @@ func (c *control) reapAHs() {
 	}
 }
 
-// heard applies a reply or an announcement for ip to its entry, if it has
-// one (neigh.Entry.Heard: a live entry is not redirected by one packet).
-func (c *control) heard(ip netip.Addr, link ib.LinkAddr) {
+// heard applies a reply or an announcement for ip, which came from the
+// UD source from, to its entry, if it has one (neigh.Entry.Heard: a live
+// entry is not redirected by one packet, unless the packet came from the
+// claimed QPN on the entry's own port: a restart, Entry.Restarted).
+func (c *control) heard(ip netip.Addr, link, from ib.LinkAddr) {
 	if e := c.i.neigh.Get(ip); e != nil {
-		old := e.Link
-		c.apply(e, e.Heard(link, c.now), old)
+		c.hear(e, link, from)
 	}
+}
+
+// hear applies a claim of link for e that came from from.
+func (c *control) hear(e *neigh.Entry, link, from ib.LinkAddr) {
+	old := e.Link
+	if from.GID != (ib.GID{}) && from.SameNode(link) {
+		c.apply(e, e.Restarted(link, c.now), old)
+		return
+	}
+	c.apply(e, e.Heard(link, c.now), old)
 }
 
 // learnFrom takes what a solicitation for one of our addresses tells: its
@@ -139,8 +150,7 @@ func (c *control) heard(ip netip.Addr, link ib.LinkAddr) {
 func (c *control) learnFrom(ip netip.Addr, link, from ib.LinkAddr) {
 	i := c.i
 	if e := i.neigh.Get(ip); e != nil {
-		old := e.Link
-		c.apply(e, e.Heard(link, c.now), old)
+		c.hear(e, link, from)
 		return
 	}
 	switch i.neigh.Learn(ip, link, from.GID, c.now) {
@@ -235,4 +245,32 @@ func (c *control) forget(e *neigh.Entry) {
 	if c.i.mgr != nil && e.Link.GID != (ib.GID{}) && len(c.i.neigh.ByLink(e.Link)) == 0 {
 		c.i.mgr.Disconnect(c.now, e.Link, "neighbor expired")
 	}
+}
+
+// FlushNeighbors forgets the neighbor ip, or every neighbor when ip is
+// not valid, as `ip neigh flush` does: the next packet resolves it again
+// (its connection goes, what waited for it is dropped and counted). It
+// reports how many were forgotten.
+func (i *Interface) FlushNeighbors(ip netip.Addr) int {
+	n := 0
+	i.do(func() {
+		c := &i.ctl
+		for _, e := range i.neigh.All() {
+			if !ip.IsValid() || e.IP == ip {
+				c.forget(e)
+				n++
+			}
+		}
+		if n > 0 {
+			i.log.Info("neighbors flushed", "count", n, "ip", ipOrAll(ip))
+		}
+	})
+	return n
+}
+
+func ipOrAll(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return "all"
+	}
+	return ip.String()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ipoibd/ipoibd/tun"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The kernel side's interfaces live in package netdev, so that its fake
@@ -35,6 +36,7 @@ const (
 	AddrsUnwatched  = netdev.AddrsUnwatched
 	LinkUnwatched   = netdev.LinkUnwatched
 	RoutesUnwatched = netdev.RoutesUnwatched
+	LinkGone        = netdev.LinkGone
 )
 
 // OpenTUN is the daemon's Netdev: a TUN device whose link is read and
@@ -136,7 +138,14 @@ func (t *tunNetdev) Watch(stop <-chan struct{}) <-chan LinkEvent {
 				if a == nil || a.Index != t.Index() {
 					continue
 				}
-				e = LinkEvent{Change: LinkState, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
+				if u.Header.Type == unix.RTM_DELLINK {
+					e = LinkEvent{Change: LinkGone}
+					break
+				}
+				if a.Name != "" && a.Name != t.Name() {
+					t.Renamed(a.Name)
+				}
+				e = LinkEvent{Change: LinkState, MTU: a.MTU, Up: a.Flags&net.FlagUp != 0, Name: a.Name}
 			case u, ok := <-routes:
 				// Our own MTU host routes change nothing about next hops.
 				switch {

@@ -88,7 +88,7 @@ func (c *control) handleARP(pkt []byte, m *neighPacket) {
 	case forUs && request:
 		c.solicitedBy(a.SenderIP, a.SenderHW, from)
 	default:
-		c.heard(a.SenderIP, a.SenderHW)
+		c.heard(a.SenderIP, a.SenderHW, from)
 	}
 	if forUs && request && a.SenderIP != a.TargetIP {
 		r := neigh.ARP{Op: neigh.ARPReply, SenderHW: i.local, SenderIP: a.TargetIP, TargetHW: a.SenderHW, TargetIP: a.SenderIP}
@@ -157,7 +157,7 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 	case neigh.TypeNeighborAdvertisement:
 		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.local) &&
 			i.neigh.Get(m.Target) != nil && c.vouch(p, m.LinkAddr) {
-			c.heard(m.Target, m.LinkAddr)
+			c.heard(m.Target, m.LinkAddr, from)
 		}
 	}
 }

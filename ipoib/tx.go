@@ -1,7 +1,10 @@
 package ipoib
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"syscall"
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
@@ -36,11 +39,13 @@ func (i *Interface) txLoop(r *txReader) {
 		n, err := i.netdev.Read(r.queue, buf[encap.HeaderLen:encap.HeaderLen+maxSuperPacket], &r.hdr)
 		if err != nil {
 			r.slots.put(slot)
-			select {
-			case <-i.done:
-			default:
-				i.log.Error("reading the TUN device", "queue", r.queue, "err", err)
+			// A TUN whose link was deleted reads EBADFD.
+			if errors.Is(err, syscall.EBADFD) {
+				err = errLinkDeleted
+			} else {
+				err = fmt.Errorf("reading the TUN device (queue %d): %w", r.queue, err)
 			}
+			i.markLost(err)
 			return
 		}
 		switch {

@@ -53,7 +53,7 @@ func (c *control) unreachable(slot uint32, n int) {
 	i := c.i
 	if c.unreach.take(c.now, unreachRate, unreachBurst) {
 		buf := i.slots.bytes(slot)
-		if m, err := mtu.Unreachable(buf[n:], buf[encap.HeaderLen:n], netip.Addr{}); err == nil {
+		if m, err := mtu.Unreachable(buf[n:], buf[encap.HeaderLen:n], c.errorSource(buf[encap.HeaderLen:n])); err == nil {
 			if _, err := i.netdev.Write(buf[n : n+m]); err == nil {
 				i.ctr.inc(txUnreachable)
 			}
@@ -68,4 +68,35 @@ func (c *control) unreachable(slot uint32, n int) {
 // its packets are answered at once.
 func (c *control) failedRecently(e *neigh.Entry) bool {
 	return e.State == neigh.Failed && c.now.Sub(e.Updated) < failedHold
+}
+
+// errorSource is the address an ICMPv6 error about pkt comes from, as the
+// kernel picks it: the route back to pkt's sender starts at the sender's
+// own address when the sender is this host (a local ping says "From" our
+// address, not the dead host's); for a packet we forward, our address on
+// the dead neighbor's subnet, or any of ours of its family. Zero (the
+// destination's, mtu's default) when we have none, and for IPv4: an IPv4
+// packet written into the TUN with one of our addresses as its source is
+// a martian to the kernel (unless accept_local), dropped before any
+// socket sees it, so that connect() would wait for TCP's own timeout.
+func (c *control) errorSource(pkt []byte) netip.Addr {
+	var src, dst netip.Addr
+	switch {
+	case len(pkt) >= 40 && pkt[0]>>4 == 6:
+		src, dst = netip.AddrFrom16([16]byte(pkt[8:24])), netip.AddrFrom16([16]byte(pkt[24:40]))
+	default:
+		return netip.Addr{}
+	}
+	if c.isLocal(src) {
+		return src
+	}
+	if a, ok := c.onLink(dst); ok {
+		return a
+	}
+	for _, p := range c.addrs {
+		if p.Addr().Is4() == dst.Is4() {
+			return p.Addr()
+		}
+	}
+	return netip.Addr{}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
+	"slices"
 )
 
 // childCommand is `ipoibd child add|del`: P_Key child interfaces made and
@@ -80,4 +82,28 @@ func (c *ifCommand) exchange(req request, out io.Writer, reply any) (printed boo
 		return false, fmt.Errorf("the daemon's answer: %w", err)
 	}
 	return false, nil
+}
+
+// neighFlushCommand is `ipoibd neigh flush [IFNAME] [IP]`: the daemon
+// forgets the neighbor IP, or all, and resolves it again on the next
+// packet, as `ip neigh flush` does for a kernel NIC.
+func neighFlushCommand(args []string, out io.Writer) error {
+	c := newIfCommand("neigh flush")
+	var ip string
+	// The IP is the last argument that reads as one; an IFNAME never does.
+	for k := len(args) - 1; k >= 0; k-- {
+		if a, err := netip.ParseAddr(args[k]); err == nil {
+			ip, args = a.String(), slices.Delete(slices.Clone(args), k, k+1)
+			break
+		}
+	}
+	if _, done, err := c.parse(args, out); done || err != nil {
+		return err
+	}
+	var r flushReply
+	if printed, err := c.exchange(request{Cmd: "neigh-flush", IP: ip}, out, &r); printed || err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(out, "%s: %d neighbors flushed\n", r.Name, r.Flushed)
+	return err
 }

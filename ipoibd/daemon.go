@@ -33,7 +33,18 @@ type daemon struct {
 // served is one interface and its control socket.
 type served struct {
 	iface *ipoib.Interface
-	ctl   *controlServer
+	ctl   *controlServer // under daemon.mu once serving: a rename replaces it
+	gone  bool           // the socket was closed for good (closeCtl)
+}
+
+// closeCtl closes s's control socket for good: a rename after it makes
+// none.
+func (d *daemon) closeCtl(s *served) {
+	d.mu.Lock()
+	ctl := s.ctl
+	s.gone = true
+	d.mu.Unlock()
+	_ = ctl.Close()
 }
 
 // newDaemon opens the first interface on dev and starts serving it; on
@@ -56,6 +67,8 @@ func newDaemon(cfg ipoib.Config, dev ib.Device, choice connServiceChoice, pkeyHi
 
 // add opens an interface and its control socket and starts it.
 func (d *daemon) add(cfg ipoib.Config) (*ipoib.Interface, error) {
+	s := &served{}
+	cfg.Renamed = func(_, name string) { d.renamed(s, name) }
 	iface, err := ipoib.New(cfg)
 	if err != nil {
 		return nil, err
@@ -65,11 +78,68 @@ func (d *daemon) add(cfg ipoib.Config) (*ipoib.Interface, error) {
 		iface.Close()
 		return nil, err
 	}
+	s.iface, s.ctl = iface, ctl
 	iface.Start()
 	d.mu.Lock()
-	d.ifaces = append(d.ifaces, &served{iface: iface, ctl: ctl})
+	first := len(d.ifaces) == 0
+	d.ifaces = append(d.ifaces, s)
 	d.mu.Unlock()
+	if !first {
+		go d.dropWhenLost(iface)
+	}
 	return iface, nil
+}
+
+// renamed moves s's control socket to the interface's new name, where
+// `ipoibd show NEW` looks for it.
+func (d *daemon) renamed(s *served, name string) {
+	ctl, err := listenControl(name, s.iface, d)
+	if err != nil {
+		d.base.Log.Warn("control socket after a rename: still under the old name", "if", name, "err", err)
+		return
+	}
+	d.mu.Lock()
+	old := s.ctl
+	if s.gone {
+		old = ctl
+	} else {
+		s.ctl = ctl
+	}
+	d.mu.Unlock()
+	_ = old.Close()
+}
+
+// parentName is the first interface's name now.
+func (d *daemon) parentName() string {
+	if f := d.first(); f != nil {
+		return f.Name()
+	}
+	return d.base.Name
+}
+
+// dropWhenLost removes a child whose link was deleted under the daemon,
+// as the kernel's child goes with its link; the first interface's loss
+// ends the daemon instead (serve).
+func (d *daemon) dropWhenLost(iface *ipoib.Interface) {
+	select {
+	case <-iface.Lost():
+	case <-iface.Closing():
+		return
+	}
+	d.changing.Lock()
+	defer d.changing.Unlock()
+	d.mu.Lock()
+	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface == iface })
+	if k < 0 { // removed or closing already
+		d.mu.Unlock()
+		return
+	}
+	victim := d.ifaces[k]
+	d.ifaces = slices.Delete(d.ifaces, k, k+1)
+	d.mu.Unlock()
+	d.base.Log.Warn("child lost: removed", "parent", d.parentName(), "err", iface.LostErr())
+	d.closeCtl(victim)
+	iface.Close()
 }
 
 // first returns the interface the flags describe (nil once closing).
@@ -134,7 +204,7 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 	cfg.PKey, cfg.Addrs, cfg.MTU = pkey, nil, r.MTU
 	cfg.Name = r.Name
 	if cfg.Name == "" {
-		cfg.Name = fmt.Sprintf("%s.%04x", d.base.Name, uint16(pkey))
+		cfg.Name = fmt.Sprintf("%s.%04x", d.parentName(), uint16(pkey))
 	}
 	if err := checkIfname(cfg.Name); err != nil {
 		return "", err
@@ -169,7 +239,7 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 		return "", err
 	}
 	info := iface.Show()
-	cfg.Log.Info("child up", "if", info.Name, "parent", d.base.Name, "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU)
+	cfg.Log.Info("child up", "if", info.Name, "parent", d.parentName(), "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU)
 	return info.Name, nil
 }
 
@@ -205,15 +275,15 @@ func (d *daemon) delChild(which string) (string, error) {
 		return "", fmt.Errorf("%s is not a child: stop the daemon to remove it", which)
 	case k < 0:
 		d.mu.Unlock()
-		return "", fmt.Errorf("no child %q of %s", which, d.base.Name)
+		return "", fmt.Errorf("no child %q of %s", which, d.parentName())
 	}
 	victim = d.ifaces[k]
 	d.ifaces = slices.Delete(d.ifaces, k, k+1)
 	d.mu.Unlock()
 	name := victim.iface.Name()
-	_ = victim.ctl.Close()
+	d.closeCtl(victim)
 	victim.iface.Close()
-	d.base.Log.Info("child removed", "if", name, "parent", d.base.Name)
+	d.base.Log.Info("child removed", "if", name, "parent", d.parentName())
 	return name, nil
 }
 
@@ -225,7 +295,7 @@ func (d *daemon) Close() error {
 	d.ifaces = nil
 	d.mu.Unlock()
 	for k := len(ifaces) - 1; k >= 0; k-- {
-		_ = ifaces[k].ctl.Close()
+		d.closeCtl(ifaces[k])
 		ifaces[k].iface.Close()
 	}
 	var errs []error

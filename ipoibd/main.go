@@ -40,7 +40,12 @@ func dispatch(args []string, out io.Writer) error {
 	switch cmd {
 	case "run":
 		return run(args, out)
-	case "show", "neigh", "conn", "stats":
+	case "neigh":
+		if len(args) > 0 && args[0] == "flush" {
+			return neighFlushCommand(args[1:], out)
+		}
+		return query(cmd, args, out)
+	case "show", "conn", "stats":
 		return query(cmd, args, out)
 	case "child":
 		return childCommand(args, out)
@@ -69,6 +74,7 @@ var commands = []struct{ synopsis, what string }{
 	{"[run] [FLAGS]", "run the daemon for one interface (flags below)"},
 	{"show [IFNAME] [-j]", "the interface: link address, GID, P_Key, mode, MTUs, connection service"},
 	{"neigh [IFNAME] [-j]", "the neighbors: how each is reached (RC, UC or UD), its MTU and link address"},
+	{"neigh flush [IFNAME] [IP]", "forget the neighbor IP, or all: resolved again on the next packet"},
 	{"conn [IFNAME] [-j]", "the connections: direction, state, QPNs, whether they carry our sends"},
 	{"stats [IFNAME] [-j]", "the counters, every drop under its cause; never going backwards"},
 	{"child add [PARENT] PKEY", "a P_Key child PARENT.PPPP in the parent's daemon (--name, --addr, --mode, --mtu)"},

@@ -68,7 +68,8 @@ func TestTwoSubnetsKeepTheirSource(t *testing.T) {
 
 // TestUnresolvableAddressFailsFast: connect() to an on-link address nobody
 // answers for fails with EHOSTUNREACH when resolution gives up (3 s), not
-// at TCP's own timeout, and ping reports the host unreachable.
+// at TCP's own timeout, and ping reports the host unreachable, from our
+// own address.
 func TestUnresolvableAddressFailsFast(t *testing.T) {
 	c := newCluster(t, "unreach", 2)
 	c.start(1)
@@ -90,6 +91,12 @@ func TestUnresolvableAddressFailsFast(t *testing.T) {
 			out, _ := c.try(1, "ping", "-c", "1", "-W", "5", dead)
 			if !strings.Contains(out, "Destination Host Unreachable") && !strings.Contains(out, "Address unreachable") {
 				t.Errorf("ping %s: want Destination Host Unreachable / Address unreachable:\n%s", dead, out)
+			}
+			// IPv6: as the kernel's, from our own address, not the dead
+			// host's. (IPv4's from our own would be a martian to the
+			// kernel: errorSource.)
+			if own := c.ip6(1); strings.Contains(dead, ":") && !strings.Contains(out, "From "+own+" ") {
+				t.Errorf("ping %s: the error does not come from our own %s:\n%s", dead, own, out)
 			}
 		})
 	}

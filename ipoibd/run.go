@@ -43,8 +43,12 @@ func run(args []string, out io.Writer) error {
 		_ = d.Close()
 		return err
 	}
-	serve(d, log)
+	lost := serve(d, log)
 	_ = metricsSrv.Close()
+	if lost != nil {
+		_ = d.Close()
+		return lost
+	}
 	return d.Close()
 }
 
@@ -97,8 +101,10 @@ func openProvider(s settings, choice connServiceChoice, cfg *ipoib.Config) (ib.D
 }
 
 // serve announces readiness to systemd and answers signals until one
-// asks the daemon to stop.
-func serve(d *daemon, log *slog.Logger) {
+// asks the daemon to stop, or the first interface is lost (deleted under
+// the daemon): then the watchdog stops and the error says why, so that the
+// daemon exits non-zero and systemd's Restart= applies.
+func serve(d *daemon, log *slog.Logger) error {
 	// Signals are caught before readiness is announced: a SIGHUP right
 	// after READY=1 must not kill the daemon.
 	sig := make(chan os.Signal, 1)
@@ -109,18 +115,23 @@ func serve(d *daemon, log *slog.Logger) {
 	notify := newNotifier(log)
 	notify.send("READY=1\nSTATUS=" + info.Name + " up, " + info.Mode + " mode, MTU " + strconv.Itoa(info.MTU))
 	stopWatchdog := notify.watchdog(func() { iface.Show() })
-	for s := range sig {
-		if s == syscall.SIGHUP {
-			for _, i := range d.interfaces() {
-				logState(log, i)
+	defer notify.send("STOPPING=1")
+	defer stopWatchdog()
+	for {
+		select {
+		case <-iface.Lost():
+			return iface.LostErr()
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				for _, i := range d.interfaces() {
+					logState(log, i)
+				}
+				continue
 			}
-			continue
+			log.Info("shutting down", "signal", s.String())
+			return nil
 		}
-		log.Info("shutting down", "signal", s.String())
-		break
 	}
-	stopWatchdog()
-	notify.send("STOPPING=1")
 }
 
 // logState answers SIGHUP: one line with the interface's state, for an

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +29,7 @@ type request struct {
 	Cmd   string        `json:"cmd"`
 	Child *childRequest `json:"child,omitempty"` // child-add
 	Name  string        `json:"name,omitempty"`  // child-del: a child's name or P_Key; mode: the mode
+	IP    string        `json:"ip,omitempty"`    // neigh-flush: the neighbor (empty: all)
 }
 
 // maxRequest bounds what the server reads of a request.
@@ -95,7 +97,7 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 		if s.iface == s.d.first() {
 			r.Children = s.d.children()
 		} else {
-			r.Parent = s.d.base.Name
+			r.Parent = s.d.parentName()
 		}
 		reply = r
 	case "child-add", "child-del":
@@ -104,6 +106,8 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 		reply = s.mode(req.Name)
 	case "neigh":
 		reply = s.iface.Neighbors()
+	case "neigh-flush":
+		reply = s.flush(req.IP)
 	case "conn":
 		reply = s.iface.Connections()
 	case "stats":
@@ -118,7 +122,7 @@ func (s *controlServer) handle(conn *net.UnixConn) {
 // interface's socket takes (children have no children).
 func (s *controlServer) child(req request) any {
 	if s.iface != s.d.first() {
-		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.base.Name}
+		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.parentName()}
 	}
 	var name string
 	var err error
@@ -147,6 +151,24 @@ func (s *controlServer) mode(name string) any {
 	}
 	info := s.iface.Show()
 	return modeReply{Name: info.Name, Mode: info.Mode, MTU: info.MTU}
+}
+
+// flush forgets one neighbor or all (ip empty).
+func (s *controlServer) flush(ip string) any {
+	var a netip.Addr
+	if ip != "" {
+		var err error
+		if a, err = netip.ParseAddr(ip); err != nil {
+			return map[string]string{"error": fmt.Sprintf("%q is not an IP address", ip)}
+		}
+	}
+	return flushReply{Name: s.iface.Name(), Flushed: s.iface.FlushNeighbors(a)}
+}
+
+// flushReply says how many neighbors a flush forgot.
+type flushReply struct {
+	Name    string `json:"name"`
+	Flushed int    `json:"flushed"`
 }
 
 // modeReply is the interface after a mode switch.

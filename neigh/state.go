@@ -130,6 +130,33 @@ func (e *Entry) Proven(link ib.LinkAddr, now time.Time) Action {
 	return ActResolved
 }
 
+// Restarted is Heard for a claim that came from link itself (its UD
+// source is link's port and QPN): when link is the port e is at (the same
+// GID) with a new QPN, the peer restarted, or its P_Key child was made
+// again, and announces itself. Its old QPN is gone: waiting for that QPN's
+// silence would cost seconds of traffic, so the claim wins at once, as a
+// connection proves it (Proven). Anything else is Heard.
+func (e *Entry) Restarted(link ib.LinkAddr, now time.Time) Action {
+	if !e.Resolved() || e.Link.GID != link.GID || e.Link.SameNode(link) {
+		return e.Heard(link, now)
+	}
+	e.Link = link
+	e.set(Reachable, now)
+	return ActResolved
+}
+
+// Gone is called when the CM showed that e's QPN is gone (a REJ "invalid
+// service ID" or "stale connection" from its port): a claim being checked
+// for the same port wins at once. Otherwise it is Suspect.
+func (e *Entry) Gone(now time.Time) Action {
+	if e.State == Probing && e.Claim.GID == e.Link.GID && !e.Claim.SameNode(e.Link) {
+		e.Link = e.Claim
+		e.set(Reachable, now)
+		return ActResolved
+	}
+	return e.Suspect(now)
+}
+
 // Wanted is called when a packet is queued on e: a failed entry is asked
 // again, an unresolved one gets its first request, a resolved one wants a
 // connection (or the UD path).

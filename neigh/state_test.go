@@ -56,6 +56,15 @@ func TestTransitions(t *testing.T) {
 		{"restart proven", start{state: Probing, link: linkA, claim: linkA2, probes: 1}, proven(linkA2), ActResolved, Reachable, linkA2, 0, true, true},
 		{"other port not proven", start{state: Probing, link: linkA, claim: linkB, probes: 1}, proven(linkB), 0, Probing, linkA, 1, true, false},
 		{"reachable not moved", start{state: Reachable, link: linkA}, proven(linkA2), 0, Reachable, linkA, 0, true, false},
+		// Restarted: a claim from the claimed QPN itself.
+		{"restart announced", start{state: Reachable, link: linkA}, restarted(linkA2), ActResolved, Reachable, linkA2, 0, true, true},
+		{"restart announced while probing", start{state: Probing, link: linkA, claim: linkA2, probes: 1}, restarted(linkA2), ActResolved, Reachable, linkA2, 0, true, true},
+		{"other port announced probes", start{state: Reachable, link: linkA}, restarted(linkB), ActProbe, Probing, linkA, 1, true, true},
+		{"unresolved announced", start{state: Incomplete, probes: 1}, restarted(linkA2), ActResolved, Reachable, linkA2, 0, true, true},
+		// Gone: the CM said the QPN is no more.
+		{"gone lets the restart claim win", start{state: Probing, link: linkA, claim: linkA2, probes: 1}, gone, ActResolved, Reachable, linkA2, 0, true, true},
+		{"gone without a claim suspects", start{state: Reachable, link: linkA}, gone, ActProbe, Stale, linkA, 1, true, true},
+		{"gone keeps another port's claim probing", start{state: Probing, link: linkA, claim: linkB, probes: 1}, gone, 0, Probing, linkA, 1, true, false},
 		// Wanted: a packet queued.
 		{"first packet asks", start{state: Incomplete}, wanted, ActProbe, Incomplete, ib.LinkAddr{}, 1, false, false},
 		{"later packets wait", start{state: Incomplete, probes: 1}, wanted, 0, Incomplete, ib.LinkAddr{}, 1, false, false},
@@ -105,7 +114,11 @@ func proven(l ib.LinkAddr) func(*Entry, time.Time) Action {
 	return func(e *Entry, now time.Time) Action { return e.Proven(l, now) }
 }
 func suspect(e *Entry, now time.Time) Action { return e.Suspect(now) }
-func tick(e *Entry, now time.Time) Action    { return e.Tick(now) }
+func gone(e *Entry, now time.Time) Action    { return e.Gone(now) }
+func restarted(l ib.LinkAddr) func(*Entry, time.Time) Action {
+	return func(e *Entry, now time.Time) Action { return e.Restarted(l, now) }
+}
+func tick(e *Entry, now time.Time) Action { return e.Tick(now) }
 
 // TestResolutionFailsOnTime runs an unanswered resolution on a fake clock:
 // requests at 0, 200, 600 and 1400 ms, then Failed at 3 s, as the kernel.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
@@ -52,10 +53,42 @@ func (d *Device) stopAddrGen() error {
 	return nil
 }
 
+// IPv6MinMTU is the smallest link MTU IPv6 runs on (RFC 8200 §5): below
+// it the kernel turns IPv6 off on the link, and on again above.
+const IPv6MinMTU = 1280
+
+// withoutIPv6 is ps's IPv4 prefixes.
+func withoutIPv6(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // EnsureAddrs adds those of ps the interface does not have (the kernel
-// drops IPv6 addresses when the link goes down) and reports how many it
-// added.
+// drops IPv6 addresses when the link goes down, and IPv6 altogether while
+// its MTU is below 1280) and reports how many it added. IPv6 ones wait
+// while the MTU is below 1280; when IPv6 came back, the kernel made it
+// afresh, with an addrgenmode and a random link-local of its own, which
+// go again: ps's link-local is the only one.
 func (d *Device) EnsureAddrs(ps []netip.Prefix) (int, error) {
+	link, err := d.nl.LinkByIndex(d.index)
+	if err != nil {
+		return 0, fmt.Errorf("tun: %s: %w", d.Name(), err)
+	}
+	if link.Attrs().MTU < IPv6MinMTU {
+		ps = withoutIPv6(ps)
+	} else if slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		if err := d.stopAddrGen(); err != nil {
+			return 0, err
+		}
+		if err := d.dropForeignLinkLocals(ps); err != nil {
+			return 0, err
+		}
+	}
 	have, err := d.Addrs()
 	if err != nil {
 		return 0, err
@@ -75,4 +108,23 @@ func (d *Device) EnsureAddrs(ps []netip.Prefix) (int, error) {
 		added++
 	}
 	return added, errors.Join(errs...)
+}
+
+// dropForeignLinkLocals removes the IPv6 link-local addresses that are not
+// in ps: those the kernel made while its addrgenmode was its own.
+func (d *Device) dropForeignLinkLocals(ps []netip.Prefix) error {
+	have, err := d.Addrs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range have {
+		if !p.Addr().Is6() || !p.Addr().IsLinkLocalUnicast() || slices.Contains(ps, p) {
+			continue
+		}
+		if err := d.nl.AddrDel(d.link, &netlink.Addr{IPNet: prefixNet(p)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			errs = append(errs, fmt.Errorf("tun: %s removing %v: %w", d.Name(), p, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -21,6 +21,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -63,8 +64,11 @@ const MaxQueues = 16
 // with its virtio-net header from a queue; Write and WriteGSO put one back.
 // Each queue is read by one goroutine; writes may come from several.
 type Device struct {
-	queues   []*queue
-	name     string
+	queues []*queue
+	name   string
+	// renamed is the name the kernel gave the link since (ip link set
+	// NAME name NEW), which Renamed records; nil: name.
+	renamed  atomic.Pointer[string]
 	offloads uint            // TUN_F_* the kernel accepted
 	nl       *netlink.Handle // bound to the namespace the device was made in
 	link     netlink.Link
@@ -265,7 +269,11 @@ func (d *Device) configure(cfg Config) error {
 		return fmt.Errorf("tun: %s txqueuelen %d: %w", cfg.Name, cfg.TxQueueLen, err)
 	}
 	addrs := cfg.Addrs
-	if cfg.LinkLocal.IsValid() {
+	if cfg.MTU < IPv6MinMTU {
+		// The kernel has no IPv6 on such a link (nor an addrgenmode to
+		// set): it runs IPv4 alone until its MTU allows IPv6 again.
+		addrs = withoutIPv6(addrs)
+	} else if cfg.LinkLocal.IsValid() {
 		if err := d.stopAddrGen(); err != nil {
 			return err
 		}
@@ -322,8 +330,17 @@ func (d *Device) Addrs() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Name returns the interface name.
-func (d *Device) Name() string { return d.name }
+// Name returns the interface name, as the kernel has it now.
+func (d *Device) Name() string {
+	if n := d.renamed.Load(); n != nil {
+		return *n
+	}
+	return d.name
+}
+
+// Renamed records that the kernel renamed the link (the owner of the
+// device follows its netlink notifications).
+func (d *Device) Renamed(name string) { d.renamed.Store(&name) }
 
 // Index returns the interface index.
 func (d *Device) Index() int { return d.index }

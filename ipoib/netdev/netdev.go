@@ -71,9 +71,10 @@ type Routes interface {
 // LinkEvent is one change Link.Watch reports.
 type LinkEvent struct {
 	Change LinkChange
-	MTU    int   // LinkState: the link's MTU now
-	Up     bool  // LinkState: administratively up
-	Err    error // the *Unwatched changes: why
+	MTU    int    // LinkState: the link's MTU now
+	Up     bool   // LinkState: administratively up
+	Name   string // LinkState: the link's name now (it may have been renamed)
+	Err    error  // the *Unwatched changes: why
 }
 
 // LinkChange says what changed.
@@ -87,4 +88,7 @@ const (
 	AddrsUnwatched
 	LinkUnwatched
 	RoutesUnwatched
+	// LinkGone: the link was deleted (`ip link del`); the interface
+	// can carry nothing any more.
+	LinkGone
 )
