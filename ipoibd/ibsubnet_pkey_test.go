@@ -31,44 +31,13 @@ P2=0x8002, ipoib : %#x=limited, %#x=limited ;
 // a partition cannot start its child.
 func TestIBSubnetPartitions(t *testing.T) {
 	ibsim.Need(t, "smpquery", "saquery")
-	c := newCluster(t, "ibpk", 5) // host 5: the fabric
-	bins, err := ibBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fabHost := 5
-	fab := ibsim.UpWith(t, ibsim.Options{Topology: ibSubnetTopology, SMNode: "sm", Netns: c.host(fabHost), Server: c.tn.Underlay(fabHost)})
-	guids := map[int]uint64{}
-	for k := 1; k <= 4; k++ {
-		guids[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k)).guid
-	}
-	parts := filepath.Join(fab.Dir(), "partitions.conf")
-	if err := os.WriteFile(parts, []byte(ibPartitions(func(k int) uint64 { return guids[k] })), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fab.RestartSM(t, "partition_config_file "+parts+"\n", nil)
-	nodes := map[int]ibNode{}
-	for k := 1; k <= 4; k++ {
-		nodes[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k))
-	}
-
-	fwdAddr := fmt.Sprintf("%s:4790", c.tn.Underlay(fabHost))
-	args := []string{"-listen", fwdAddr, "-sm-node", "sm", "-refresh", "300ms"}
-	for k := 1; k <= 4; k++ {
-		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
-	}
-	startForwarder(t, c, fabHost, fab, args)
-	c.tn.Daemon = bins[0]
-	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
-	c.tn.Dir = fab.Dir()
-	t.Cleanup(func() {
-		for k := 1; k <= 4; k++ {
-			c.stop(k, "TERM")
+	c, fab, nodes := ibSubnetUnder(t, "ibpk", func(dir string, guid func(k int) uint64) string {
+		parts := filepath.Join(dir, "partitions.conf")
+		if err := os.WriteFile(parts, []byte(ibPartitions(guid)), 0o644); err != nil {
+			t.Fatal(err)
 		}
+		return "partition_config_file " + parts + "\n"
 	})
-	for k := 1; k <= 4; k++ {
-		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
-	}
 
 	// The table each daemon's port holds is the one OpenSM programmed.
 	wantTables := map[int]string{1: "[0xffff 0x8001 0x0002]", 2: "[0xffff 0x8001 0x0002]", 3: "[0xffff 0x0001]", 4: "[0xffff]"}
@@ -143,6 +112,50 @@ func TestIBSubnetPartitions(t *testing.T) {
 	if after := c.stats(2)["dev_rx_drop_pkey"]; after <= before {
 		t.Errorf("h2 counted no P_Key drop (%d, then %d) while limited h1 sent on 0x8002", before, after)
 	}
+}
+
+// ibSubnetUnder brings up TestIBSubnet's subnet in testnet cluster name
+// (host 5 the fabric) with OpenSM restarted on the configuration that
+// conf returns (lines of opensm.conf; it may write files in dir, given the
+// port GUIDs of h1..h4), and four daemons on it; it returns the cluster,
+// the fabric and the hosts' ports as the SM assigned them.
+func ibSubnetUnder(t *testing.T, name string, conf func(dir string, guid func(k int) uint64) string) (*cluster, *ibsim.Fabric, map[int]ibNode) {
+	t.Helper()
+	c := newCluster(t, name, 5)
+	bins, err := ibBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabHost := 5
+	fab := ibsim.UpWith(t, ibsim.Options{Topology: ibSubnetTopology, SMNode: "sm", Netns: c.host(fabHost), Server: c.tn.Underlay(fabHost)})
+	guids := map[int]uint64{}
+	for k := 1; k <= 4; k++ {
+		guids[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k)).guid
+	}
+	fab.RestartSM(t, conf(fab.Dir(), func(k int) uint64 { return guids[k] }), nil)
+	nodes := map[int]ibNode{}
+	for k := 1; k <= 4; k++ {
+		nodes[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k))
+	}
+
+	fwdAddr := fmt.Sprintf("%s:4790", c.tn.Underlay(fabHost))
+	args := []string{"-listen", fwdAddr, "-sm-node", "sm", "-refresh", "300ms"}
+	for k := 1; k <= 4; k++ {
+		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
+	}
+	startForwarder(t, c, fabHost, fab, args)
+	c.tn.Daemon = bins[0]
+	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
+	c.tn.Dir = fab.Dir()
+	t.Cleanup(func() {
+		for k := 1; k <= 4; k++ {
+			c.stop(k, "TERM")
+		}
+	})
+	for k := 1; k <= 4; k++ {
+		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
+	}
+	return c, fab, nodes
 }
 
 // firstContact waits until host k reaches dst: the first packets to a
