@@ -40,7 +40,7 @@ func openSoftibIB(sc softib.Config, cfg *ipoib.Config) (ib.Device, error) {
 	cfg.Device, cfg.Subnet = dev, sub
 	if cfg.Log != nil {
 		cfg.Log.Info("softib port on the InfiniBand subnet", "lid", pi.LID, "lmc", pi.LMC, "sm_lid", pi.SMLID,
-			"gid", pi.GID, "pkeys", len(sc.PKeys), "forwarder", sc.IB.Forwarder)
+			"gid", pi.GID, "pkeys", sc.PKeys, "forwarder", sc.IB.Forwarder)
 	}
 	return dev, nil
 }

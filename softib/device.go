@@ -404,13 +404,20 @@ func (d *Device) portAccepts(p ib.PKey) bool {
 	return false
 }
 
-// inTable reports whether p's partition is in the port's table, whatever
-// the membership.
-func (d *Device) inTable(p ib.PKey) bool {
+// tableKey is the entry of the port's table that a QP or MAD asking for
+// p uses, as a verbs consumer picks a P_Key index: p itself if the table
+// holds it, else p's partition with the membership the subnet manager
+// gave the port (full preferred). A port that is only a limited member
+// thus sends as one, whatever membership was asked for.
+func (d *Device) tableKey(p ib.PKey) (ib.PKey, bool) {
+	var found ib.PKey
 	for _, mine := range d.cfg.PKeys {
-		if mine.Partition() == p.Partition() {
-			return true
+		switch {
+		case mine == p:
+			return p, true
+		case mine.Partition() == p.Partition() && (found == 0 || mine.IsFull()):
+			found = mine
 		}
 	}
-	return false
+	return found, found != 0
 }

@@ -59,9 +59,14 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	} else if !dst.IsValid() || dst.Is4() != d.fab.v4 {
 		return errorf("MAD destination %v is not reachable on this underlay", to.GID)
 	}
+	// The P_Key goes out with the membership the port holds, as ib_umad
+	// sends the table entry at a P_Key index; one outside the table goes
+	// as given, for tests that forge another partition's MADs.
 	pkey := to.PKey
 	if pkey == 0 {
 		pkey = d.cfg.PKeys[0]
+	} else if mine, ok := d.tableKey(pkey); ok {
+		pkey = mine
 	}
 	qpn := to.QPN
 	if qpn == 0 {

@@ -77,10 +77,11 @@ func (q *qp) Modify(m ib.QPModify) error {
 		if q.state != ib.StateReset && q.state != ib.StateInit {
 			return ib.ErrBadState
 		}
-		if !m.PKey.Valid() || !q.dev.inTable(m.PKey) {
+		pkey, ok := q.dev.tableKey(m.PKey)
+		if !ok {
 			return errorf("modify QP %v to INIT: P_Key %v is not in the port's table %v", q.num, m.PKey, q.dev.port.PKeys)
 		}
-		q.pkey, q.qkey = m.PKey, m.QKey
+		q.pkey, q.qkey = pkey, m.QKey
 	case ib.StateRTR:
 		if q.state != ib.StateInit {
 			return ib.ErrBadState

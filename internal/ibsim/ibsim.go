@@ -276,8 +276,30 @@ func stop(cmd *exec.Cmd) {
 	}
 }
 
-// StopSM kills OpenSM, leaving a subnet without a subnet manager.
-func (f *Fabric) StopSM() { stop(f.osm) }
+// StopSM stops OpenSM, leaving a subnet without a subnet manager. It asks
+// first (SIGTERM): only an orderly exit frees OpenSM's client slot in the
+// simulator, and a slot left to a dead OpenSM keeps receiving the SA's
+// MADs, so that a restarted OpenSM never answers them. One that does not
+// leave in time is killed.
+func (f *Fabric) StopSM() {
+	if f.osm.ProcessState != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(smStopTimeout):
+			f.osm.Process.Kill()
+		}
+	}()
+	f.osm.Process.Signal(syscall.SIGTERM)
+	f.osm.Wait()
+	close(done)
+}
+
+// smStopTimeout bounds OpenSM's orderly exit.
+const smStopTimeout = 5 * time.Second
 
 // watch keeps a daemon's output and closes seen when want first appears.
 type watch struct {
