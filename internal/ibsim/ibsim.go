@@ -89,7 +89,7 @@ Hca	1 "h4"
 
 // How long the fabric may take to come up, and a program run on it.
 const (
-	upTimeout  = 10 * time.Second
+	upTimeout  = 30 * time.Second // a loaded 2-core machine needs more than 10
 	runTimeout = 20 * time.Second
 )
 
