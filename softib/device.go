@@ -158,6 +158,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if ibp != nil {
 		d.port.LID, d.port.LMC, d.port.SMLID = ibp.cfg.LID, ibp.cfg.LMC, ibp.cfg.SMLID
+		ibp.start(cfg.PKeys)
 	}
 	d.groups.Store(&map[netip.Addr][]*qp{})
 	// QP1's datagrams go to the MAD service, never to a CQ; its CQs only
@@ -176,8 +177,16 @@ func Open(cfg Config) (*Device, error) {
 // Name returns the device name.
 func (d *Device) Name() string { return d.cfg.Name }
 
-// Port returns the port attributes.
-func (d *Device) Port() ib.PortAttr { return d.port }
+// Port returns the port attributes; on InfiniBand with the subnet
+// manager's current assignment (SetSubnet).
+func (d *Device) Port() ib.PortAttr {
+	p := d.port
+	if d.ibp != nil {
+		a := d.ibp.addr.Load()
+		p.LID, p.LMC, p.SMLID, p.PKeys = a.lid, a.lmc, a.smLID, a.pkeys
+	}
+	return p
+}
 
 // Close stops the receive goroutine and flushes every QP.
 func (d *Device) Close() error {
