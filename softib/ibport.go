@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -273,6 +274,9 @@ func (d *Device) attachMLID(q *qp, mgid ib.GID, mlid uint16) error {
 		return fmt.Errorf("softib: %v is attached with MLID %#x, not %#x", mgid, old, mlid)
 	}
 	old := *p.mlids.Load()
+	if slices.Contains(old[mlid], q) {
+		return nil // attached already: as on an HCA, once is enough
+	}
 	m := make(map[uint16][]*qp, len(old)+1)
 	for k, v := range old {
 		m[k] = v

@@ -276,8 +276,28 @@ func stop(cmd *exec.Cmd) {
 	}
 }
 
-// StopSM kills OpenSM, leaving a subnet without a subnet manager.
-func (f *Fabric) StopSM() { stop(f.osm) }
+// StopSM stops OpenSM, leaving a subnet without a subnet manager. It is
+// asked to end (SIGTERM) so that umad2sim's exit handler disconnects it
+// from ibsim: a killed one keeps its client slot, which ibsim goes on
+// handing the SA's requests to (the first SM client of the node), and an
+// OpenSM started after it would never see one. Killed if it lingers.
+func (f *Fabric) StopSM() {
+	if f.osm.ProcessState != nil {
+		return
+	}
+	_ = f.osm.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		_ = f.osm.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = f.osm.Process.Kill()
+		<-done
+	}
+}
 
 // watch keeps a daemon's output and closes seen when want first appears.
 type watch struct {
