@@ -4,7 +4,6 @@ import (
 	be "encoding/binary"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
@@ -40,11 +39,6 @@ func openSoftibIB(sc softib.Config, cfg *ipoib.Config) (ib.Device, error) {
 		return nil, fmt.Errorf("softib --softib-link ib: the subnet administrator's client: %w", err)
 	}
 	sma, err := umadsa.OpenSMAPort("", 0)
-	if os.Getenv("NOSMA") != "" {
-		sma.Close()
-		cfg.Device, cfg.Subnet = dev, sub
-		return dev, nil
-	}
 	if err != nil {
 		_ = sub.Close()
 		_ = dev.Close()

@@ -40,17 +40,3 @@ func parsePortInfo(pi, pkeys []byte) (PortInfo, error) {
 	}
 	return p, nil
 }
-
-// SamePlace reports whether two readings of a port give it the same
-// place on its subnet: LID, LMC, SM, state and P_Key table.
-func SamePlace(a, b PortInfo) bool {
-	if a.LID != b.LID || a.LMC != b.LMC || a.SMLID != b.SMLID || a.Active != b.Active || len(a.PKeys) != len(b.PKeys) {
-		return false
-	}
-	for i := range a.PKeys {
-		if a.PKeys[i] != b.PKeys[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -52,34 +52,11 @@ func TestParsePortInfo(t *testing.T) {
 				return
 			}
 			tc.want.GID = ib.GID{0xfe, 0x80}
-			if !SamePlace(got, tc.want) || got.State != tc.want.State || got.SMSL != tc.want.SMSL || got.GID != tc.want.GID || got.PKey0 != tc.want.PKey0 {
+			if got.LID != tc.want.LID || got.LMC != tc.want.LMC || got.SMLID != tc.want.SMLID || got.Active != tc.want.Active ||
+				!slices.Equal(got.PKeys, tc.want.PKeys) || got.State != tc.want.State || got.SMSL != tc.want.SMSL || got.GID != tc.want.GID || got.PKey0 != tc.want.PKey0 {
 				t.Fatalf("got %+v\nwant %+v", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestSamePlace(t *testing.T) {
-	base := PortInfo{LID: 3, LMC: 0, SMLID: 1, Active: true, PKeys: []ib.PKey{0xffff}}
-	for _, tc := range []struct {
-		name string
-		edit func(*PortInfo)
-		same bool
-	}{
-		{"identical", func(*PortInfo) {}, true},
-		{"SM SL only", func(p *PortInfo) { p.SMSL = 4 }, true},
-		{"LID", func(p *PortInfo) { p.LID = 5 }, false},
-		{"LMC", func(p *PortInfo) { p.LMC = 1 }, false},
-		{"SM LID", func(p *PortInfo) { p.SMLID = 9 }, false},
-		{"went down", func(p *PortInfo) { p.Active = false }, false},
-		{"P_Key added", func(p *PortInfo) { p.PKeys = append(slices.Clone(p.PKeys), 0x8002) }, false},
-		{"P_Key changed", func(p *PortInfo) { p.PKeys = []ib.PKey{0x7fff} }, false},
-	} {
-		b := base
-		tc.edit(&b)
-		if got := SamePlace(base, b); got != tc.same {
-			t.Errorf("%s: SamePlace = %v", tc.name, got)
-		}
 	}
 }
 
