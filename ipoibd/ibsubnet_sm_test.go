@@ -102,7 +102,19 @@ func TestIBSubnetSMRestart(t *testing.T) {
 		}
 	}
 
+	// Traffic may flow on the old LIDs until the forwarder reads the new
+	// tables; what is judged is traffic once each daemon followed its
+	// move (its SMA read, the interface's connections torn down).
 	const bound = 20 * time.Second
+	for k := 1; k <= daemons; k++ {
+		for !strings.Contains(readLog(c, k), "the SM moved our port to another LID") {
+			if time.Since(restarted) > bound {
+				t.Fatalf("h%d did not follow its LID change within %v", k, bound)
+			}
+			time.Sleep(100 * time.Millisecond) // the daemon's log is the only sign
+		}
+		t.Logf("h%d followed its LID change %.2f s after OpenSM's restart", k, time.Since(restarted).Seconds())
+	}
 	for _, p := range pairs {
 		for _, dst := range []string{c.ip4(p[1]), c.ip6(p[1])} {
 			reachWithin(t, c, p[0], dst, restarted, bound)
@@ -149,6 +161,12 @@ func TestIBSubnetSMRestart(t *testing.T) {
 		}
 		t.Logf("h%d: LID %d -> %s (%s)", k, nodes[k].lid, last[2], last[1])
 	}
+}
+
+// readLog is host k's daemon log so far.
+func readLog(c *cluster, k int) string {
+	b, _ := os.ReadFile(c.tn.LogPath(k))
+	return string(b)
 }
 
 // reachWithin pings dst from host k, one ping a time waiting up to a
