@@ -3,6 +3,7 @@ package main
 import (
 	be "encoding/binary"
 	"fmt"
+	"log/slog"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
@@ -37,12 +38,21 @@ func openSoftibIB(sc softib.Config, cfg *ipoib.Config) (ib.Device, error) {
 		_ = dev.Close()
 		return nil, fmt.Errorf("softib --softib-link ib: the subnet administrator's client: %w", err)
 	}
-	cfg.Device, cfg.Subnet = dev, sub
-	if cfg.Log != nil {
-		cfg.Log.Info("softib port on the InfiniBand subnet", "lid", pi.LID, "lmc", pi.LMC, "sm_lid", pi.SMLID,
-			"gid", pi.GID, "pkeys", sc.PKeys, "forwarder", sc.IB.Forwarder)
+	sma, err := umadsa.OpenSMAPort("", 0)
+	if err != nil {
+		_ = sub.Close()
+		_ = dev.Close()
+		return nil, fmt.Errorf("softib --softib-link ib: the port's SMA, to follow the subnet manager: %w", err)
 	}
-	return dev, nil
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	w := watchSubnet(dev, sma, subnetPollInterval, log)
+	cfg.Device, cfg.Subnet = w, sub
+	log.Info("softib port on the InfiniBand subnet", "lid", pi.LID, "lmc", pi.LMC, "sm_lid", pi.SMLID,
+		"gid", pi.GID, "pkeys", sc.PKeys, "forwarder", sc.IB.Forwarder, "sma_poll", subnetPollInterval)
+	return w, nil
 }
 
 // ibPlace puts what the subnet manager assigned the port (pi) in sc: a

@@ -158,6 +158,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if ibp != nil {
 		d.port.LID, d.port.LMC, d.port.SMLID = ibp.cfg.LID, ibp.cfg.LMC, ibp.cfg.SMLID
+		ibp.start(cfg.PKeys)
 	}
 	d.groups.Store(&map[netip.Addr][]*qp{})
 	// QP1's datagrams go to the MAD service, never to a CQ; its CQs only
@@ -176,8 +177,16 @@ func Open(cfg Config) (*Device, error) {
 // Name returns the device name.
 func (d *Device) Name() string { return d.cfg.Name }
 
-// Port returns the port attributes.
-func (d *Device) Port() ib.PortAttr { return d.port }
+// Port returns the port attributes; on InfiniBand with the subnet
+// manager's current assignment (SetSubnet).
+func (d *Device) Port() ib.PortAttr {
+	p := d.port
+	if d.ibp != nil {
+		a := d.ibp.addr.Load()
+		p.LID, p.LMC, p.SMLID, p.PKeys = a.lid, a.lmc, a.smLID, a.pkeys
+	}
+	return p
+}
 
 // Close stops the receive goroutine and flushes every QP.
 func (d *Device) Close() error {
@@ -393,10 +402,19 @@ func (d *Device) DetachMulticast(iq ib.QP, mgid ib.GID) error {
 	return d.fab.leave(g)
 }
 
+// pkeys is the port's P_Key table as it is now: on the InfiniBand link
+// layer the subnet manager's latest (SetSubnet), else the one opened with.
+func (d *Device) pkeys() []ib.PKey {
+	if d.ibp != nil {
+		return d.ibp.addr.Load().pkeys
+	}
+	return d.cfg.PKeys
+}
+
 // portAccepts is the port's P_Key check: some entry of its table accepts
 // the packet's P_Key. Each QP checks its own P_Key as well.
 func (d *Device) portAccepts(p ib.PKey) bool {
-	for _, mine := range d.cfg.PKeys {
+	for _, mine := range d.pkeys() {
 		if mine.Accepts(p) {
 			return true
 		}
@@ -411,7 +429,7 @@ func (d *Device) portAccepts(p ib.PKey) bool {
 // thus sends as one, whatever membership was asked for.
 func (d *Device) tableKey(p ib.PKey) (ib.PKey, bool) {
 	var found ib.PKey
-	for _, mine := range d.cfg.PKeys {
+	for _, mine := range d.pkeys() {
 		switch {
 		case mine == p:
 			return p, true

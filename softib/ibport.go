@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -39,27 +40,50 @@ const defaultGIDPrefix = 0xfe80_0000_0000_0000
 
 // ibPort is the InfiniBand link layer state of a device; nil on RoCE.
 type ibPort struct {
-	cfg   IBConfig
-	mask  uint16                           // the LID's path bits under LMC
-	mlids atomic.Pointer[map[uint16][]*qp] // attached MLID -> QPs
-	mgid  map[ib.GID]uint16                // attached MGID -> MLID (d.mu)
+	cfg IBConfig // as opened; the subnet's current values are in addr
+	// addr is what the subnet manager assigns now: swapped whole by
+	// SetSubnet, loaded once per packet, so a packet never sees a LID of
+	// one assignment with the LMC of another.
+	addr   atomic.Pointer[ibAddr]
+	events atomic.Uint64                    // subnet events raised (SubnetEvents)
+	mlids  atomic.Pointer[map[uint16][]*qp] // attached MLID -> QPs
+	mgid   map[ib.GID]uint16                // attached MGID -> MLID (d.mu)
+}
+
+// ibAddr is the port's assignment by the subnet manager. Never changed
+// once stored: a change stores a new one.
+type ibAddr struct {
+	lid   uint16
+	lmc   uint8
+	mask  uint16 // the LID's path bits under LMC
+	smLID uint16
+	pkeys []ib.PKey
+}
+
+// checkLIDs checks a LID, LMC and SM LID as a port would take them.
+func checkLIDs(lid uint16, lmc uint8, smLID uint16) error {
+	switch {
+	case !IsUnicastLID(lid):
+		return fmt.Errorf("softib: LID %#x is not a unicast LID", lid)
+	case lmc > 7:
+		return fmt.Errorf("softib: LMC %d exceeds 7", lmc)
+	case lid&(1<<lmc-1) != 0:
+		return fmt.Errorf("softib: LID %#x is not aligned to its LMC %d", lid, lmc)
+	case !IsUnicastLID(lid + 1<<lmc - 1):
+		return fmt.Errorf("softib: LIDs %#x+%d leave the unicast range", lid, 1<<lmc)
+	case smLID != 0 && !IsUnicastLID(smLID):
+		return fmt.Errorf("softib: SM LID %#x is not a unicast LID", smLID)
+	}
+	return nil
 }
 
 // newIBPort checks cfg and fills its defaults; gid is the RoCE GID of the
 // underlay address.
 func newIBPort(cfg IBConfig, gid ib.GID) (*ibPort, error) {
-	switch {
-	case !IsUnicastLID(cfg.LID):
-		return nil, fmt.Errorf("softib: LID %#x is not a unicast LID", cfg.LID)
-	case cfg.LMC > 7:
-		return nil, fmt.Errorf("softib: LMC %d exceeds 7", cfg.LMC)
-	case cfg.LID&(1<<cfg.LMC-1) != 0:
-		return nil, fmt.Errorf("softib: LID %#x is not aligned to its LMC %d", cfg.LID, cfg.LMC)
-	case !IsUnicastLID(cfg.LID + 1<<cfg.LMC - 1):
-		return nil, fmt.Errorf("softib: LIDs %#x+%d leave the unicast range", cfg.LID, 1<<cfg.LMC)
-	case cfg.SMLID != 0 && !IsUnicastLID(cfg.SMLID):
-		return nil, fmt.Errorf("softib: SM LID %#x is not a unicast LID", cfg.SMLID)
-	case !cfg.Forwarder.IsValid():
+	if err := checkLIDs(cfg.LID, cfg.LMC, cfg.SMLID); err != nil {
+		return nil, err
+	}
+	if !cfg.Forwarder.IsValid() {
 		return nil, errors.New("softib: an InfiniBand port needs the fabric forwarder's address")
 	}
 	if cfg.GIDPrefix == 0 {
@@ -68,9 +92,15 @@ func newIBPort(cfg IBConfig, gid ib.GID) (*ibPort, error) {
 	if cfg.GUID == 0 {
 		cfg.GUID = binary.BigEndian.Uint64(gid[8:])
 	}
-	p := &ibPort{cfg: cfg, mask: 1<<cfg.LMC - 1, mgid: map[ib.GID]uint16{}}
+	p := &ibPort{cfg: cfg, mgid: map[ib.GID]uint16{}}
 	p.mlids.Store(&map[uint16][]*qp{})
 	return p, nil
+}
+
+// start stores the first assignment: the LIDs opened with and the
+// device's P_Key table.
+func (p *ibPort) start(pkeys []ib.PKey) {
+	p.addr.Store(&ibAddr{lid: p.cfg.LID, lmc: p.cfg.LMC, mask: 1<<p.cfg.LMC - 1, smLID: p.cfg.SMLID, pkeys: pkeys})
 }
 
 // gid is the port GID: subnet prefix and port GUID.
@@ -82,25 +112,28 @@ func (p *ibPort) gid() (g ib.GID) {
 
 // ours reports whether a unicast DLID names this port: its base LID with
 // any path bits, or the permissive LID.
-func (p *ibPort) ours(dlid uint16) bool {
-	return dlid == PermissiveLID || dlid&^p.mask == p.cfg.LID
+func (a *ibAddr) ours(dlid uint16) bool {
+	return dlid == PermissiveLID || dlid&^a.mask == a.lid
 }
 
 // ibRoute is how an InfiniBand-link packet is addressed: its LRH and,
 // when grh is set, its GRH. The zero value is the RoCE case (unused).
 type ibRoute struct {
-	dlid, slid uint16
-	sl         uint8
-	grh        bool
-	tclass     uint8
-	hopLmt     uint8
-	flow       uint32
-	dgid       ib.GID
+	dlid     uint16
+	pathBits uint16 // the SLID's path bits; its base is our LID when sent
+	sl       uint8
+	grh      bool
+	tclass   uint8
+	hopLmt   uint8
+	flow     uint32
+	dgid     ib.GID
 }
 
-// route turns a path to dgid into the headers this port sends.
+// route turns a path to dgid into the headers this port sends. The SLID
+// is not fixed here: a QP or AH made before the SM moved our LID sends
+// from the new one, as an HCA takes its port's LID at send time.
 func (d *Device) route(p ib.Path, dgid ib.GID) ibRoute {
-	r := ibRoute{dlid: p.DLID, slid: d.ibp.cfg.LID | uint16(p.SrcPathBits)&d.ibp.mask, sl: p.SL & 15}
+	r := ibRoute{dlid: p.DLID, pathBits: uint16(p.SrcPathBits) & 0x7f, sl: p.SL & 15}
 	if p.GRH {
 		r.grh, r.tclass, r.hopLmt, r.flow, r.dgid = true, p.TrafficClass, p.HopLimit, p.FlowLabel&0xfffff, dgid
 	}
@@ -125,7 +158,8 @@ func (d *Device) linkOverhead(r *ibRoute) int {
 // from registered memory, pad, ICRC and VCRC, each CRC computed over the
 // pieces where they lie.
 func (d *Device) frameIB(tx *txMsg, seg int, r *ibRoute, p *Packet, payload []byte) {
-	f := IBFrame{LRH: LRH{SL: r.sl, DLID: r.dlid, SLID: r.slid}, HasGRH: r.grh, Packet: *p}
+	a := d.ibp.addr.Load()
+	f := IBFrame{LRH: LRH{SL: r.sl, DLID: r.dlid, SLID: a.lid | r.pathBits&a.mask}, HasGRH: r.grh, Packet: *p}
 	if r.grh {
 		f.GRH = GRH{TClass: r.tclass, FlowLabel: r.flow, HopLmt: r.hopLmt, SGID: d.port.GID, DGID: r.dgid}
 	}
@@ -201,7 +235,7 @@ func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
 	case dlid == 0:
 		d.count(dropDLIDZero)
 		return
-	case !multicast && !p.ours(dlid):
+	case !multicast && !p.addr.Load().ours(dlid):
 		d.count(dropWrongDLID)
 		return
 	}
@@ -240,6 +274,9 @@ func (d *Device) attachMLID(q *qp, mgid ib.GID, mlid uint16) error {
 		return fmt.Errorf("softib: %v is attached with MLID %#x, not %#x", mgid, old, mlid)
 	}
 	old := *p.mlids.Load()
+	if slices.Contains(old[mlid], q) {
+		return nil // attached already: as on an HCA, once is enough
+	}
 	m := make(map[uint16][]*qp, len(old)+1)
 	for k, v := range old {
 		m[k] = v

@@ -64,7 +64,7 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	// as given, for tests that forge another partition's MADs.
 	pkey := to.PKey
 	if pkey == 0 {
-		pkey = d.cfg.PKeys[0]
+		pkey = d.pkeys()[0]
 	} else if mine, ok := d.tableKey(pkey); ok {
 		pkey = mine
 	}

@@ -105,7 +105,7 @@ func (d *Device) recvMAD(p *Packet, src netip.Addr) {
 		// fields only if the MAD came with a GRH.
 		s := &d.rxFrom
 		from = ib.MADAddr{QPN: p.DETH.SrcQP, PKey: p.BTH.PKey, Path: ib.Path{
-			DLID: s.slid, SL: s.sl, SrcPathBits: uint8(s.dlid & d.ibp.mask)}}
+			DLID: s.slid, SL: s.sl, SrcPathBits: uint8(s.dlid & d.ibp.addr.Load().mask)}}
 		if s.grh {
 			from.GID = s.sgid
 			from.Path.GRH, from.Path.TrafficClass, from.Path.FlowLabel, from.Path.HopLimit = true, s.tclass, s.flow, s.hopLimit

@@ -26,3 +26,15 @@ func QueryPort(ca string, port int) (PortInfo, error) { return PortInfo{}, errNo
 
 // Exit is os.Exit: without libibumad no C atexit handler waits.
 func Exit(code int) { os.Exit(code) }
+
+// SMAPort reads a port from its SMA; without libibumad there is none.
+type SMAPort struct{}
+
+// OpenSMAPort reports that this binary has no libibumad.
+func OpenSMAPort(ca string, port int) (*SMAPort, error) { return nil, errNoRDMA }
+
+// Query reports that this binary has no libibumad.
+func (s *SMAPort) Query() (PortInfo, error) { return PortInfo{}, errNoRDMA }
+
+// Close does nothing.
+func (s *SMAPort) Close() error { return nil }

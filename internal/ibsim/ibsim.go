@@ -285,21 +285,19 @@ func (f *Fabric) StopSM() {
 	if f.osm.ProcessState != nil {
 		return
 	}
+	_ = f.osm.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() {
-		select {
-		case <-done:
-		case <-time.After(smStopTimeout):
-			f.osm.Process.Kill()
-		}
+		_ = f.osm.Wait()
+		close(done)
 	}()
-	f.osm.Process.Signal(syscall.SIGTERM)
-	f.osm.Wait()
-	close(done)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = f.osm.Process.Kill()
+		<-done
+	}
 }
-
-// smStopTimeout bounds OpenSM's orderly exit.
-const smStopTimeout = 5 * time.Second
 
 // watch keeps a daemon's output and closes seen when want first appears.
 type watch struct {

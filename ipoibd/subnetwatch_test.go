@@ -1,0 +1,53 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/umadsa"
+)
+
+// TestSubnetFollower feeds readings of the port to the follower: each
+// step's reading, the port's LID after it and the subnet events counted
+// so far.
+func TestSubnetFollower(t *testing.T) {
+	dev, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.88.96.1"), Port: uint16(20000 + (os.Getpid()+13)%30000),
+		LinkLayer: softib.LinkInfiniBand, IB: softib.IBConfig{LID: 3, SMLID: 1, Forwarder: netip.MustParseAddrPort("127.88.96.254:4790")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	full := []ib.PKey{ib.DefaultPKey}
+	up := func(lid, sm uint16, pkeys ...ib.PKey) umadsa.PortInfo {
+		return umadsa.PortInfo{LID: lid, SMLID: sm, State: 4, Active: true, PKeys: pkeys}
+	}
+	f := subnetFollower{dev: dev, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, s := range []struct {
+		name   string
+		pi     umadsa.PortInfo
+		err    error
+		lid    uint16
+		events uint64
+	}{
+		{name: "as opened", pi: up(3, 1, full...), lid: 3},
+		{name: "read fails", err: errors.New("timeout"), lid: 3},
+		{name: "LID moved", pi: up(5, 1, full...), lid: 5, events: 1},
+		{name: "SM moved", pi: up(5, 2, full...), lid: 5, events: 2},
+		{name: "port down: nothing taken", pi: umadsa.PortInfo{State: 2}, lid: 5, events: 2},
+		{name: "up again unchanged: a reregister", pi: up(5, 2, full...), lid: 5, events: 3},
+		{name: "P_Key table with a gap: kept", pi: up(5, 2, ib.DefaultPKey, 0, 0x8002), lid: 5, events: 3},
+		{name: "P_Key added", pi: up(5, 2, ib.DefaultPKey, 0x8002), lid: 5, events: 4},
+		{name: "multicast LID refused", pi: up(0xc001, 2, ib.DefaultPKey, 0x8002), lid: 5, events: 4},
+	} {
+		f.take(s.pi, s.err)
+		if got := dev.Port().LID; got != s.lid || dev.SubnetEvents() != s.events {
+			t.Fatalf("%s: LID %d, %d events; want %d, %d", s.name, got, dev.SubnetEvents(), s.lid, s.events)
+		}
+	}
+}
