@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
-	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -146,7 +146,9 @@ func TestRenameIsFollowed(t *testing.T) {
 	}
 	c.ping(1, c.ip4(2), 2)
 	c.ping(2, c.ip4(1), 2)
-	c.on(1, "kill", "-HUP", strconv.Itoa(c.pid(1)))
+	if err := syscall.Kill(c.pid(1), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
 	await(t, 5*time.Second, "a log line under the new name", func() bool {
 		return strings.Contains(c.logOf(1), "SIGHUP: nothing re-read)\" if=ibx")
 	})
