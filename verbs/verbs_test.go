@@ -5,6 +5,7 @@ package verbs
 import (
 	"bytes"
 	"errors"
+	"math"
 	"net/netip"
 	"os"
 	"runtime"
@@ -542,15 +543,22 @@ func TestNoAllocsPerPacket(t *testing.T) {
 			for range 100 { // warm up
 				round()
 			}
+			// The fewest of three measurements: the counts are the whole
+			// process's, and a background goroutine's rare allocation
+			// (seen once under TCG: 11 in 1000 rounds) is not the
+			// datapath's, which would show in every one.
 			const rounds = 1000
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			for range rounds {
-				round()
+			allocs := uint64(math.MaxUint64)
+			for range 3 {
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				for range rounds {
+					round()
+				}
+				runtime.ReadMemStats(&after)
+				allocs = min(allocs, after.Mallocs-before.Mallocs)
 			}
-			runtime.ReadMemStats(&after)
-			allocs := after.Mallocs - before.Mallocs
-			t.Logf("%d allocations in %d send/receive rounds", allocs, rounds)
+			t.Logf("%d allocations in %d send/receive rounds (fewest of 3)", allocs, rounds)
 			if allocs*100 >= rounds {
 				t.Errorf("%d allocations in %d rounds: the datapath allocates", allocs, rounds)
 			}

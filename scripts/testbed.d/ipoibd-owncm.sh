@@ -153,9 +153,12 @@ for cmmode in rc uc; do
 				fail "$mode-sigkill-$k-restart" "the daemon did not come up again"
 				continue
 			fi
+			# The survivor reaches the new daemon over UD first (its
+			# announcement), then over a new RC connection: both within
+			# the bound, then large packets over RC.
 			if until_ok 40 ip netns exec $other ping -c 1 -W 1 "$dst" &&
-				ip netns exec $other ping -c 3 -i 0.2 -W 3 -s 20000 "$dst" >/dev/null 2>&1 &&
-				ip netns exec $other ipoibd conn | grep -w RC | grep -q established; then
+				until_ok 40 sh -c "ip netns exec $other ipoibd conn | grep -w RC | grep -q established" &&
+				ip netns exec $other ping -c 3 -i 0.2 -W 3 -s 20000 "$dst" >/dev/null 2>&1; then
 				pass "$mode-sigkill-$k-restart"
 			else
 				fail "$mode-sigkill-$k-restart" "no RC traffic to the restarted daemon within 40 s: $(ip netns exec $other ipoibd conn 2>&1 | tr '\n' ' ')"
