@@ -118,6 +118,9 @@ func Down(name string) error {
 	}
 	var errs []error
 	c := &Cluster{Name: name, dir: filepath.Join(RunDir, name)}
+	if oc, err := Open(name); err == nil {
+		c = oc // its net number names its hosts' underlay addresses
+	}
 	pids, _ := filepath.Glob(filepath.Join(c.dir, "h*.pid"))
 	for _, p := range pids {
 		k, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "h"), ".pid"))

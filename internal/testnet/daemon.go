@@ -126,8 +126,11 @@ func (c *Cluster) Stop(k int, sig syscall.Signal) error {
 }
 
 // stopForGood stops host k's daemon with SIGTERM, and SIGKILL if that
-// does not end it: for Down.
+// does not end it: for Down. A process started with host k's --underlay
+// that the pid file does not name (a daemon whose namespace, given with
+// --netns, is already gone) is killed too.
 func (c *Cluster) stopForGood(k int) error {
+	defer c.killStragglers(k)
 	pid, err := c.Pid(k)
 	if err != nil {
 		return nil // no daemon, or a pid file cut short by a crash
@@ -148,8 +151,10 @@ func (c *Cluster) stopForGood(k int) error {
 }
 
 // openDaemon opens a pidfd on pid if it is host k's daemon: a process in
-// host k's namespace. After a crash, the pid may have passed to an
-// unrelated process; that one is left alone (ok false).
+// host k's namespace, or (a daemon with --netns runs in the namespace it
+// was given) one started with host k's --underlay. After a crash, the pid
+// may have passed to an unrelated process; that one is left alone (ok
+// false).
 func (c *Cluster) openDaemon(k, pid int) (pidfd int, ok bool, err error) {
 	pidfd, err = unix.PidfdOpen(pid, 0)
 	if errors.Is(err, unix.ESRCH) {
@@ -159,13 +164,49 @@ func (c *Cluster) openDaemon(k, pid int) (pidfd int, ok bool, err error) {
 		return -1, false, fmt.Errorf("pidfd_open %d: %w", pid, err)
 	}
 	var its, host unix.Stat_t
-	if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &its) != nil ||
-		unix.Stat(filepath.Join("/run/netns", c.Host(k)), &host) != nil ||
-		its.Dev != host.Dev || its.Ino != host.Ino {
+	inHost := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &its) == nil &&
+		unix.Stat(filepath.Join("/run/netns", c.Host(k)), &host) == nil &&
+		its.Dev == host.Dev && its.Ino == host.Ino
+	if !inHost && !c.startedAs(k, pid) {
 		unix.Close(pidfd)
 		return -1, false, nil
 	}
 	return pidfd, true, nil
+}
+
+// killStragglers kills every process started as host k's daemon and
+// waits (bounded) for each to go.
+func (c *Cluster) killStragglers(k int) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || !c.startedAs(k, pid) {
+			continue
+		}
+		pidfd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		_, _ = awaitPidfd(pidfd, stopTimeout)
+		unix.Close(pidfd)
+	}
+}
+
+// startedAs reports whether pid's command line is that of host k's
+// daemon: --underlay and host k's underlay address.
+func (c *Cluster) startedAs(k, pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--underlay" && args[i+1] == c.Underlay(k).String() {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitPidfd waits up to d for the process of pidfd to exit.
