@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -83,35 +82,13 @@ func newCluster(t *testing.T, name string, hosts int) *cluster {
 			t.Error(err)
 		}
 		for k := 1; k <= hosts; k++ {
-			if pid := daemonOf(tn.Underlay(k).String()); pid != 0 {
+			for _, pid := range tn.Stragglers(k) {
 				t.Errorf("h%d's daemon (pid %d) outlived its cluster", k, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 	})
 	return c
-}
-
-// daemonOf finds a live process started with --underlay addr, or 0.
-func daemonOf(addr string) int {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "--underlay" && args[i+1] == addr {
-				return pid
-			}
-		}
-	}
-	return 0
 }
 
 // forTest is the same cluster with helpers that fail t.

@@ -177,12 +177,7 @@ func (c *Cluster) openDaemon(k, pid int) (pidfd int, ok bool, err error) {
 // killStragglers kills every process started as host k's daemon and
 // waits (bounded) for each to go.
 func (c *Cluster) killStragglers(k int) {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || !c.startedAs(k, pid) {
-			continue
-		}
+	for _, pid := range c.Stragglers(k) {
 		pidfd, err := unix.PidfdOpen(pid, 0)
 		if err != nil {
 			continue
@@ -191,6 +186,19 @@ func (c *Cluster) killStragglers(k int) {
 		_, _ = awaitPidfd(pidfd, stopTimeout)
 		unix.Close(pidfd)
 	}
+}
+
+// Stragglers lists the live processes started as host k's daemon (its
+// --underlay), whatever namespace they are in: none after Down.
+func (c *Cluster) Stragglers(k int) []int {
+	var pids []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if pid, err := strconv.Atoi(d.Name()); err == nil && c.startedAs(k, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // startedAs reports whether pid's command line is that of host k's
