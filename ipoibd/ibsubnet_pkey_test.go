@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/internal/ibsim"
 )
@@ -75,7 +76,7 @@ func TestIBSubnetPartitions(t *testing.T) {
 	for _, pair := range [][2]int{{1, 2}, {2, 1}, {1, 3}, {3, 1}, {2, 3}, {3, 2}} {
 		v4, v6 := addr(1, pair[1])
 		for _, dst := range []string{v4, v6} {
-			firstContact(c, pair[0], dst)
+			firstReply(c.t, c, pair[0], dst, 30*time.Second)
 			c.ping(pair[0], dst, 2)
 		}
 	}
@@ -156,22 +157,6 @@ func ibSubnetUnder(t *testing.T, name string, conf func(dir string, guid func(k 
 		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
 	}
 	return c, fab, nodes
-}
-
-// firstContact waits until host k reaches dst: the first packets to a
-// child just added may wait on its joins (a peer's solicited-node group
-// may not exist yet) and on the forwarder's next read of OpenSM's MFTs.
-// Each try is a ping of three packets a second apart; five may fail.
-func firstContact(c *cluster, k int, dst string) {
-	c.t.Helper()
-	var out string
-	var err error
-	for try := 0; try < 5; try++ {
-		if out, err = c.try(k, "ping", "-c", "3", "-i", "1", "-W", "2", dst); err == nil {
-			return
-		}
-	}
-	c.t.Fatalf("h%d: no reply from %s in five tries: %v\n%s", k, dst, err, out)
 }
 
 // smpPKeys is the P_Key table OpenSM programmed into the port at lid, as

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/internal/ibsim"
 )
@@ -42,7 +43,7 @@ func TestIBSubnetQoS(t *testing.T) {
 	}
 	for _, pair := range [][2]int{{1, 2}, {2, 1}, {3, 4}, {1, 4}} {
 		for _, dst := range []string{c.ip4(pair[1]), c.ip6(pair[1])} {
-			firstContact(c, pair[0], dst)
+			firstReply(c.t, c, pair[0], dst, 30*time.Second)
 			c.ping(pair[0], dst, 2)
 		}
 	}
