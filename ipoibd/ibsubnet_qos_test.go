@@ -43,7 +43,7 @@ func TestIBSubnetQoS(t *testing.T) {
 	}
 	for _, pair := range [][2]int{{1, 2}, {2, 1}, {3, 4}, {1, 4}} {
 		for _, dst := range []string{c.ip4(pair[1]), c.ip6(pair[1])} {
-			firstReply(c.t, c, pair[0], dst, 30*time.Second)
+			reachWithin(c.t, c, pair[0], dst, time.Now(), 30*time.Second)
 			c.ping(pair[0], dst, 2)
 		}
 	}

@@ -163,7 +163,7 @@ func TestIBSubnet(t *testing.T) {
 			// ping is answered, each asking a failed neighbor again;
 			// then none may be lost.
 			for _, dst := range []string{c.ip4(b), c.ip6(b)} {
-				firstReply(t, c, a, dst, 30*time.Second)
+				reachWithin(t, c, a, dst, time.Now(), 30*time.Second)
 				c.ping(a, dst, 2)
 			}
 		}
@@ -282,20 +282,6 @@ func ibGID(guid uint64) string {
 	be.BigEndian.PutUint64(g[:8], 0xfe80<<48)
 	be.BigEndian.PutUint64(g[8:], guid)
 	return g.String()
-}
-
-// firstReply pings dst from host k until one ping is answered.
-func firstReply(t *testing.T, c *cluster, k int, dst string, timeout time.Duration) {
-	t.Helper()
-	for end := time.Now().Add(timeout); ; {
-		out, err := c.try(k, "ping", "-c", "1", "-W", "2", dst)
-		if err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("h%d: no reply from %s in %v: %v\n%s", k, dst, timeout, err, out)
-		}
-	}
 }
 
 // forwarderTables follows the "tables:" lines softib-ibfwd prints when
