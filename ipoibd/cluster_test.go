@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -40,10 +41,23 @@ func TestMain(m *testing.M) {
 }
 
 // clusterNet hands each test its own underlay and IPoIB subnets, so that
-// tests never see each other's hosts.
+// tests never see each other's hosts: numbers 40 to 79 in turn.
 var clusterNet atomic.Int32
 
-func init() { clusterNet.Store(40) }
+// testSlot lets up to five checkouts run these tests on one machine at
+// once: IPOIBD_TEST_SLOT=1..4 moves the cluster numbers to a block of
+// their own (80, 120, 160, 200) and puts the digit after every cluster
+// name, so that no run takes down or kills another's hosts.
+var testSlot = func() int {
+	n, err := strconv.Atoi(os.Getenv("IPOIBD_TEST_SLOT"))
+	if err != nil || n < 1 || n > 4 {
+		return 0
+	}
+	return n
+}()
+
+// nextNet is the next cluster number of this run's block.
+func nextNet() int { return 40*(testSlot+1) + int(clusterNet.Add(1)-1)%40 }
 
 // cluster is one set of hosts made by internal/testnet, with helpers that
 // fail the test t.
@@ -62,10 +76,13 @@ func newCluster(t *testing.T, name string, hosts int) *cluster {
 	if _, err := lookTools("ip", "ping", "iperf3"); err != nil {
 		t.Skip(err)
 	}
+	if testSlot != 0 {
+		name += strconv.Itoa(testSlot)
+	}
 	if err := testnet.Down(name); err != nil { // leftovers of an interrupted run
 		t.Fatal(err)
 	}
-	tn, err := testnet.Up(name, hosts, int(clusterNet.Add(1)))
+	tn, err := testnet.Up(name, hosts, nextNet())
 	if err != nil {
 		t.Fatal(err)
 	}
