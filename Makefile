@@ -4,7 +4,7 @@ GO ?= go
 PREFIX ?= /usr/local
 SYSTEMD_DIR ?= /etc/systemd/system
 
-.PHONY: build test testbed lint fuzz bench demo deps deps-proof install uninstall unit man soak
+.PHONY: build test testbed lint fuzz bench bench-ab demo deps deps-proof install uninstall unit man soak
 
 build:
 	$(GO) build ./...
@@ -54,6 +54,12 @@ fuzz:
 bench: build
 	scripts/deps.sh runtime
 	scripts/bench.sh
+
+# Did a change make the datapath slower? The daemon of revision OLD against
+# the working tree's, runs interleaved (root; not part of test).
+bench-ab:
+	scripts/deps.sh runtime
+	AB_OLD=$(OLD) scripts/bench-ab.sh
 
 # Memory and connections over a long run with loss, iperf3, pings and
 # SIGKILL restarts (root; not part of test; SOAK_SECONDS, default 180).
