@@ -31,9 +31,12 @@ type (
 )
 
 var (
-	t0        = cmtest.T0
-	gidN      = cmtest.GIDN
-	newFabric = cmtest.NewFabric[AttrID]
+	t0          = cmtest.T0
+	gidN        = cmtest.GIDN
+	newFabric   = cmtest.NewFabric[AttrID]
+	inject      = cmtest.Inject[AttrID]
+	onlyWire    = cmtest.OnlyWire[AttrID]
+	wantCounter = cmtest.WantCounter
 )
 
 // decode decodes a logged MAD, failing the test if it does not decode.

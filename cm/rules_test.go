@@ -7,20 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipoibd/ipoibd/cm/cmtest"
 	"github.com/ipoibd/ipoibd/ib"
 )
 
 // Tests of the rules a third host on the fabric must not get past (issue
 // 16) and of what a kernel peer needs from our CM (issue 11), each with
 // the fake clock and the in-memory fabric.
-
-// The rules' helpers are package cmtest's.
-var (
-	inject      = cmtest.Inject[AttrID]
-	onlyWire    = cmtest.OnlyWire[AttrID]
-	wantCounter = cmtest.WantCounter
-)
 
 func v4GID(s string) ib.GID { return ib.GIDFromAddr(netip.MustParseAddr(s)) }
 
