@@ -27,7 +27,6 @@ import (
 type (
 	fabric = cmtest.Fabric[AttrID]
 	wire   = cmtest.Wire[AttrID]
-	node   = cmtest.Node
 )
 
 var (

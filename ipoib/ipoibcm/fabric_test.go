@@ -20,11 +20,9 @@ import (
 type (
 	fabric = cmtest.Fabric[cm.AttrID]
 	wire   = cmtest.Wire[cm.AttrID]
-	node   = cmtest.Node
 )
 
 var (
-	t0          = cmtest.T0
 	gidN        = cmtest.GIDN
 	newFabric   = cmtest.NewFabric[cm.AttrID]
 	inject      = cmtest.Inject[cm.AttrID]
