@@ -65,8 +65,9 @@ type Fabric[A Attr] struct {
 	NoLog  bool // benchmarks: do not keep the Log
 }
 
-// NewFabric returns an empty fabric whose clock reads T0; tb is failed
-// when a node sends what no CM MAD can be.
+// NewFabric returns an empty fabric whose clock reads T0. It fails tb
+// when a node sends a MAD that is not 256 octets or not to QP1, and when
+// MADs or timers never stop (Drain, Run).
 func NewFabric[A Attr](tb testing.TB) *Fabric[A] {
 	return &Fabric[A]{
 		TB: tb, Now: T0, nodes: map[ib.GID]Node{}, Count: map[A]int{},
