@@ -16,7 +16,8 @@
 //     machines, retransmission, duplicates, timewait and the
 //     stale-connection rule. It is fed MADs and the time and answers
 //     through callbacks, never reading a clock, so its tests run on a
-//     fake clock over a lossy in-memory fabric.
+//     fake clock over a lossy in-memory fabric: package cm/cmtest, which
+//     the tests of consumers such as ipoibcm drive their managers on too.
 //   - A ServiceMaker makes the connection service of one interface from
 //     ServiceParams: EngineOnQP1 on a device's QP1 alone, or
 //     EngineOnSharedQP1 on its share of a port's QP1.

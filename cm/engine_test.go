@@ -9,249 +9,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/cm/cmtest"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/mad"
 )
 
 // ---------------------------------------------------------------------------
-// Deterministic harness: a fake clock and an in-memory lossy fabric.
+// Deterministic harness: package cmtest's fake clock and in-memory lossy
+// fabric, over this package's attribute IDs.
 //
-// Engines are attached by GID. Their Send callbacks enqueue
-// MADs; the test decides what is delivered, dropped, duplicated or
-// reordered. run delivers pending MADs and calls Expire at the Next()
-// deadlines, advancing the fake clock. No goroutines, no sleeps, no real
-// time.
+// Engines are attached by GID. Their Send callbacks enqueue MADs; the test
+// decides what is delivered, dropped, duplicated or reordered. Run
+// delivers pending MADs and calls Expire at the Next() deadlines, advancing
+// the fake clock. No goroutines, no sleeps, no real time.
 // ---------------------------------------------------------------------------
 
-// t0 is the fake clock's start.
-var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+type (
+	fabric = cmtest.Fabric[AttrID]
+	wire   = cmtest.Wire[AttrID]
+)
 
-// node is what the fabric drives: an *Engine, or anything that hands MADs
-// to one (package ipoibcm's tests copy this harness for its managers).
-type node interface {
-	HandleMAD(now time.Time, m *ib.MAD)
-	Expire(now time.Time)
-	Next() time.Time
-}
-
-// wire is one MAD in flight.
-type wire struct {
-	seq      int
-	from, to ib.GID
-	data     [MADLen]byte
-	dropped  bool
-}
-
-func (w *wire) attr() AttrID { return AttrID(binary.BigEndian.Uint16(w.data[16:18])) }
-
-func (w *wire) tid() uint64 { return binary.BigEndian.Uint64(w.data[8:16]) }
-
-func (w *wire) String() string {
-	return fmt.Sprintf("#%d %v %v->%v", w.seq, w.attr(), w.from, w.to)
-}
-
-// fabric connects nodes by GID.
-type fabric struct {
-	tb      testing.TB
-	now     time.Time
-	nodes   map[ib.GID]node
-	order   []ib.GID // Expire order, deterministic
-	pending []*wire
-	log     []*wire // everything sent, dropped ones included
-	seq     int
-	count   map[AttrID]int
-	// drop[attr][n] drops the n-th (1-based) MAD of that type; dropAll
-	// drops every one; dup[attr][n] delivers the n-th twice.
-	drop    map[AttrID]map[int]bool
-	dropAll map[AttrID]bool
-	dup     map[AttrID]map[int]bool
-	// filter, when set, may drop any MAD (return true) at send time.
-	filter func(w *wire) bool
-	lifo   bool // deliver the newest pending MAD first
-	noLog  bool // benchmarks: do not keep the log
-}
-
-func newFabric(tb testing.TB) *fabric {
-	return &fabric{
-		tb: tb, now: t0, nodes: map[ib.GID]node{}, count: map[AttrID]int{},
-		drop: map[AttrID]map[int]bool{}, dropAll: map[AttrID]bool{}, dup: map[AttrID]map[int]bool{},
-	}
-}
-
-func (f *fabric) add(g ib.GID, n node) {
-	if _, ok := f.nodes[g]; !ok {
-		f.order = append(f.order, g)
-	}
-	f.nodes[g] = n
-}
-
-// dropNth drops the listed occurrences (1-based) of attr.
-func (f *fabric) dropNth(attr AttrID, ns ...int) {
-	if f.drop[attr] == nil {
-		f.drop[attr] = map[int]bool{}
-	}
-	for _, n := range ns {
-		f.drop[attr][n] = true
-	}
-}
-
-func (f *fabric) dupNth(attr AttrID, ns ...int) {
-	if f.dup[attr] == nil {
-		f.dup[attr] = map[int]bool{}
-	}
-	for _, n := range ns {
-		f.dup[attr][n] = true
-	}
-}
-
-// sender returns the Send callback of the node at from.
-func (f *fabric) sender(from ib.GID) func(ib.MADAddr, []byte) error {
-	return func(to ib.MADAddr, mad []byte) error {
-		if to.QPN != ib.QP1 {
-			f.tb.Errorf("MAD sent to QPN %v, want QP1", to.QPN)
-		}
-		if len(mad) != MADLen {
-			f.tb.Fatalf("MAD of %d octets", len(mad))
-		}
-		f.seq++
-		w := &wire{seq: f.seq, from: from, to: to.GID}
-		copy(w.data[:], mad)
-		a := w.attr()
-		f.count[a]++
-		n := f.count[a]
-		w.dropped = f.dropAll[a] || f.drop[a][n] || (f.filter != nil && f.filter(w))
-		if !f.noLog {
-			f.log = append(f.log, w)
-		}
-		if !w.dropped {
-			f.pending = append(f.pending, w)
-			if f.dup[a][n] {
-				c := *w
-				f.pending = append(f.pending, &c)
-			}
-		}
-		return nil
-	}
-}
-
-// deliver hands one MAD to its destination (lost if nobody has that GID).
-func (f *fabric) deliver(w *wire) {
-	n := f.nodes[w.to]
-	if n == nil {
-		return
-	}
-	m := ib.MAD{From: ib.MADAddr{GID: w.from, QPN: ib.QP1, PKey: ib.DefaultPKey}, Data: w.data}
-	n.HandleMAD(f.now, &m)
-}
-
-// step delivers one pending MAD; false when none is pending.
-func (f *fabric) step() bool {
-	if len(f.pending) == 0 {
-		return false
-	}
-	var w *wire
-	if f.lifo {
-		w = f.pending[len(f.pending)-1]
-		f.pending = f.pending[:len(f.pending)-1]
-	} else {
-		w = f.pending[0]
-		f.pending = f.pending[1:]
-	}
-	f.deliver(w)
-	return true
-}
-
-// take removes and returns the first pending MAD matching pred, or nil.
-func (f *fabric) take(pred func(*wire) bool) *wire {
-	for i, w := range f.pending {
-		if pred(w) {
-			f.pending = slices.Delete(f.pending, i, i+1)
-			return w
-		}
-	}
-	return nil
-}
-
-// deliverWhere delivers the first pending MAD matching pred.
-func (f *fabric) deliverWhere(pred func(*wire) bool) bool {
-	w := f.take(pred)
-	if w == nil {
-		return false
-	}
-	f.deliver(w)
-	return true
-}
-
-// drain delivers until nothing is pending, without advancing time.
-func (f *fabric) drain() {
-	for i := 0; f.step(); i++ {
-		if i > 10_000_000 {
-			f.tb.Fatalf("fabric: MADs keep flowing without time passing")
-		}
-	}
-}
-
-// run delivers everything and fires timers until d has passed on the fake
-// clock; the clock ends at now+d.
-func (f *fabric) run(d time.Duration) {
-	end := f.now.Add(d)
-	for i := 0; ; i++ {
-		if i > 10_000_000 {
-			f.tb.Fatalf("fabric: no quiescence")
-		}
-		f.drain()
-		var next time.Time
-		for _, g := range f.order {
-			if n := f.nodes[g].Next(); !n.IsZero() && (next.IsZero() || n.Before(next)) {
-				next = n
-			}
-		}
-		if next.IsZero() || next.After(end) {
-			break
-		}
-		if next.After(f.now) {
-			f.now = next
-		}
-		for _, g := range f.order {
-			nd := f.nodes[g]
-			if n := nd.Next(); !n.IsZero() && !n.After(f.now) {
-				nd.Expire(f.now)
-			}
-		}
-	}
-	f.now = end
-}
-
-// sent returns the logged MADs of type attr from the node at from (any
-// node when from is zero), dropped ones included when withDropped.
-func (f *fabric) sent(from ib.GID, attr AttrID, withDropped bool) []*wire {
-	var ws []*wire
-	for _, w := range f.log {
-		if w.attr() == attr && (from == ib.GID{} || w.from == from) && (withDropped || !w.dropped) {
-			ws = append(ws, w)
-		}
-	}
-	return ws
-}
+var (
+	t0          = cmtest.T0
+	gidN        = cmtest.GIDN
+	newFabric   = cmtest.NewFabric[AttrID]
+	inject      = cmtest.Inject[AttrID]
+	onlyWire    = cmtest.OnlyWire[AttrID]
+	wantCounter = cmtest.WantCounter
+)
 
 // decode decodes a logged MAD, failing the test if it does not decode.
 func decode[T any](tb testing.TB, w *wire) *T {
 	tb.Helper()
-	_, m, err := DecodeMAD(w.data[:])
-	if err != nil {
-		tb.Fatalf("%v does not decode: %v", w, err)
-	}
-	v, ok := any(m).(*T)
-	if !ok {
-		tb.Fatalf("%v decodes to %T", w, m)
-	}
-	return v
-}
-
-func gidN(i int) ib.GID {
-	g := ib.GID{0xfe, 0x80}
-	binary.BigEndian.PutUint32(g[12:], uint32(i))
-	return g
+	return cmtest.Decode[T](tb, w, DecodeMAD)
 }
 
 // ---------------------------------------------------------------------------
@@ -287,16 +77,16 @@ func testEngineConfig() EngineConfig {
 func newEngNode(f *fabric, i int, cfg EngineConfig) *engNode {
 	n := &engNode{f: f, gid: gidN(i), guid: 0x0002c90300000000 | uint64(i), nextQPN: ib.QPN(0x10000 * i)}
 	cfg.GID, cfg.GUID = n.gid, n.guid
-	cfg.Send = f.sender(n.gid)
+	cfg.Send = f.Sender(n.gid)
 	cfg.Event = n.event
 	n.e = NewEngine(cfg)
 	n.e.Listen(testService)
-	f.add(n.gid, n.e)
+	f.Add(n.gid, n.e)
 	return n
 }
 
 func (n *engNode) event(ev Event) {
-	r := evRec{Type: ev.Type, Comm: ev.Comm, State: ev.Comm.State, At: n.f.now}
+	r := evRec{Type: ev.Type, Comm: ev.Comm, State: ev.Comm.State, At: n.f.Now}
 	if ev.REJ != nil {
 		r.Reason = ev.REJ.Reason
 	}
@@ -304,23 +94,23 @@ func (n *engNode) event(ev Event) {
 	switch ev.Type {
 	case EvRequest:
 		if ev.REQ == nil {
-			n.f.tb.Errorf("EvRequest without its REQ")
+			n.f.TB.Errorf("EvRequest without its REQ")
 		}
 		if !n.noAccept {
 			n.accept(ev.Comm)
 		}
 	case EvReply:
 		if ev.REP == nil {
-			n.f.tb.Errorf("EvReply without its REP")
+			n.f.TB.Errorf("EvReply without its REP")
 		}
 		if !n.noReady {
 			if err := n.e.Ready(ev.Comm); err != nil {
-				n.f.tb.Errorf("Ready: %v", err)
+				n.f.TB.Errorf("Ready: %v", err)
 			}
 		}
 	case EvRejected:
 		if ev.REJ == nil {
-			n.f.tb.Errorf("EvRejected without its REJ")
+			n.f.TB.Errorf("EvRejected without its REJ")
 		}
 	}
 }
@@ -332,21 +122,21 @@ const (
 
 func (n *engNode) accept(c *Comm) {
 	n.nextQPN++
-	if err := n.e.Accept(n.f.now, c, AcceptParams{LocalQPN: n.nextQPN, RecvPSN: testPassivePSN, RNRRetry: 7, PrivateData: []byte("rep-private")}); err != nil {
-		n.f.tb.Errorf("Accept: %v", err)
+	if err := n.e.Accept(n.f.Now, c, AcceptParams{LocalQPN: n.nextQPN, RecvPSN: testPassivePSN, RNRRetry: 7, PrivateData: []byte("rep-private")}); err != nil {
+		n.f.TB.Errorf("Accept: %v", err)
 	}
 }
 
 func (n *engNode) connect(to *engNode) *Comm {
-	n.f.tb.Helper()
+	n.f.TB.Helper()
 	n.nextQPN++
-	c, err := n.e.Connect(n.f.now, ConnectParams{
+	c, err := n.e.Connect(n.f.Now, ConnectParams{
 		RemoteGID: to.gid, ServiceID: testService, LocalQPN: n.nextQPN, Transport: TransportRC,
 		RecvPSN: testActivePSN, PathMTU: ib.MTU4096, RetryCount: 6, RNRRetry: 5, ACKTimeout: 14,
 		PrivateData: []byte("req-private"),
 	})
 	if err != nil {
-		n.f.tb.Fatalf("Connect: %v", err)
+		n.f.TB.Fatalf("Connect: %v", err)
 	}
 	return c
 }
@@ -398,7 +188,7 @@ func TestEngineSetupAndTeardown(t *testing.T) {
 	if ac.State != StateREQSent || !ac.Active {
 		t.Fatalf("after Connect: state %v active %v", ac.State, ac.Active)
 	}
-	f.drain()
+	f.Drain()
 	bc := onlyComm(t, b.e)
 	if ac.State != StateEstablished || bc == nil || bc.State != StateEstablished {
 		t.Fatalf("after setup: active %v, passive %v", ac.State, bc)
@@ -411,9 +201,9 @@ func TestEngineSetupAndTeardown(t *testing.T) {
 	}
 
 	// The three messages, decoded.
-	reqs, reps, rtus := f.sent(a.gid, AttrREQ, true), f.sent(b.gid, AttrREP, true), f.sent(a.gid, AttrRTU, true)
-	if len(reqs) != 1 || len(reps) != 1 || len(rtus) != 1 || len(f.log) != 3 {
-		t.Fatalf("sent %v, want one REQ, REP and RTU", f.log)
+	reqs, reps, rtus := f.Sent(a.gid, AttrREQ, true), f.Sent(b.gid, AttrREP, true), f.Sent(a.gid, AttrRTU, true)
+	if len(reqs) != 1 || len(reps) != 1 || len(rtus) != 1 || len(f.Log) != 3 {
+		t.Fatalf("sent %v, want one REQ, REP and RTU", f.Log)
 	}
 	req, rep, rtu := decode[REQ](t, reqs[0]), decode[REP](t, reps[0]), decode[RTU](t, rtus[0])
 	if req.LocalCommID != ac.LocalCommID || req.ServiceID != testService || req.LocalCAGUID != a.guid ||
@@ -433,8 +223,8 @@ func TestEngineSetupAndTeardown(t *testing.T) {
 		t.Errorf("RTU %+v", rtu)
 	}
 	// REP and RTU echo the REQ's transaction ID.
-	if reps[0].tid() != reqs[0].tid() || rtus[0].tid() != reqs[0].tid() {
-		t.Errorf("TIDs REQ %#x REP %#x RTU %#x", reqs[0].tid(), reps[0].tid(), rtus[0].tid())
+	if reps[0].TID() != reqs[0].TID() || rtus[0].TID() != reqs[0].TID() {
+		t.Errorf("TIDs REQ %#x REP %#x RTU %#x", reqs[0].TID(), reps[0].TID(), rtus[0].TID())
 	}
 	// Both sides agree on the connection (PSNs crosswise, IBA semantics).
 	if ac.RemoteQPN != bc.LocalQPN || bc.RemoteQPN != ac.LocalQPN || ac.RemoteCommID != bc.LocalCommID ||
@@ -448,14 +238,14 @@ func TestEngineSetupAndTeardown(t *testing.T) {
 	}
 
 	// Teardown from the passive side.
-	f.now = f.now.Add(time.Second)
-	b.e.Disconnect(f.now, bc)
+	f.Now = f.Now.Add(time.Second)
+	b.e.Disconnect(f.Now, bc)
 	if bc.State != StateDREQSent {
 		t.Fatalf("after Disconnect: %v", bc.State)
 	}
-	start := f.now
-	f.run(time.Minute)
-	dreqs, dreps := f.sent(b.gid, AttrDREQ, true), f.sent(a.gid, AttrDREP, true)
+	start := f.Now
+	f.Run(time.Minute)
+	dreqs, dreps := f.Sent(b.gid, AttrDREQ, true), f.Sent(a.gid, AttrDREP, true)
 	if len(dreqs) != 1 || len(dreps) != 1 {
 		t.Fatalf("DREQs %d DREPs %d, want 1 each", len(dreqs), len(dreps))
 	}
@@ -463,8 +253,8 @@ func TestEngineSetupAndTeardown(t *testing.T) {
 	if dreq.LocalCommID != bc.LocalCommID || dreq.RemoteCommID != ac.LocalCommID || dreq.RemoteQPN != ac.LocalQPN {
 		t.Errorf("DREQ %+v", dreq)
 	}
-	if drep.LocalCommID != ac.LocalCommID || drep.RemoteCommID != bc.LocalCommID || dreps[0].tid() != dreqs[0].tid() {
-		t.Errorf("DREP %+v tid %#x, DREQ tid %#x", drep, dreps[0].tid(), dreqs[0].tid())
+	if drep.LocalCommID != ac.LocalCommID || drep.RemoteCommID != bc.LocalCommID || dreps[0].TID() != dreqs[0].TID() {
+		t.Errorf("DREP %+v tid %#x, DREQ tid %#x", drep, dreps[0].TID(), dreqs[0].TID())
 	}
 	if got, want := a.types(), []EventType{EvReply, EvDisconnected, EvTimewaitDone}; !slices.Equal(got, want) {
 		t.Errorf("active events %v, want %v", got, want)
@@ -540,22 +330,22 @@ func TestEngineLoss(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				f, a, b := pair(t)
-				f.lifo = lifo
+				f.LIFO = lifo
 				if tc.drops == all {
-					f.dropAll[tc.attr] = true
+					f.DropAll[tc.attr] = true
 				} else {
 					for i := 1; i <= tc.drops; i++ {
-						f.dropNth(tc.attr, i)
+						f.DropNth(tc.attr, i)
 					}
 				}
 				ac := a.connect(b)
-				f.run(time.Minute)
+				f.Run(time.Minute)
 				if tc.teardown {
 					if ac.State != StateEstablished {
 						t.Fatalf("setup failed: %v", ac.State)
 					}
-					a.e.Disconnect(f.now, ac)
-					f.run(time.Minute)
+					a.e.Disconnect(f.Now, ac)
+					f.Run(time.Minute)
 				}
 				w := tc.want
 				if got := a.types(); !slices.Equal(got, w.a) {
@@ -576,7 +366,7 @@ func TestEngineLoss(t *testing.T) {
 				if a.e.Stats.Retransmitted != w.retransA || b.e.Stats.Retransmitted != w.retransB {
 					t.Errorf("retransmitted active %d passive %d, want %d %d", a.e.Stats.Retransmitted, b.e.Stats.Retransmitted, w.retransA, w.retransB)
 				}
-				if got := f.count[tc.attr]; got != w.sentOfAttr {
+				if got := f.Count[tc.attr]; got != w.sentOfAttr {
 					t.Errorf("%d %v sent, want %d", got, tc.attr, w.sentOfAttr)
 				}
 				if a.e.halfOpen != 0 || b.e.halfOpen != 0 {
@@ -589,7 +379,7 @@ func TestEngineLoss(t *testing.T) {
 				}
 				// Whatever survived of each exchange decodes and names the
 				// right connection.
-				for _, x := range f.sent(ib.GID{}, AttrRTU, true) {
+				for _, x := range f.Sent(ib.GID{}, AttrRTU, true) {
 					if r := decode[RTU](t, x); r.LocalCommID != ac.LocalCommID {
 						t.Errorf("RTU %+v from another connection", r)
 					}
@@ -605,7 +395,7 @@ func TestEngineLoss(t *testing.T) {
 func TestEngineREJAfterEstablished(t *testing.T) {
 	f, a, b := pair(t)
 	ac := a.connect(b)
-	f.drain()
+	f.Drain()
 	bc := onlyComm(t, b.e)
 	inject := func(to *engNode, from ib.GID, rej REJ) {
 		var m ib.MAD
@@ -613,7 +403,7 @@ func TestEngineREJAfterEstablished(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.From = ib.MADAddr{GID: from, QPN: ib.QP1}
-		to.e.HandleMAD(f.now, &m)
+		to.e.HandleMAD(f.Now, &m)
 	}
 	// Wrong peer comm ID: ignored.
 	inject(a, b.gid, REJ{LocalCommID: bc.LocalCommID + 1, RemoteCommID: ac.LocalCommID, MessageRejected: MsgOther, Reason: RejTimeout})
@@ -635,7 +425,7 @@ func TestEngineREJAfterEstablished(t *testing.T) {
 	if len(a.events) != n || a.e.Stats.Duplicate != 1 {
 		t.Errorf("second REJ: events %v, duplicates %d", a.types(), a.e.Stats.Duplicate)
 	}
-	f.run(time.Minute)
+	f.Run(time.Minute)
 	if a.e.Conns() != 0 || a.last(EvTimewaitDone) == nil {
 		t.Errorf("after timewait: %d conns, events %v", a.e.Conns(), a.types())
 	}
@@ -646,16 +436,16 @@ func TestEngineDuplicates(t *testing.T) {
 		f, a, b := pair(t)
 		b.noAccept = true
 		ac := a.connect(b)
-		f.drain()
+		f.Drain()
 		bc := onlyComm(t, b.e)
 		if bc == nil || bc.State != StateREQRcvd {
 			t.Fatalf("passive %+v", bc)
 		}
 		// The REQ is retransmitted after the response timeout.
-		f.now = a.e.Next()
-		a.e.Expire(f.now)
-		f.drain()
-		mras := f.sent(b.gid, AttrMRA, false)
+		f.Now = a.e.Next()
+		a.e.Expire(f.Now)
+		f.Drain()
+		mras := f.Sent(b.gid, AttrMRA, false)
 		if len(mras) != 1 || b.e.Stats.Duplicate != 1 {
 			t.Fatalf("MRAs %d duplicates %d, want 1 1", len(mras), b.e.Stats.Duplicate)
 		}
@@ -663,49 +453,49 @@ func TestEngineDuplicates(t *testing.T) {
 		if mra.MessageMRAed != MsgREQ || mra.RemoteCommID != ac.LocalCommID || mra.LocalCommID != bc.LocalCommID || mra.ServiceTimeout != 16 {
 			t.Errorf("MRA %+v", mra)
 		}
-		if mras[0].tid() != f.sent(a.gid, AttrREQ, false)[0].tid() {
+		if mras[0].TID() != f.Sent(a.gid, AttrREQ, false)[0].TID() {
 			t.Errorf("MRA TID differs from the REQ's")
 		}
 		// The MRA pushed the active side's timer out by the service
 		// timeout plus its own response timeout.
-		if got, want := a.e.Next(), f.now.Add(2*TimeoutDuration(16)); !got.Equal(want) {
-			t.Errorf("active timer %v after MRA, want %v", got.Sub(f.now), want.Sub(f.now))
+		if got, want := a.e.Next(), f.Now.Add(2*TimeoutDuration(16)); !got.Equal(want) {
+			t.Errorf("active timer %v after MRA, want %v", got.Sub(f.Now), want.Sub(f.Now))
 		}
 		if len(b.events) != 1 {
 			t.Errorf("duplicate REQ reported again: %v", b.types())
 		}
 		// The consumer answers at last.
 		b.accept(bc)
-		f.run(time.Minute)
+		f.Run(time.Minute)
 		if ac.State != StateEstablished || bc.State != StateEstablished {
 			t.Errorf("states %v %v", ac.State, bc.State)
 		}
 	})
 	t.Run("REQ after REP gets the same REP", func(t *testing.T) {
 		f, a, b := pair(t)
-		f.dropNth(AttrREP, 1)
+		f.DropNth(AttrREP, 1)
 		a.connect(b)
-		f.drain()
+		f.Drain()
 		// Duplicate the REQ by hand, before any timer fires.
-		req := f.sent(a.gid, AttrREQ, false)[0]
-		f.deliver(req)
-		f.deliver(req)
-		reps := f.sent(b.gid, AttrREP, true)
+		req := f.Sent(a.gid, AttrREQ, false)[0]
+		f.Deliver(req)
+		f.Deliver(req)
+		reps := f.Sent(b.gid, AttrREP, true)
 		if len(reps) != 3 {
 			t.Fatalf("%d REPs, want 3", len(reps))
 		}
 		for _, r := range reps[1:] {
-			if r.data != reps[0].data {
+			if r.Data != reps[0].Data {
 				t.Errorf("resent REP differs from the first")
 			}
 		}
 		if b.e.Stats.Duplicate != 2 || len(b.events) != 1 {
 			t.Errorf("duplicates %d events %v", b.e.Stats.Duplicate, b.types())
 		}
-		f.run(time.Minute)
+		f.Run(time.Minute)
 		// The second REP established the connection, the third drew the
 		// RTU again (duplicate REP), and the second RTU is a duplicate.
-		if got := len(f.sent(a.gid, AttrRTU, false)); got != 2 {
+		if got := len(f.Sent(a.gid, AttrRTU, false)); got != 2 {
 			t.Errorf("%d RTUs, want 2", got)
 		}
 		if a.e.Stats.Duplicate != 1 || b.e.Stats.Duplicate != 3 {
@@ -713,39 +503,39 @@ func TestEngineDuplicates(t *testing.T) {
 		}
 		// Once established, an old REQ still gets the REP, not a new
 		// connection.
-		f.deliver(req)
-		f.drain()
+		f.Deliver(req)
+		f.Drain()
 		if b.e.Conns() != 1 || len(b.events) != 2 {
 			t.Errorf("old REQ after establishment: %d conns, events %v", b.e.Conns(), b.types())
 		}
 	})
 	t.Run("RTU and DREP duplicates are ignored", func(t *testing.T) {
 		f, a, b := pair(t)
-		f.dupNth(AttrRTU, 1)
-		f.dupNth(AttrDREP, 1)
+		f.DupNth(AttrRTU, 1)
+		f.DupNth(AttrDREP, 1)
 		ac := a.connect(b)
-		f.drain()
+		f.Drain()
 		if b.e.Stats.Duplicate != 1 || len(b.events) != 2 {
 			t.Errorf("after duplicate RTU: duplicates %d events %v", b.e.Stats.Duplicate, b.types())
 		}
-		a.e.Disconnect(f.now, ac)
-		f.drain()
+		a.e.Disconnect(f.Now, ac)
+		f.Drain()
 		if a.e.Stats.Duplicate != 1 || ac.State != StateTimewait || len(a.events) != 2 {
 			t.Errorf("after duplicate DREP: duplicates %d state %v events %v", a.e.Stats.Duplicate, ac.State, a.types())
 		}
-		f.run(time.Minute)
+		f.Run(time.Minute)
 		if a.e.Conns()+b.e.Conns() != 0 {
 			t.Errorf("conns left %d %d", a.e.Conns(), b.e.Conns())
 		}
 	})
 	t.Run("DREQ in timewait gets the DREP again", func(t *testing.T) {
 		f, a, b := pair(t)
-		f.dupNth(AttrDREQ, 1)
+		f.DupNth(AttrDREQ, 1)
 		ac := a.connect(b)
-		f.drain()
-		a.e.Disconnect(f.now, ac)
-		f.drain()
-		if got := len(f.sent(b.gid, AttrDREP, false)); got != 2 || b.e.Stats.Duplicate != 1 {
+		f.Drain()
+		a.e.Disconnect(f.Now, ac)
+		f.Drain()
+		if got := len(f.Sent(b.gid, AttrDREP, false)); got != 2 || b.e.Stats.Duplicate != 1 {
 			t.Errorf("%d DREPs, %d duplicates; want 2 1", got, b.e.Stats.Duplicate)
 		}
 		if len(b.events) != 3 {
@@ -758,29 +548,29 @@ func TestEngineDuplicates(t *testing.T) {
 func TestEngineReorder(t *testing.T) {
 	t.Run("stale REP after teardown", func(t *testing.T) {
 		f, a, b := pair(t)
-		f.dupNth(AttrREP, 1)
+		f.DupNth(AttrREP, 1)
 		ac := a.connect(b)
-		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREQ })
-		late := f.take(func(w *wire) bool { return w.attr() == AttrREP })
-		f.drain()
-		a.e.Disconnect(f.now, ac)
-		f.drain()
-		f.deliver(late) // the old REP arrives during timewait
-		f.drain()
-		if ac.State != StateTimewait || len(f.sent(a.gid, AttrRTU, false)) != 1 {
-			t.Errorf("late REP: state %v, RTUs %d", ac.State, len(f.sent(a.gid, AttrRTU, false)))
+		f.DeliverWhere(func(w *wire) bool { return w.Attr() == AttrREQ })
+		late := f.Take(func(w *wire) bool { return w.Attr() == AttrREP })
+		f.Drain()
+		a.e.Disconnect(f.Now, ac)
+		f.Drain()
+		f.Deliver(late) // the old REP arrives during timewait
+		f.Drain()
+		if ac.State != StateTimewait || len(f.Sent(a.gid, AttrRTU, false)) != 1 {
+			t.Errorf("late REP: state %v, RTUs %d", ac.State, len(f.Sent(a.gid, AttrRTU, false)))
 		}
-		f.run(time.Minute)
-		f.deliver(late) // and once more after the connection is gone
-		f.drain()
-		rejs := f.sent(a.gid, AttrREJ, false)
+		f.Run(time.Minute)
+		f.Deliver(late) // and once more after the connection is gone
+		f.Drain()
+		rejs := f.Sent(a.gid, AttrREJ, false)
 		if len(rejs) != 1 {
 			t.Fatalf("REP for a forgotten connection: %d REJs", len(rejs))
 		}
 		if r := decode[REJ](t, rejs[0]); r.Reason != RejInvalidCommID || r.MessageRejected != MsgREP {
 			t.Errorf("REJ %+v", r)
 		}
-		f.run(time.Minute)
+		f.Run(time.Minute)
 		if a.e.Conns()+b.e.Conns() != 0 {
 			t.Errorf("conns left %d %d", a.e.Conns(), b.e.Conns())
 		}
@@ -788,14 +578,14 @@ func TestEngineReorder(t *testing.T) {
 	t.Run("RTU after the REP retransmission", func(t *testing.T) {
 		f, a, b := pair(t)
 		ac := a.connect(b)
-		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREQ })
-		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREP })
-		rtu := f.take(func(w *wire) bool { return w.attr() == AttrRTU })
-		f.now = b.e.Next()
-		b.e.Expire(f.now) // the REP goes again
-		f.drain()         // ... and draws a second RTU
-		f.deliver(rtu)    // then the first RTU arrives
-		f.drain()
+		f.DeliverWhere(func(w *wire) bool { return w.Attr() == AttrREQ })
+		f.DeliverWhere(func(w *wire) bool { return w.Attr() == AttrREP })
+		rtu := f.Take(func(w *wire) bool { return w.Attr() == AttrRTU })
+		f.Now = b.e.Next()
+		b.e.Expire(f.Now) // the REP goes again
+		f.Drain()         // ... and draws a second RTU
+		f.Deliver(rtu)    // then the first RTU arrives
+		f.Drain()
 		bc := onlyComm(t, b.e)
 		if ac.State != StateEstablished || bc.State != StateEstablished || b.e.Stats.Duplicate != 1 {
 			t.Errorf("states %v %v, duplicates %d", ac.State, bc.State, b.e.Stats.Duplicate)
@@ -804,17 +594,17 @@ func TestEngineReorder(t *testing.T) {
 	t.Run("DREQ before RTU", func(t *testing.T) {
 		f, a, b := pair(t)
 		ac := a.connect(b)
-		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREQ })
-		f.deliverWhere(func(w *wire) bool { return w.attr() == AttrREP })
-		rtu := f.take(func(w *wire) bool { return w.attr() == AttrRTU })
-		a.e.Disconnect(f.now, ac) // the active side is already done
-		f.drain()
+		f.DeliverWhere(func(w *wire) bool { return w.Attr() == AttrREQ })
+		f.DeliverWhere(func(w *wire) bool { return w.Attr() == AttrREP })
+		rtu := f.Take(func(w *wire) bool { return w.Attr() == AttrRTU })
+		a.e.Disconnect(f.Now, ac) // the active side is already done
+		f.Drain()
 		bc := onlyComm(t, b.e)
 		if bc.State != StateTimewait || ac.State != StateTimewait {
 			t.Errorf("states %v %v, want timewait both", ac.State, bc.State)
 		}
-		f.deliver(rtu)
-		f.run(time.Minute)
+		f.Deliver(rtu)
+		f.Run(time.Minute)
 		if a.e.Conns()+b.e.Conns() != 0 || b.e.halfOpen != 0 {
 			t.Errorf("conns left %d %d, half-open %d", a.e.Conns(), b.e.Conns(), b.e.halfOpen)
 		}
@@ -828,17 +618,17 @@ func TestEngineRejects(t *testing.T) {
 	t.Run("unlistened service", func(t *testing.T) {
 		f, a, b := pair(t)
 		a.nextQPN++
-		ac, err := a.e.Connect(f.now, ConnectParams{RemoteGID: b.gid, ServiceID: testService + 1, LocalQPN: a.nextQPN, PathMTU: ib.MTU2048})
+		ac, err := a.e.Connect(f.Now, ConnectParams{RemoteGID: b.gid, ServiceID: testService + 1, LocalQPN: a.nextQPN, PathMTU: ib.MTU2048})
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.run(time.Minute)
-		rejs := f.sent(b.gid, AttrREJ, false)
+		f.Run(time.Minute)
+		rejs := f.Sent(b.gid, AttrREJ, false)
 		if len(rejs) != 1 {
 			t.Fatalf("%d REJs", len(rejs))
 		}
 		r := decode[REJ](t, rejs[0])
-		if r.Reason != RejInvalidServiceID || r.MessageRejected != MsgREQ || r.RemoteCommID != ac.LocalCommID || rejs[0].tid() != f.sent(a.gid, AttrREQ, false)[0].tid() {
+		if r.Reason != RejInvalidServiceID || r.MessageRejected != MsgREQ || r.RemoteCommID != ac.LocalCommID || rejs[0].TID() != f.Sent(a.gid, AttrREQ, false)[0].TID() {
 			t.Errorf("REJ %+v", r)
 		}
 		if b.e.Stats.Rejected != 1 || len(b.events) != 0 || b.e.Conns() != 0 {
@@ -852,7 +642,7 @@ func TestEngineRejects(t *testing.T) {
 		f, a, b := pair(t)
 		b.noAccept = true
 		a.connect(b)
-		f.drain()
+		f.Drain()
 		bc := onlyComm(t, b.e)
 		if err := b.e.Reject(bc, RejConsumerReject, []byte{0, 0x12, 0x34, 0x56}); err != nil {
 			t.Fatal(err)
@@ -860,8 +650,8 @@ func TestEngineRejects(t *testing.T) {
 		if err := b.e.Reject(bc, RejConsumerReject, nil); err != ErrBadState {
 			t.Errorf("second Reject: %v", err)
 		}
-		f.run(time.Minute)
-		r := decode[REJ](t, f.sent(b.gid, AttrREJ, false)[0])
+		f.Run(time.Minute)
+		r := decode[REJ](t, f.Sent(b.gid, AttrREJ, false)[0])
 		if r.Reason != RejConsumerReject || r.LocalCommID != bc.LocalCommID || binary.BigEndian.Uint32(r.PrivateData[:4]) != 0x123456 {
 			t.Errorf("REJ %+v", r)
 		}
@@ -872,7 +662,7 @@ func TestEngineRejects(t *testing.T) {
 	t.Run("bad state calls", func(t *testing.T) {
 		f, a, b := pair(t)
 		ac := a.connect(b)
-		if a.e.Accept(f.now, ac, AcceptParams{}) != ErrBadState || a.e.Ready(ac) != ErrBadState ||
+		if a.e.Accept(f.Now, ac, AcceptParams{}) != ErrBadState || a.e.Ready(ac) != ErrBadState ||
 			a.e.RejectReply(ac, RejConsumerReject, nil) != ErrBadState || a.e.Reject(ac, RejConsumerReject, nil) != ErrBadState {
 			t.Errorf("calls out of state accepted")
 		}
@@ -884,31 +674,31 @@ func TestEngineRejects(t *testing.T) {
 func TestEngineStale(t *testing.T) {
 	f, a, b := pair(t)
 	ac := a.connect(b)
-	f.drain()
+	f.Drain()
 	bc := onlyComm(t, b.e)
 	// The active node forgot the connection (e.g. its DREQ was lost) and
 	// reconnects with the same QP number and a new comm ID.
-	req := decode[REQ](t, f.sent(a.gid, AttrREQ, false)[0])
+	req := decode[REQ](t, f.Sent(a.gid, AttrREQ, false)[0])
 	req.LocalCommID = ac.LocalCommID + 1000
 	var m ib.MAD
 	if err := req.MarshalMAD(m.Data[:], 0xabc); err != nil {
 		t.Fatal(err)
 	}
 	m.From = ib.MADAddr{GID: a.gid, QPN: ib.QP1}
-	nlog := len(f.log)
-	b.e.HandleMAD(f.now, &m)
-	out := f.log[nlog:]
+	nlog := len(f.Log)
+	b.e.HandleMAD(f.Now, &m)
+	out := f.Log[nlog:]
 	if len(out) != 2 {
 		t.Fatalf("stale REQ drew %v, want a REJ and a DREQ", out)
 	}
 	var rej *REJ
 	var dreq *DREQ
 	for _, w := range out {
-		switch w.attr() {
+		switch w.Attr() {
 		case AttrREJ:
 			rej = decode[REJ](t, w)
-			if w.tid() != 0xabc {
-				t.Errorf("REJ TID %#x", w.tid())
+			if w.TID() != 0xabc {
+				t.Errorf("REJ TID %#x", w.TID())
 			}
 		case AttrDREQ:
 			dreq = decode[DREQ](t, w)
@@ -926,12 +716,12 @@ func TestEngineStale(t *testing.T) {
 	if e := b.last(EvTimeout); e == nil || e.Comm != bc {
 		t.Errorf("passive events %v, want a timeout for the old connection", b.types())
 	}
-	f.drain()
+	f.Drain()
 	// The DREP (the active side still knew it) moves it to timewait.
 	if bc.State != StateTimewait {
 		t.Errorf("old connection %v, want timewait", bc.State)
 	}
-	f.run(time.Minute)
+	f.Run(time.Minute)
 	if a.e.Conns()+b.e.Conns() != 0 {
 		t.Errorf("conns left %d %d", a.e.Conns(), b.e.Conns())
 	}
@@ -955,7 +745,7 @@ func TestEngineLimits(t *testing.T) {
 			a.connect(b)
 			as = append(as, a)
 		}
-		f.drain()
+		f.Drain()
 		if b.e.Conns() != 3 || b.e.Stats.Rejected != 2 || len(b.events) != 3 {
 			t.Fatalf("conns %d rejected %d events %d", b.e.Conns(), b.e.Stats.Rejected, len(b.events))
 		}
@@ -966,7 +756,7 @@ func TestEngineLimits(t *testing.T) {
 			}
 		}
 		// Connect itself honours the limit too.
-		if _, err := b.e.Connect(f.now, ConnectParams{RemoteGID: as[0].gid, ServiceID: testService, LocalQPN: 9, PathMTU: ib.MTU2048}); err != ErrTooMany {
+		if _, err := b.e.Connect(f.Now, ConnectParams{RemoteGID: as[0].gid, ServiceID: testService, LocalQPN: 9, PathMTU: ib.MTU2048}); err != ErrTooMany {
 			t.Errorf("Connect over the half-open limit: %v", err)
 		}
 	})
@@ -978,7 +768,7 @@ func TestEngineLimits(t *testing.T) {
 		b := newEngNode(f, 2, cfg)
 		for range 4 {
 			a.connect(b)
-			f.drain()
+			f.Drain()
 		}
 		if b.e.Conns() != 3 || b.e.Stats.Rejected != 1 || a.e.Conns() != 3 {
 			t.Fatalf("conns %d %d rejected %d", a.e.Conns(), b.e.Conns(), b.e.Stats.Rejected)
@@ -990,7 +780,7 @@ func TestEngineLimits(t *testing.T) {
 	t.Run("flood of 10000 REQs from as many sources", func(t *testing.T) {
 		for _, accept := range []bool{false, true} {
 			f := newFabric(t)
-			f.noLog = true
+			f.NoLog = true
 			b := newEngNode(f, 2, testEngineConfig())
 			b.noAccept = !accept
 			req := REQ{ServiceID: testService, LocalCAGUID: 0x77, PathMTU: ib.MTU2048}
@@ -1002,13 +792,13 @@ func TestEngineLimits(t *testing.T) {
 				if err := req.MarshalMAD(m.Data[:], uint64(i)); err != nil {
 					t.Fatal(err)
 				}
-				b.e.HandleMAD(f.now, &m)
+				b.e.HandleMAD(f.Now, &m)
 			}
 			if b.e.Conns() != 256 || b.e.halfOpen != 256 || b.e.Stats.Rejected != 10_000-256 || len(b.events) != 256 {
 				t.Errorf("accept=%v: conns %d half-open %d rejected %d events %d", accept, b.e.Conns(), b.e.halfOpen, b.e.Stats.Rejected, len(b.events))
 			}
-			f.pending = nil
-			f.run(time.Hour)
+			f.Pending = nil
+			f.Run(time.Hour)
 			// Unanswered REPs time out; unanswered REQs wait for the consumer.
 			want := 256
 			if accept {
@@ -1026,8 +816,8 @@ func TestEngineLimits(t *testing.T) {
 func TestEngineMalformed(t *testing.T) {
 	f, a, b := pair(t)
 	ac := a.connect(b)
-	f.drain()
-	good := f.sent(a.gid, AttrREQ, false)[0].data
+	f.Drain()
+	good := f.Sent(a.gid, AttrREQ, false)[0].Data
 	mut := func(fn func(d *[MADLen]byte)) [MADLen]byte { d := good; fn(&d); return d }
 	cases := map[string][MADLen]byte{
 		"zero":             {},
@@ -1044,7 +834,7 @@ func TestEngineMalformed(t *testing.T) {
 		"REJ info len 127": mut(func(d *[MADLen]byte) { d[17] = byte(AttrREJ); d[24+8] = 0; d[24+9] = 0xfe }),
 	}
 	before := a.e.Stats.Malformed + b.e.Stats.Malformed
-	nlog := len(f.log)
+	nlog := len(f.Log)
 	for name, d := range cases {
 		for _, n := range []*engNode{a, b} {
 			func() {
@@ -1053,15 +843,15 @@ func TestEngineMalformed(t *testing.T) {
 						t.Errorf("%s: panic %v", name, r)
 					}
 				}()
-				n.e.HandleMAD(f.now, &ib.MAD{From: ib.MADAddr{GID: gidN(50), QPN: ib.QP1}, Data: d})
+				n.e.HandleMAD(f.Now, &ib.MAD{From: ib.MADAddr{GID: gidN(50), QPN: ib.QP1}, Data: d})
 			}()
 		}
 	}
 	if got := a.e.Stats.Malformed + b.e.Stats.Malformed - before; got != uint64(2*len(cases)) {
 		t.Errorf("malformed counted %d, want %d", got, 2*len(cases))
 	}
-	if len(f.log) != nlog || ac.State != StateEstablished || a.e.Conns() != 1 || b.e.Conns() != 1 {
-		t.Errorf("garbage changed something: sent %v, state %v", f.log[nlog:], ac.State)
+	if len(f.Log) != nlog || ac.State != StateEstablished || a.e.Conns() != 1 || b.e.Conns() != 1 {
+		t.Errorf("garbage changed something: sent %v, state %v", f.Log[nlog:], ac.State)
 	}
 	// Valid messages the engine does not use are counted as unknown.
 	var m ib.MAD
@@ -1069,7 +859,7 @@ func TestEngineMalformed(t *testing.T) {
 	if err := sidr.MarshalMAD(m.Data[:], 1); err != nil {
 		t.Fatal(err)
 	}
-	a.e.HandleMAD(f.now, &m)
+	a.e.HandleMAD(f.Now, &m)
 	if a.e.Stats.Unsupported.Of(AttrSIDRREQ) != 1 {
 		t.Errorf("SIDR_REQ: unsupported %d", a.e.Stats.Unsupported.Of(AttrSIDRREQ))
 	}
@@ -1082,7 +872,7 @@ func TestEngineRandomMADs(t *testing.T) {
 	for range 3 {
 		a.connect(b)
 	}
-	f.drain()
+	f.Drain()
 	rng := rand.New(rand.NewPCG(1, 2))
 	attrs := []AttrID{AttrREQ, AttrMRA, AttrREJ, AttrREP, AttrRTU, AttrDREQ, AttrDREP, AttrSIDRREQ, AttrLAP}
 	for i := range 20_000 {
@@ -1095,13 +885,13 @@ func TestEngineRandomMADs(t *testing.T) {
 			binary.BigEndian.PutUint16(m.Data[16:18], uint16(attrs[rng.IntN(len(attrs))]))
 		}
 		m.From = ib.MADAddr{GID: gidN(rng.IntN(3)), QPN: ib.QP1}
-		a.e.HandleMAD(f.now, &m)
-		b.e.HandleMAD(f.now, &m)
+		a.e.HandleMAD(f.Now, &m)
+		b.e.HandleMAD(f.Now, &m)
 		if i%100 == 0 {
-			f.now = f.now.Add(50 * time.Millisecond)
-			a.e.Expire(f.now)
-			b.e.Expire(f.now)
-			f.drain()
+			f.Now = f.Now.Add(50 * time.Millisecond)
+			a.e.Expire(f.Now)
+			b.e.Expire(f.Now)
+			f.Drain()
 		}
 	}
 	for _, n := range []*engNode{a, b} {

@@ -127,9 +127,9 @@ func FuzzEngineMAD(f *testing.F) {
 		if fromPeer {
 			m.From.GID = a.gid
 		}
-		e.e.HandleMAD(fab.now, &m)
+		e.e.HandleMAD(fab.Now, &m)
 		checkAccounting(t, e.e)
-		fab.run(time.Hour)
+		fab.Run(time.Hour)
 		checkAccounting(t, e.e)
 		checkAccounting(t, a.e)
 		if !fromPeer && (bc.State != StateEstablished || ac.State != StateEstablished) {

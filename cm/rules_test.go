@@ -14,51 +14,6 @@ import (
 // 16) and of what a kernel peer needs from our CM (issue 11), each with
 // the fake clock and the in-memory fabric.
 
-// inject hands msg to n as if the node at from had sent it, and returns
-// what n sent in answer.
-func inject(tb testing.TB, f *fabric, n node, from ib.GID, msg Message, tid uint64) []*wire {
-	tb.Helper()
-	var m ib.MAD
-	if err := msg.MarshalMAD(m.Data[:], tid); err != nil {
-		tb.Fatalf("%v: %v", msg.AttrID(), err)
-	}
-	m.From = ib.MADAddr{GID: from, QPN: ib.QP1, PKey: ib.DefaultPKey}
-	nlog := len(f.log)
-	n.HandleMAD(f.now, &m)
-	return slices.Clone(f.log[nlog:])
-}
-
-// onlyWire returns the single MAD of kind attr in ws, failing otherwise.
-func onlyWire(tb testing.TB, ws []*wire, attr AttrID) *wire {
-	tb.Helper()
-	var got []*wire
-	for _, w := range ws {
-		if w.attr() == attr {
-			got = append(got, w)
-		}
-	}
-	if len(got) != 1 {
-		tb.Fatalf("%d %v in %v, want one", len(got), attr, ws)
-	}
-	return got[0]
-}
-
-func counterOf(cs []ib.Counter, name string) (uint64, bool) {
-	for _, c := range cs {
-		if c.Name == name {
-			return c.Value, true
-		}
-	}
-	return 0, false
-}
-
-func wantCounter(tb testing.TB, cs []ib.Counter, name string, want uint64) {
-	tb.Helper()
-	if v, ok := counterOf(cs, name); v != want || (want != 0 && !ok) {
-		tb.Errorf("counter %s = %d (shown %v), want %d", name, v, ok, want)
-	}
-}
-
 func v4GID(s string) ib.GID { return ib.GIDFromAddr(netip.MustParseAddr(s)) }
 
 // softibGUID is the CA GUID softib derives from a port GID.
@@ -79,7 +34,7 @@ func establishedEngines(t *testing.T) (*fabric, *engNode, *engNode, *Comm, *Comm
 	t.Helper()
 	f, a, b := pair(t)
 	ac := a.connect(b)
-	f.drain()
+	f.Drain()
 	bc := onlyComm(t, b.e)
 	if ac.State != StateEstablished || bc == nil || bc.State != StateEstablished {
 		t.Fatalf("setup: states %v %v", ac.State, bc)
@@ -116,9 +71,9 @@ func TestEngineREQSourceCheck(t *testing.T) {
 			}
 			w := onlyWire(t, out, AttrREJ)
 			r := decode[REJ](t, w)
-			if w.to != tc.from || w.tid() != 0xabc || r.Reason != RejInvalidGID || r.RemoteCommID != req.LocalCommID ||
+			if w.To != tc.from || w.TID() != 0xabc || r.Reason != RejInvalidGID || r.RemoteCommID != req.LocalCommID ||
 				r.MessageRejected != MsgREQ || r.RejectInfoLength != 16 || ib.GID(r.ARI[:16]) != b.gid {
-				t.Errorf("REJ %+v to %v", r, w.to)
+				t.Errorf("REJ %+v to %v", r, w.To)
 			}
 			if len(b.events) != 0 || b.e.Conns() != 0 {
 				t.Errorf("events %v conns %d after a REQ from the wrong source", b.types(), b.e.Conns())
@@ -159,13 +114,13 @@ func TestEngineStaleRuleSource(t *testing.T) {
 			for i, q := range qpns {
 				out = append(out, inject(t, f, b.e, from, testREQ(from, a.guid, 0x5000+uint32(i), q), uint64(0x900+i))...)
 			}
-			first := out[slices.IndexFunc(out, func(w *wire) bool { return w.attr() == AttrREJ })]
-			if rej := decode[REJ](t, first); rej.Reason != RejStaleConnection || first.to != from || rej.RemoteCommID != 0x5000 {
+			first := out[slices.IndexFunc(out, func(w *wire) bool { return w.Attr() == AttrREJ })]
+			if rej := decode[REJ](t, first); rej.Reason != RejStaleConnection || first.To != from || rej.RemoteCommID != 0x5000 {
 				t.Fatalf("first REJ %v %+v, want REJ 10 to the sender", first, rej)
 			}
 			dreqs := 0
 			for _, w := range out {
-				if w.attr() == AttrDREQ {
+				if w.Attr() == AttrDREQ {
 					dreqs++
 				}
 			}
@@ -187,7 +142,7 @@ func TestEngineStaleRuleSource(t *testing.T) {
 					t.Errorf("third host: %d in setup, %d refused as busy, of %d", inSetup, b.e.Stats.BusySource, n)
 				}
 			}
-			f.drain()
+			f.Drain()
 			if ac.State != StateEstablished || bc.State != StateEstablished {
 				t.Errorf("the real connection: %v %v", ac.State, bc.State)
 			}
@@ -249,7 +204,7 @@ func TestEngineForeignMADs(t *testing.T) {
 			if mine.State != StateEstablished || len(to.events) != nev || to.e.Stats.Unknown.Of(tc.kind) != 1 {
 				t.Errorf("state %v events %v unknown %v %d", mine.State, to.types()[nev:], tc.kind, to.e.Stats.Unknown.Of(tc.kind))
 			}
-			f.run(time.Minute)
+			f.Run(time.Minute)
 			if ac.State != StateEstablished || bc.State != StateEstablished {
 				t.Errorf("after a minute: %v %v", ac.State, bc.State)
 			}
@@ -276,7 +231,7 @@ func TestEngineUnknownCommIDs(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			f, a, b := pair(t)
 			out := inject(t, f, b.e, a.gid, tc.msg, 0x55)
-			if tc.answer == 0 && len(out) != 0 || tc.answer != 0 && (len(out) != 1 || out[0].attr() != tc.answer || out[0].to != a.gid) {
+			if tc.answer == 0 && len(out) != 0 || tc.answer != 0 && (len(out) != 1 || out[0].Attr() != tc.answer || out[0].To != a.gid) {
 				t.Fatalf("answered %v, want %v", out, tc.answer)
 			}
 			if tc.answer == AttrREJ {
@@ -302,24 +257,24 @@ func TestEngineREJSentByReason(t *testing.T) {
 		run     func(t *testing.T, f *fabric, a, b *engNode)
 	}{
 		{"rej_sent_invalid_service_id", func(a, b *engNode) *engNode { return b }, func(t *testing.T, f *fabric, a, b *engNode) {
-			a.e.Connect(f.now, ConnectParams{RemoteGID: b.gid, ServiceID: testService + 1, LocalQPN: 3, PathMTU: ib.MTU2048})
-			f.drain()
+			a.e.Connect(f.Now, ConnectParams{RemoteGID: b.gid, ServiceID: testService + 1, LocalQPN: 3, PathMTU: ib.MTU2048})
+			f.Drain()
 		}},
 		{"rej_sent_consumer", func(a, b *engNode) *engNode { return b }, func(t *testing.T, f *fabric, a, b *engNode) {
 			b.noAccept = true
 			a.connect(b)
-			f.drain()
+			f.Drain()
 			b.e.Reject(onlyComm(t, b.e), RejConsumerReject, nil)
-			f.drain()
+			f.Drain()
 		}},
 		{"rej_sent_timeout", func(a, b *engNode) *engNode { return a }, func(t *testing.T, f *fabric, a, b *engNode) {
-			f.dropAll[AttrREQ] = true
+			f.DropAll[AttrREQ] = true
 			a.connect(b)
-			f.run(time.Hour)
+			f.Run(time.Hour)
 		}},
 		{"rej_sent_stale_conn", func(a, b *engNode) *engNode { return b }, func(t *testing.T, f *fabric, a, b *engNode) {
 			ac := a.connect(b)
-			f.drain()
+			f.Drain()
 			inject(t, f, b.e, a.gid, testREQ(a.gid, a.guid, 0x999, ac.LocalQPN), 1)
 		}},
 		{"rej_sent_no_resources", func(a, b *engNode) *engNode { return b }, func(t *testing.T, f *fabric, a, b *engNode) {
@@ -379,7 +334,7 @@ func TestEngineHalfOpenLimits(t *testing.T) {
 					inject(t, f, b.e, from, testREQ(src, uint64(1000+s), uint32(i+1), ib.QPN(0x100+i)), 1)
 				}
 			}
-			f.pending = nil // the REPs to the fakes go nowhere
+			f.Pending = nil // the REPs to the fakes go nowhere
 			if b.e.Stats.BusySource != tc.wantBusy {
 				t.Errorf("busy-source refusals %d, want %d", b.e.Stats.BusySource, tc.wantBusy)
 			}
@@ -387,7 +342,7 @@ func TestEngineHalfOpenLimits(t *testing.T) {
 			var est int
 			for range 3 {
 				c := a.connect(b)
-				f.drain()
+				f.Drain()
 				if c.State == StateEstablished {
 					est++
 				}
@@ -423,18 +378,18 @@ func TestEngineREJTimeout(t *testing.T) {
 			f, a, b := pair(t)
 			b.noAccept = true
 			ac := a.connect(b)
-			f.drain()
+			f.Drain()
 			bc := onlyComm(t, b.e)
-			a.e.Disconnect(f.now, ac) // the active side gives up before a REP
-			w := onlyWire(t, f.pending, AttrREJ)
-			f.pending = nil
+			a.e.Disconnect(f.Now, ac) // the active side gives up before a REP
+			w := onlyWire(t, f.Pending, AttrREJ)
+			f.Pending = nil
 			r := decode[REJ](t, w)
 			if r.Reason != RejTimeout || r.RejectInfoLength != 8 || binary.BigEndian.Uint64(r.ARI[:8]) != a.guid ||
 				r.LocalCommID != ac.LocalCommID || r.RemoteCommID != 0 || r.MessageRejected != MsgOther {
 				t.Fatalf("REJ 4 sent: %+v", r)
 			}
 			tc.mutate(r)
-			inject(t, f, b.e, a.gid, r, w.tid())
+			inject(t, f, b.e, a.gid, r, w.TID())
 			if tc.matched {
 				if e := b.last(EvRejected); e == nil || e.Reason != RejTimeout || bc.State != StateIdle || b.e.Conns() != 0 {
 					t.Errorf("passive: events %v state %v", b.types(), bc.State)
@@ -460,37 +415,37 @@ func TestEngineDuplicateREQ(t *testing.T) {
 	}{
 		{"consumer deciding", func(f *fabric, a, b *engNode, ac *Comm) {}, StateREQRcvd, AttrMRA},
 		{"REP sent", func(f *fabric, a, b *engNode, ac *Comm) {
-			b.e.Accept(f.now, onlyComm(f.tb, b.e), AcceptParams{LocalQPN: 9})
-			f.pending = nil
+			b.e.Accept(f.Now, onlyComm(f.TB, b.e), AcceptParams{LocalQPN: 9})
+			f.Pending = nil
 		}, StateREPSent, AttrREP},
 		{"timewait", func(f *fabric, a, b *engNode, ac *Comm) {
-			b.e.Accept(f.now, onlyComm(f.tb, b.e), AcceptParams{LocalQPN: 9})
-			f.drain()
-			a.e.Disconnect(f.now, ac)
-			f.drain()
+			b.e.Accept(f.Now, onlyComm(f.TB, b.e), AcceptParams{LocalQPN: 9})
+			f.Drain()
+			a.e.Disconnect(f.Now, ac)
+			f.Drain()
 		}, StateTimewait, AttrREJ},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, a, b := pair(t)
 			b.noAccept = true
 			ac := a.connect(b)
-			reqWire := f.take(func(w *wire) bool { return w.attr() == AttrREQ })
-			f.deliver(reqWire)
+			reqWire := f.Take(func(w *wire) bool { return w.Attr() == AttrREQ })
+			f.Deliver(reqWire)
 			tc.setup(f, a, b, ac)
 			bc := onlyComm(t, b.e)
 			if bc.State != tc.state {
 				t.Fatalf("setup: %v, want %v", bc.State, tc.state)
 			}
-			nlog := len(f.log)
-			f.deliver(reqWire)
-			out := f.log[nlog:]
+			nlog := len(f.Log)
+			f.Deliver(reqWire)
+			out := f.Log[nlog:]
 			w := onlyWire(t, out, tc.answer)
-			if len(out) != 1 || w.to != a.gid || b.e.Stats.Duplicate != 1 || bc.State != tc.state {
+			if len(out) != 1 || w.To != a.gid || b.e.Stats.Duplicate != 1 || bc.State != tc.state {
 				t.Fatalf("answered %v, duplicates %d, state %v", out, b.e.Stats.Duplicate, bc.State)
 			}
 			if tc.answer == AttrREJ {
 				r := decode[REJ](t, w)
-				if r.Reason != RejStaleConnection || r.MessageRejected != MsgOther || r.RemoteCommID != ac.LocalCommID || r.LocalCommID != bc.LocalCommID || w.tid() != reqWire.tid() {
+				if r.Reason != RejStaleConnection || r.MessageRejected != MsgOther || r.RemoteCommID != ac.LocalCommID || r.LocalCommID != bc.LocalCommID || w.TID() != reqWire.TID() {
 					t.Errorf("REJ %+v", r)
 				}
 				wantCounter(t, b.e.Counters(), "rej_sent_stale_conn", 1)
@@ -518,10 +473,10 @@ func TestEngineCMTimers(t *testing.T) {
 				cfg := EngineConfig{ResponseTimeout: tc.code, MaxRetries: tc.retries, PKey: ib.DefaultPKey}
 				a := newEngNode(f, 1, cfg)
 				newEngNode(f, 2, cfg)
-				f.dropAll[AttrREQ] = true
+				f.DropAll[AttrREQ] = true
 				a.connect(&engNode{gid: gidN(2)})
-				f.run(10 * time.Minute)
-				reqs := f.sent(a.gid, AttrREQ, true)
+				f.Run(10 * time.Minute)
+				reqs := f.Sent(a.gid, AttrREQ, true)
 				r := decode[REQ](t, reqs[0])
 				if r.RemoteCMResponseTimeout != tc.wantCode || r.LocalCMResponseTimeout != tc.wantCode || r.MaxCMRetries != tc.wantRe {
 					t.Errorf("REQ timers %d/%d retries %d", r.RemoteCMResponseTimeout, r.LocalCMResponseTimeout, r.MaxCMRetries)
@@ -547,17 +502,17 @@ func TestEngineCMTimers(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				f := newFabric(t)
 				b := newEngNode(f, 2, EngineConfig{ResponseTimeout: tc.ourCode, MaxRetries: tc.ourRetries, PKey: ib.DefaultPKey})
-				f.dropAll[AttrREP] = true
+				f.DropAll[AttrREP] = true
 				req := testREQ(gidN(1), 1, 0x31, 0x41)
 				req.LocalCMResponseTimeout, req.MaxCMRetries = tc.reqCode, tc.reqRetries
 				inject(t, f, b.e, gidN(1), req, 1)
-				f.run(time.Hour)
+				f.Run(time.Hour)
 				want := t0.Add(time.Duration(tc.wantTrials) * TimeoutDuration(tc.wantCode))
-				if e := b.last(EvTimeout); len(f.sent(b.gid, AttrREP, true)) != int(tc.wantTrials) || e == nil || !e.At.Equal(want) {
-					t.Errorf("%d REPs, timeout %+v; want %d, at %v", len(f.sent(b.gid, AttrREP, true)), e, tc.wantTrials, want.Sub(t0))
+				if e := b.last(EvTimeout); len(f.Sent(b.gid, AttrREP, true)) != int(tc.wantTrials) || e == nil || !e.At.Equal(want) {
+					t.Errorf("%d REPs, timeout %+v; want %d, at %v", len(f.Sent(b.gid, AttrREP, true)), e, tc.wantTrials, want.Sub(t0))
 				}
 				// Giving up, the passive side sends REJ 4 with its GUID.
-				rej := decode[REJ](t, onlyWire(t, f.sent(b.gid, AttrREJ, true), AttrREJ))
+				rej := decode[REJ](t, onlyWire(t, f.Sent(b.gid, AttrREJ, true), AttrREJ))
 				if rej.Reason != RejTimeout || rej.RejectInfoLength != 8 || binary.BigEndian.Uint64(rej.ARI[:8]) != b.guid || rej.RemoteCommID != 0x31 {
 					t.Errorf("REJ %+v", rej)
 				}
@@ -584,14 +539,14 @@ func TestEngineREQPath(t *testing.T) {
 		a := newEngNode(f, 1, cfg)
 		b := newEngNode(f, 2, testEngineConfig())
 		a.connect(b)
-		r := decode[REQ](t, f.sent(a.gid, AttrREQ, false)[0])
+		r := decode[REQ](t, f.Sent(a.gid, AttrREQ, false)[0])
 		p := r.Primary
 		if p.HopLimit != tc.want || p.SubnetLocal != tc.subnetLocal || p.LocalLID != 0xffff || p.RemoteLID != 0xffff ||
 			p.LocalGID != a.gid || p.RemoteGID != b.gid || r.Alternate != (Path{}) {
 			t.Errorf("hop limit %d: primary path %+v", tc.hopLimit, p)
 		}
 		// The receiver takes it (its source check passes) and connects.
-		f.drain()
+		f.Drain()
 		if b.e.Stats.SourceMismatch != 0 || onlyComm(t, b.e).State != StateEstablished {
 			t.Errorf("hop limit %d: not accepted", tc.hopLimit)
 		}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/cm/cmtest"
 	"github.com/ipoibd/ipoibd/ib"
 )
 
@@ -58,7 +59,7 @@ func TestEngineServiceQueue(t *testing.T) {
 			if m.Stats.Received != tc.handled || m.Stats.Malformed != tc.handled {
 				t.Errorf("received %d malformed %d, want %d", m.Stats.Received, m.Stats.Malformed, tc.handled)
 			}
-			if v, ok := counterOf(m.Counters(), "mad_drop_queue_full"); !ok || v != tc.dropped {
+			if v, ok := cmtest.CounterOf(m.Counters(), "mad_drop_queue_full"); !ok || v != tc.dropped {
 				t.Errorf("mad_drop_queue_full = %d (%v), want %d", v, ok, tc.dropped)
 			}
 			m.Poll(time.Now()) // nothing left

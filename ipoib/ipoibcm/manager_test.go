@@ -114,7 +114,7 @@ func mgrAddr(i int) ib.LinkAddr {
 
 func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 	n := &mgrNode{f: f, local: mgrAddr(i), qps: &fakeQPs{next: ib.QPN(0x1000 * i)}}
-	ec := cm.EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.sender(n.local.GID)}
+	ec := cm.EngineConfig{GID: n.local.GID, GUID: 0x0002c90300000000 | uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 16, MaxRetries: 3, Send: f.Sender(n.local.GID)}
 	cfg := ManagerConfig{
 		Service: func(ev func(cm.Event)) (cm.Service, error) {
 			ec.Event = ev
@@ -143,7 +143,7 @@ func newMgrNode(f *fabric, i int, p Policy, mod func(*ManagerConfig)) *mgrNode {
 		panic(err) // the engine cannot fail to listen
 	}
 	n.m = m
-	f.add(n.local.GID, n)
+	f.Add(n.local.GID, n)
 	return n
 }
 
@@ -175,10 +175,10 @@ func (n *mgrNode) Expire(now time.Time) { n.m.Expire(now) }
 func (n *mgrNode) Next() time.Time      { return n.m.Next() }
 
 func (n *mgrNode) connect(peer ib.LinkAddr) {
-	n.f.tb.Helper()
-	ok, err := n.m.Connect(n.f.now, peer)
+	n.f.TB.Helper()
+	ok, err := n.m.Connect(n.f.Now, peer)
 	if !ok || err != nil {
-		n.f.tb.Fatalf("Connect(%v): %v %v", peer, ok, err)
+		n.f.TB.Fatalf("Connect(%v): %v %v", peer, ok, err)
 	}
 }
 
@@ -253,12 +253,12 @@ const maxCrossDrops = 2
 // then connect a, connect b.
 func (s *crossSim) options() []string {
 	var o []string
-	for i := range s.f.pending {
-		o = append(o, fmt.Sprintf("deliver %v", s.f.pending[i]))
+	for i := range s.f.Pending {
+		o = append(o, fmt.Sprintf("deliver %v", s.f.Pending[i]))
 	}
 	if s.drops < maxCrossDrops {
-		for i, w := range s.f.pending {
-			if w.attr() == cm.AttrREJ {
+		for i, w := range s.f.Pending {
+			if w.Attr() == cm.AttrREJ {
 				o = append(o, fmt.Sprintf("drop %d %v", i, w))
 			}
 		}
@@ -281,10 +281,10 @@ func (s *crossSim) apply(opt string) {
 		s.conB = true
 		s.b.connect(s.a.local)
 	case strings.HasPrefix(opt, "deliver "):
-		for i, w := range s.f.pending {
+		for i, w := range s.f.Pending {
 			if opt == "deliver "+w.String() {
-				s.f.pending = slices.Delete(s.f.pending, i, i+1)
-				s.f.deliver(w)
+				s.f.Pending = slices.Delete(s.f.Pending, i, i+1)
+				s.f.Deliver(w)
 				return
 			}
 		}
@@ -292,8 +292,8 @@ func (s *crossSim) apply(opt string) {
 	case strings.HasPrefix(opt, "drop "):
 		var i int
 		fmt.Sscanf(opt, "drop %d", &i)
-		s.f.pending[i].dropped = true
-		s.f.pending = slices.Delete(s.f.pending, i, i+1)
+		s.f.Pending[i].Dropped = true
+		s.f.Pending = slices.Delete(s.f.Pending, i, i+1)
 		s.drops++
 	}
 }
@@ -312,7 +312,7 @@ func exploreCross(t *testing.T, p Policy, reconnect bool, check func(t *testing.
 		// Stop branching once both connected and the handshake is long
 		// past the crossing: bounded depth keeps the tree finite.
 		if len(opts) == 0 || len(path) >= 14 {
-			s.f.run(10 * time.Minute)
+			s.f.Run(10 * time.Minute)
 			leaves++
 			check(t, s, path)
 			return
@@ -383,14 +383,14 @@ func TestManagerCrossingRFC(t *testing.T) {
 				}
 				// Only the larger address rejects, only with reason 28 and
 				// its UD QPN in the private data; the smaller never does.
-				for _, w := range s.f.log {
-					if w.attr() != cm.AttrREJ {
+				for _, w := range s.f.Log {
+					if w.Attr() != cm.AttrREJ {
 						continue
 					}
 					r := decode[cm.REJ](t, w)
-					if w.from != b.local.GID || r.Reason != cm.RejConsumerReject || r.MessageRejected != cm.MsgREQ ||
+					if w.From != b.local.GID || r.Reason != cm.RejConsumerReject || r.MessageRejected != cm.MsgREQ ||
 						ib.QPN(binary.BigEndian.Uint32(r.PrivateData[:4])) != b.local.QPN {
-						fail("REJ %+v from %v", r, w.from)
+						fail("REJ %+v from %v", r, w.From)
 					}
 				}
 				if a.m.Stats.CrossingRejected != 0 {
@@ -423,21 +423,21 @@ func TestManagerCrossingREJWire(t *testing.T) {
 			s.a.connect(s.b.local)
 			s.b.connect(s.a.local)
 			if bFirst {
-				s.f.lifo = true
+				s.f.LIFO = true
 			}
-			s.f.run(time.Minute)
-			rejs := s.f.sent(ib.GID{}, cm.AttrREJ, true)
+			s.f.Run(time.Minute)
+			rejs := s.f.Sent(ib.GID{}, cm.AttrREJ, true)
 			if bFirst {
 				if len(rejs) != 0 || len(s.a.established()) != 2 || len(s.b.established()) != 2 || s.b.m.Stats.CrossingRejected != 0 || s.a.m.Stats.CrossingAccepted != 1 {
 					t.Fatalf("REJs %v, established %d %d, stats a %+v b %+v", rejs, len(s.a.established()), len(s.b.established()), s.a.m.Stats, s.b.m.Stats)
 				}
 				return
 			}
-			if len(rejs) != 1 || rejs[0].from != s.b.local.GID {
+			if len(rejs) != 1 || rejs[0].From != s.b.local.GID {
 				t.Fatalf("REJs %v, want one from b", rejs)
 			}
 			r := decode[cm.REJ](t, rejs[0])
-			reqA := decode[cm.REQ](t, s.f.sent(s.a.local.GID, cm.AttrREQ, true)[0])
+			reqA := decode[cm.REQ](t, s.f.Sent(s.a.local.GID, cm.AttrREQ, true)[0])
 			if r.Reason != cm.RejConsumerReject || r.RemoteCommID != reqA.LocalCommID || binary.BigEndian.Uint32(r.PrivateData[:4]) != uint32(s.b.local.QPN) {
 				t.Errorf("REJ %+v", r)
 			}
@@ -448,7 +448,7 @@ func TestManagerCrossingREJWire(t *testing.T) {
 				t.Errorf("b counted %d consumer REJs sent", c)
 			}
 			// b's REQ carried a's service ID and b's private data.
-			reqB := decode[cm.REQ](t, s.f.sent(s.b.local.GID, cm.AttrREQ, true)[0])
+			reqB := decode[cm.REQ](t, s.f.Sent(s.b.local.GID, cm.AttrREQ, true)[0])
 			pd, err := cm.DecodePrivateData(reqB.PrivateData[:])
 			if err != nil || reqB.ServiceID != cm.IPoIBServiceID(s.a.local.QPN) || pd.UDQPN != s.b.local.QPN || pd.ReceiveMTU != cm.LinuxReceiveMTU {
 				t.Errorf("b's REQ: service %#x private %+v %v", reqB.ServiceID, pd, err)
@@ -470,24 +470,24 @@ func TestManagerCrossingREJLoss(t *testing.T) {
 		for _, lifo := range []bool{false, true} {
 			t.Run(fmt.Sprintf("lost=%d/lifo=%v", lost, lifo), func(t *testing.T) {
 				s := newCrossSim(t, PolicyRFC, false)
-				s.f.lifo = lifo
+				s.f.LIFO = lifo
 				if lost < 0 {
-					s.f.dropAll[cm.AttrREJ] = true
+					s.f.DropAll[cm.AttrREJ] = true
 				} else {
 					for i := 1; i <= lost; i++ {
-						s.f.dropNth(cm.AttrREJ, i)
+						s.f.DropNth(cm.AttrREJ, i)
 					}
 				}
 				s.a.connect(s.b.local)
 				s.b.connect(s.a.local)
-				s.f.run(10 * time.Minute)
+				s.f.Run(10 * time.Minute)
 				a, b := s.a, s.b
 				if lifo {
 					// b's REQ reached a first: no crossing at b at all.
-					if len(s.f.sent(b.local.GID, cm.AttrREJ, true)) != 0 {
+					if len(s.f.Sent(b.local.GID, cm.AttrREJ, true)) != 0 {
 						t.Errorf("b sent a REJ though its REQ was answered")
 					}
-				} else if rejs := s.f.sent(b.local.GID, cm.AttrREJ, true); len(rejs) != 1 || b.m.Stats.CrossingRejected != 1 {
+				} else if rejs := s.f.Sent(b.local.GID, cm.AttrREJ, true); len(rejs) != 1 || b.m.Stats.CrossingRejected != 1 {
 					t.Errorf("%d REJs, %d crossing rejects, want 1", len(rejs), b.m.Stats.CrossingRejected)
 				}
 				if len(a.established()) != 2 || len(b.established()) != 2 || len(a.ups) != 2 || len(b.ups) != 2 || len(a.downs)+len(b.downs) != 0 {
@@ -528,7 +528,7 @@ func TestManagerCrossingLinux(t *testing.T) {
 				t.Errorf("path %q: %v out %d in %d ups %d downs %v", path, n.local.GID, out, in, len(n.ups), n.downs)
 			}
 		}
-		if rejs := s.f.sent(ib.GID{}, cm.AttrREJ, true); len(rejs) != 0 {
+		if rejs := s.f.Sent(ib.GID{}, cm.AttrREJ, true); len(rejs) != 0 {
 			t.Errorf("path %q: REJ sent under the linux policy", path)
 		}
 	})
@@ -545,7 +545,7 @@ func establishedPair(t *testing.T, p Policy, modA, modB func(*ManagerConfig)) (*
 	a := newMgrNode(f, 1, p, modA)
 	b := newMgrNode(f, 2, p, modB)
 	a.connect(b.local)
-	f.run(time.Second)
+	f.Run(time.Second)
 	if len(a.established()) != 1 || len(b.established()) != 1 || len(a.ups) != 1 {
 		t.Fatalf("setup: established %d %d, ups %d", len(a.established()), len(b.established()), len(a.ups))
 	}
@@ -565,7 +565,7 @@ func TestManagerPeerRestart(t *testing.T) {
 				a2.qps.next = 0x50000
 			}
 			a2.connect(b.local)
-			f.run(time.Minute)
+			f.Run(time.Minute)
 			// A new RC QPN reaches the manager's restart rule; a reused one
 			// is caught first by the engine's stale rule (REJ 10, the
 			// restarted node retries).
@@ -578,7 +578,7 @@ func TestManagerPeerRestart(t *testing.T) {
 			}
 			// A DREQ naming the old connection went out.
 			var sawDREQ bool
-			for _, w := range f.sent(b.local.GID, cm.AttrDREQ, true) {
+			for _, w := range f.Sent(b.local.GID, cm.AttrDREQ, true) {
 				if d := decode[cm.DREQ](t, w); d.RemoteQPN == oldB.comm.RemoteQPN {
 					sawDREQ = true
 				}
@@ -608,24 +608,24 @@ func TestManagerSendFailed(t *testing.T) {
 	cb := b.established()[0]
 	var refusedPeer ib.LinkAddr
 	b.m.cfg.Refused = func(p ib.LinkAddr, reason string) { refusedPeer = p; b.refused = append(b.refused, reason) }
-	nlog := len(f.log)
-	b.m.SendFailed(f.now, cb.QP.Num()+12345) // not ours: nothing
-	if len(b.downs) != 0 || len(f.log) != nlog {
+	nlog := len(f.Log)
+	b.m.SendFailed(f.Now, cb.QP.Num()+12345) // not ours: nothing
+	if len(b.downs) != 0 || len(f.Log) != nlog {
 		t.Fatalf("unknown QPN acted upon")
 	}
-	b.m.SendFailed(f.now, cb.QP.Num())
+	b.m.SendFailed(f.Now, cb.QP.Num())
 	if !slices.Equal(b.downs, []string{"send failed"}) || !slices.Equal(b.refused, []string{"send failed"}) || !refusedPeer.SameNode(a.local) || b.m.Stats.SendFails != 1 {
 		t.Errorf("downs %v refused %v peer %v", b.downs, b.refused, refusedPeer)
 	}
-	out := f.log[nlog:]
-	if len(out) != 1 || out[0].attr() != cm.AttrDREQ || decode[cm.DREQ](t, out[0]).RemoteQPN != cb.comm.RemoteQPN {
+	out := f.Log[nlog:]
+	if len(out) != 1 || out[0].Attr() != cm.AttrDREQ || decode[cm.DREQ](t, out[0]).RemoteQPN != cb.comm.RemoteQPN {
 		t.Fatalf("sent %v, want one DREQ", out)
 	}
 	if cb.Sendable() {
 		t.Errorf("failed connection still sendable")
 	}
-	b.m.SendFailed(f.now, cb.QP.Num()) // again: already going
-	f.run(time.Minute)
+	b.m.SendFailed(f.Now, cb.QP.Num()) // again: already going
+	f.Run(time.Minute)
 	if len(a.downs) != 1 || len(b.downs) != 1 {
 		t.Errorf("downs a %v b %v", a.downs, b.downs)
 	}
@@ -642,15 +642,15 @@ func TestManagerIdle(t *testing.T) {
 		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
 			f, a, b := establishedPair(t, PolicyRFC, nil, func(c *ManagerConfig) { c.IdleTimeout = idle })
 			cb := b.established()[0]
-			start := f.now
+			start := f.Now
 			var downAt time.Time
 			for i := 0; i < 60; i++ {
 				if busy {
 					cb.Packets.Add(1)
 				}
-				f.run(time.Second)
+				f.Run(time.Second)
 				if len(b.downs) > 0 && downAt.IsZero() {
-					downAt = f.now
+					downAt = f.Now
 				}
 			}
 			if busy {
@@ -665,7 +665,7 @@ func TestManagerIdle(t *testing.T) {
 			if d := downAt.Sub(start); d < idle || d > 2*idle {
 				t.Errorf("reaped after %v, want between %v and %v", d, idle, 2*idle)
 			}
-			if n := len(f.sent(b.local.GID, cm.AttrDREQ, true)); n != 1 {
+			if n := len(f.Sent(b.local.GID, cm.AttrDREQ, true)); n != 1 {
 				t.Errorf("%d DREQs", n)
 			}
 			if len(a.downs) != 1 || a.eng.Conns()+b.eng.Conns() != 0 || a.qps.open()+b.qps.open() != 0 {
@@ -699,7 +699,7 @@ func TestManagerMTU(t *testing.T) {
 			if want == 0 {
 				want = cm.LinuxReceiveMTU
 			}
-			rep := decode[cm.REP](t, f.sent(b.local.GID, cm.AttrREP, true)[0])
+			rep := decode[cm.REP](t, f.Sent(b.local.GID, cm.AttrREP, true)[0])
 			if pd, err := cm.DecodePrivateData(rep.PrivateData[:]); err != nil || pd.ReceiveMTU != want || pd.UDQPN != b.local.QPN {
 				t.Errorf("REP private data %+v %v", pd, err)
 			}
@@ -715,7 +715,7 @@ func TestManagerBadPeers(t *testing.T) {
 		b := newEnginePeer(f, 2)
 		b.e.Listen(cm.IPoIBServiceID(0x200))
 		a.connect(mgrAddr(2))
-		f.drain()
+		f.Drain()
 		bc := b.req
 		if bc == nil || b.e.Conns() != 1 {
 			t.Fatalf("the REQ reached b as %v; b has %d connections", bc, b.e.Conns())
@@ -723,11 +723,11 @@ func TestManagerBadPeers(t *testing.T) {
 		var priv [8]byte
 		binary.BigEndian.PutUint32(priv[0:4], 0x200)
 		binary.BigEndian.PutUint32(priv[4:8], 4)
-		if err := b.e.Accept(f.now, bc, cm.AcceptParams{LocalQPN: 5, PrivateData: priv[:]}); err != nil {
+		if err := b.e.Accept(f.Now, bc, cm.AcceptParams{LocalQPN: 5, PrivateData: priv[:]}); err != nil {
 			t.Fatal(err)
 		}
-		f.run(time.Minute)
-		rejs := f.sent(a.local.GID, cm.AttrREJ, true)
+		f.Run(time.Minute)
+		rejs := f.Sent(a.local.GID, cm.AttrREJ, true)
 		if len(rejs) != 1 {
 			t.Fatalf("%d REJs", len(rejs))
 		}
@@ -744,7 +744,7 @@ func TestManagerBadPeers(t *testing.T) {
 		b := newMgrNode(f, 2, PolicyRFC, nil)
 		b.qps.fail = ib.StateRTR
 		a.connect(b.local)
-		f.run(time.Minute)
+		f.Run(time.Minute)
 		if len(a.ups)+len(b.ups) != 0 || b.m.Stats.QPErrors != 1 || a.qps.open()+b.qps.open() != 0 || len(a.refused) != 1 {
 			t.Errorf("ups %d %d QP errors %d open %d %d refused %v", len(a.ups), len(b.ups), b.m.Stats.QPErrors, a.qps.open(), b.qps.open(), a.refused)
 		}
@@ -754,8 +754,8 @@ func TestManagerBadPeers(t *testing.T) {
 		a := newMgrNode(f, 1, PolicyRFC, nil)
 		ud := mgrAddr(2)
 		ud.Flags = 0
-		if ok, err := a.m.Connect(f.now, ud); ok || err != nil || len(f.log) != 0 {
-			t.Errorf("Connect to a UD-only peer: %v %v, sent %d", ok, err, len(f.log))
+		if ok, err := a.m.Connect(f.Now, ud); ok || err != nil || len(f.Log) != 0 {
+			t.Errorf("Connect to a UD-only peer: %v %v, sent %d", ok, err, len(f.Log))
 		}
 	})
 }
@@ -767,7 +767,7 @@ func TestManagerBadPeers(t *testing.T) {
 func TestManagerThousandPeers(t *testing.T) {
 	const peers = 1000
 	f := newFabric(t)
-	f.noLog = true
+	f.NoLog = true
 	hub := newMgrNode(f, 1, PolicyRFC, nil)
 	var ps []*mgrNode
 	for i := range peers {
@@ -778,7 +778,7 @@ func TestManagerThousandPeers(t *testing.T) {
 	for _, p := range ps {
 		p.connect(hub.local)
 	}
-	f.run(time.Minute)
+	f.Run(time.Minute)
 	if n := len(hub.established()); n != peers || len(hub.ups) != peers || hub.eng.Conns() != peers {
 		t.Fatalf("hub: %d established, %d ups, %d engine conns", n, len(hub.ups), hub.eng.Conns())
 	}
@@ -795,8 +795,8 @@ func TestManagerThousandPeers(t *testing.T) {
 	if hub.eng.HalfOpen() != 0 {
 		t.Errorf("hub half-open %d", hub.eng.HalfOpen())
 	}
-	hub.m.Close(f.now)
-	f.run(time.Minute)
+	hub.m.Close(f.Now)
+	f.Run(time.Minute)
 	if hub.eng.Conns() != 0 || len(hub.m.Connections()) != 0 || hub.qps.open() != 0 || len(hub.downs) != peers {
 		t.Errorf("hub after close: conns %d %d open QPs %d downs %d", hub.eng.Conns(), len(hub.m.Connections()), hub.qps.open(), len(hub.downs))
 	}
@@ -828,9 +828,9 @@ type linuxPeer struct {
 func newLinuxPeer(f *fabric, i int) *linuxPeer {
 	l := &linuxPeer{f: f, local: mgrAddr(i), nextQPN: ib.QPN(0x10000 * i), tx: map[ib.LinkAddr]*cm.Comm{}, txUp: map[*cm.Comm]bool{}}
 	l.e = cm.NewEngine(cm.EngineConfig{GID: l.local.GID, GUID: 0xa0a0 + uint64(i), PKey: ib.DefaultPKey, ResponseTimeout: 20, MaxRetries: 15,
-		Send: f.sender(l.local.GID), Event: l.event})
+		Send: f.Sender(l.local.GID), Event: l.event})
 	l.e.Listen(cm.IPoIBServiceID(l.local.QPN))
-	f.add(l.local.GID, l.e)
+	f.Add(l.local.GID, l.e)
 	return l
 }
 
@@ -847,10 +847,10 @@ func (l *linuxPeer) send(peer ib.LinkAddr) bool {
 		return l.txUp[c]
 	}
 	l.nextQPN++
-	c, err := l.e.Connect(l.f.now, cm.ConnectParams{RemoteGID: peer.GID, ServiceID: cm.IPoIBServiceID(peer.QPN), LocalQPN: l.nextQPN,
+	c, err := l.e.Connect(l.f.Now, cm.ConnectParams{RemoteGID: peer.GID, ServiceID: cm.IPoIBServiceID(peer.QPN), LocalQPN: l.nextQPN,
 		Transport: cm.TransportRC, PathMTU: ib.MTU2048, RetryCount: 0, RNRRetry: 0, ACKTimeout: 18, PrivateData: l.priv(), Context: k})
 	if err != nil {
-		l.f.tb.Fatalf("linux peer connect: %v", err)
+		l.f.TB.Fatalf("linux peer connect: %v", err)
 	}
 	l.tx[k] = c
 	return false
@@ -869,8 +869,8 @@ func (l *linuxPeer) event(ev cm.Event) {
 		l.reqs = append(l.reqs, ev.REQ)
 		// Accept every REQ; echo its RNR retry count; PSN random.
 		l.nextQPN++
-		if err := l.e.Accept(l.f.now, ev.Comm, cm.AcceptParams{LocalQPN: l.nextQPN, RecvPSN: 0xabcdef, RNRRetry: ev.REQ.RNRRetryCount, PrivateData: l.priv()}); err != nil {
-			l.f.tb.Errorf("linux accept: %v", err)
+		if err := l.e.Accept(l.f.Now, ev.Comm, cm.AcceptParams{LocalQPN: l.nextQPN, RecvPSN: 0xabcdef, RNRRetry: ev.REQ.RNRRetryCount, PrivateData: l.priv()}); err != nil {
+			l.f.TB.Errorf("linux accept: %v", err)
 		}
 		l.rx = append(l.rx, ev.Comm)
 	case cm.EvReply:
@@ -882,7 +882,7 @@ func (l *linuxPeer) event(ev cm.Event) {
 			return
 		}
 		if err := l.e.Ready(ev.Comm); err != nil {
-			l.f.tb.Errorf("linux ready: %v", err)
+			l.f.TB.Errorf("linux ready: %v", err)
 		}
 		l.txUp[ev.Comm] = true
 	case cm.EvRejected:
@@ -904,23 +904,23 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 			switch order {
 			case "manager-first":
 				m.connect(l.local)
-				f.run(time.Second)
+				f.Run(time.Second)
 				l.send(m.local)
 			case "linux-first":
 				l.send(m.local)
-				f.run(time.Second)
+				f.Run(time.Second)
 				m.connect(l.local)
 			case "crossing-fifo", "crossing-lifo":
-				f.lifo = order == "crossing-lifo"
+				f.LIFO = order == "crossing-lifo"
 				m.connect(l.local)
 				l.send(m.local)
 			}
-			f.run(time.Minute)
+			f.Run(time.Minute)
 			// The Linux peer's next packet finds its connection up.
 			if !l.send(m.local) || l.rejects != 0 || len(l.tx) != 1 {
 				t.Errorf("linux tx not up: rejects %d tx %d", l.rejects, len(l.tx))
 			}
-			if rejs := f.sent(m.local.GID, cm.AttrREJ, true); len(rejs) != 0 {
+			if rejs := f.Sent(m.local.GID, cm.AttrREJ, true); len(rejs) != 0 {
 				t.Errorf("manager sent %d REJs to the Linux peer", len(rejs))
 			}
 			// The manager sends on its own connection only.
@@ -947,7 +947,7 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 			if len(l.reqs) != 1 || l.reqs[0].ServiceID != cm.IPoIBServiceID(l.local.QPN) {
 				t.Errorf("REQs from the manager: %d", len(l.reqs))
 			}
-			reqL := decode[cm.REQ](t, f.sent(l.local.GID, cm.AttrREQ, true)[0])
+			reqL := decode[cm.REQ](t, f.Sent(l.local.GID, cm.AttrREQ, true)[0])
 			if reqL.RetryCount != 0 || reqL.RNRRetryCount != 0 || in.comm.RNRRetry != 0 {
 				t.Errorf("linux REQ retry %d rnr %d", reqL.RetryCount, reqL.RNRRetryCount)
 			}
@@ -957,15 +957,15 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 		f := newFabric(t)
 		l := newLinuxPeer(f, 1)
 		m := newMgrNode(f, 2, PolicyLinux, nil)
-		f.dropNth(cm.AttrREQ, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) // the first REQ times out
+		f.DropNth(cm.AttrREQ, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) // the first REQ times out
 		l.send(m.local)
-		f.run(10 * time.Minute)
+		f.Run(10 * time.Minute)
 		if len(l.tx) != 0 {
 			t.Fatalf("linux tx after REQ timeout: %d", len(l.tx))
 		}
 		l.send(m.local) // next packet: new REQ
-		f.run(time.Minute)
-		if !l.send(m.local) || len(m.m.Connections()) != 1 || len(f.sent(m.local.GID, cm.AttrREJ, true)) != 0 {
+		f.Run(time.Minute)
+		if !l.send(m.local) || len(m.m.Connections()) != 1 || len(f.Sent(m.local.GID, cm.AttrREJ, true)) != 0 {
 			t.Errorf("re-REQ: up %v, manager conns %d", l.send(m.local), len(m.m.Connections()))
 		}
 	})
@@ -981,7 +981,7 @@ func TestManagerAgainstLinuxPeer(t *testing.T) {
 // tables stay small.
 func BenchmarkConnectionSetup(b *testing.B) {
 	f := newFabric(b)
-	f.noLog = true
+	f.NoLog = true
 	x := newMgrNode(f, 1, PolicyRFC, nil)
 	y := newMgrNode(f, 2, PolicyRFC, nil)
 	var setup time.Duration
@@ -990,14 +990,14 @@ func BenchmarkConnectionSetup(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		x.connect(y.local)
-		f.drain()
+		f.Drain()
 		setup += time.Since(start)
 		b.StopTimer()
 		if len(x.ups) != i+1 {
 			b.Fatalf("setup %d failed", i)
 		}
-		x.m.Disconnect(f.now, y.local, "bench")
-		f.run(10 * time.Second)
+		x.m.Disconnect(f.Now, y.local, "bench")
+		f.Run(10 * time.Second)
 		x.qps.all, y.qps.all = x.qps.all[:0], y.qps.all[:0]
 		b.StartTimer()
 	}
@@ -1039,13 +1039,13 @@ func TestManagerConnCountersKeys(t *testing.T) {
 				}
 			}
 			a.connect(b.local)
-			f.run(time.Second)
+			f.Run(time.Second)
 			if len(a.established()) != 1 {
 				t.Fatalf("no connection: %d established", len(a.established()))
 			}
 			during := a.m.ConnCounters()
-			a.m.Disconnect(f.now, b.local, "test")
-			f.run(time.Minute)
+			a.m.Disconnect(f.Now, b.local, "test")
+			f.Run(time.Minute)
 			if n := len(a.m.Connections()); n != 0 {
 				t.Fatalf("%d connections left", n)
 			}
@@ -1104,7 +1104,7 @@ func TestManagerIBPath(t *testing.T) {
 	known = false
 	qps := a.qps.next
 	c := newMgrNode(f, 3, PolicyLinux, nil)
-	if ok, err := a.m.Connect(f.now, c.local); !ok || !errors.Is(err, ErrNoPath) {
+	if ok, err := a.m.Connect(f.Now, c.local); !ok || !errors.Is(err, ErrNoPath) {
 		t.Errorf("Connect without a path: %v %v, want ErrNoPath", ok, err)
 	}
 	if a.m.Connecting(c.local) || a.qps.next != qps {

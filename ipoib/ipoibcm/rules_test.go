@@ -9,51 +9,6 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 )
 
-// inject hands msg to n as if the node at from had sent it, and returns
-// what n sent in answer.
-func inject(tb testing.TB, f *fabric, n node, from ib.GID, msg cm.Message, tid uint64) []*wire {
-	tb.Helper()
-	var m ib.MAD
-	if err := msg.MarshalMAD(m.Data[:], tid); err != nil {
-		tb.Fatalf("%v: %v", msg.AttrID(), err)
-	}
-	m.From = ib.MADAddr{GID: from, QPN: ib.QP1, PKey: ib.DefaultPKey}
-	nlog := len(f.log)
-	n.HandleMAD(f.now, &m)
-	return slices.Clone(f.log[nlog:])
-}
-
-// onlyWire returns the single MAD of kind attr in ws, failing otherwise.
-func onlyWire(tb testing.TB, ws []*wire, attr cm.AttrID) *wire {
-	tb.Helper()
-	var got []*wire
-	for _, w := range ws {
-		if w.attr() == attr {
-			got = append(got, w)
-		}
-	}
-	if len(got) != 1 {
-		tb.Fatalf("%d %v in %v, want one", len(got), attr, ws)
-	}
-	return got[0]
-}
-
-func counterOf(cs []ib.Counter, name string) (uint64, bool) {
-	for _, c := range cs {
-		if c.Name == name {
-			return c.Value, true
-		}
-	}
-	return 0, false
-}
-
-func wantCounter(tb testing.TB, cs []ib.Counter, name string, want uint64) {
-	tb.Helper()
-	if v, ok := counterOf(cs, name); v != want || (want != 0 && !ok) {
-		tb.Errorf("counter %s = %d (shown %v), want %d", name, v, ok, want)
-	}
-}
-
 // testREQ is a REQ for UD QPN 0xabcdef as a peer at gid would send it.
 func testREQ(gid ib.GID, guid uint64, commID uint32, qpn ib.QPN) *cm.REQ {
 	return &cm.REQ{
@@ -96,7 +51,7 @@ func TestManagerRestartAndReplace(t *testing.T) {
 			_ = cm.PrivateData{UDQPN: ud, ReceiveMTU: cm.LinuxReceiveMTU}.Encode(req.PrivateData[:])
 			out := inject(t, f, b, a.local.GID, req, 0x123)
 			rep := decode[cm.REP](t, onlyWire(t, out, cm.AttrREP))
-			f.pending = slices.DeleteFunc(f.pending, func(w *wire) bool { return w.attr() == cm.AttrREP })
+			f.Pending = slices.DeleteFunc(f.Pending, func(w *wire) bool { return w.Attr() == cm.AttrREP })
 			if len(b.downs) != 0 || b.m.Stats.PeerRestarts != 0 {
 				t.Fatalf("the REQ alone: downs %v restarts %d", b.downs, b.m.Stats.PeerRestarts)
 			}
@@ -106,7 +61,7 @@ func TestManagerRestartAndReplace(t *testing.T) {
 				// The real a gets a REP for a REQ it never sent: REJ 6.
 				inject(t, f, a, b.local.GID, rep, 0x123)
 			}
-			f.run(time.Minute)
+			f.Run(time.Minute)
 			restarted := tc.wantDowns != nil
 			// Under linux b never sent on its incoming connection, so it
 			// was never up and its end calls no Down.
@@ -182,25 +137,25 @@ func TestManagerCounters(t *testing.T) {
 func TestUnpredictableNumbers(t *testing.T) {
 	const n = 400
 	f := newFabric(t)
-	f.noLog = true
+	f.NoLog = true
 	hub := newMgrNode(f, 1, PolicyLinux, nil)
 	var activePSN, passivePSN, commIDs []uint32
 	var qpns []ib.QPN
 	for i := range n {
 		p := newMgrNode(f, 2+i, PolicyLinux, nil)
 		hub.connect(p.local)
-		f.drain()
+		f.Drain()
 	}
 	for _, c := range hub.m.Connections() {
 		activePSN = append(activePSN, c.comm.RecvPSN)
 		commIDs = append(commIDs, c.comm.LocalCommID)
 		qpns = append(qpns, c.QP.Num())
 	}
-	for g, nd := range f.nodes {
+	for _, g := range f.GIDs() {
 		if g == hub.local.GID {
 			continue
 		}
-		for _, c := range nd.(*mgrNode).m.Connections() {
+		for _, c := range f.Node(g).(*mgrNode).m.Connections() {
 			passivePSN = append(passivePSN, c.comm.RecvPSN)
 		}
 	}
