@@ -1,11 +1,16 @@
 package ipoib
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/ipoibd/ipoibd/encap"
+	"github.com/ipoibd/ipoibd/offload"
 )
 
 // newFakePair is newPair as an ordinary user: the two interfaces are fake
@@ -55,4 +60,61 @@ func (p *pair) fakePing(dst string, seq byte, wait time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// TestFakeSegmentsShareSlots: the segments of a super-packet to a connected
+// neighbor go packed into as few transmit slots as hold them (RC holds a
+// slot until the peer acknowledges), arrive as the segments a NIC would
+// have sent, in order, and every slot comes back once they completed.
+func TestFakeSegmentsShareSlots(t *testing.T) {
+	const payload = 65535 - 40
+	for _, tc := range []struct {
+		mss, slots int
+	}{
+		{1460, 1}, // 45 segments of 1504 octets with the IPoIB header
+		{536, 2},  // 123 segments, 119 to a slot
+		{8948, 2}, // 8 segments, 7 to a slot
+	} {
+		t.Run(fmt.Sprint(tc.mss), func(t *testing.T) {
+			p := newFakePair(t)
+			pool := p.r.slots
+			slot := p.txSlot()
+			n, h := p.superPacket(slot, payload, tc.mss)
+			sp := p.a.slots.bytes(slot)[encap.HeaderLen : encap.HeaderLen+n]
+			for k := 40; k < n; k++ {
+				sp[k] = byte(k * 7)
+			}
+			// The segments as offload cuts them, from a copy.
+			segs, err := offload.Split(h, slices.Clone(sp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([][]byte, segs.Len())
+			for k := range want {
+				b := make([]byte, segs.MaxLen())
+				want[k] = b[:segs.Put(k, b)]
+			}
+			before := pool.freeCount() + 1 // with the super-packet's slot
+			p.r.hdr = h
+			p.a.transmitSegments(p.r, slot, n)
+			p.a.postBatch(&p.r.sends)
+			// Nothing reaps in between: the reader of a waits in Read.
+			if used := before - pool.freeCount(); used > tc.slots {
+				t.Errorf("%d segments held %d transmit slots, want at most %d", len(want), used, tc.slots)
+			}
+			for k := range want {
+				if got := p.fb.next(t); !bytes.Equal(got, want[k]) {
+					t.Fatalf("segment %d of %d: got %d octets that differ from the %d cut", k, len(want), len(got), len(want[k]))
+				}
+			}
+			if got := p.fa.count(txConnected); got < uint64(len(want)) {
+				t.Errorf("tx_connected %d, want at least %d", got, len(want))
+			}
+			// All but the one a's reader holds for its next Read.
+			waitFor(t, "every transmit slot back in its pool", func() bool {
+				p.a.reapSends(&p.r.wc)
+				return pool.freeCount() == before
+			})
+		})
+	}
 }

@@ -484,7 +484,7 @@ func (i *Interface) openQueues() error {
 type qpFactory struct{ i *Interface }
 
 func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
-	return f.i.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: f.i.sendCQ, RecvCQ: f.i.recvCQ, SRQ: f.i.srq, MaxSend: numTx})
+	return f.i.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: f.i.sendCQ, RecvCQ: f.i.recvCQ, SRQ: f.i.srq, MaxSend: numTx + numPackedTx})
 }
 
 // Start runs the datapath and the control goroutine.

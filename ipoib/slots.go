@@ -2,6 +2,7 @@ package ipoib
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
@@ -28,6 +29,10 @@ const (
 	numNeighTx = 32
 	numSRQRx   = 256
 	numUDRx    = 2048
+	// numPackedTx bounds the sends in flight beyond one a slot: the
+	// segments packed into shared slots (sendPacked). A connection's send
+	// queue holds numTx + numPackedTx, so no post can find it full.
+	numPackedTx = 768
 )
 
 const (
@@ -44,6 +49,10 @@ type slots struct {
 	tx    []pool // one per TUN queue: its reader takes only from its own
 	txPer uint32 // slots in each
 	neigh pool   // ARP and ND sends of the control goroutine
+	// extra counts the sends beyond the first that share a transmit slot
+	// (share): the slot goes back to its pool with its last completion.
+	extra     [numTx]atomic.Int32
+	packedPer int32 // each pool's share of numPackedTx
 }
 
 // newSlots makes the slab with the transmit slots split among queues.
@@ -57,7 +66,7 @@ func newSlots(dev ib.Device, queues int) (*slots, error) {
 		_ = slab.Close()
 		return nil, err
 	}
-	s := &slots{slab: slab, mr: mr, tx: make([]pool, queues), txPer: numTx / uint32(queues)}
+	s := &slots{slab: slab, mr: mr, tx: make([]pool, queues), txPer: numTx / uint32(queues), packedPer: numPackedTx / int32(queues)}
 	for q := range s.tx {
 		s.tx[q].init(uint32(q)*s.txPer, s.txPer)
 	}
@@ -81,8 +90,30 @@ func (s *slots) bytes(i uint32) []byte {
 
 // sge names the first n octets of slot i.
 func (s *slots) sge(i uint32, n int) ib.SGE {
+	return s.sgeAt(i, 0, n)
+}
+
+// sgeAt names n octets at offset at in slot i.
+func (s *slots) sgeAt(i uint32, at, n int) ib.SGE {
 	off, _ := place(i)
-	return ib.SGE{MR: s.mr, Offset: off, Length: n}
+	return ib.SGE{MR: s.mr, Offset: off + at, Length: n}
+}
+
+// share makes transmit slot i, of pool p, the buffer of up to n sends
+// (n >= 1), each of which frees it once, and returns how many it may
+// carry: the sends beyond the first take from p's share of numPackedTx,
+// and with none left a slot carries one. Called by p's reader alone,
+// before the first of the sends is posted.
+func (s *slots) share(p *pool, i uint32, n int) int {
+	n = min(n, 1+max(0, int(s.packedPer-p.packed.Load())))
+	p.packed.Add(int32(n - 1))
+	s.extra[i].Store(int32(n - 1))
+	return n
+}
+
+// poolOf returns the pool transmit slot i belongs to.
+func (s *slots) poolOf(i uint32) *pool {
+	return &s.tx[min(i/s.txPer, uint32(len(s.tx)-1))]
 }
 
 // recvSGE names all of slot i, for a receive.
@@ -91,10 +122,18 @@ func (s *slots) recvSGE(i uint32) ib.SGE {
 	return ib.SGE{MR: s.mr, Offset: off, Length: size}
 }
 
-// free returns a sent slot to its pool.
+// free returns a sent slot to its pool; a shared one (share) with the
+// last of its sends.
 func (s *slots) free(i uint32) {
 	if i < firstNeighTx {
-		s.tx[min(i/s.txPer, uint32(len(s.tx)-1))].put(i)
+		// Always the one atomic add: completions of a shared slot race.
+		p := s.poolOf(i)
+		if s.extra[i].Add(-1) >= 0 {
+			p.packed.Add(-1)
+			return
+		}
+		s.extra[i].Store(0)
+		p.put(i)
 	} else if i < firstSRQRx {
 		s.neigh.put(i)
 	}
@@ -113,6 +152,7 @@ type pool struct {
 	// reaped the completion (another reader, the control goroutine) may
 	// not be the one waiting for a slot.
 	refilled chan struct{}
+	packed   atomic.Int32 // sends in flight beyond one a slot (share)
 }
 
 func (p *pool) init(first, n uint32) {

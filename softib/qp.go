@@ -143,10 +143,17 @@ func (q *qp) PostRecv(wrs []ib.RecvWR) (int, error) {
 
 // takeRecv returns the next receive buffer for this QP.
 func (q *qp) takeRecv() (ib.RecvWR, bool) {
+	var wr ib.RecvWR
+	var ok, low bool
 	if q.srq != nil {
-		return q.srq.q.take()
+		wr, ok, low = q.srq.q.take()
+	} else {
+		wr, ok, low = q.rq.take()
 	}
-	return q.rq.take()
+	if low {
+		q.dev.recvLow.Store(true)
+	}
+	return wr, ok
 }
 
 func (q *qp) untakeRecv(wr ib.RecvWR) {
