@@ -482,6 +482,34 @@ relay_of() { if [ "${1%-1460}" != "$1" ]; then echo relay-1460; else echo relay;
 		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" "$(relay_of "$k")") | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) | $(cpu_ratios "$k" "$(relay_of "$k")") | $(cpu_ratios "$k" wg) |"
 	done
 	echo
+	cat <<'NOTES'
+### Why RC with 1460-octet segments trailed UD with the same segments
+
+Found on 2026-11-25 (issue #26) from the daemons' counters (`ipoibd stats`) over 5 s runs of
+`iperf3 -M 1460`, on a machine loaded by other work (load average 11–18 on 2 CPUs), so the
+counts per super-packet and per MB are the evidence, not the throughput. On both modes
+the sender cuts each TSO super-packet (44 segments) into wire packets and posts them as one
+list, softib sends them as GSO trains (about 20 packets a sendmsg on either mode), and the
+receiver coalesces them again (about 27 segments a TUN write on either). What differed:
+
+- An RC send completes only when the peer acknowledges it, a UD send as it leaves. Each
+  segment took a 68 KiB transmit slot of its own, so a TUN reader's 128 slots held 128
+  segments (190 KB) in flight and the reader waited for acknowledgements 0.82–0.89 times
+  per super-packet (`tx_slot_waits`); UD never waits.
+- The receiver answers with RC ACKs, 10–12 per MB, each a sendmsg on the receiving daemon
+  (14–21 sendmsg per MB in all, against 2–12 with UD) and a wake-up on the sender's.
+
+Since then the segments to a connected neighbor share slots (up to 46 of 1460 octets in
+one; connection send queues hold 1024 sends): 0.13–0.15 waits per super-packet in the same
+runs, and RC with 1460-octet segments above UD with them in both rounds (1.65 against
+1.00 and 1.45 against 1.14 Gbit/s; before, 1.41 against 1.69 and 0.85 against 1.18).
+Keeping more in flight first emptied the receiver's shared receive queue (256 buffers of
+68 KiB, one to each message) inside one recvmmsg batch of 16 GRO trains: RNR NAKs and
+go-back-N retransmissions of about 10 % of the packets. softib now gives the buffers back
+after any train that leaves a receive queue half empty. The ACKs remain: fewer would need
+a still deeper window, and receive buffers that do not cost 68 KiB for a 1.5 KB message.
+NOTES
+	echo
 	echo "## First packet to a fresh peer"
 	echo
 	echo "RTT of the first ping between two daemons that were just started (address resolution"
