@@ -3,6 +3,7 @@ package ipoib
 import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/offload"
 )
 
@@ -46,6 +47,10 @@ func (i *Interface) drainLocked(holdUD bool) {
 		if n == 0 {
 			return
 		}
+		var conns map[ib.QPN]*ipoibcm.Connection // whose traffic to count
+		if i.mgr != nil {
+			conns = i.mgr.ByQPN()
+		}
 		nud, nsrq := 0, 0
 		for k := range wc[:n] {
 			c := &wc[k]
@@ -58,7 +63,7 @@ func (i *Interface) drainLocked(holdUD bool) {
 			if c.Status != ib.WCSuccess && c.Status != ib.WCFlushError {
 				i.ctr.inc(rxErrors)
 			} else if c.Status == ib.WCSuccess {
-				i.receive(slot, c)
+				i.receive(slot, c, conns)
 			}
 			if slot < firstUDRx {
 				srqWRs[nsrq] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
@@ -93,8 +98,9 @@ type rxBuffers struct {
 	groBytes uint64 // IP octets gro holds
 }
 
-// receive handles one received IPoIB message.
-func (i *Interface) receive(slot uint32, c *ib.Completion) {
+// receive handles one received IPoIB message; conns are the connections
+// by local QPN, whose traffic it counts.
+func (i *Interface) receive(slot uint32, c *ib.Completion, conns map[ib.QPN]*ipoibcm.Connection) {
 	buf := i.slots.bytes(slot)
 	var msg []byte
 	if c.QPN == i.local.QPN {
@@ -113,6 +119,10 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 			return
 		}
 		msg = buf[:c.ByteLen]
+		if conn := conns[c.QPN]; conn != nil && c.ByteLen >= encap.HeaderLen {
+			conn.Traffic.RxPackets.Add(1)
+			conn.Traffic.RxBytes.Add(uint64(c.ByteLen - encap.HeaderLen))
+		}
 	}
 	etherType, err := encap.ParseHeader(msg)
 	if err != nil {

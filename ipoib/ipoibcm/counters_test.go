@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/ib"
@@ -62,5 +63,54 @@ func TestEveryCounterShown(t *testing.T) {
 	}
 	for _, name := range unseen {
 		t.Errorf("%s is counted but not in Counters", name)
+	}
+}
+
+// TestConnectionFigures: each side's connection records the path MTU its
+// QP was brought up with and when the handshake completed; ByQPN finds it
+// by its local QPN, for the receive side of the datapath, as long as the
+// manager holds it, and forgets it once it is gone. A path MTU smaller on
+// one side (the REQ's) is the one both sides use.
+func TestConnectionFigures(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mtuA  ib.MTU // the connecting side's PathMTU setting
+		mtuB  ib.MTU
+		wantA ib.MTU
+	}{
+		{"same MTU", ib.MTU4096, ib.MTU4096, ib.MTU4096},
+		{"the REQ's smaller", ib.MTU2048, ib.MTU4096, ib.MTU2048},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, a, b := establishedPair(t, PolicyRFC,
+				func(c *ManagerConfig) { c.PathMTU = tc.mtuA }, func(c *ManagerConfig) { c.PathMTU = tc.mtuB })
+			for _, n := range []*mgrNode{a, b} {
+				cs := n.established()
+				if len(cs) != 1 {
+					t.Fatalf("%v: %d connections", n.local.GID, len(cs))
+				}
+				c := cs[0]
+				if c.PathMTU != tc.wantA {
+					t.Errorf("%v: path MTU %v, want %v", n.local.GID, c.PathMTU, tc.wantA)
+				}
+				if c.Established.IsZero() || c.Established.Before(c.Since) || c.Established.After(f.now) {
+					t.Errorf("%v: established at %v, made at %v, now %v", n.local.GID, c.Established, c.Since, f.now)
+				}
+				if got := n.m.ByQPN()[c.QP.Num()]; got != c || len(n.m.ByQPN()) != 1 {
+					t.Errorf("%v: ByQPN()[%v] = %p (of %d), want the connection %p", n.local.GID, c.QP.Num(), got, len(n.m.ByQPN()), c)
+				}
+			}
+			held := a.m.ByQPN() // published maps are never changed
+			a.m.Disconnect(f.now, b.local, "test")
+			f.run(time.Minute) // DREQ, DREP, timewait
+			for _, n := range []*mgrNode{a, b} {
+				if len(n.m.Connections()) != 0 || len(n.m.ByQPN()) != 0 {
+					t.Errorf("%v: %d connections, %d by QPN after teardown", n.local.GID, len(n.m.Connections()), len(n.m.ByQPN()))
+				}
+			}
+			if len(held) != 1 {
+				t.Errorf("a map ByQPN returned changed: %d entries", len(held))
+			}
+		})
 	}
 }

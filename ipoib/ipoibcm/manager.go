@@ -68,9 +68,13 @@ type Connection struct {
 	MTU      int  // largest IP packet: the smaller receive MTU minus 4
 	Outgoing bool // we sent the REQ
 	Since    time.Time
-	// Packets counts traffic both ways; the datapath adds to it and the
+	// Established is when the handshake completed (zero before); PathMTU
+	// the IB path MTU the QP was brought up with (0 before).
+	Established time.Time
+	PathMTU     ib.MTU
+	// Traffic is what the datapath carried on the connection; the
 	// manager reads it to find idle connections.
-	Packets atomic.Uint64
+	Traffic Traffic
 
 	comm     *cm.Comm
 	sendable bool
@@ -78,6 +82,20 @@ type Connection struct {
 	idleSeen uint64
 	idleAt   time.Time
 }
+
+// Traffic counts the IP packets and octets (IPoIB header not included) a
+// connection carried. The TUN readers add to Tx and the receive goroutine
+// to Rx at once, so every field is atomic, and each direction has a cache
+// line of its own.
+type Traffic struct {
+	TxPackets, TxBytes atomic.Uint64
+	_                  [48]byte
+	RxPackets, RxBytes atomic.Uint64
+	_                  [48]byte
+}
+
+// Packets is the packets both ways.
+func (t *Traffic) Packets() uint64 { return t.TxPackets.Load() + t.RxPackets.Load() }
 
 // State returns the CM state of the connection.
 func (c *Connection) State() cm.State { return c.comm.State }
@@ -157,6 +175,10 @@ type Manager struct {
 	// starts with the names the QP factory gives (ib.QPCounterNamer).
 	gone      map[string]uint64
 	goneNames []string // the factory's order, then first-seen
+	// byQPN is every connection by its local QPN, for the datapath's
+	// receive side: a map never changed once published, replaced whole
+	// when a connection comes or goes.
+	byQPN atomic.Pointer[map[ib.QPN]*Connection]
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
@@ -165,6 +187,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		cfg.ReceiveMTU = cm.LinuxReceiveMTU
 	}
 	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}}
+	m.byQPN.Store(&map[ib.QPN]*Connection{})
 	// Every QP counter is in ConnCounters from the start, at 0, when the
 	// QPs' maker can name them: no key appears with the first connection.
 	if n, ok := cfg.QPs.(ib.QPCounterNamer); ok {
@@ -208,6 +231,26 @@ func (m *Manager) Connections() []*Connection {
 		all = append(all, cs...)
 	}
 	return all
+}
+
+// ByQPN returns the connections by their local QPN. Any goroutine may call
+// it (the datapath's receive side does, once per batch of completions); the
+// map must not be changed, and it is not updated: call again for news.
+func (m *Manager) ByQPN() map[ib.QPN]*Connection { return *m.byQPN.Load() }
+
+// reindex publishes a new ByQPN map with c added (add) or removed.
+func (m *Manager) reindex(c *Connection, add bool) {
+	old := *m.byQPN.Load()
+	idx := make(map[ib.QPN]*Connection, len(old)+1)
+	for q, o := range old {
+		idx[q] = o
+	}
+	if add {
+		idx[c.QP.Num()] = c
+	} else if idx[c.QP.Num()] == c {
+		delete(idx, c.QP.Num())
+	}
+	m.byQPN.Store(&idx)
 }
 
 // RemoteQPN returns the peer's QPN of the connection (0 before the CM
@@ -411,7 +454,7 @@ func (m *Manager) Expire(now time.Time) {
 			if c.comm.State != cm.StateEstablished {
 				continue
 			}
-			if n := c.Packets.Load(); n != c.idleSeen || c.idleAt.IsZero() {
+			if n := c.Traffic.Packets(); n != c.idleSeen || c.idleAt.IsZero() {
 				c.idleSeen, c.idleAt = n, now
 				continue
 			}
@@ -443,6 +486,7 @@ func (m *Manager) event(ev cm.Event) {
 	case cm.EvEstablished:
 		m.Stats.Established++
 		if c != nil {
+			c.Established = m.now
 			m.peerRestarted(c)
 			m.setUp(c)
 		}
@@ -533,7 +577,7 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 		m.reject(cc, cm.RejConsumerReject)
 		return
 	}
-	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, comm: cc}
+	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, PathMTU: cc.PathMTU, comm: cc}
 	cc.Context = c
 	// RNR retry 7: an RNR NAK only delays the requester, never kills it
 	// (a Linux requester would otherwise drop the connection).
@@ -583,11 +627,12 @@ func (m *Manager) reply(c *Connection, rep *cm.REP) {
 		m.refused(c.Peer, "bad REP")
 		return
 	}
-	c.MTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU)
+	c.MTU, c.PathMTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), c.comm.PathMTU
 	if err := m.svc.Ready(c.comm); err != nil {
 		return
 	}
 	m.Stats.Established++
+	c.Established = m.now
 	m.peerRestarted(c)
 	m.setUp(c)
 }
@@ -685,10 +730,12 @@ func (m *Manager) hasOther(c *Connection) bool {
 func (m *Manager) add(c *Connection) {
 	k := peerKey(c.Peer)
 	m.conns[k] = append(m.conns[k], c)
+	m.reindex(c, true)
 }
 
 func (m *Manager) remove(c *Connection) {
 	m.fold(c)
+	m.reindex(c, false)
 	k := peerKey(c.Peer)
 	cs := m.conns[k]
 	for i, o := range cs {
