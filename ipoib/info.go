@@ -76,15 +76,15 @@ type ConnInfo struct {
 	PeerGUID  string   `json:"peer_guid"`
 	PeerUDQPN uint32   `json:"peer_ud_qpn"`
 	Type      string   `json:"type"`
-	Direction string `json:"direction"` // out: we connected; in: the peer did
-	State     string `json:"state"`
-	QPState   string `json:"qp_state"` // the local QP's (an established connection's is RTS)
-	Sends     bool   `json:"sends"`    // carries our sends (policy)
-	LocalQPN  uint32 `json:"local_qpn"`
-	RemoteQPN uint32 `json:"remote_qpn"` // 0 until the CM learned it
-	MTU       int    `json:"mtu"`
-	PathMTU   int    `json:"path_mtu"` // the IB path MTU of the QP, in octets (0 until agreed)
-	Packets   uint64 `json:"packets"`  // both ways
+	Direction string   `json:"direction"` // out: we connected; in: the peer did
+	State     string   `json:"state"`
+	QPState   string   `json:"qp_state"` // the local QP's (an established connection's is RTS)
+	Sends     bool     `json:"sends"`    // carries our sends (policy)
+	LocalQPN  uint32   `json:"local_qpn"`
+	RemoteQPN uint32   `json:"remote_qpn"` // 0 until the CM learned it
+	MTU       int      `json:"mtu"`
+	PathMTU   int      `json:"path_mtu"` // the IB path MTU of the QP, in octets (0 until agreed)
+	Packets   uint64   `json:"packets"`  // both ways
 	// What the datapath carried: IP packets and their octets.
 	TxPackets uint64 `json:"tx_packets"`
 	TxBytes   uint64 `json:"tx_bytes"`
