@@ -104,6 +104,13 @@ type ConnInfo struct {
 	UpSecs      int64  `json:"up_seconds"`  // since it was established (0 before)
 }
 
+// ShortLink names the peer in few characters: QPN@GUID, its UD QPN and
+// port GUID in hex, the parts of its link address that differ between
+// nodes (the flags and the GID's prefix rarely do).
+func (c ConnInfo) ShortLink() string {
+	return fmt.Sprintf("%x@%s", c.PeerUDQPN, strings.TrimPrefix(c.PeerGUID, "0x"))
+}
+
 // Show returns the interface description.
 func (i *Interface) Show() Info {
 	var info Info

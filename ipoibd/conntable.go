@@ -39,7 +39,7 @@ func printConns(out io.Writer, raw json.RawMessage, wide bool) error {
 	fmt.Fprintln(w, "PEER\tLINK\tCONN\tTX\tRX\tRNR\tRETX\tUD\tSTATE")
 	for _, c := range cs {
 		fmt.Fprintf(w, "%s\t%s\t%s %s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			peerName(c.PeerIPs), shortLink(c), c.Type, c.Direction, shortBytes(c.TxBytes), shortBytes(c.RxBytes),
+			peerName(c.PeerIPs), c.ShortLink(), c.Type, c.Direction, shortBytes(c.TxBytes), shortBytes(c.RxBytes),
 			orNA(c.RNRNAKs, shortCount), orNA(c.Retransmits, shortCount), shortCount(int64(c.UDFallbacks)),
 			upFor(c, c.State, func(s int64) string { return "up " + shortAge(s) }))
 	}
@@ -55,13 +55,6 @@ func peerName(ips []string) string {
 		return ips[0]
 	}
 	return fmt.Sprintf("%s +%d", ips[0], len(ips)-1)
-}
-
-// shortLink is QPN@GUID: the peer's UD QPN and port GUID in hex, the parts
-// of its link address that differ between nodes (the GID's prefix and the
-// flags rarely do).
-func shortLink(c ipoib.ConnInfo) string {
-	return fmt.Sprintf("%x@%s", c.PeerUDQPN, strings.TrimPrefix(c.PeerGUID, "0x"))
 }
 
 // upFor is how long an established connection has been up, by format, or
