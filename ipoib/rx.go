@@ -3,7 +3,6 @@ package ipoib
 import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/offload"
 )
 
@@ -47,10 +46,6 @@ func (i *Interface) drainLocked(holdUD bool) {
 		if n == 0 {
 			return
 		}
-		var conns map[ib.QPN]*ipoibcm.Connection // whose traffic to count
-		if i.mgr != nil {
-			conns = i.mgr.ByQPN()
-		}
 		nud, nsrq := 0, 0
 		for k := range wc[:n] {
 			c := &wc[k]
@@ -63,7 +58,7 @@ func (i *Interface) drainLocked(holdUD bool) {
 			if c.Status != ib.WCSuccess && c.Status != ib.WCFlushError {
 				i.ctr.inc(rxErrors)
 			} else if c.Status == ib.WCSuccess {
-				i.receive(slot, c, conns)
+				i.receive(slot, c)
 			}
 			if slot < firstUDRx {
 				srqWRs[nsrq] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
@@ -98,9 +93,8 @@ type rxBuffers struct {
 	groBytes uint64 // IP octets gro holds
 }
 
-// receive handles one received IPoIB message; conns are the connections
-// by local QPN, whose traffic it counts.
-func (i *Interface) receive(slot uint32, c *ib.Completion, conns map[ib.QPN]*ipoibcm.Connection) {
+// receive handles one received IPoIB message.
+func (i *Interface) receive(slot uint32, c *ib.Completion) {
 	buf := i.slots.bytes(slot)
 	var msg []byte
 	if c.QPN == i.local.QPN {
@@ -119,10 +113,7 @@ func (i *Interface) receive(slot uint32, c *ib.Completion, conns map[ib.QPN]*ipo
 			return
 		}
 		msg = buf[:c.ByteLen]
-		if conn := conns[c.QPN]; conn != nil && c.ByteLen >= encap.HeaderLen {
-			conn.Traffic.RxPackets.Add(1)
-			conn.Traffic.RxBytes.Add(uint64(c.ByteLen - encap.HeaderLen))
-		}
+		i.countReceived(c)
 	}
 	etherType, err := encap.ParseHeader(msg)
 	if err != nil {
@@ -202,6 +193,18 @@ func (i *Interface) flushCoalesced() {
 	}
 	i.ctr.add(rxPackets, uint64(held))
 	i.ctr.add(rxBytes, bytes)
+}
+
+// countReceived adds a message received on a connected QP to its
+// connection's traffic.
+func (i *Interface) countReceived(c *ib.Completion) {
+	if i.mgr == nil || c.ByteLen < encap.HeaderLen {
+		return
+	}
+	if conn := i.mgr.ByQPN(c.QPN); conn != nil {
+		conn.Traffic.RxPackets.Add(1)
+		conn.Traffic.RxBytes.Add(uint64(c.ByteLen - encap.HeaderLen))
+	}
 }
 
 // neighToControl copies an ARP or ND packet for the control goroutine.

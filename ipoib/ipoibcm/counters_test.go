@@ -69,8 +69,8 @@ func TestEveryCounterShown(t *testing.T) {
 // TestConnectionFigures: each side's connection records the path MTU its
 // QP was brought up with and when the handshake completed; ByQPN finds it
 // by its local QPN, for the receive side of the datapath, as long as the
-// manager holds it, and forgets it once it is gone. A path MTU smaller on
-// one side (the REQ's) is the one both sides use.
+// manager holds it, and not once it is gone. A path MTU smaller on one
+// side (the REQ's) is the one both sides use.
 func TestConnectionFigures(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -96,20 +96,18 @@ func TestConnectionFigures(t *testing.T) {
 				if c.Established.IsZero() || c.Established.Before(c.Since) || c.Established.After(f.now) {
 					t.Errorf("%v: established at %v, made at %v, now %v", n.local.GID, c.Established, c.Since, f.now)
 				}
-				if got := n.m.ByQPN()[c.QP.Num()]; got != c || len(n.m.ByQPN()) != 1 {
-					t.Errorf("%v: ByQPN()[%v] = %p (of %d), want the connection %p", n.local.GID, c.QP.Num(), got, len(n.m.ByQPN()), c)
+				if got := n.m.ByQPN(c.QP.Num()); got != c {
+					t.Errorf("%v: ByQPN(%v) = %p, want the connection %p", n.local.GID, c.QP.Num(), got, c)
+				}
+				if got := n.m.ByQPN(c.QP.Num() + 1); got != nil {
+					t.Errorf("%v: ByQPN(%v) = %p, want none", n.local.GID, c.QP.Num()+1, got)
 				}
 			}
-			held := a.m.ByQPN() // published maps are never changed
+			qa, qb := a.established()[0].QP.Num(), b.established()[0].QP.Num()
 			a.m.Disconnect(f.now, b.local, "test")
 			f.run(time.Minute) // DREQ, DREP, timewait
-			for _, n := range []*mgrNode{a, b} {
-				if len(n.m.Connections()) != 0 || len(n.m.ByQPN()) != 0 {
-					t.Errorf("%v: %d connections, %d by QPN after teardown", n.local.GID, len(n.m.Connections()), len(n.m.ByQPN()))
-				}
-			}
-			if len(held) != 1 {
-				t.Errorf("a map ByQPN returned changed: %d entries", len(held))
+			if len(a.m.Connections())+len(b.m.Connections()) != 0 || a.m.ByQPN(qa) != nil || b.m.ByQPN(qb) != nil {
+				t.Errorf("after teardown: %d and %d connections, ByQPN %p %p", len(a.m.Connections()), len(b.m.Connections()), a.m.ByQPN(qa), b.m.ByQPN(qb))
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -176,9 +177,10 @@ type Manager struct {
 	gone      map[string]uint64
 	goneNames []string // the factory's order, then first-seen
 	// byQPN is every connection by its local QPN, for the datapath's
-	// receive side: a map never changed once published, replaced whole
-	// when a connection comes or goes.
-	byQPN atomic.Pointer[map[ib.QPN]*Connection]
+	// receive side (ByQPN); the manager's goroutine changes it under
+	// qpnMu, in O(1) per connection however many there are.
+	qpnMu sync.RWMutex
+	byQPN map[ib.QPN]*Connection
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
@@ -186,8 +188,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.ReceiveMTU == 0 {
 		cfg.ReceiveMTU = cm.LinuxReceiveMTU
 	}
-	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}}
-	m.byQPN.Store(&map[ib.QPN]*Connection{})
+	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}, byQPN: map[ib.QPN]*Connection{}}
 	// Every QP counter is in ConnCounters from the start, at 0, when the
 	// QPs' maker can name them: no key appears with the first connection.
 	if n, ok := cfg.QPs.(ib.QPCounterNamer); ok {
@@ -233,24 +234,24 @@ func (m *Manager) Connections() []*Connection {
 	return all
 }
 
-// ByQPN returns the connections by their local QPN. Any goroutine may call
-// it (the datapath's receive side does, once per batch of completions); the
-// map must not be changed, and it is not updated: call again for news.
-func (m *Manager) ByQPN() map[ib.QPN]*Connection { return *m.byQPN.Load() }
+// ByQPN returns the connection whose QP is qpn, or nil. Any goroutine may
+// call it: the datapath's receive side does, per message, to count it.
+func (m *Manager) ByQPN(qpn ib.QPN) *Connection {
+	m.qpnMu.RLock()
+	c := m.byQPN[qpn]
+	m.qpnMu.RUnlock()
+	return c
+}
 
-// reindex publishes a new ByQPN map with c added (add) or removed.
+// reindex adds c to ByQPN's map (add) or removes it.
 func (m *Manager) reindex(c *Connection, add bool) {
-	old := *m.byQPN.Load()
-	idx := make(map[ib.QPN]*Connection, len(old)+1)
-	for q, o := range old {
-		idx[q] = o
-	}
+	m.qpnMu.Lock()
+	defer m.qpnMu.Unlock()
 	if add {
-		idx[c.QP.Num()] = c
-	} else if idx[c.QP.Num()] == c {
-		delete(idx, c.QP.Num())
+		m.byQPN[c.QP.Num()] = c
+	} else if m.byQPN[c.QP.Num()] == c {
+		delete(m.byQPN, c.QP.Num())
 	}
-	m.byQPN.Store(&idx)
 }
 
 // RemoteQPN returns the peer's QPN of the connection (0 before the CM
