@@ -16,8 +16,9 @@ import (
 // What `ipoibd show`, `neigh`, `conn` and `stats` print. Each is taken on
 // the control goroutine, so it is a consistent snapshot. The JSON shapes
 // are an interface for scripts: every key is present whatever the state
-// (zero or "" when it does not apply), lists are [] and never null, and
-// P_Keys, QPNs and ages are numbers.
+// (zero or "" when it does not apply; -1 for a provider's figure it cannot
+// tell), lists are [] and never null, and P_Keys, QPNs and ages are
+// numbers.
 
 // Info describes the interface.
 type Info struct {
