@@ -11,8 +11,8 @@ import (
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
-// The `conn` table. Its narrow form fits 100 columns (IPv4 peers; QPNs
-// below 0x100000): a peer is named by its first IP address (IPv4 first)
+// The `conn` table. Its narrow form fits 100 columns (with IPv4 peers, or
+// IPv6 addresses of up to 21 characters): a peer is named by its first IP address (IPv4 first)
 // and a short link address, QPN@GUID, which is what tells nodes apart;
 // figures are rounded to at most five characters. --wide has every
 // figure exact and the full link address; -j has everything.

@@ -11,14 +11,14 @@ import (
 )
 
 // TestConnTable: the narrow table fits 100 columns even with the widest
-// figures (IPv4 peers, a 20-bit QPN), names each peer by its IP address
+// figures (IPv4 peers, a 24-bit QPN), names each peer by its IP address
 // and QPN@GUID, says n/a for what the provider cannot tell and the state
 // of a connection not up; --wide has the full link address and exact
 // figures.
 func TestConnTable(t *testing.T) {
 	const link = "80:0f:ff:ff:fe:80:00:00:00:00:00:00:02:00:0a:4d:fe:00:00:02"
 	widest := ipoib.ConnInfo{
-		Peer: link, PeerIPs: []string{"192.168.255.254", "fd00:77::2"}, PeerGUID: "0x02000a4dfe000002", PeerUDQPN: 0xfffff,
+		Peer: link, PeerIPs: []string{"192.168.255.254", "fd00:77::2"}, PeerGUID: "0x02000a4dfe000002", PeerUDQPN: 0xffffff,
 		Type: "RC", Direction: "out", State: "established", QPState: "RTS", Sends: true, LocalQPN: 0xabcdef, RemoteQPN: 0x123456,
 		MTU: 65516, PathMTU: 4096, TxPackets: 1 << 40, TxBytes: 999_999_999_999_999, RxPackets: 12, RxBytes: 999_499,
 		RNRNAKs: 9_999_999, Retransmits: 123_456, UDFallbacks: 99_999, AgeSecs: 999 * 86400, UpSecs: 998*86400 + 23*3600,
@@ -35,7 +35,7 @@ func TestConnTable(t *testing.T) {
 		line      int // 1: widest's, 2: setup's
 		want, not []string
 	}{
-		{false, 100, 1, []string{"192.168.255.254 +1", "fffff@02000a4dfe000002", "RC out", "1.0PB", "999kB", "10M", "123k", "100k", "up 998d23h"},
+		{false, 100, 1, []string{"192.168.255.254 +1", "ffffff@02000a4dfe000002", "RC out", "1.0PB", "999kB", "10M", "123k", "100k", "up 998d23h"},
 			[]string{link, "fd00:77::2"}},
 		{false, 100, 2, []string{"-", "48@02000a4dfe000003", "UC in", "0B", "n/a", "dreq-sent"}, nil},
 		{true, 0, 1, []string{"192.168.255.254,fd00:77::2", link, "0xabcdef", "0x123456", "65516", "4096", "999999999999999", "1099511627776", "9999999", "123456", "99999", "23976h0m0s", "23975h0m0s"}, nil},
