@@ -69,7 +69,7 @@ func (i *Interface) connUp(conn *ipoibcm.Connection) {
 		if p == nil || i.datagram.Load() { // datagram mode: a peer's connection carries only its sends
 			continue
 		}
-		p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+		p.QP, p.MTU, p.Packets, p.Bytes = conn.QP, conn.MTU, &conn.Traffic.TxPackets, &conn.Traffic.TxBytes
 		c.publish(e, p)
 		c.flush(e)
 	}

@@ -177,7 +177,7 @@ func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
 	}
 	if c.i.mgr != nil && !c.i.datagram.Load() {
 		if conn := c.i.mgr.SendConnection(link); conn != nil {
-			p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+			p.QP, p.MTU, p.Packets, p.Bytes = conn.QP, conn.MTU, &conn.Traffic.TxPackets, &conn.Traffic.TxBytes
 		}
 	}
 	// What waits goes first: the host route publish installs costs a

@@ -113,6 +113,7 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 			return
 		}
 		msg = buf[:c.ByteLen]
+		i.countReceived(c)
 	}
 	etherType, err := encap.ParseHeader(msg)
 	if err != nil {
@@ -192,6 +193,18 @@ func (i *Interface) flushCoalesced() {
 	}
 	i.ctr.add(rxPackets, uint64(held))
 	i.ctr.add(rxBytes, bytes)
+}
+
+// countReceived adds a message received on a connected QP to its
+// connection's traffic.
+func (i *Interface) countReceived(c *ib.Completion) {
+	if i.mgr == nil || c.ByteLen < encap.HeaderLen {
+		return
+	}
+	if conn := i.mgr.ByQPN(c.QPN); conn != nil {
+		conn.Traffic.RxPackets.Add(1)
+		conn.Traffic.RxBytes.Add(uint64(c.ByteLen - encap.HeaderLen))
+	}
 }
 
 // neighToControl copies an ARP or ND packet for the control goroutine.

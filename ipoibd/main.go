@@ -75,7 +75,7 @@ var commands = []struct{ synopsis, what string }{
 	{"show [IFNAME] [-j]", "the interface: link address, GID, P_Key, mode, MTUs, connection service"},
 	{"neigh [IFNAME] [-j]", "the neighbors: how each is reached (RC, UC or UD), its MTU and link address"},
 	{"neigh flush [IFNAME] [IP]", "forget the neighbor IP, or all: resolved again on the next packet"},
-	{"conn [IFNAME] [-j]", "the connections: direction, state, QPNs, whether they carry our sends"},
+	{"conn [IFNAME] [-j|-w]", "the connections: peer, octets each way, RNR NAKs, retransmits, UD fallbacks, time up; -w: every figure"},
 	{"stats [IFNAME] [-j]", "the counters, every drop under its cause; never going backwards"},
 	{"child add [PARENT] PKEY", "a P_Key child PARENT.PPPP in the parent's daemon (--name, --addr, --mode, --mtu)"},
 	{"child del [PARENT] NAME|PKEY", "remove a child: DREQs on its connections, the interface goes"},

@@ -38,7 +38,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	metricsSrv, err := startMetrics(s.metricsListen, d.interfaces, log)
+	metricsSrv, err := startMetrics(s.metricsListen, s.perPeer, d.interfaces, log)
 	if err != nil {
 		_ = d.Close()
 		return err

@@ -44,6 +44,7 @@ type options struct {
 	cm          string
 	peers       string
 	metrics     string // --metrics-listen
+	perPeer     int    // --metrics-per-peer
 	offload     bool   // --tun-offload
 	queues      int    // --tun-queues
 	version     bool
@@ -78,7 +79,8 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
 	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
-	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); each with an interface label (children too); and the Go runtime's and the process's")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); with --metrics-per-peer, ipoibd_peer_tx_bytes_total and ipoibd_peer_rx_bytes_total; each with an interface label (children too); and the Go runtime's and the process's")
+	fs.IntVar(&o.perPeer, "metrics-per-peer", 0, fmt.Sprintf("with --metrics-listen: counters of their own, ipoibd_peer_tx_bytes_total and ipoibd_peer_rx_bytes_total (labels: the peer's IP address, its QPN@GUID, the direction), for the `N` connections of each interface that carried the most octets; 0: none, so that the series stay few on a large fabric (at most %d)", maxPerPeer))
 	fs.BoolVar(&o.offload, "tun-offload", true, "let the TUN hand over and take TCP/UDP super-packets of up to 64 KiB (TSO, USO, checksum offload, receive coalescing); ipoibd cuts them into standard IPoIB packets with valid checksums, so peers see no difference. --tun-offload=false moves every packet whole (for comparisons)")
 	fs.IntVar(&o.queues, "tun-queues", 0, fmt.Sprintf("TUN queues, each read by its own thread with its own buffers; the kernel keeps each flow on one queue (default: one per CPU, at most %d; at most %d)", ipoib.DefaultMaxQueues, ipoib.MaxQueues))
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -98,6 +100,7 @@ type settings struct {
 	help, version bool // print and exit; nothing else was checked
 	logLevel      slog.Level
 	metricsListen string // "" for none
+	perPeer       int    // connections per interface with metrics of their own
 	// iface is the first interface's configuration without what only an
 	// opened port gives (Device, Subnet, ConnService) and Log.
 	iface    ipoib.Config
@@ -155,11 +158,14 @@ func parseSettings(args []string) (settings, error) {
 // settings checks the flags of every interface and connection, then the
 // connection service's and the provider's.
 func (o *options) settings() (settings, error) {
-	s := settings{metricsListen: o.metrics, provider: o.provider, connService: o.cm, peers: o.peers}
+	s := settings{metricsListen: o.metrics, perPeer: o.perPeer, provider: o.provider, connService: o.cm, peers: o.peers}
 	if err := s.logLevel.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return s, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
 	if err := checkMetricsListen(o.metrics); err != nil {
+		return s, err
+	}
+	if err := checkMetricsPerPeer(o.perPeer, o.metrics); err != nil {
 		return s, err
 	}
 	var err error

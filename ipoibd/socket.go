@@ -198,12 +198,19 @@ func peerIsRoot(conn *net.UnixConn) bool {
 // query asks a running daemon and prints its answer as a table or JSON.
 func query(cmd string, args []string, out io.Writer) error {
 	c := newIfCommand(cmd)
+	var wide *bool
+	if cmd == "conn" {
+		wide = c.fs.BoolP("wide", "w", false, "conn: every figure of each connection, exact, and the peers' full link addresses, on lines wider than 100 columns")
+	}
 	if _, done, err := c.parse(args, out); done || err != nil {
 		return err
 	}
 	raw, err := ask(*c.ifname, request{Cmd: cmd})
 	if err != nil {
 		return err
+	}
+	if cmd == "conn" && !*c.asJSON {
+		return printConns(out, raw, *wide)
 	}
 	if !*c.asJSON {
 		return printTable(out, cmd, raw)
@@ -308,15 +315,6 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 		fmt.Fprintln(w, "ADDRESS\tVIA\tMTU\tSTATE\tQPN\tPENDING\tLLADDR")
 		for _, n := range ns {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.IP, n.Via, dash(n.MTU), n.State, qpn(n.QPN), n.Pending, orDash(n.LinkAddr))
-		}
-	case "conn":
-		var cs []ipoib.ConnInfo
-		if err := json.Unmarshal(raw, &cs); err != nil {
-			return err
-		}
-		fmt.Fprintln(w, "PEER\tTYPE\tDIR\tSTATE\tQP\tSENDS\tQPN\tREMOTE QPN\tMTU\tPACKETS\tAGE")
-		for _, c := range cs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", c.Peer, c.Type, c.Direction, c.State, c.QPState, yesNo(c.Sends), qpn(c.LocalQPN), qpn(c.RemoteQPN), c.MTU, c.Packets, time.Duration(c.AgeSecs)*time.Second)
 		}
 	case "stats":
 		var cs []ib.Counter

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,8 +30,10 @@ var ib0 = snapshot{
 		{IP: "fd00:77::5", State: "CANDIDATE", Via: "-"},
 	},
 	conns: []ipoib.ConnInfo{
-		{Peer: "a", Type: "RC", Direction: "out", State: "established"}, {Peer: "b", Type: "RC", Direction: "out", State: "established"},
-		{Peer: "a", Type: "RC", Direction: "in", State: "established"}, {Peer: "c", Type: "UC", Direction: "out", State: "req_sent"},
+		{Peer: "a", PeerIPs: []string{"192.168.77.2", "fd00:77::2"}, PeerGUID: "0x0200000000000002", PeerUDQPN: 0x48, Type: "RC", Direction: "out", State: "established", TxBytes: 5000, RxBytes: 10},
+		{Peer: "b", PeerIPs: []string{"192.168.77.3"}, PeerGUID: "0x0200000000000003", PeerUDQPN: 0x49, Type: "RC", Direction: "out", State: "established", TxBytes: 100, RxBytes: 100},
+		{Peer: "a", PeerIPs: []string{"192.168.77.2", "fd00:77::2"}, PeerGUID: "0x0200000000000002", PeerUDQPN: 0x48, Type: "RC", Direction: "in", State: "established", RxBytes: 7000},
+		{Peer: "c", PeerIPs: []string{}, PeerGUID: "0x0200000000000004", PeerUDQPN: 0x4a, Type: "UC", Direction: "out", State: "req_sent", TxBytes: 1 << 40},
 	},
 }
 
@@ -122,8 +125,59 @@ ipoibd_tx_bytes_total{interface="ib1"} 1
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
-			reg.MustRegister(newCollector(func() []snapshot { return tc.snaps }))
+			reg.MustRegister(newCollector(func() []snapshot { return tc.snaps }, 0))
 			if err := testutil.GatherAndCompare(reg, strings.NewReader(tc.want), tc.names...); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestPerPeer: the per-connection series are there only when asked for,
+// for at most that many established connections per interface, those that
+// carried the most octets; a repeated label set is left out rather than
+// failing the scrape.
+func TestPerPeer(t *testing.T) {
+	twin := ib0
+	twin.conns = append(slices.Clone(ib0.conns), ipoib.ConnInfo{Peer: "a", PeerIPs: []string{"192.168.77.2"}, PeerGUID: "0x0200000000000002", PeerUDQPN: 0x48,
+		Type: "RC", Direction: "in", State: "established", RxBytes: 1})
+	const head = `
+# HELP ipoibd_peer_rx_bytes_total IP octets received on one connection, for the --metrics-per-peer connections that carried the most; peer is its first IP address, link its QPN@GUID.
+# TYPE ipoibd_peer_rx_bytes_total counter
+`
+	const txHead = `
+# HELP ipoibd_peer_tx_bytes_total IP octets sent on one connection, for the --metrics-per-peer connections that carried the most; peer is its first IP address, link its QPN@GUID.
+# TYPE ipoibd_peer_tx_bytes_total counter
+`
+	for _, tc := range []struct {
+		name    string
+		snaps   []snapshot
+		perPeer int
+		want    string
+	}{
+		{"off", []snapshot{ib0, child}, 0, ""},
+		{"the busiest", []snapshot{ib0, child}, 1, head +
+			`ipoibd_peer_rx_bytes_total{direction="in",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 7000` + txHead +
+			`ipoibd_peer_tx_bytes_total{direction="in",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 0`},
+		{"established ones only", []snapshot{ib0, child}, 10, head +
+			`ipoibd_peer_rx_bytes_total{direction="in",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 7000
+ipoibd_peer_rx_bytes_total{direction="out",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 10
+ipoibd_peer_rx_bytes_total{direction="out",interface="ib0",link="49@0200000000000003",peer="192.168.77.3"} 100` + txHead +
+			`ipoibd_peer_tx_bytes_total{direction="in",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 0
+ipoibd_peer_tx_bytes_total{direction="out",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 5000
+ipoibd_peer_tx_bytes_total{direction="out",interface="ib0",link="49@0200000000000003",peer="192.168.77.3"} 100`},
+		{"a repeated label set", []snapshot{twin}, 10, head +
+			`ipoibd_peer_rx_bytes_total{direction="in",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 7000
+ipoibd_peer_rx_bytes_total{direction="out",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 10
+ipoibd_peer_rx_bytes_total{direction="out",interface="ib0",link="49@0200000000000003",peer="192.168.77.3"} 100` + txHead +
+			`ipoibd_peer_tx_bytes_total{direction="in",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 0
+ipoibd_peer_tx_bytes_total{direction="out",interface="ib0",link="48@0200000000000002",peer="192.168.77.2"} 5000
+ipoibd_peer_tx_bytes_total{direction="out",interface="ib0",link="49@0200000000000003",peer="192.168.77.3"} 100`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(newCollector(func() []snapshot { return tc.snaps }, tc.perPeer))
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(tc.want+"\n"), "ipoibd_peer_tx_bytes_total", "ipoibd_peer_rx_bytes_total"); err != nil {
 				t.Error(err)
 			}
 		})
@@ -133,7 +187,7 @@ ipoibd_tx_bytes_total{interface="ib1"} 1
 // TestLint: the names and types follow Prometheus's conventions (promlint:
 // counters end in _total, units are base units, no camel case).
 func TestLint(t *testing.T) {
-	problems, err := testutil.CollectAndLint(newCollector(func() []snapshot { return []snapshot{ib0, child} }))
+	problems, err := testutil.CollectAndLint(newCollector(func() []snapshot { return []snapshot{ib0, child} }, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +235,7 @@ func get(url string) (int, string, error) {
 // nothing else is served, and Close stops the endpoint.
 func TestServe(t *testing.T) {
 	addr := freeAddr(t)
-	srv, err := Serve(addr, newCollector(func() []snapshot { return []snapshot{ib0} }), quiet())
+	srv, err := Serve(addr, newCollector(func() []snapshot { return []snapshot{ib0} }, 0), quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +267,7 @@ func TestServeListenError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c := newCollector(func() []snapshot { return nil })
+	c := newCollector(func() []snapshot { return nil }, 0)
 	for addr, want := range map[string]string{
 		ln.Addr().String(): "address already in use",
 		"192.0.2.1:9468":   "cannot assign requested address",

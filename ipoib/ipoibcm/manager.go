@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,9 +69,13 @@ type Connection struct {
 	MTU      int  // largest IP packet: the smaller receive MTU minus 4
 	Outgoing bool // we sent the REQ
 	Since    time.Time
-	// Packets counts traffic both ways; the datapath adds to it and the
+	// Established is when the handshake completed (zero before); PathMTU
+	// the IB path MTU the QP was brought up with (0 before).
+	Established time.Time
+	PathMTU     ib.MTU
+	// Traffic is what the datapath carried on the connection; the
 	// manager reads it to find idle connections.
-	Packets atomic.Uint64
+	Traffic Traffic
 
 	comm     *cm.Comm
 	sendable bool
@@ -78,6 +83,20 @@ type Connection struct {
 	idleSeen uint64
 	idleAt   time.Time
 }
+
+// Traffic counts the IP packets and octets (IPoIB header not included) a
+// connection carried. The TUN readers add to Tx and the receive goroutine
+// to Rx at once, so every field is atomic, and each direction has a cache
+// line of its own.
+type Traffic struct {
+	TxPackets, TxBytes atomic.Uint64
+	_                  [48]byte
+	RxPackets, RxBytes atomic.Uint64
+	_                  [48]byte
+}
+
+// Packets is the packets both ways.
+func (t *Traffic) Packets() uint64 { return t.TxPackets.Load() + t.RxPackets.Load() }
 
 // State returns the CM state of the connection.
 func (c *Connection) State() cm.State { return c.comm.State }
@@ -157,6 +176,11 @@ type Manager struct {
 	// starts with the names the QP factory gives (ib.QPCounterNamer).
 	gone      map[string]uint64
 	goneNames []string // the factory's order, then first-seen
+	// byQPN is every connection by its local QPN, for the datapath's
+	// receive side (ByQPN); the manager's goroutine changes it under
+	// qpnMu, in O(1) per connection however many there are.
+	qpnMu sync.RWMutex
+	byQPN map[ib.QPN]*Connection
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
@@ -164,7 +188,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.ReceiveMTU == 0 {
 		cfg.ReceiveMTU = cm.LinuxReceiveMTU
 	}
-	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}}
+	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}, byQPN: map[ib.QPN]*Connection{}}
 	// Every QP counter is in ConnCounters from the start, at 0, when the
 	// QPs' maker can name them: no key appears with the first connection.
 	if n, ok := cfg.QPs.(ib.QPCounterNamer); ok {
@@ -208,6 +232,26 @@ func (m *Manager) Connections() []*Connection {
 		all = append(all, cs...)
 	}
 	return all
+}
+
+// ByQPN returns the connection whose QP is qpn, or nil. Any goroutine may
+// call it: the datapath's receive side does, per message, to count it.
+func (m *Manager) ByQPN(qpn ib.QPN) *Connection {
+	m.qpnMu.RLock()
+	c := m.byQPN[qpn]
+	m.qpnMu.RUnlock()
+	return c
+}
+
+// reindex adds c to ByQPN's map (add) or removes it.
+func (m *Manager) reindex(c *Connection, add bool) {
+	m.qpnMu.Lock()
+	defer m.qpnMu.Unlock()
+	if add {
+		m.byQPN[c.QP.Num()] = c
+	} else if m.byQPN[c.QP.Num()] == c {
+		delete(m.byQPN, c.QP.Num())
+	}
 }
 
 // RemoteQPN returns the peer's QPN of the connection (0 before the CM
@@ -411,7 +455,7 @@ func (m *Manager) Expire(now time.Time) {
 			if c.comm.State != cm.StateEstablished {
 				continue
 			}
-			if n := c.Packets.Load(); n != c.idleSeen || c.idleAt.IsZero() {
+			if n := c.Traffic.Packets(); n != c.idleSeen || c.idleAt.IsZero() {
 				c.idleSeen, c.idleAt = n, now
 				continue
 			}
@@ -443,6 +487,7 @@ func (m *Manager) event(ev cm.Event) {
 	case cm.EvEstablished:
 		m.Stats.Established++
 		if c != nil {
+			c.Established = m.now
 			m.peerRestarted(c)
 			m.setUp(c)
 		}
@@ -533,7 +578,7 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 		m.reject(cc, cm.RejConsumerReject)
 		return
 	}
-	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, comm: cc}
+	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, PathMTU: cc.PathMTU, comm: cc}
 	cc.Context = c
 	// RNR retry 7: an RNR NAK only delays the requester, never kills it
 	// (a Linux requester would otherwise drop the connection).
@@ -583,11 +628,12 @@ func (m *Manager) reply(c *Connection, rep *cm.REP) {
 		m.refused(c.Peer, "bad REP")
 		return
 	}
-	c.MTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU)
+	c.MTU, c.PathMTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), c.comm.PathMTU
 	if err := m.svc.Ready(c.comm); err != nil {
 		return
 	}
 	m.Stats.Established++
+	c.Established = m.now
 	m.peerRestarted(c)
 	m.setUp(c)
 }
@@ -685,10 +731,12 @@ func (m *Manager) hasOther(c *Connection) bool {
 func (m *Manager) add(c *Connection) {
 	k := peerKey(c.Peer)
 	m.conns[k] = append(m.conns[k], c)
+	m.reindex(c, true)
 }
 
 func (m *Manager) remove(c *Connection) {
 	m.fold(c)
+	m.reindex(c, false)
 	k := peerKey(c.Peer)
 	cs := m.conns[k]
 	for i, o := range cs {
