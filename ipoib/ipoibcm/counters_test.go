@@ -55,8 +55,8 @@ func TestConnectionFigures(t *testing.T) {
 				if c.PathMTU != tc.wantA {
 					t.Errorf("%v: path MTU %v, want %v", n.local.GID, c.PathMTU, tc.wantA)
 				}
-				if c.Established.IsZero() || c.Established.Before(c.Since) || c.Established.After(f.now) {
-					t.Errorf("%v: established at %v, made at %v, now %v", n.local.GID, c.Established, c.Since, f.now)
+				if c.Established.IsZero() || c.Established.Before(c.Since) || c.Established.After(f.Now) {
+					t.Errorf("%v: established at %v, made at %v, now %v", n.local.GID, c.Established, c.Since, f.Now)
 				}
 				if got := n.m.ByQPN(c.QP.Num()); got != c {
 					t.Errorf("%v: ByQPN(%v) = %p, want the connection %p", n.local.GID, c.QP.Num(), got, c)
@@ -66,8 +66,8 @@ func TestConnectionFigures(t *testing.T) {
 				}
 			}
 			qa, qb := a.established()[0].QP.Num(), b.established()[0].QP.Num()
-			a.m.Disconnect(f.now, b.local, "test")
-			f.run(time.Minute) // DREQ, DREP, timewait
+			a.m.Disconnect(f.Now, b.local, "test")
+			f.Run(time.Minute) // DREQ, DREP, timewait
 			if len(a.m.Connections())+len(b.m.Connections()) != 0 || a.m.ByQPN(qa) != nil || b.m.ByQPN(qb) != nil {
 				t.Errorf("after teardown: %d and %d connections, ByQPN %p %p", len(a.m.Connections()), len(b.m.Connections()), a.m.ByQPN(qa), b.m.ByQPN(qb))
 			}
