@@ -174,12 +174,19 @@ func readLog(c *cluster, k int) string {
 // bound after since.
 func reachWithin(t *testing.T, c *cluster, k int, dst string, since time.Time, bound time.Duration) {
 	t.Helper()
+	if err := reach(c, k, dst, since, bound); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reach is reachWithin for any goroutine: it says when none answered.
+func reach(c *cluster, k int, dst string, since time.Time, bound time.Duration) error {
 	for {
 		if _, err := c.try(k, "ping", "-c", "1", "-W", "1", dst); err == nil {
-			return
+			return nil
 		}
 		if time.Since(since) > bound {
-			t.Fatalf("h%d could not reach %s within %v", k, dst, bound)
+			return fmt.Errorf("h%d could not reach %s within %v", k, dst, bound)
 		}
 	}
 }
