@@ -574,6 +574,29 @@ func pcapRecords(t *testing.T, file string) int {
 	return n
 }
 
+// tsharkLacks247 reports whether tshark lacks pcap link type 247 (before
+// Wireshark 4.2), asked once with a capture of no frame.
+var tsharkLacks247 = sync.OnceValue(func() bool {
+	f, err := os.CreateTemp("", "ipoibd-247-*.pcap")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(f.Name())
+	var h [24]byte
+	be.LittleEndian.PutUint32(h[0:], 0xa1b2c3d4)
+	be.LittleEndian.PutUint16(h[4:], 2)
+	be.LittleEndian.PutUint16(h[6:], 4)
+	be.LittleEndian.PutUint32(h[16:], 65535)
+	be.LittleEndian.PutUint32(h[20:], 247)
+	_, err = f.Write(h[:])
+	f.Close()
+	if err != nil {
+		return false
+	}
+	probe, _ := exec.Command("tshark", "-r", f.Name()).CombinedOutput()
+	return strings.Contains(string(probe), "network type 247 unknown")
+})
+
 // readIBCapture reads fields of every frame of a capture of link type 247
 // with tshark: a row per frame. It also returns how to read the file
 // again: the file tshark can read and its options (Wireshark before 4.2
@@ -589,8 +612,7 @@ func readIBCapture(t *testing.T, file string, fields ...string) (rows [][]string
 		t.Fatalf("capture %s: %d octets", file, len(b))
 	}
 	var opts []string
-	probe, _ := exec.Command("tshark", "-r", file, "-c", "1").CombinedOutput()
-	if strings.Contains(string(probe), "network type 247 unknown") {
+	if tsharkLacks247() {
 		be.LittleEndian.PutUint32(b[20:], 147)
 		file = filepath.Join(t.TempDir(), "user0.pcap")
 		if err := os.WriteFile(file, b, 0o644); err != nil {
