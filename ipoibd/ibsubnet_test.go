@@ -336,7 +336,10 @@ func (f *forwarder) wait(t *testing.T, what string, timeout time.Duration, done 
 		select {
 		case <-f.changed:
 		case <-deadline:
-			t.Fatalf("softib-ibfwd: no %s within %v", what, timeout)
+			f.mu.Lock()
+			last := f.tables
+			f.mu.Unlock()
+			t.Fatalf("softib-ibfwd: no %s within %v (its last %q)", what, timeout, last)
 		}
 	}
 }
