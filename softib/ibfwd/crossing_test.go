@@ -82,10 +82,8 @@ func TestCrossREQs(t *testing.T) {
 					t.Fatal(err)
 				}
 				waitCounter(t, func() uint64 { return counter(s.fwd.Counters(), "rx_frames") }, uint64(k+1), "rx_frames")
-				// A frame is held or sent before the next is read: the
-				// count is final once rx_frames moved past the frame,
-				// except for the last one, which is held or not at once
-				// after its rx count.
+				// The frame is held (or a crossing released) right after
+				// rx_frames counted it, in the same goroutine.
 				waitCounter(t, func() uint64 { return uint64(s.fwd.heldREQs()) }, uint64(tc.held[k]), "directions held")
 			}
 			for k, want := range tc.got {
