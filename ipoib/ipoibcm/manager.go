@@ -147,9 +147,13 @@ var ErrNoPath = errors.New("ipoibcm: no path record for the peer yet")
 // ManagerStats counts the manager's decisions. Each tagged field is a
 // counter under its tag's name (see Counters).
 type ManagerStats struct {
-	Connects         uint64 `counter:"connects"`
-	Accepted         uint64 `counter:"accepted"`
-	Established      uint64 `counter:"established"`
+	Connects    uint64 `counter:"connects"`
+	Accepted    uint64 `counter:"accepted"`
+	Established uint64 `counter:"established"`
+	// CrossingAccepted counts REQs that came while a REQ of ours to the
+	// same peer was unanswered, accepted: every one under the linux
+	// policy, the smaller link address's under rfc. CrossingRejected
+	// counts those the larger link address rejected (rfc).
 	CrossingAccepted uint64 `counter:"crossing_accepted"`
 	CrossingRejected uint64 `counter:"crossing_rejected"`
 	// Rejected counts REJs received for our REQs and REPs.
@@ -551,21 +555,18 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 		m.reject(cc, cm.RejInvalidTransportType)
 		return
 	}
-	if m.cfg.Policy == PolicyRFC {
-		larger := ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0
-		for _, c := range m.conns[peerKey(peer)] {
-			// RFC 4755: only a REQ of ours still unanswered crosses.
-			if !c.Outgoing || c.comm.State != cm.StateREQSent {
-				continue
-			}
-			if larger {
-				// The smaller link address accepts, we reject.
-				m.Stats.CrossingRejected++
-				m.reject(cc, cm.RejConsumerReject)
-				return
-			}
-			m.Stats.CrossingAccepted++
+	// RFC 4755: only a REQ of ours still unanswered crosses.
+	crossing := slices.ContainsFunc(m.conns[peerKey(peer)], func(c *Connection) bool {
+		return c.Outgoing && c.comm.State == cm.StateREQSent
+	})
+	if crossing {
+		if m.cfg.Policy == PolicyRFC && ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0 {
+			// The smaller link address accepts, we reject.
+			m.Stats.CrossingRejected++
+			m.reject(cc, cm.RejConsumerReject)
+			return
 		}
+		m.Stats.CrossingAccepted++ // linux accepts every one, as the kernel does
 	}
 	qp, err := m.newQP(req.TransportType)
 	if err != nil {

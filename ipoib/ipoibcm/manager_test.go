@@ -535,6 +535,41 @@ func TestManagerCrossingLinux(t *testing.T) {
 	t.Logf("%d interleavings", leaves)
 }
 
+// TestManagerCrossingCounted: a REQ that comes while ours to the same
+// peer is unanswered is counted as crossing by both policies: under
+// linux each side accepts and counts it; under rfc the smaller address
+// accepts it and the larger rejects it. When b's REQ is answered before
+// a's REQ reaches b (lifo), only a saw a crossing.
+func TestManagerCrossingCounted(t *testing.T) {
+	for _, tc := range []struct {
+		policy     Policy
+		lifo       bool
+		aAcc, bAcc uint64 // crossing REQs accepted
+		bRej       uint64 // crossing REQs rejected (b has the larger address)
+		conns      int    // established at each
+	}{
+		{PolicyLinux, false, 1, 1, 0, 2},
+		{PolicyLinux, true, 1, 0, 0, 2},
+		{PolicyRFC, false, 1, 0, 1, 1},
+		{PolicyRFC, true, 1, 0, 0, 2},
+	} {
+		t.Run(fmt.Sprintf("%v/lifo=%v", tc.policy, tc.lifo), func(t *testing.T) {
+			s := newCrossSim(t, tc.policy, false)
+			s.a.connect(s.b.local)
+			s.b.connect(s.a.local)
+			s.f.lifo = tc.lifo
+			s.f.run(time.Minute)
+			a, b := s.a.m.Stats, s.b.m.Stats
+			if a.CrossingAccepted != tc.aAcc || b.CrossingAccepted != tc.bAcc || a.CrossingRejected != 0 || b.CrossingRejected != tc.bRej {
+				t.Errorf("a %+v\nb %+v", a, b)
+			}
+			if len(s.a.established()) != tc.conns || len(s.b.established()) != tc.conns {
+				t.Errorf("established a %d b %d, want %d each", len(s.a.established()), len(s.b.established()), tc.conns)
+			}
+		})
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Peer restart, send failure, idle reaping, MTU.
 // ---------------------------------------------------------------------------
