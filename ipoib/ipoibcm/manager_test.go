@@ -557,8 +557,8 @@ func TestManagerCrossingCounted(t *testing.T) {
 			s := newCrossSim(t, tc.policy, false)
 			s.a.connect(s.b.local)
 			s.b.connect(s.a.local)
-			s.f.lifo = tc.lifo
-			s.f.run(time.Minute)
+			s.f.LIFO = tc.lifo
+			s.f.Run(time.Minute)
 			a, b := s.a.m.Stats, s.b.m.Stats
 			if a.CrossingAccepted != tc.aAcc || b.CrossingAccepted != tc.bAcc || a.CrossingRejected != 0 || b.CrossingRejected != tc.bRej {
 				t.Errorf("a %+v\nb %+v", a, b)
