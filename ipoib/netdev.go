@@ -46,7 +46,15 @@ func OpenTUN(cfg tun.Config) (Netdev, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tunNetdev{Device: d, ns: cfg.Netns, routes: mtu.NewRoutesAt(d.Netlink(), d.Index())}, nil
+	t := &tunNetdev{Device: d, ns: cfg.Netns, routes: mtu.NewRoutesAt(d.Netlink(), d.Index()), raw4: -1}
+	// Send-only (IPPROTO_RAW receives nothing), in the device's namespace.
+	// Without CAP_NET_RAW there is none and SendIPv4 fails: the caller
+	// falls back to the device.
+	t.raw4Err = inNetns(cfg.Netns, func() (err error) {
+		t.raw4, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+		return err
+	})
+	return t, nil
 }
 
 // tunNetdev is a TUN device and its link in the kernel.
@@ -54,6 +62,33 @@ type tunNetdev struct {
 	*tun.Device
 	ns     *netns.NsHandle // nil: the daemon's own namespace
 	routes *mtu.Routes
+	// raw4 is an IPPROTO_RAW socket in the device's namespace (SendIPv4);
+	// -1 when it could not be made, raw4Err saying why.
+	raw4    int
+	raw4Err error
+}
+
+func (t *tunNetdev) SendIPv4(b []byte) error {
+	if t.raw4 < 0 {
+		return fmt.Errorf("raw IPv4 socket: %w", t.raw4Err)
+	}
+	if len(b) < 20 || b[0]>>4 != 4 {
+		return errors.New("not an IPv4 packet")
+	}
+	// A packet for one of our own addresses goes through lo; with lo down
+	// (a fresh namespace) the kernel drops it without a word.
+	if lo, err := t.Netlink().LinkByName("lo"); err != nil || lo.Attrs().Flags&net.FlagUp == 0 {
+		return errors.New("lo is down in the interface's network namespace")
+	}
+	return unix.Sendto(t.raw4, b, 0, &unix.SockaddrInet4{Addr: [4]byte(b[16:20])})
+}
+
+func (t *tunNetdev) Close() error {
+	if t.raw4 >= 0 {
+		unix.Close(t.raw4)
+		t.raw4 = -1
+	}
+	return t.Device.Close()
 }
 
 func (t *tunNetdev) Routes() Routes { return t.routes }

@@ -33,6 +33,13 @@ type Packets interface {
 	Write(b []byte) (int, error)
 	// WriteGSO hands the kernel one super-packet made of parts (GRO).
 	WriteGSO(h offload.Hdr, parts [][]byte) (int, error)
+	// SendIPv4 hands the kernel an IPv4 packet, header included, as a
+	// socket of the interface's namespace sends one: routed to its
+	// destination (delivered locally when that is one of ours) from its
+	// source, one of our addresses. An ICMP error from our own address
+	// goes this way: written into the device, a packet whose source is
+	// local is a martian the kernel drops.
+	SendIPv4(b []byte) error
 	// Offloads reports whether the kernel hands over TCP (and so takes
 	// coalesced TCP) and UDP super-packets.
 	Offloads() (tso, uso bool)

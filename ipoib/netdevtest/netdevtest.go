@@ -104,6 +104,12 @@ func (f *Netdev) Write(b []byte) (int, error) {
 	}
 }
 
+// SendIPv4 puts b on Out, as Write.
+func (f *Netdev) SendIPv4(b []byte) error {
+	_, err := f.Write(b)
+	return err
+}
+
 func (f *Netdev) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
 	return f.Write(slices.Concat(parts...))
 }
