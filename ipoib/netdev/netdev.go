@@ -55,6 +55,8 @@ type Link interface {
 	EnsureAddrs(ps []netip.Prefix) (int, error)
 	SetMTU(mtu int) error
 	SetCarrier(on bool) error
+	// State is the link's state as the kernel has it now.
+	State() (LinkStatus, error)
 	// Gateway is the next hop of the kernel's route to dst, when that
 	// route goes through a gateway on this link.
 	Gateway(dst netip.Addr) (netip.Addr, bool)
@@ -65,6 +67,13 @@ type Link interface {
 	Routes() Routes
 	// Watch reports the link's changes until stop is closed.
 	Watch(stop <-chan struct{}) <-chan LinkEvent
+}
+
+// LinkStatus is the kernel's state of the link, as `ip link` shows it.
+type LinkStatus struct {
+	Up        bool   // administratively up (IFF_UP)
+	Carrier   bool   // IFF_LOWER_UP
+	OperState string // RFC 2863's, in lower case: up, down, lowerlayerdown, unknown...
 }
 
 // Routes installs and removes per-destination MTU routes (mtu.Routes).

@@ -154,6 +154,17 @@ func (f *Netdev) SetCarrier(on bool) error {
 	return nil
 }
 
+// State is up, with the carrier the interface last set.
+func (f *Netdev) State() (netdev.LinkStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := netdev.LinkStatus{Up: true, Carrier: f.carrier, OperState: "down"}
+	if f.carrier {
+		st.OperState = "up"
+	}
+	return st, nil
+}
+
 // Carrier reports the carrier the interface last set.
 func (f *Netdev) Carrier() bool {
 	f.mu.Lock()
