@@ -102,7 +102,7 @@ func TestUnresolvableAddressFailsFast(t *testing.T) {
 				c.start(1)
 			}
 			c.start(2)
-			in := func(args ...string) (string, error) {
+			inApp := func(args ...string) (string, error) {
 				out, err := exec.Command("ip", append([]string{"netns", "exec", where}, args...)...).CombinedOutput()
 				return string(out), err
 			}
@@ -123,7 +123,7 @@ func TestUnresolvableAddressFailsFast(t *testing.T) {
 				if took > 3500*time.Millisecond {
 					t.Errorf("connect to %s failed after %v, want within 3.5 s", dead, took)
 				}
-				out, _ := in("ping", "-c", "1", "-W", "5", dead)
+				out, _ := inApp("ping", "-c", "1", "-W", "5", dead)
 				if !strings.Contains(out, "Destination Host Unreachable") && !strings.Contains(out, "Address unreachable") {
 					t.Errorf("ping %s: want Destination Host Unreachable / Address unreachable:\n%s", dead, out)
 				}
@@ -141,7 +141,7 @@ func TestUnresolvableAddressFailsFast(t *testing.T) {
 					t.Errorf("ping %s: the error does not come from %s:\n%s", dead, from, out)
 				}
 			}
-			out, err := in(binary, "stats", "--json")
+			out, err := inApp(binary, "stats", "--json")
 			var s map[string]uint64
 			if err == nil {
 				err = json.Unmarshal([]byte(out), &s)
@@ -152,7 +152,7 @@ func TestUnresolvableAddressFailsFast(t *testing.T) {
 			if s["tx_unreachable_sent"] < uint64(2*len(dead)) {
 				t.Errorf("tx_unreachable_sent = %d, want at least %d", s["tx_unreachable_sent"], 2*len(dead))
 			}
-			if out, err := in("ping", "-c", "2", "-i", "0.1", "-W", "2", c.ip4(2)); err != nil { // the live peer is unaffected
+			if out, err := inApp("ping", "-c", "2", "-i", "0.1", "-W", "2", c.ip4(2)); err != nil { // the live peer is unaffected
 				t.Errorf("ping %s: %v\n%s", c.ip4(2), err, out)
 			}
 		})
