@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -64,7 +65,12 @@ func awaitUnderlay(a netip.Addr, bound time.Duration, log *slog.Logger, status f
 		select {
 		case u, ok := <-updates:
 			if !ok {
-				return fmt.Errorf("--underlay %s: watching the addresses: %v", a, <-watchErr)
+				why := errors.New("netlink ended the subscription")
+				select {
+				case why = <-watchErr:
+				default:
+				}
+				return fmt.Errorf("--underlay %s: watching the addresses: %w", a, why)
 			}
 			if u.NewAddr && usable(&u.LinkAddress, u.Flags, a) {
 				log.Info("underlay address is here", "underlay", a, "waited", time.Since(start).Round(time.Millisecond))
