@@ -282,7 +282,7 @@ func TestFakeImpostorRefuted(t *testing.T) {
 
 // TestFakeUnresolvedNeighbor: packets to an address nobody answers wait
 // while a asks (at most MaxPending of them) and are then answered with
-// ICMP host unreachable.
+// ICMP host unreachable, from a's own address.
 func TestFakeUnresolvedNeighbor(t *testing.T) {
 	h := newFakeHosts(t, 1)
 	a := h[0]
@@ -296,6 +296,11 @@ func TestFakeUnresolvedNeighbor(t *testing.T) {
 		icmp := a.next(t)
 		if len(icmp) < 28 || icmp[20] != 3 || icmp[21] != 1 || netip.AddrFrom4([4]byte(icmp[16:20])) != a.ip4 {
 			t.Fatalf("a wrote % x, want ICMP host unreachable to %v", icmp[:min(len(icmp), 28)], a.ip4)
+		}
+		// From our own address, as the kernel's (SendIPv4: not through
+		// the TUN, where it would be a martian).
+		if src := netip.AddrFrom4([4]byte(icmp[12:16])); src != a.ip4 {
+			t.Fatalf("the error comes from %v, want our own %v", src, a.ip4)
 		}
 	}
 	if got := a.count(txUnreachable); got != uint64(max) {

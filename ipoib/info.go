@@ -53,6 +53,12 @@ type Info struct {
 	// have no path and no route (neigh/learn.go).
 	Candidates int `json:"candidates"`
 	Conns      int `json:"connections"`
+	// AdminState ("up" or "down"), Carrier and OperState (RFC 2863's, as
+	// `ip link` shows it, in lower case) are the kernel's, read when asked;
+	// "", false and "" when it could not be read.
+	AdminState string `json:"admin_state"`
+	Carrier    bool   `json:"carrier"`
+	OperState  string `json:"operstate"`
 }
 
 // NeighInfo is one neighbor.
@@ -148,6 +154,19 @@ func (i *Interface) Show() Info {
 			info.CM = fmt.Sprint(i.mgr.Service())
 		}
 	})
+	// Off the control goroutine: a netlink round trip; not once closing,
+	// when the device and its netlink handle go.
+	select {
+	case <-i.done:
+		return info
+	default:
+	}
+	if st, err := i.netdev.State(); err == nil {
+		info.AdminState, info.Carrier, info.OperState = "down", st.Carrier, st.OperState
+		if st.Up {
+			info.AdminState = "up"
+		}
+	}
 	return info
 }
 

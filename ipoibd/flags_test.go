@@ -19,7 +19,9 @@ func TestOperatorMistakes(t *testing.T) {
 		want string // in the error line
 	}{
 		{"no underlay", []string{"--addr", "10.1.1.1/24"}, "--underlay is required"},
-		{"underlay not here", []string{"--underlay", "192.0.2.77"}, "not on any interface"},
+		{"underlay not here", []string{"--underlay", "192.0.2.77", "--underlay-wait", "0"}, "not on any interface"},
+		{"underlay not here in time", []string{"--underlay", "192.0.2.77", "--underlay-wait", "200ms"}, "did not appear on any interface within 200ms"},
+		{"negative underlay wait", []string{"--underlay", c.underlay(1), "--underlay-wait", "-1s"}, "--underlay-wait -1s"},
 		{"bad underlay", []string{"--underlay", "nonsense"}, "--underlay"},
 		{"bad mode", []string{"--underlay", c.underlay(1), "--mode", "fast"}, "--mode"},
 		{"bad policy", []string{"--underlay", c.underlay(1), "--cm-policy", "bsd"}, "--cm-policy"},

@@ -34,6 +34,12 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer stopProfiling()
+	if s.provider == providerSoftib {
+		notify := newNotifier(log)
+		if err := awaitUnderlay(s.softib.Addr, s.underlayWait, log, func(st string) { notify.send("STATUS=" + st) }); err != nil {
+			return err
+		}
+	}
 	d, err := openDaemon(s, log)
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ type options struct {
 	ifname      string
 	provider    string
 	underlay    string
+	underWait   time.Duration // --underlay-wait
 	softibPort  uint16
 	softibPKeys string
 	softibLink  string // --softib-link
@@ -60,6 +61,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
 	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
+	fs.DurationVar(&o.underWait, "underlay-wait", 60*time.Second, "softib: wait this long at start for the --underlay address to appear on an interface (a unit started before its network), then give up; 0: fail at once")
 	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
 	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, comma-separated (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
 	fs.StringVar(&o.softibLink, "softib-link", "ethernet", "softib: link layer, ethernet (RoCEv2 framing, peers at their underlay addresses) or ib (native InfiniBand framing through the fabric forwarder softib-ibfwd, on a subnet OpenSM runs under ibsim: LID, LMC, SM LID, GID and P_Key table are read through libibumad, run under ibsim's libumad2sim.so, and the SA's joins and paths are used as on an InfiniBand adapter; needs a binary built with -tags rdma)")
@@ -106,7 +108,9 @@ type settings struct {
 	iface    ipoib.Config
 	provider string        // providerSoftib or providerVerbs
 	softib   softib.Config // with --provider softib
-	verbs    verbsPort     // with --provider verbs
+	// underlayWait bounds the wait for softib's underlay address.
+	underlayWait time.Duration
+	verbs        verbsPort // with --provider verbs
 	// connService and peers are --cm and --peers; which connection
 	// service runs also depends on the host (chooseConnService).
 	connService string
@@ -178,6 +182,10 @@ func (o *options) settings() (settings, error) {
 	switch o.provider {
 	case providerSoftib:
 		s.softib, err = o.softibConfig(s.iface.PKey)
+		s.underlayWait = o.underWait
+		if err == nil && o.underWait < 0 {
+			err = fmt.Errorf("--underlay-wait %v: must not be negative", o.underWait)
+		}
 		s.softibIB = s.softib.LinkLayer == softib.LinkInfiniBand
 	case providerVerbs:
 		s.verbs, err = o.verbsPort()

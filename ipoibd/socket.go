@@ -282,6 +282,11 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 		}
 		fmt.Fprintf(w, "%s: %s mode, mtu %d (UD %d, IB %d), device %s (%s)\n", i.Name, i.Mode, i.MTU, i.UDMTU, i.IBMTU, i.Device, i.LinkLayer)
 		fmt.Fprintf(w, "    link/infiniband %s\n", i.LinkAddr)
+		carrier := "off"
+		if i.Carrier {
+			carrier = "on"
+		}
+		fmt.Fprintf(w, "    admin %s, carrier %s, operstate %s\n", orDash(i.AdminState), carrier, orDash(i.OperState))
 		if i.Offloads != "" {
 			fmt.Fprintf(w, "    tun offloads %s\n", i.Offloads)
 		}

@@ -88,7 +88,7 @@ func TestServiceCapabilities(t *testing.T) {
 		}
 	}
 
-	d := exec.Command("ip", "netns", "exec", "svccap-h1",
+	d := exec.Command("ip", "netns", "exec", c.host(1),
 		"setpriv", "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set,
 		binary, "run", "--underlay", c.underlay(1), "--addr", c.ip4(1)+"/24", "--addr", c.ip6(1)+"/64")
 	d.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=200000", "JOURNAL_STREAM=8:1")
