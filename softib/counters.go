@@ -85,6 +85,18 @@ func (d *Device) Counters() []ib.Counter {
 	return out
 }
 
+// CounterNames are the names of the device's counters on either link
+// layer (Counters lists the InfiniBand link's drops only on ib), in
+// Counters' order: the daemon documents every one.
+func CounterNames() []string {
+	var d Device
+	var names []string
+	for _, c := range d.Counters() {
+		names = append(names, c.Name)
+	}
+	return append(names, dropNames[numRoCEDropCauses:]...)
+}
+
 // CounterValue returns the value of the counter called name, or 0.
 func CounterValue(cs []ib.Counter, name string) uint64 {
 	for _, c := range cs {

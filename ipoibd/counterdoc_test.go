@@ -1,0 +1,122 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ipoibd/ipoibd/cm"
+	"github.com/ipoibd/ipoibd/counterdoc"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
+	"github.com/ipoibd/ipoibd/sapath"
+	"github.com/ipoibd/ipoibd/softib"
+)
+
+// knownCounters are the names of every counter `ipoibd stats` can show
+// with softib, as the packages that count them enumerate them (the stats
+// structs by reflection, the name tables), with the daemon's prefixes.
+func knownCounters(t *testing.T) []string {
+	names := ipoib.CounterNames()
+	add := func(prefix string, cs []ib.Counter) {
+		for _, c := range cs {
+			names = append(names, prefix+c.Name)
+		}
+	}
+	add("cm_", cm.StatCounters(&ipoibcm.ManagerStats{}))
+	add("cm_", (&cm.EngineService{Engine: &cm.Engine{}}).Counters())
+	qp1 := cm.NewSharedQP1(newIdleMADs())
+	share, err := qp1.Open(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("cm_", share.Counters())
+	_ = qp1.Close()
+	for _, n := range (&softib.Device{}).QPCounterNames() {
+		names = append(names, "conn_"+n)
+	}
+	add("sa_", (&sapath.Stats{}).Counters())
+	for _, n := range softib.CounterNames() {
+		names = append(names, "dev_"+n)
+	}
+	return names
+}
+
+// idleMADs is a MAD transport that never receives (for a SharedQP1).
+type idleMADs struct{ recv chan ib.MAD }
+
+func newIdleMADs() *idleMADs                      { return &idleMADs{recv: make(chan ib.MAD)} }
+func (m *idleMADs) Send(ib.MADAddr, []byte) error { return nil }
+func (m *idleMADs) Recv() <-chan ib.MAD           { return m.recv }
+func (m *idleMADs) Close() error                  { close(m.recv); return nil }
+
+// TestEveryCounterDocumented: every counter has an entry in the counter
+// table (a new counter without one fails here), and every entry of a
+// counter these packages count still names one (a renamed counter leaves
+// no stale entry behind). The verbs and kernel-CM counters are checked
+// under -tags rdma (counterdoc_rdma_test.go).
+func TestEveryCounterDocumented(t *testing.T) {
+	checkDocumented(t, knownCounters(t), func(e counterdoc.Entry) bool { return !strings.HasPrefix(e.Only, "verbs") })
+}
+
+// checkDocumented checks names against the table; mine tells the exact
+// entries that must each be one of names.
+func checkDocumented(t *testing.T, names []string, mine func(counterdoc.Entry) bool) {
+	t.Helper()
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+		e, ok := counterdoc.Lookup(n)
+		switch {
+		case !ok:
+			t.Errorf("counter %s has no entry in counterdoc's table", n)
+		case strings.Contains(n, "drop") && !e.Trouble:
+			t.Errorf("counter %s is called a drop but its entry says it is normal: rename it or the entry", n)
+		}
+	}
+	if len(have) < 100 {
+		t.Fatalf("only %d counters enumerated: the enumeration is broken", len(have))
+	}
+	for _, e := range counterdoc.All() {
+		if !e.Family() && mine(e) && !have[e.Name] {
+			t.Errorf("counterdoc documents %s, which no package counts", e.Name)
+		}
+	}
+}
+
+// TestCounterTable: every entry has one sentence of meaning, a name the
+// metrics can carry, and no name twice.
+func TestCounterTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, e := range counterdoc.All() {
+		switch {
+		case seen[e.Name]:
+			t.Errorf("%s documented twice", e.Name)
+		case strings.TrimRight(strings.TrimSuffix(e.Name, "*"), "abcdefghijklmnopqrstuvwxyz0123456789_") != "":
+			t.Errorf("%q: want [a-z0-9_] (and a final * for a family)", e.Name)
+		case !strings.HasSuffix(e.Meaning, ".") || strings.Count(e.Meaning, ". ") > 0 || len(e.Meaning) < 15:
+			t.Errorf("%s: meaning %q: want one sentence", e.Name, e.Meaning)
+		}
+		seen[e.Name] = true
+	}
+	for _, tc := range []struct {
+		name    string
+		trouble bool
+		found   bool
+	}{
+		{"rx_multicast_own", false, true},
+		{"tx_kernel_router_solicits", false, true},
+		{"tx_drop_post", true, true},
+		{"cm_rej_sent_consumer", false, true},     // family: a crossing REQ refused in rfc policy
+		{"cm_rej_sent_no_resources", true, true},  // the family's exact member
+		{"dev_hw_rx_write_requests", false, true}, // a sysfs counter
+		{"dev_async_qp_fatal", true, true},        // family default
+		{"dev_async_port_active", false, true},    // member
+		{"no_such_counter", false, false},
+	} {
+		e, ok := counterdoc.Lookup(tc.name)
+		if ok != tc.found || e.Trouble != tc.trouble {
+			t.Errorf("Lookup(%s) = %+v, %v; want trouble %v, found %v", tc.name, e, ok, tc.trouble, tc.found)
+		}
+	}
+}
