@@ -120,3 +120,48 @@ func TestCounterTable(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsText: the stats table hides the counters at 0 and says how
+// many it hid (--all lists them), and marks the counters above 0 whose
+// value means trouble with what they count; SIGHUP's summary sums the
+// drops and names the trouble counters.
+func TestStatsText(t *testing.T) {
+	cs := []ib.Counter{{Name: "tx_packets", Value: 7}, {Name: "tx_drop_post", Value: 3}, {Name: "rx_multicast_own", Value: 4},
+		{Name: "tx_kernel_router_solicits", Value: 2}, {Name: "tx_errors", Value: 1}, {Name: "rx_drop_tun"}, {Name: "cm_rej_sent_consumer"}}
+	for _, tc := range []struct {
+		name     string
+		cs       []ib.Counter
+		all      bool
+		want     []string // lines, fields separated by single spaces
+		drops    uint64
+		troubles string
+	}{
+		{"healthy", cs[:1], false, []string{"tx_packets 7"}, 0, ""},
+		{"zeros hidden", []ib.Counter{cs[0], cs[5], cs[6]}, false,
+			[]string{"tx_packets 7", "(2 counters at 0 not shown; ipoibd stats --all shows every one, man ipoibd explains them)"}, 0, ""},
+		{"zeros shown", []ib.Counter{cs[0], cs[5], cs[6]}, true, []string{"tx_packets 7", "rx_drop_tun 0", "cm_rej_sent_consumer 0"}, 0, ""},
+		{"trouble marked", cs, false, []string{
+			"tx_packets 7",
+			"tx_drop_post 3 TROUBLE: Packets the provider refused to send (send queue full or QP in error), dropped.",
+			"rx_multicast_own 4",
+			"tx_kernel_router_solicits 2",
+			"tx_errors 1 TROUBLE: Send completions with an error status: the packet may not have arrived.",
+			"(2 counters at 0 not shown; ipoibd stats --all shows every one, man ipoibd explains them)",
+		}, 3, "tx_drop_post=3,tx_errors=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printStats(&b, tc.cs, tc.all)
+			var got []string
+			for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+				got = append(got, strings.Join(strings.Fields(strings.ReplaceAll(l, "\t", " ")), " "))
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("stats table:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			if drops, trouble := troubleSummary(tc.cs); drops != tc.drops || trouble != tc.troubles {
+				t.Errorf("SIGHUP summary: drops=%d trouble=%q, want %d and %q", drops, trouble, tc.drops, tc.troubles)
+			}
+		})
+	}
+}

@@ -21,6 +21,8 @@
 //	                                                                  (REACHABLE, ..., CANDIDATE) and path (RC, UC, UD, "-")
 //	ipoibd_connections          gauge    type, direction, state       connections (`ipoibd conn`): RC/UC, in/out, state
 //
+// The counters' HELP is their entry in package counterdoc's table: what
+// they count, and whether a value above 0 is trouble.
 // The counters' names are the daemon's own (ipoib, cm and the provider
 // name them; cm_, conn_ and dev_ prefix the CM's, the connections' summed
 // QP counters and the device's), so adding a counter there adds a metric
@@ -41,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,7 +191,17 @@ func CounterName(name string) string {
 	return b.String()
 }
 
+// counterHelp is the counter's meaning from the counter table, and
+// whether a value above 0 is trouble; a counter the table does not know
+// (a provider's new sysfs file) gets a generic text.
 func counterHelp(name string) string {
+	if e, ok := counterdoc.Lookup(name); ok {
+		h := e.Meaning
+		if e.Trouble {
+			h += " Above 0: trouble (a loss or a failure)."
+		}
+		return h + " (ipoibd stats " + name + ")"
+	}
 	what := "interface"
 	switch {
 	case strings.HasPrefix(name, "cm_"):
