@@ -258,7 +258,7 @@ var table = []Entry{
 	{"dev_cq_overrun", true, softib, "Completions lost because a completion queue was full."},
 	{"dev_tx_error", true, softib, "Packets the underlay refused to send."},
 	{"dev_rx_drop_wrong_source", true, softib, "RC or UC packets not from the queue pair's peer address, dropped."},
-	{"dev_rx_drop_stale_ack", true, softib, "RC acknowledgements for a sequence number not outstanding, dropped."},
+	{"dev_rx_stale_acks", false, softib, "RC ACKs and NAKs for a sequence number not outstanding, ignored: the echo of a retransmission the peer had already received (IBA's duplicate responses), or forged."},
 	{"dev_rx_drop_bad_vcrc", true, softibIB, "Packets whose variant CRC does not match, dropped."},
 	{"dev_rx_drop_dlid_zero", true, softibIB, "Packets with destination LID 0, which names no port, dropped."},
 	{"dev_rx_drop_wrong_dlid", true, softibIB, "Unicast packets for a LID that is not ours under our LMC, dropped."},

@@ -24,7 +24,7 @@ const (
 	dropCQOverrun                     // completion queue full
 	dropTxError                       // the underlay refused a send
 	dropWrongSource                   // RC/UC: not from the QP's peer address to ours
-	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding
+	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding (a duplicate after a retransmission: no loss)
 	dropBadVCRC                       // InfiniBand link: variant CRC mismatch
 	dropDLIDZero                      // InfiniBand link: DLID 0, which names no port
 	dropWrongDLID                     // InfiniBand link: a unicast DLID not ours under our LMC
@@ -50,7 +50,7 @@ var dropNames = [numDropCauses]string{
 	dropCQOverrun:    "cq_overrun",
 	dropTxError:      "tx_error",
 	dropWrongSource:  "rx_drop_wrong_source",
-	dropStaleAck:     "rx_drop_stale_ack",
+	dropStaleAck:     "rx_stale_acks",
 	dropBadVCRC:      "rx_drop_bad_vcrc",
 	dropDLIDZero:     "rx_drop_dlid_zero",
 	dropWrongDLID:    "rx_drop_wrong_dlid",
