@@ -21,7 +21,7 @@ func run(args []string, out io.Writer) error {
 	s, err := parseSettings(args)
 	switch {
 	case err != nil:
-		return err
+		return withExit(exitUsage, err)
 	case s.help:
 		usage(out)
 		return nil
@@ -48,7 +48,7 @@ func run(args []string, out io.Writer) error {
 	_ = metricsSrv.Close()
 	if lost != nil {
 		_ = d.Close()
-		return lost
+		return withExit(exitLost, lost)
 	}
 	return d.Close()
 }

@@ -211,9 +211,9 @@ func (o *options) ifaceConfig() (ipoib.Config, error) {
 		return cfg, fmt.Errorf("--pkey: %w", err)
 	}
 	for _, a := range o.addrs {
-		p, err := netip.ParsePrefix(a)
+		p, err := parseIfAddr(a)
 		if err != nil {
-			return cfg, fmt.Errorf("--addr %q: want an address with prefix length, e.g. 192.168.77.1/24", a)
+			return cfg, fmt.Errorf("--addr %w", err)
 		}
 		cfg.Addrs = append(cfg.Addrs, p)
 	}
@@ -325,4 +325,52 @@ func parseChildren(args []string) ([]childFlag, error) {
 		out = append(out, childFlag{arg: c, req: r})
 	}
 	return out, nil
+}
+
+// parseIfAddr reads an interface address with its prefix length, as `ip
+// addr add` takes it, and says what is wrong with one that is not: the
+// error starts with s quoted, for the caller to name the flag.
+func parseIfAddr(s string) (netip.Prefix, error) {
+	const want = "want ADDRESS/LENGTH, e.g. 192.168.77.1/24 or fd00:77::1/64"
+	addr, length, ok := strings.Cut(s, "/")
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("%q: no prefix length; %s", s, want)
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: %q is not an IP address; %s", s, addr, want)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q: an interface address takes no zone (%%%s)", s, a.Zone())
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: prefix length %q: want 1 to %d", s, length, a.BitLen())
+	}
+	switch {
+	case p.Bits() == 0:
+		return netip.Prefix{}, fmt.Errorf("%q: prefix /0 would put every address on this link; want the subnet's length, e.g. /24 or /64", s)
+	case a.IsMulticast():
+		return netip.Prefix{}, fmt.Errorf("%q: a multicast address cannot be an interface's address (the interface joins groups itself)", s)
+	case a.IsUnspecified():
+		return netip.Prefix{}, fmt.Errorf("%q: the unspecified address cannot be an interface's address", s)
+	case a.IsLoopback():
+		return netip.Prefix{}, fmt.Errorf("%q: a loopback address belongs on lo, not on an IPoIB interface", s)
+	case a.Is4In6():
+		return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped IPv6 address; give the IPv4 address itself", s)
+	case a.Is4() && a == p.Masked().Addr() && p.Bits() < 31:
+		return netip.Prefix{}, fmt.Errorf("%q: the network address of %v, not a host's; e.g. %v", s, p.Masked(), p.Masked().Addr().Next())
+	case a.Is4() && p.Bits() < 31 && a == lastAddr(p):
+		return netip.Prefix{}, fmt.Errorf("%q: the broadcast address of %v, not a host's", s, p.Masked())
+	}
+	return p, nil
+}
+
+// lastAddr is the highest address of p (IPv4's broadcast address).
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	for k := p.Bits(); k < 32; k++ {
+		b[k/8] |= 0x80 >> (k % 8)
+	}
+	return netip.AddrFrom4(b)
 }

@@ -227,7 +227,7 @@ func query(cmd string, args []string, out io.Writer) error {
 func ask(ifname string, req request) (json.RawMessage, error) {
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err)
+		return nil, withExit(exitNoDaemon, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err))
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
@@ -237,15 +237,15 @@ func ask(ifname string, req request) (json.RawMessage, error) {
 	var raw json.RawMessage
 	if err := json.NewDecoder(conn).Decode(&raw); err != nil {
 		if werr != nil {
-			return nil, fmt.Errorf("asking the daemon of %s: %w", ifname, werr)
+			return nil, withExit(exitNoDaemon, fmt.Errorf("asking the daemon of %s: %w", ifname, werr))
 		}
-		return nil, fmt.Errorf("reading the answer: %w", err)
+		return nil, withExit(exitNoDaemon, fmt.Errorf("reading the answer of the daemon of %s: %w", ifname, err))
 	}
 	var e struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return nil, errors.New(e.Error)
+		return nil, withExit(exitRefused, errors.New(e.Error))
 	}
 	return raw, nil
 }
