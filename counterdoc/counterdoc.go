@@ -85,7 +85,7 @@ const (
 	ownCM    = "softib, verbs --cm own"
 	verbsOwn = "verbs --cm own"
 	kernelCM = "verbs --cm kernel"
-	ib       = "InfiniBand link layer"
+	ib       = "an InfiniBand link layer (softib --softib-link ib, verbs on InfiniBand)"
 )
 
 var table = []Entry{

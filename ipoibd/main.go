@@ -168,7 +168,7 @@ var commands = []struct{ synopsis, what string }{
 	{"neigh [IFNAME] [-j]", "the neighbors: how each is reached (RC, UC or UD), its MTU and link address"},
 	{"neigh flush [IFNAME] [IP]", "forget the neighbor IP, or all: resolved again on the next packet"},
 	{"conn [IFNAME] [-j]", "the connections: direction, state, QPNs, whether they carry our sends"},
-	{"stats [IFNAME] [-j]", "the counters, every drop under its cause; never going backwards"},
+	{"stats [IFNAME] [-j] [-a]", "the counters above 0 (-a: all), every drop under its cause, those that mean trouble marked; never going backwards"},
 	{"child add [PARENT] PKEY", "a P_Key child PARENT.PPPP in the parent's daemon (--name, --addr, --mode, --mtu)"},
 	{"child del [PARENT] NAME|PKEY", "remove a child: DREQs on its connections, the interface goes"},
 	{"mode [IFNAME] connected|datagram", "switch mode at run time, as the kernel's sysfs mode: the MTU follows (65520, or the UD MTU)"},
