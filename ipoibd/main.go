@@ -116,7 +116,7 @@ func commandAt(args []string) int {
 
 func isCommand(a string) bool {
 	for _, c := range commands {
-		if name, _, _ := strings.Cut(c.synopsis, " "); name == a {
+		if name, _, _ := strings.Cut(c.synopsis, " "); strings.Trim(name, "[]") == a {
 			return true
 		}
 	}
