@@ -109,8 +109,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--ifname", "ib0", "--underlay", "10.0.0.1"}, -1},
 		{[]string{"--ifname", "show"}, -1}, // an interface called show, for run
 		{[]string{"-h", "run"}, 1},
-		{[]string{"--json", "frob"}, -1},   // not a command: run refuses the flags
-		{[]string{"frob"}, 0},              // the unknown command is named
+		{[]string{"--json", "frob"}, -1}, // not a command: run refuses the flags
+		{[]string{"frob"}, 0},            // the unknown command is named
 		{nil, -1},
 	} {
 		if got := commandAt(tc.args); got != tc.want {
