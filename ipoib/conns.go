@@ -113,5 +113,17 @@ func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 		c.flush(e)
 	}
 	// A REJ or a timeout is the peer's doing: routine, counted by cm.
-	i.log.Info("connection refused", "peer", peer, "peer_ip", ipList(es), "reason", reason, "retry_in", b.wait)
+	i.log.Info(refusalMessage(reason), "peer", peer, "peer_ip", ipList(es), "reason", reason, "retry_in", b.wait)
+}
+
+// refusalMessage names what happened to a connection the manager gave up
+// on: only a REJ is a refusal.
+func refusalMessage(reason string) string {
+	switch {
+	case reason == "timeout":
+		return "connection attempt unanswered"
+	case strings.HasPrefix(reason, "send failed"):
+		return "connection lost: a send failed"
+	}
+	return "connection refused"
 }

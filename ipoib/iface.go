@@ -353,8 +353,12 @@ func settle(cfg Config) (*Interface, error) {
 		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
 		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
 	}
-	if i.mtu > ConnectedMTU || (cfg.Mode == Datagram && i.mtu > i.udMTU) {
-		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit", i.mtu, cfg.Mode)
+	if i.mtu > ConnectedMTU {
+		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit %d", i.mtu, cfg.Mode, ConnectedMTU)
+	}
+	if cfg.Mode == Datagram && i.mtu > i.udMTU {
+		return nil, fmt.Errorf("ipoib: MTU %d is above the datagram-mode limit %d (the port's IB MTU %d less the 4-octet IPoIB header; connected mode takes up to %d)",
+			i.mtu, i.udMTU, port.ActiveMTU, ConnectedMTU)
 	}
 	return i, nil
 }

@@ -103,7 +103,7 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 			return
 		}
 		if c.SrcQPN == i.local.QPN && c.SrcGID == i.local.GID {
-			i.ctr.inc(rxDropLoop) // our own multicast
+			i.ctr.inc(rxMulticastOwn) // the fabric delivers a group's packets to every member, us too
 			return
 		}
 		msg = buf[ib.GRHLen:c.ByteLen]

@@ -121,7 +121,13 @@ func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 	if etherType == encap.EtherTypeIPv6 && isND(pkt) {
 		// The daemon resolves neighbors itself; the kernel's own ND
 		// (it sees a link without addresses) must not reach the fabric.
-		i.drop(slot, txDropKernelND)
+		// Its router solicitations, sent whenever the link comes up,
+		// are expected: counted apart, they are no loss.
+		if pkt[ipv6HeaderLen] == icmpv6RS {
+			i.drop(slot, txKernelRS)
+		} else {
+			i.drop(slot, txDropKernelND)
+		}
 		return
 	}
 	_ = encap.PutHeader(buf, etherType)

@@ -247,9 +247,9 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 func childAddrs(addrs []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, a := range addrs {
-		p, err := netip.ParsePrefix(a)
+		p, err := parseIfAddr(a)
 		if err != nil {
-			return nil, fmt.Errorf("address %q: want an address with prefix length, e.g. 192.168.78.1/24", a)
+			return nil, fmt.Errorf("address %w", err)
 		}
 		out = append(out, p)
 	}

@@ -231,7 +231,7 @@ func forgeRows() []forgeRow {
 					}
 					return perKind
 				},
-				causes: []hostCounter{{v, "dev_rx_drop_stale_ack"}},
+				causes: []hostCounter{{v, "dev_rx_stale_acks"}},
 			})
 		}
 		rows = append(rows, forgeRow{
@@ -284,7 +284,7 @@ func forgeRows() []forgeRow {
 				}
 				return sweep
 			},
-			causes: []hostCounter{{v, "dev_rx_drop_stale_ack"}},
+			causes: []hostCounter{{v, "dev_rx_stale_acks"}},
 		})
 	}
 	return append(rows, cmRows()...)

@@ -276,8 +276,8 @@ func TestMetricsListenMistakes(t *testing.T) {
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, "run", "--underlay", "192.0.2.1", "--metrics-listen", tc.addr)
-			if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "ipoibd: ") || !strings.Contains(errOut, tc.want) {
-				t.Errorf("exit %d, stdout %q, stderr %q; want status 1 and one line with %q", code, out, errOut, tc.want)
+			if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "ipoibd: ") || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want status %d and one line with %q", code, out, errOut, exitUsage, tc.want)
 			}
 		})
 	}

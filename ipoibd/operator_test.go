@@ -181,8 +181,8 @@ func tcpConnect(dst netip.Addr, timeout time.Duration) (time.Duration, error) {
 }
 
 // TestSecondDaemonOnTheSameUnderlay: a second daemon on an underlay
-// address in use is refused with one line, and the first one's traffic
-// is unaffected.
+// address in use is refused with one line that names the way out
+// (--softib-port), and the first one's traffic is unaffected.
 func TestSecondDaemonOnTheSameUnderlay(t *testing.T) {
 	c := newCluster(t, "second", 2)
 	c.start(1)
@@ -191,7 +191,7 @@ func TestSecondDaemonOnTheSameUnderlay(t *testing.T) {
 	out, err := c.try(1, "timeout", "10", binary, "--underlay", c.underlay(1), "--ifname", "ib1",
 		"--pkey", "0x8001", "--addr", fmt.Sprintf("192.168.%d.101/24", c.net))
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if err == nil || len(lines) != 1 || !strings.Contains(out, c.underlay(1)) || !strings.Contains(out, "in use") {
+	if err == nil || len(lines) != 1 || !strings.Contains(out, c.underlay(1)) || !strings.Contains(out, "in use") || !strings.Contains(out, "--softib-port") {
 		t.Fatalf("second daemon on %s: %v, want one line saying the address is in use:\n%s", c.underlay(1), err, out)
 	}
 	t.Logf("second daemon: %s", lines[0])

@@ -63,16 +63,16 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
 	fs.DurationVar(&o.underWait, "underlay-wait", 60*time.Second, "softib: wait this long at start for the --underlay address to appear on an interface (a unit started before its network), then give up; 0: fail at once")
 	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
-	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, comma-separated (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
+	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, `PKEY[,PKEY...]` in hex (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
 	fs.StringVar(&o.softibLink, "softib-link", "ethernet", "softib: link layer, ethernet (RoCEv2 framing, peers at their underlay addresses) or ib (native InfiniBand framing through the fabric forwarder softib-ibfwd, on a subnet OpenSM runs under ibsim: LID, LMC, SM LID, GID and P_Key table are read through libibumad, run under ibsim's libumad2sim.so, and the SA's joins and paths are used as on an InfiniBand adapter; needs a binary built with -tags rdma)")
 	fs.StringVar(&o.softibFab, "softib-fabric", "", "softib --softib-link ib: the fabric forwarder's underlay `ADDR:PORT` (required with ib)")
-	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface")
+	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface, in hex as every InfiniBand tool writes it (0x optional: 8001 is 0x8001)")
 	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
 	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
 	fs.StringVar(&o.policy, "cm-policy", "linux", "sending policy: linux (send on our own connections only, as the kernel's ipoib expects) or rfc (send on connections either side opened; RFC 4755 crossing rule)")
 	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
-	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
-	fs.StringArrayVar(&o.children, "child", nil, "a P_Key child made at start, as `ipoibd child add` makes one at run time (repeatable): PKEY or PKEY=ADDR[,ADDR...], e.g. 0x8001=192.168.78.1/24")
+	fs.StringArrayVar(&o.addrs, "addr", nil, "`ADDRESS/LENGTH` to put on the interface (repeatable), e.g. 192.168.77.1/24 or fd00:77::1/64: a unicast host address and its subnet's prefix length")
+	fs.StringArrayVar(&o.children, "child", nil, "a P_Key child made at start, as ipoibd child add makes one at run time (repeatable): `PKEY[=ADDRESS/LENGTH,...]`, the P_Key in hex, e.g. 8001=192.168.78.1/24")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
 	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections past setup at once; further REQs are rejected (no resources). Those in setup have their own bounds (256, 16 per peer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -225,9 +225,9 @@ func (o *options) ifaceConfig() (ipoib.Config, error) {
 		return cfg, fmt.Errorf("--pkey: %w", err)
 	}
 	for _, a := range o.addrs {
-		p, err := netip.ParsePrefix(a)
+		p, err := parseIfAddr(a)
 		if err != nil {
-			return cfg, fmt.Errorf("--addr %q: want an address with prefix length, e.g. 192.168.77.1/24", a)
+			return cfg, fmt.Errorf("--addr %w", err)
 		}
 		cfg.Addrs = append(cfg.Addrs, p)
 	}
@@ -339,4 +339,52 @@ func parseChildren(args []string) ([]childFlag, error) {
 		out = append(out, childFlag{arg: c, req: r})
 	}
 	return out, nil
+}
+
+// parseIfAddr reads an interface address with its prefix length, as `ip
+// addr add` takes it, and says what is wrong with one that is not: the
+// error starts with s quoted, for the caller to name the flag.
+func parseIfAddr(s string) (netip.Prefix, error) {
+	const want = "want ADDRESS/LENGTH, e.g. 192.168.77.1/24 or fd00:77::1/64"
+	addr, length, ok := strings.Cut(s, "/")
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("%q: no prefix length; %s", s, want)
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: %q is not an IP address; %s", s, addr, want)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q: an interface address takes no zone (%%%s)", s, a.Zone())
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: prefix length %q: want 1 to %d", s, length, a.BitLen())
+	}
+	switch {
+	case p.Bits() == 0:
+		return netip.Prefix{}, fmt.Errorf("%q: prefix /0 would put every address on this link; want the subnet's length, e.g. /24 or /64", s)
+	case a.IsMulticast():
+		return netip.Prefix{}, fmt.Errorf("%q: a multicast address cannot be an interface's address (the interface joins groups itself)", s)
+	case a.IsUnspecified():
+		return netip.Prefix{}, fmt.Errorf("%q: the unspecified address cannot be an interface's address", s)
+	case a.IsLoopback():
+		return netip.Prefix{}, fmt.Errorf("%q: a loopback address belongs on lo, not on an IPoIB interface", s)
+	case a.Is4In6():
+		return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped IPv6 address; give the IPv4 address itself", s)
+	case a.Is4() && a == p.Masked().Addr() && p.Bits() < 31:
+		return netip.Prefix{}, fmt.Errorf("%q: the network address of %v, not a host's; e.g. %v", s, p.Masked(), p.Masked().Addr().Next())
+	case a.Is4() && p.Bits() < 31 && a == lastAddr(p):
+		return netip.Prefix{}, fmt.Errorf("%q: the broadcast address of %v, not a host's", s, p.Masked())
+	}
+	return p, nil
+}
+
+// lastAddr is the highest address of p (IPv4's broadcast address).
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	for k := p.Bits(); k < 32; k++ {
+		b[k/8] |= 0x80 >> (k % 8)
+	}
+	return netip.AddrFrom4(b)
 }

@@ -123,7 +123,7 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"bad cm modes", append([]string{"--cm-modes", "rd"}, u...), `--cm-modes "rd"`},
 		{"empty cm mode", append([]string{"--cm-modes", "rc,"}, u...), `--cm-modes "rc,"`},
 		{"pkey of no partition", append([]string{"--pkey", "0x8000"}, u...), "--pkey: P_Key"},
-		{"pkey not a number", append([]string{"--pkey", "ffff"}, u...), "--pkey: P_Key"},
+		{"pkey not a number", append([]string{"--pkey", "fffg"}, u...), "--pkey: P_Key"},
 		{"pkey too big", append([]string{"--pkey", "0x10000"}, u...), "--pkey"},
 		{"addr without prefix", append([]string{"--addr", "10.1.1.1"}, u...), `--addr "10.1.1.1"`},
 		{"addr not an address", append([]string{"--addr", "ten/8"}, u...), `--addr "ten/8"`},

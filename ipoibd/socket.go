@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"golang.org/x/sys/unix"
@@ -202,6 +203,10 @@ func query(cmd string, args []string, out io.Writer) error {
 	if cmd == "conn" {
 		wide = c.fs.BoolP("wide", "w", false, "conn: every figure of each connection, exact, and the peers' full link addresses, on lines wider than 100 columns")
 	}
+	var all bool
+	if cmd == "stats" {
+		c.fs.BoolVarP(&all, "all", "a", false, "list every counter, those at 0 too (the table hides them; --json always has every one)")
+	}
 	if _, done, err := c.parse(args, out); done || err != nil {
 		return err
 	}
@@ -213,7 +218,7 @@ func query(cmd string, args []string, out io.Writer) error {
 		return printConns(out, raw, *wide)
 	}
 	if !*c.asJSON {
-		return printTable(out, cmd, raw)
+		return printTable(out, cmd, raw, all)
 	}
 	if cmd == "stats" {
 		// One {name: value} object, in the daemon's order.
@@ -229,7 +234,7 @@ func query(cmd string, args []string, out io.Writer) error {
 func ask(ifname string, req request) (json.RawMessage, error) {
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err)
+		return nil, withExit(exitNoDaemon, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err))
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
@@ -239,15 +244,15 @@ func ask(ifname string, req request) (json.RawMessage, error) {
 	var raw json.RawMessage
 	if err := json.NewDecoder(conn).Decode(&raw); err != nil {
 		if werr != nil {
-			return nil, fmt.Errorf("asking the daemon of %s: %w", ifname, werr)
+			return nil, withExit(exitNoDaemon, fmt.Errorf("asking the daemon of %s: %w", ifname, werr))
 		}
-		return nil, fmt.Errorf("reading the answer: %w", err)
+		return nil, withExit(exitNoDaemon, fmt.Errorf("reading the answer of the daemon of %s: %w", ifname, err))
 	}
 	var e struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return nil, errors.New(e.Error)
+		return nil, withExit(exitRefused, errors.New(e.Error))
 	}
 	return raw, nil
 }
@@ -271,7 +276,7 @@ func statsObject(raw json.RawMessage) (json.RawMessage, error) {
 	return b.Bytes(), nil
 }
 
-func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
+func printTable(out io.Writer, cmd string, raw json.RawMessage, all bool) error {
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	defer w.Flush()
 	switch cmd {
@@ -326,25 +331,31 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 		if err := json.Unmarshal(raw, &cs); err != nil {
 			return err
 		}
-		for _, c := range cs {
-			if c.Value != 0 || !quietAtZero(c.Name) {
-				fmt.Fprintf(w, "%s\t%d\n", c.Name, c.Value)
-			}
-		}
+		printStats(w, cs, all)
 	}
 	return nil
 }
 
-// quietAtZero tells the counters the table leaves out while they are 0:
-// drops, and the CM's counts by MAD kind, REJ reason and failed call,
-// dozens of which stay 0 for good (-j lists every one, always).
-func quietAtZero(name string) bool {
-	for _, p := range []string{"cm_unknown_", "cm_unsupported_", "cm_rej_sent_", "cm_err_"} {
-		if strings.HasPrefix(name, p) {
-			return true
+// printStats prints the counters above 0 (all: every one), marking those
+// whose value means trouble (a loss or a failure) with what they count;
+// the man page's COUNTERS section explains every one.
+func printStats(w io.Writer, cs []ib.Counter, all bool) {
+	hidden := 0
+	for _, c := range cs {
+		if c.Value == 0 && !all {
+			hidden++
+			continue
 		}
+		if c.Value > 0 && counterdoc.IsTrouble(c.Name) {
+			e, _ := counterdoc.Lookup(c.Name)
+			fmt.Fprintf(w, "%s\t%d\tTROUBLE: %s\n", c.Name, c.Value, e.Meaning)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%d\n", c.Name, c.Value)
 	}
-	return strings.Contains(name, "drop")
+	if hidden > 0 {
+		fmt.Fprintf(w, "(%d counters at 0 not shown; ipoibd stats --all shows every one, man ipoibd explains them)\n", hidden)
+	}
 }
 
 func qpn(q uint32) string {

@@ -23,6 +23,8 @@
 //	ipoibd_peer_tx_bytes_total  counter  peer, link, direction        IP octets sent and received on one connection;
 //	ipoibd_peer_rx_bytes_total                                        only with perPeer > 0 (--metrics-per-peer), see below
 //
+// The counters' HELP is their entry in package counterdoc's table: what
+// they count, and whether a value above 0 is trouble.
 // The counters' names are the daemon's own (ipoib, cm and the provider
 // name them; cm_, conn_ and dev_ prefix the CM's, the connections' summed
 // QP counters and the device's), so adding a counter there adds a metric
@@ -54,6 +56,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/prometheus/client_golang/prometheus"
@@ -259,7 +262,17 @@ func CounterName(name string) string {
 	return b.String()
 }
 
+// counterHelp is the counter's meaning from the counter table, and
+// whether a value above 0 is trouble; a counter the table does not know
+// (a provider's new sysfs file) gets a generic text.
 func counterHelp(name string) string {
+	if e, ok := counterdoc.Lookup(name); ok {
+		h := e.Meaning
+		if e.Trouble {
+			h += " Above 0: trouble (a loss or a failure)."
+		}
+		return h + " (ipoibd stats " + name + ")"
+	}
 	what := "interface"
 	switch {
 	case strings.HasPrefix(name, "cm_"):

@@ -44,7 +44,7 @@ var child = snapshot{
 }
 
 const helpTxBytes = `
-# HELP ipoibd_tx_bytes_total The interface counter "tx_bytes" of ipoibd stats; drops are counted under their cause.
+# HELP ipoibd_tx_bytes_total Octets of the IP packets in tx_packets. (ipoibd stats tx_bytes)
 # TYPE ipoibd_tx_bytes_total counter
 `
 
@@ -58,10 +58,10 @@ func TestCollector(t *testing.T) {
 		{"no interfaces", nil, nil, ""},
 		{"a closed interface", []snapshot{{stats: []ib.Counter{{Name: "tx_bytes"}}, neighbors: []ipoib.NeighInfo{}}}, nil, ""},
 		{"one interface", []snapshot{ib0}, nil, `
-# HELP ipoibd_cm_established_total The connection manager counter "cm_established" of ipoibd stats; drops are counted under their cause.
+# HELP ipoibd_cm_established_total Connections that became established, in either direction. (ipoibd stats cm_established)
 # TYPE ipoibd_cm_established_total counter
 ipoibd_cm_established_total{interface="ib0"} 1
-# HELP ipoibd_conn_retransmits_total The connections' QPs, summed over every connection, gone ones included, counter "conn_retransmits" of ipoibd stats; drops are counted under their cause.
+# HELP ipoibd_conn_retransmits_total RC packets sent again after a NAK or a timeout (recovered losses of the underlay). (ipoibd stats conn_retransmits)
 # TYPE ipoibd_conn_retransmits_total counter
 ipoibd_conn_retransmits_total{interface="ib0"} 3
 # HELP ipoibd_connections Connections by type (RC, UC), direction (out: we connected, in: the peer did) and state, as ipoibd conn lists them.
@@ -69,7 +69,7 @@ ipoibd_conn_retransmits_total{interface="ib0"} 3
 ipoibd_connections{direction="in",interface="ib0",state="established",type="RC"} 1
 ipoibd_connections{direction="out",interface="ib0",state="established",type="RC"} 2
 ipoibd_connections{direction="out",interface="ib0",state="req_sent",type="UC"} 1
-# HELP ipoibd_dev_rx_drop_psn_total The InfiniBand device counter "dev_rx_drop_psn" of ipoibd stats; drops are counted under their cause.
+# HELP ipoibd_dev_rx_drop_psn_total RC or UC packets out of the sequence window or order, dropped (RC sends them again). Above 0: trouble (a loss or a failure). (ipoibd stats dev_rx_drop_psn)
 # TYPE ipoibd_dev_rx_drop_psn_total counter
 ipoibd_dev_rx_drop_psn_total{interface="ib0"} 4
 # HELP ipoibd_ib_mtu_bytes The port's active InfiniBand MTU.
@@ -87,10 +87,10 @@ ipoibd_neighbors{interface="ib0",state="CANDIDATE",via="-"} 1
 ipoibd_neighbors{interface="ib0",state="INCOMPLETE",via="-"} 1
 ipoibd_neighbors{interface="ib0",state="REACHABLE",via="RC"} 2
 ipoibd_neighbors{interface="ib0",state="REACHABLE",via="UD"} 1
-# HELP ipoibd_tx_bytes_total The interface counter "tx_bytes" of ipoibd stats; drops are counted under their cause.
+# HELP ipoibd_tx_bytes_total Octets of the IP packets in tx_packets. (ipoibd stats tx_bytes)
 # TYPE ipoibd_tx_bytes_total counter
 ipoibd_tx_bytes_total{interface="ib0"} 1.23456789e+08
-# HELP ipoibd_tx_drop_no_neighbor_total The interface counter "tx_drop_no_neighbor" of ipoibd stats; drops are counted under their cause.
+# HELP ipoibd_tx_drop_no_neighbor_total Packets dropped because their neighbor could not be resolved or the neighbor table was full. Above 0: trouble (a loss or a failure). (ipoibd stats tx_drop_no_neighbor)
 # TYPE ipoibd_tx_drop_no_neighbor_total counter
 ipoibd_tx_drop_no_neighbor_total{interface="ib0"} 2
 # HELP ipoibd_ud_mtu_bytes The UD (datagram) MTU.
@@ -115,9 +115,27 @@ ipoibd_tx_bytes_total{interface="ib0.8001"} 7
 		// A provider's sysfs names may hold characters metric names may
 		// not; two names that become one keep the first, so the scrape
 		// is not refused as a whole.
+		// A counter the table does not know gets the generic text.
+		{"an undocumented counter", []snapshot{{info: ipoib.Info{Name: "ib1"}, stats: []ib.Counter{{Name: "cm_new_thing", Value: 2}}}}, nil, `
+# HELP ipoibd_cm_new_thing_total The connection manager counter "cm_new_thing" of ipoibd stats; drops are counted under their cause.
+# TYPE ipoibd_cm_new_thing_total counter
+ipoibd_cm_new_thing_total{interface="ib1"} 2
+# HELP ipoibd_ib_mtu_bytes The port's active InfiniBand MTU.
+# TYPE ipoibd_ib_mtu_bytes gauge
+ipoibd_ib_mtu_bytes{interface="ib1"} 0
+# HELP ipoibd_info The interface: its device, link layer, link address, P_Key, IPoIB mode and connection service ("" in datagram mode); always 1.
+# TYPE ipoibd_info gauge
+ipoibd_info{cm="",device="",interface="ib1",link_addr="",link_layer="",mode="",pkey="0x0000"} 1
+# HELP ipoibd_mtu_bytes The interface MTU.
+# TYPE ipoibd_mtu_bytes gauge
+ipoibd_mtu_bytes{interface="ib1"} 0
+# HELP ipoibd_ud_mtu_bytes The UD (datagram) MTU.
+# TYPE ipoibd_ud_mtu_bytes gauge
+ipoibd_ud_mtu_bytes{interface="ib1"} 0
+`},
 		{"odd and colliding names", []snapshot{{info: ipoib.Info{Name: "ib1"}, stats: []ib.Counter{{Name: "dev_hw_rx-pkts", Value: 5}, {Name: "dev_hw_rx_pkts", Value: 6}, {Name: "tx_bytes", Value: 1}}}},
 			[]string{"ipoibd_dev_hw_rx_pkts_total", "ipoibd_tx_bytes_total"}, `
-# HELP ipoibd_dev_hw_rx_pkts_total The InfiniBand device counter "dev_hw_rx-pkts" of ipoibd stats; drops are counted under their cause.
+# HELP ipoibd_dev_hw_rx_pkts_total The adapter's own port counters from sysfs (hw_counters), under the kernel driver's names; see the adapter's documentation. (ipoibd stats dev_hw_rx-pkts)
 # TYPE ipoibd_dev_hw_rx_pkts_total counter
 ipoibd_dev_hw_rx_pkts_total{interface="ib1"} 5` + helpTxBytes + `
 ipoibd_tx_bytes_total{interface="ib1"} 1

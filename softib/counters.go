@@ -24,7 +24,7 @@ const (
 	dropCQOverrun                     // completion queue full
 	dropTxError                       // the underlay refused a send
 	dropWrongSource                   // RC/UC: not from the QP's peer address to ours
-	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding
+	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding (a duplicate after a retransmission: no loss)
 	dropBadVCRC                       // InfiniBand link: variant CRC mismatch
 	dropDLIDZero                      // InfiniBand link: DLID 0, which names no port
 	dropWrongDLID                     // InfiniBand link: a unicast DLID not ours under our LMC
@@ -50,7 +50,7 @@ var dropNames = [numDropCauses]string{
 	dropCQOverrun:    "cq_overrun",
 	dropTxError:      "tx_error",
 	dropWrongSource:  "rx_drop_wrong_source",
-	dropStaleAck:     "rx_drop_stale_ack",
+	dropStaleAck:     "rx_stale_acks",
 	dropBadVCRC:      "rx_drop_bad_vcrc",
 	dropDLIDZero:     "rx_drop_dlid_zero",
 	dropWrongDLID:    "rx_drop_wrong_dlid",
@@ -83,6 +83,18 @@ func (d *Device) Counters() []ib.Counter {
 		out = append(out, ib.Counter{Name: dropNames[c], Value: d.ctr.drops[c].Load()})
 	}
 	return out
+}
+
+// CounterNames are the names of the device's counters on either link
+// layer (Counters lists the InfiniBand link's drops only on ib), in
+// Counters' order: the daemon documents every one.
+func CounterNames() []string {
+	var d Device
+	var names []string
+	for _, c := range d.Counters() {
+		names = append(names, c.Name)
+	}
+	return append(names, dropNames[numRoCEDropCauses:]...)
 }
 
 // CounterValue returns the value of the counter called name, or 0.

@@ -29,6 +29,8 @@ var allowed = map[string][]string{
 	"mtu":     {"inetsum"},
 	"tun":     {"offload"},
 	"sapath":  {"cm", "ib", "sa"},
+	// what the counters mean, for the man page, stats and metrics
+	"counterdoc": nil,
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
 	"softib":                        {"ib"},
@@ -43,9 +45,9 @@ var allowed = map[string][]string{
 	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},
 	"ipoib/ipoibcm":    {"cm", "encap", "ib"},
 	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath", "tun"},
-	"metrics":          {"ib", "ipoib"},
+	"metrics":          {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service
-	"ipoibd": {"cm", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
+	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
 	// tooling
 	"bench/relay":                  nil,
 	"internal/cmload":              {"cm", "ib", "ipoib/ipoibcm", "softib"},

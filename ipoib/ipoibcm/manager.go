@@ -417,8 +417,10 @@ func (m *Manager) SendFailed(now time.Time, qpn ib.QPN) {
 			if c.QP.Num() == qpn && c.comm.State != cm.StateTimewait {
 				m.Stats.SendFails++
 				peer := c.Peer
+				// What failed, for the log line of the refusal.
+				what := fmt.Sprintf("send failed on the %v connection, QPN %v to the peer's QPN %v", c.QP.Type(), c.QP.Num(), c.RemoteQPN())
 				m.teardown(c, "send failed")
-				m.refused(peer, "send failed")
+				m.refused(peer, what)
 				return
 			}
 		}

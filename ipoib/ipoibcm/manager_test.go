@@ -649,7 +649,8 @@ func TestManagerSendFailed(t *testing.T) {
 		t.Fatalf("unknown QPN acted upon")
 	}
 	b.m.SendFailed(f.Now, cb.QP.Num())
-	if !slices.Equal(b.downs, []string{"send failed"}) || !slices.Equal(b.refused, []string{"send failed"}) || !refusedPeer.SameNode(a.local) || b.m.Stats.SendFails != 1 {
+	what := fmt.Sprintf("send failed on the RC connection, QPN %v to the peer's QPN %v", cb.QP.Num(), cb.RemoteQPN())
+	if !slices.Equal(b.downs, []string{"send failed"}) || !slices.Equal(b.refused, []string{what}) || !refusedPeer.SameNode(a.local) || b.m.Stats.SendFails != 1 {
 		t.Errorf("downs %v refused %v peer %v", b.downs, b.refused, refusedPeer)
 	}
 	out := f.Log[nlog:]
