@@ -88,6 +88,9 @@ slab_bytes=$(((256 + 32 + 256) * 68 * 1024 + 2048 * 8 * 1024))
 slab_mib() {
 	local pid range rest cur=0 kb=0 seen=0
 	pid=$("$testnet" pid "$name" "$1") || { echo -; return; }
+	# Through grep, which reads smaps in large blocks: bash's read takes a
+	# byte at a time, and each read makes the kernel walk the slab's pages
+	# again (20 s per host on a busy machine).
 	while read -r range rest; do
 		case $range in
 		*-*)
@@ -96,9 +99,6 @@ slab_mib() {
 			;;
 		Rss:) [ "$cur" = 0 ] || kb=$((kb + ${rest%% *})) ;;
 		esac
-		# grep reads smaps in large blocks: bash's read takes a byte at a
-		# time, and each read makes the kernel walk the mapping's pages
-		# again (20 s per host on a busy machine).
 	done < <(grep -E '^[0-9a-f]+-[0-9a-f]+ |^Rss:' "/proc/$pid/smaps" 2>/dev/null) || true
 	# No mapping of that size: the kernel merged the slab with a
 	# neighbouring one.
@@ -223,7 +223,8 @@ echo
 echo "== iperf3"
 for f in "$dir"/iperf-*; do grep -E 'sender|receiver' "$f" | sed "s|^\[ *[0-9]*\] *|${f##*/}: |"; done
 echo "== floods"
-for f in reqflood nsflood; do [ ! -s "$dir/$f" ] || echo "$f: $(cat "$dir/$f")"; done
+[ ! -s "$dir/floods" ] || awk -v t0="$t0" '{ printf "%s from %+.1f s: %s\n", $2, $1 - t0, $3 }' "$dir/floods"
+for f in reqflood nsflood; do [ ! -s "$dir/$f" ] || cat "$dir/$f"; done
 echo "== per host over the run: first, lowest, highest, last sample"
 awk 'NR > 1 && $3 != "(no" {
 	h = $2
