@@ -79,6 +79,7 @@ bench-ab:
 # SIGKILL restarts (root; not part of test; SOAK_SECONDS, default 180).
 soak: build
 	$(GO) build -o bin/reqflood ./internal/reqflood
+	$(GO) build -o bin/nsflood ./internal/nsflood
 	scripts/deps.sh runtime
 	scripts/soak.sh
 
