@@ -14,8 +14,8 @@ import (
 // removed in the running daemon of their parent, as the kernel's
 // create_child and delete_child do.
 //
-//	ipoibd child add [PARENT] PKEY [--name N] [--addr A]... [--mode M] [--mtu N]
-//	ipoibd child del [PARENT] NAME|PKEY
+//	ipoibd child add [PARENT] PKEY [--name N] [--addr A]... [--mode M] [--mtu N] [--netns NS [--owner O]]
+//	ipoibd child del [PARENT] NAME|PKEY|OWNER
 func childCommand(args []string, out io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "del") {
 		return fmt.Errorf("child: want add or del (see ipoibd --help)")
@@ -30,6 +30,8 @@ func childCommand(args []string, out io.Writer) error {
 		c.fs.StringArrayVar(&r.Addrs, "addr", nil, "address with prefix length for the child (repeatable)")
 		c.fs.StringVar(&r.Mode, "mode", "", "connected or datagram (default the parent's)")
 		c.fs.IntVar(&r.MTU, "mtu", 0, "the child's MTU (default the mode's)")
+		c.fs.StringVar(&r.Netns, "netns", "", "make the child in this network namespace (a path or an ip netns name), a pod's interface; such children may share a P_Key")
+		c.fs.StringVar(&r.Owner, "owner", "", "with --netns: who owns the child (child del takes it in place of NAME)")
 	}
 	pos, done, err := c.parse(args, out, want)
 	if done || err != nil {
