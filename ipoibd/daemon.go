@@ -210,12 +210,12 @@ type childRequest struct {
 // addChild makes a P_Key child. As with the kernel's create_child, the
 // partition's full-membership bit is set, and its name is the parent's
 // with the P_Key in four hex digits.
-func (d *daemon) addChild(r childRequest) (string, error) {
+func (d *daemon) addChild(r childRequest) (childReply, error) {
 	d.changing.Lock()
 	defer d.changing.Unlock()
 	pkey, err := ib.ParsePKey(r.PKey)
 	if err != nil {
-		return "", err
+		return childReply{}, err
 	}
 	pkey |= ib.PKeyFullMember
 	cfg := d.base
@@ -225,37 +225,39 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 		cfg.Name = fmt.Sprintf("%s.%04x", d.parentName(), uint16(pkey))
 	}
 	if err := checkIfname(cfg.Name); err != nil {
-		return "", err
+		return childReply{}, err
 	}
 	if r.MTU < 0 {
-		return "", fmt.Errorf("MTU %d: must be positive", r.MTU)
+		return childReply{}, fmt.Errorf("MTU %d: must be positive", r.MTU)
 	}
 	if r.Mode != "" {
 		if cfg.Mode, err = ipoib.ParseMode(r.Mode); err != nil {
-			return "", err
+			return childReply{}, err
 		}
 		if cfg.Mode == ipoib.Connected && d.base.Mode != ipoib.Connected {
-			return "", fmt.Errorf("connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
+			return childReply{}, fmt.Errorf("connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
 		}
 	}
 	if cfg.Addrs, err = childAddrs(r.Addrs); err != nil {
-		return "", err
+		return childReply{}, err
 	}
 	if !slices.ContainsFunc(d.dev.Port().PKeys, func(p ib.PKey) bool { return p.Partition() == pkey.Partition() }) {
-		return "", fmt.Errorf("P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
+		return childReply{}, fmt.Errorf("P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
 	}
 	pod, err := d.podChild(r, cfg.Name, pkey)
 	if err != nil {
-		return "", err
+		return childReply{}, err
 	}
-	cfg.Netns = r.Netns
+	// Pods' children share the port's GID in their partition: their
+	// peers there are told apart by UD QPN alone.
+	cfg.Netns, cfg.SharedGIDs = r.Netns, pod != nil
 	iface, err := d.add(cfg, pod)
 	if err != nil {
-		return "", err
+		return childReply{}, err
 	}
 	info := iface.Show()
 	cfg.Log.Info("child up", "if", info.Name, "parent", d.parentName(), "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU, "netns", r.Netns, "owner", r.Owner)
-	return info.Name, nil
+	return childReply{Name: info.Name, LinkAddr: info.LinkAddr, MTU: info.MTU}, nil
 }
 
 // podChild checks r against the children served and, for a child in

@@ -124,20 +124,20 @@ func (s *controlServer) child(req request) any {
 	if s.iface != s.d.first() {
 		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.parentName()}
 	}
-	var name string
+	var r childReply
 	var err error
 	if req.Cmd == "child-add" {
 		if req.Child == nil {
 			return map[string]string{"error": "bad request"}
 		}
-		name, err = s.d.addChild(*req.Child)
+		r, err = s.d.addChild(*req.Child)
 	} else {
-		name, err = s.d.delChild(req.Name)
+		r.Name, err = s.d.delChild(req.Name)
 	}
 	if err != nil {
 		return map[string]string{"error": err.Error()}
 	}
-	return childReply{Name: name}
+	return r
 }
 
 // mode switches the interface between connected and datagram mode.
@@ -178,9 +178,12 @@ type modeReply struct {
 	MTU  int    `json:"mtu"`
 }
 
-// childReply names the child made or removed.
+// childReply names the child made or removed; a child made also says its
+// link address and MTU (what a CNI result reports).
 type childReply struct {
-	Name string `json:"name"`
+	Name     string `json:"name"`
+	LinkAddr string `json:"link_addr,omitempty"`
+	MTU      int    `json:"mtu,omitempty"`
 }
 
 func peerIsRoot(conn *net.UnixConn) bool {
