@@ -111,12 +111,9 @@ func netConf(t *testing.T, conf map[string]any, dir string, edit func(top, ipam 
 	if edit != nil {
 		edit(c, ipam)
 	}
-	b, _ = json.Marshal(c)
-	pc, err := libcni.NetworkPluginConfFromBytes(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := libcni.ConfListFromConf(pc)
+	// As a runtime reads it: a list with the one plugin.
+	b, _ = json.Marshal(map[string]any{"cniVersion": c["cniVersion"], "name": c["name"], "plugins": []any{c}})
+	l, err := libcni.NetworkConfFromBytes(b)
 	if err != nil {
 		t.Fatal(err)
 	}
