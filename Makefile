@@ -10,6 +10,7 @@ build:
 	$(GO) build ./...
 	$(GO) build -buildvcs=auto -o bin/ipoibd ./ipoibd
 	$(GO) build -o bin/testnet ./internal/testnet/cmd/testnet
+	$(GO) build -o bin/ipoibd-cni ./cni/cmd/ipoibd-cni
 
 # The systemd unit with ExecStart under PREFIX, made from its template.
 UNIT ?= bin/ipoibd@.service

@@ -208,14 +208,14 @@ func (p *pod) del() error {
 }
 
 // exec runs a command in the pod.
-func (p *pod) exec(args ...string) (string, error) {
+func (p *pod) inPod(args ...string) (string, error) {
 	out, err := exec.Command("ip", append([]string{"netns", "exec", p.ns}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
 func (p *pod) ping(to *pod, size int) {
 	p.n.t.Helper()
-	if out, err := p.exec("ping", "-c", "2", "-i", "0.2", "-W", "3", "-s", fmt.Sprint(size), "-M", "do", to.addr); err != nil {
+	if out, err := p.inPod("ping", "-c", "2", "-i", "0.2", "-W", "3", "-s", fmt.Sprint(size), "-M", "do", to.addr); err != nil {
 		p.n.t.Fatalf("ping -s %d from %s (h%d) to %s (h%d): %v\n%s", size, p.addr, p.n.k, to.addr, to.n.k, err, out)
 	}
 }
@@ -332,7 +332,7 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		if r.Interfaces[0].Mtu != ipoib.ConnectedMTU {
 			t.Errorf("ADD result: MTU %d, want %d", r.Interfaces[0].Mtu, ipoib.ConnectedMTU)
 		}
-		if out, err := p.exec("ip", "-o", "link", "show", "net1"); err != nil || !strings.Contains(out, fmt.Sprintf("mtu %d", ipoib.ConnectedMTU)) {
+		if out, err := p.inPod("ip", "-o", "link", "show", "net1"); err != nil || !strings.Contains(out, fmt.Sprintf("mtu %d", ipoib.ConnectedMTU)) {
 			t.Errorf("net1 in %s: %v\n%s", p.ns, err, out)
 		}
 	}
@@ -345,7 +345,7 @@ func TestPodsOnTwoNodes(t *testing.T) {
 	a1.ping(a2, 56)
 	a1.ping(b1, 65000)
 	b1.ping(a2, 65000)
-	out, err := a1.exec(c.Daemon, "conn", "net1", "-j")
+	out, err := a1.inPod(c.Daemon, "conn", "net1", "-j")
 	var conns []ipoib.ConnInfo
 	if err != nil || json.Unmarshal([]byte(out), &conns) != nil {
 		t.Fatalf("ipoibd conn net1 in a1: %v\n%s", err, out)
@@ -356,7 +356,7 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		t.Errorf("a1 has no established RC connection at MTU %d to b1 (%s): %+v", ipoib.ConnectedMTU, b1.res.Interfaces[0].Mac, conns)
 	}
 	// Another partition, though in the same subnet, is out of reach.
-	if out, err := x1.exec("ping", "-c", "2", "-i", "0.2", "-W", "1", b1.addr); err == nil {
+	if out, err := x1.inPod("ping", "-c", "2", "-i", "0.2", "-W", "1", b1.addr); err == nil {
 		t.Fatalf("a pod on P_Key 0x8002 reached one on 0x8001:\n%s", out)
 	}
 	for _, p := range []*pod{a1, a2, b1, x1} {
@@ -384,7 +384,7 @@ func TestPodsOnTwoNodes(t *testing.T) {
 	if err := c.Start(1, flags...); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := a1.exec("ip", "link", "show", "net1"); err == nil {
+	if out, err := a1.inPod("ip", "link", "show", "net1"); err == nil {
 		t.Fatalf("net1 outlived its daemon:\n%s", out)
 	}
 	if err := a1.check(); cniCode(err) != 100 {
@@ -409,7 +409,7 @@ func TestPodsOnTwoNodes(t *testing.T) {
 			t.Fatalf("DEL: %v", err)
 		}
 	}
-	if out, err := a2.exec("ip", "link", "show", "net1"); err == nil {
+	if out, err := a2.inPod("ip", "link", "show", "net1"); err == nil {
 		t.Errorf("net1 outlived DEL:\n%s", out)
 	}
 	if h1.owns(a2) || slices.Contains(h1.allocated("ib-8001"), a2.addr) {
