@@ -364,9 +364,46 @@ func TestPodsOnTwoNodes(t *testing.T) {
 			t.Errorf("CHECK %s: %v", p.id, err)
 		}
 	}
-	// The operator's child del by P_Key never takes a pod's child.
-	if out, err := c.Command(1, c.Daemon, "child", "del", "0x8001").CombinedOutput(); err == nil || !h1.owns(a1) {
-		t.Errorf("ipoibd child del 0x8001 on h1 (err %v) took a pod's child:\n%s", err, out)
+	// CHECK sees what changed in the pod since ADD.
+	for _, tc := range []struct{ change, undo []string }{
+		{[]string{"ip", "link", "set", "net1", "mtu", "4000"}, []string{"ip", "link", "set", "net1", "mtu", fmt.Sprint(ipoib.ConnectedMTU)}},
+		{[]string{"ip", "addr", "del", a1.res.IPs[0].Address.String(), "dev", "net1"}, []string{"ip", "addr", "add", a1.res.IPs[0].Address.String(), "dev", "net1"}},
+	} {
+		if out, err := a1.inPod(tc.change...); err != nil {
+			t.Fatalf("%v: %v\n%s", tc.change, err, out)
+		}
+		if err := a1.check(); err == nil {
+			t.Errorf("CHECK after %v passed", tc.change)
+		}
+		if out, err := a1.inPod(tc.undo...); err != nil {
+			t.Fatalf("%v: %v\n%s", tc.undo, err, out)
+		}
+		if err := a1.check(); err != nil {
+			t.Errorf("CHECK after %v: %v", tc.undo, err)
+		}
+	}
+	// The daemon keeps pods' children apart from the operator's: by P_Key
+	// or name child del takes only its own namespace's, and a namespace's
+	// names and the owners are unique.
+	a1Owner := "cni/ib-8001/" + a1.id + "/net1"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"child", "del", "0x8001"}, "no child"},
+		{[]string{"child", "del", "net1"}, "no child"},
+		{[]string{"child", "add", "0x8001", "--netns", a1.path(), "--name", "net1"}, "net1 exists in " + a1.path()},
+		{[]string{"child", "add", "0x8001", "--netns", a2.path(), "--name", "net9", "--owner", a1Owner}, "already has net1"},
+		{[]string{"child", "add", "0x8001", "--owner", "someone"}, "give its netns too"},
+		{[]string{"child", "add", "0x8001", "--netns", "/run/netns/cnipod-none", "--name", "net9"}, "no such file"},
+	} {
+		out, err := c.Command(1, c.Daemon, tc.args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("ipoibd %v on h1: %v, %q, want an error with %q", tc.args, err, out, tc.want)
+		}
+	}
+	if !h1.owns(a1) || !h1.owns(a2) || len(h1.children()) != 2 {
+		t.Errorf("h1's children after the refusals: %+v", h1.children())
 	}
 
 	// A daemon restart takes the pods' interfaces: CHECK and STATUS say
@@ -431,6 +468,9 @@ func TestPodsOnTwoNodes(t *testing.T) {
 	}
 	if h1.owns(a3) || !h1.owns(a1) || slices.Contains(h1.allocated("ib-8001"), a3.addr) || !slices.Contains(h1.allocated("ib-8001"), a1.addr) {
 		t.Errorf("after GC keeping a1: children %+v, host-local holds %v (a1 %s, a3 %s)", h1.children(), h1.allocated("ib-8001"), a1.addr, a3.addr)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(h1.dir, "ipoibd-cni", "ib-8001", "*@net1.json")); len(kept) != 1 || !strings.Contains(kept[0], a1.id) {
+		t.Errorf("after GC keeping a1 the plugin keeps %v", kept)
 	}
 	a1.ping(b1, 56)
 
