@@ -405,6 +405,9 @@ func TestPodsOnTwoNodes(t *testing.T) {
 	if !h1.owns(a1) || !h1.owns(a2) || len(h1.children()) != 2 {
 		t.Errorf("h1's children after the refusals: %+v", h1.children())
 	}
+	if out, err := c.Command(1, c.Daemon, "show").CombinedOutput(); err != nil || !strings.Contains(string(out), "child net1 pkey 0x8001 netns "+a1.path()+" owner "+a1Owner+"\n") {
+		t.Errorf("ipoibd show on h1 does not name a1's child, its namespace and owner (%v):\n%s", err, out)
+	}
 
 	// A daemon restart takes the pods' interfaces: CHECK and STATUS say
 	// so, and ADD again brings them back with their addresses.

@@ -301,7 +301,11 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 			fmt.Fprintf(w, "    child of %s\n", i.Parent)
 		}
 		for _, c := range i.Children {
-			fmt.Fprintf(w, "    child %s pkey %v\n", c.Name, ib.PKey(c.PKey))
+			fmt.Fprintf(w, "    child %s pkey %v", c.Name, ib.PKey(c.PKey))
+			if c.Netns != "" {
+				fmt.Fprintf(w, " netns %s owner %s", c.Netns, orDash(c.Owner))
+			}
+			fmt.Fprintln(w)
 		}
 	case "neigh":
 		var ns []ipoib.NeighInfo
