@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
@@ -248,9 +249,9 @@ func (d *daemon) addChild(r childRequest) (childReply, error) {
 	if err != nil {
 		return childReply{}, err
 	}
-	// Pods' children share the port's GID in their partition: their
-	// peers there are told apart by UD QPN alone.
-	cfg.Netns, cfg.SharedGIDs = r.Netns, pod != nil
+	if pod != nil {
+		cfg = podConfig(cfg, r.Netns)
+	}
 	iface, err := d.add(cfg, pod)
 	if err != nil {
 		return childReply{}, err
@@ -291,6 +292,24 @@ func (d *daemon) podChild(r childRequest, name string, pkey ib.PKey) (*served, e
 		}
 	}
 	return pod, nil
+}
+
+// podIdleTimeout ends a pod's child's connections idle this long when
+// --idle-timeout does not say: the kernel's IPOIB_CM_RX_TIMEOUT, after
+// which it reaps an idle passive connection.
+const podIdleTimeout = 512 * time.Second
+
+// podConfig is a pod's child's configuration: in the pod's namespace, and
+// sharing the port's GID in its partition with other pods' children, so
+// its peers there are told apart by UD QPN alone (no restart rule). A
+// peer that crashed then leaves its connections to us until they idle
+// out, as the kernel's stale timer reaps them.
+func podConfig(cfg ipoib.Config, netns string) ipoib.Config {
+	cfg.Netns, cfg.SharedGIDs = netns, true
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = podIdleTimeout
+	}
+	return cfg
 }
 
 // childAddrs reads a child's addresses with prefix lengths.
