@@ -220,15 +220,21 @@ func (p *pod) ping(to *pod, size int) {
 	}
 }
 
+// child is one of a daemon's children, as show -j lists them.
+type child struct {
+	Name, Netns, Owner string
+	PKey               uint16
+}
+
 // children is the node's daemon's list of its children.
-func (n *node) children() []struct{ Name, Netns, Owner string } {
+func (n *node) children() []child {
 	n.t.Helper()
 	out, err := n.c.Command(n.k, n.c.Daemon, "show", "-j").CombinedOutput()
 	if err != nil {
 		n.t.Fatalf("ipoibd show on h%d: %v\n%s", n.k, err, out)
 	}
 	var show struct {
-		Children []struct{ Name, Netns, Owner string } `json:"children"`
+		Children []child `json:"children"`
 	}
 	if err := json.Unmarshal(out, &show); err != nil {
 		n.t.Fatal(err)
@@ -238,7 +244,7 @@ func (n *node) children() []struct{ Name, Netns, Owner string } {
 
 // owns reports whether the node's daemon serves a child for pod p.
 func (n *node) owns(p *pod) bool {
-	return slices.ContainsFunc(n.children(), func(c struct{ Name, Netns, Owner string }) bool {
+	return slices.ContainsFunc(n.children(), func(c child) bool {
 		return strings.Contains(c.Owner, "/"+p.id+"/")
 	})
 }
@@ -476,6 +482,25 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		t.Errorf("after GC keeping a1 the plugin keeps %v", kept)
 	}
 	a1.ping(b1, 56)
+
+	// ipoib-cni's shape (no pkey, mode or mtu): the master's partition
+	// and mode, the mode's MTU.
+	plain := netConf(t, readme, h2.dir, func(top, ipam map[string]any) {
+		delete(top, "pkey")
+		delete(top, "mode")
+		delete(top, "mtu")
+		top["name"] = "ib-plain"
+	})
+	q := h2.newPod(plain)
+	if r := q.add(); r.Interfaces[0].Mtu != ipoib.ConnectedMTU {
+		t.Errorf("ipoib-cni's shape: MTU %d", r.Interfaces[0].Mtu)
+	}
+	if i := slices.IndexFunc(h2.children(), func(c child) bool { return strings.Contains(c.Owner, "/"+q.id+"/") }); i < 0 || h2.children()[i].PKey != 0xffff {
+		t.Errorf("ipoib-cni's shape: h2's children %+v, want %s's on P_Key 0xffff", h2.children(), q.id)
+	}
+	if err := q.del(); err != nil {
+		t.Errorf("DEL: %v", err)
+	}
 
 	// Every result version a runtime may ask for.
 	for _, v := range []string{"0.1.0", "0.2.0", "0.3.1", "0.4.0", "1.0.0"} {
