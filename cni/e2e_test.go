@@ -127,7 +127,7 @@ type node struct {
 	k    int
 	dir  string
 	cni  *libcni.CNIConfig
-	pods int
+	pods []*pod // every pod made on the node
 }
 
 func newNode(t *testing.T, c *testnet.Cluster, k int) *node {
@@ -154,13 +154,40 @@ func (n *node) newPod(net *libcni.NetworkConfigList) *pod {
 	n.t.Helper()
 	var r [4]byte
 	_, _ = rand.Read(r[:])
-	n.pods++
 	name := fmt.Sprintf("cnipod-%d-%s", os.Getpid(), hex.EncodeToString(r[:]))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		n.t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
 	}
 	n.t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	return &pod{n: n, ns: name, id: fmt.Sprintf("h%dpod%d-%s", n.k, n.pods, hex.EncodeToString(r[:])), net: net}
+	p := &pod{n: n, ns: name, id: fmt.Sprintf("h%dpod%d-%s", n.k, len(n.pods)+1, hex.EncodeToString(r[:])), net: net}
+	n.pods = append(n.pods, p)
+	return p
+}
+
+// held lists the node's pods whose network namespace its daemon holds
+// open (it does while it serves a child there).
+func (n *node) held() []string {
+	n.t.Helper()
+	pid, err := n.c.Pid(n.k)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	open := map[[2]uint64]bool{}
+	for _, fd := range fds {
+		var st syscall.Stat_t
+		if syscall.Stat(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()), &st) == nil {
+			open[[2]uint64{st.Dev, st.Ino}] = true
+		}
+	}
+	var out []string
+	for _, p := range n.pods {
+		var st syscall.Stat_t
+		if syscall.Stat(p.path(), &st) == nil && open[[2]uint64{st.Dev, st.Ino}] {
+			out = append(out, p.id)
+		}
+	}
+	return out
 }
 
 func (p *pod) path() string { return "/run/netns/" + p.ns }
@@ -341,6 +368,9 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		if out, err := p.inPod("ip", "-o", "link", "show", "net1"); err != nil || !strings.Contains(out, fmt.Sprintf("mtu %d", ipoib.ConnectedMTU)) {
 			t.Errorf("net1 in %s: %v\n%s", p.ns, err, out)
 		}
+	}
+	if held := h1.held(); !slices.Contains(held, a1.id) || !slices.Contains(held, a2.id) {
+		t.Errorf("h1's daemon holds the namespaces of %v, want a1's and a2's", held)
 	}
 	if a1.addr == a2.addr || !strings.HasPrefix(a1.addr, "172.30.1.") || !strings.HasPrefix(b1.addr, "172.30.1.1") {
 		t.Fatalf("addresses: a1 %s a2 %s b1 %s", a1.addr, a2.addr, b1.addr)
@@ -529,6 +559,9 @@ func TestPodsOnTwoNodes(t *testing.T) {
 	for _, n := range []*node{h1, h2} {
 		if ch := n.children(); len(ch) != 0 || len(n.allocated("ib-8001"))+len(n.allocated("ib-8002")) != 0 {
 			t.Errorf("h%d after every DEL: children %+v, host-local holds %v %v", n.k, ch, n.allocated("ib-8001"), n.allocated("ib-8002"))
+		}
+		if held := n.held(); len(held) != 0 {
+			t.Errorf("h%d's daemon still holds the namespaces of %v", n.k, held)
 		}
 	}
 }
