@@ -353,6 +353,11 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		ipam["rangeStart"], ipam["rangeEnd"] = "172.30.1.150", "172.30.1.199"
 	})
 
+	// libcni's own checks of the configuration: the plugin and its IPAM
+	// exist and speak its version.
+	if caps, err := h1.cni.ValidateNetworkList(context.Background(), net1); err != nil {
+		t.Fatalf("libcni refuses the README's configuration: %v (capabilities %v)", err, caps)
+	}
 	var err2 error
 	h1.in(func() { err2 = h1.cni.GetStatusNetworkList(context.Background(), net1) })
 	if err2 != nil {
