@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -215,7 +216,7 @@ func (p *pod) add() *current.Result {
 	}
 	// Results before 0.3.0 name no interface.
 	old, _ := version.GreaterThan("0.3.0", p.net.CNIVersion)
-	if len(r.IPs) != 1 || (!old && (len(r.Interfaces) != 1 || r.Interfaces[0].Name != "net1" || r.Interfaces[0].Sandbox != p.path())) {
+	if len(r.IPs) == 0 || (!old && (len(r.Interfaces) != 1 || r.Interfaces[0].Name != "net1" || r.Interfaces[0].Sandbox != p.path())) {
 		t.Fatalf("ADD result: %s", r)
 	}
 	p.res, p.addr = r, r.IPs[0].Address.IP.String()
@@ -238,6 +239,24 @@ func (p *pod) del() error {
 func (p *pod) inPod(args ...string) (string, error) {
 	out, err := exec.Command("ip", append([]string{"netns", "exec", p.ns}, args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// awaitPing pings until one goes through at size with DF set, for a
+// path that is being set up again (a new link address to resolve, a
+// connection to make), and says how long that took.
+func (p *pod) awaitPing(to *pod, size int, within time.Duration) time.Duration {
+	p.n.t.Helper()
+	start := time.Now()
+	for {
+		out, err := p.inPod("ping", "-c", "1", "-W", "1", "-s", fmt.Sprint(size), "-M", "do", to.addr)
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			p.n.t.Fatalf("ping -s %d from %s to %s failed for %v:\n%s", size, p.addr, to.addr, within, out)
+		}
+		time.Sleep(100 * time.Millisecond) // a failed ping with a local error returns at once
+	}
 }
 
 func (p *pod) ping(to *pod, size int) {
@@ -405,6 +424,22 @@ func TestPodsOnTwoNodes(t *testing.T) {
 			t.Errorf("CHECK %s: %v", p.id, err)
 		}
 	}
+	// A runtime that retries ADD without DEL gets the interface made anew,
+	// with the same address.
+	before := b1.addr
+	b1.add()
+	if b1.addr != before {
+		t.Errorf("ADD again gave %s, before %s", b1.addr, before)
+	}
+	if err := b1.check(); err != nil {
+		t.Errorf("CHECK after ADD again: %v", err)
+	}
+	// b1's new child has a new link address: a1 learns it and connects
+	// again, as to a restarted peer. Until then a1 sends over UD, with a
+	// host route at the UD MTU that refuses larger DF packets locally, so
+	// a small one comes first (as TCP's would) and sets the connection up.
+	a1.ping(b1, 56)
+	t.Logf("a1 reached the new b1 at 65000 octets %v after the first small ping", a1.awaitPing(b1, 65000, 10*time.Second))
 	// CHECK sees what changed in the pod since ADD.
 	for _, tc := range []struct{ change, undo []string }{
 		{[]string{"ip", "link", "set", "net1", "mtu", "4000"}, []string{"ip", "link", "set", "net1", "mtu", fmt.Sprint(ipoib.ConnectedMTU)}},
@@ -517,6 +552,39 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		t.Errorf("after GC keeping a1 the plugin keeps %v", kept)
 	}
 	a1.ping(b1, 56)
+
+	// Dual stack: host-local hands out an IPv4 and a global IPv6 address,
+	// and IPv6 crosses nodes at the connected MTU too.
+	dual := func(dir, v4, v6 string) *libcni.NetworkConfigList {
+		return netConf(t, readme, dir, func(top, ipam map[string]any) {
+			top["name"] = "ib-dual"
+			for _, k := range []string{"subnet", "rangeStart", "rangeEnd"} {
+				delete(ipam, k)
+			}
+			ipam["ranges"] = []any{
+				[]any{map[string]any{"subnet": "172.30.2.0/24", "rangeStart": v4, "rangeEnd": v4}},
+				[]any{map[string]any{"subnet": "fd30:2::/64", "rangeStart": v6, "rangeEnd": v6}},
+			}
+		})
+	}
+	d1 := h1.newPod(dual(h1.dir, "172.30.2.11", "fd30:2::11"))
+	d2 := h2.newPod(dual(h2.dir, "172.30.2.12", "fd30:2::12"))
+	for _, p := range []*pod{d1, d2} {
+		if r := p.add(); len(r.IPs) != 2 {
+			t.Fatalf("dual stack: %s", r)
+		}
+	}
+	d1.ping(d2, 65000)
+	d1.addr = "fd30:2::11"
+	d2.ping(d1, 65000)
+	for _, p := range []*pod{d1, d2} {
+		if err := p.check(); err != nil {
+			t.Errorf("CHECK dual stack: %v", err)
+		}
+		if err := p.del(); err != nil {
+			t.Errorf("DEL dual stack: %v", err)
+		}
+	}
 
 	// ipoib-cni's shape (no pkey, mode or mtu): the master's partition
 	// and mode, the mode's MTU.
