@@ -83,10 +83,14 @@ func Add(args *skel.CmdArgs) (err error) {
 			return err
 		}
 		defer func() {
-			if err != nil { // a failed ADD leaves no allocation behind
-				_ = ipam.ExecDel(n.IPAM.Type, args.StdinData)
-				_ = removeState(n, args.ContainerID, args.IfName)
+			if err == nil {
+				return
 			}
+			// A failed ADD leaves no allocation behind.
+			if n.IPAM.Type != "" {
+				_ = ipam.ExecDel(n.IPAM.Type, args.StdinData)
+			}
+			_ = removeState(n, args.ContainerID, args.IfName)
 		}()
 	}
 	// A child the daemon still has for this attachment goes first: the
