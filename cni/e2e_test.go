@@ -400,6 +400,19 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		t.Fatalf("addresses: a1 %s a2 %s b1 %s", a1.addr, a2.addr, b1.addr)
 	}
 
+	// A child the daemon refuses (a P_Key outside the port's table) fails
+	// ADD with the daemon's reason and leaves no address or state behind.
+	bad := netConf(t, readme, h1.dir, func(top, _ map[string]any) { top["name"], top["pkey"] = "ib-8003", "0x8003" })
+	z := h1.newPod(bad)
+	var zerr error
+	h1.in(func() { _, zerr = h1.cni.AddNetworkList(context.Background(), bad, z.rt()) })
+	if cniCode(zerr) != int(types.ErrInternal) || !strings.Contains(zerr.Error(), "P_Key table") {
+		t.Errorf("ADD on a P_Key outside the port's table: %v", zerr)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(h1.dir, "ipoibd-cni", "ib-8003", "*")); len(h1.allocated("ib-8003")) != 0 || len(kept) != 0 {
+		t.Errorf("the failed ADD left addresses %v and state %v", h1.allocated("ib-8003"), kept)
+	}
+
 	// One partition: two pods on one node (two children with one P_Key),
 	// and across nodes over RC at the connected MTU.
 	a1.ping(a2, 56)
