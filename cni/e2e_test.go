@@ -599,6 +599,30 @@ func TestPodsOnTwoNodes(t *testing.T) {
 		}
 	}
 
+	// Datagram mode: the UD MTU, no connection.
+	udConf := func(dir, v4 string) *libcni.NetworkConfigList {
+		return netConf(t, readme, dir, func(top, ipam map[string]any) {
+			top["name"], top["mode"] = "ib-ud", "datagram"
+			delete(top, "mtu")
+			ipam["rangeStart"], ipam["rangeEnd"] = v4, v4
+		})
+	}
+	u1, u2 := h1.newPod(udConf(h1.dir, "172.30.1.201")), h2.newPod(udConf(h2.dir, "172.30.1.202"))
+	for _, p := range []*pod{u1, u2} {
+		if r := p.add(); r.Interfaces[0].Mtu != 4092 {
+			t.Errorf("datagram mode: MTU %d, want softib's UD MTU 4092", r.Interfaces[0].Mtu)
+		}
+	}
+	u1.ping(u2, 4092-28)
+	if out, err := u1.inPod(c.Daemon, "conn", "net1", "-j"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Errorf("a datagram-mode pod has connections (%v): %s", err, out)
+	}
+	for _, p := range []*pod{u1, u2} {
+		if err := p.del(); err != nil {
+			t.Errorf("DEL datagram mode: %v", err)
+		}
+	}
+
 	// ipoib-cni's shape (no pkey, mode or mtu): the master's partition
 	// and mode, the mode's MTU.
 	plain := netConf(t, readme, h2.dir, func(top, ipam map[string]any) {
