@@ -23,6 +23,7 @@ build:
 	$(GO) build ./...
 	$(GO) build -buildvcs=auto -o bin/ipoibd ./ipoibd
 	$(GO) build -o bin/testnet ./internal/testnet/cmd/testnet
+	$(GO) build -o bin/ipoibd-cni ./cni/cmd/ipoibd-cni
 
 # The systemd unit with ExecStart in SBINDIR and its flags in SYSCONFDIR,
 # made from its template.

@@ -59,7 +59,12 @@ func (c *control) connect(e *neigh.Entry) {
 func (i *Interface) connUp(conn *ipoibcm.Connection) {
 	c := &i.ctl
 	delete(c.backoff, ib.LinkAddr{QPN: conn.Peer.QPN, GID: conn.Peer.GID})
+	// A connection proves the claimed port's new QPN alive, not its old
+	// one gone, unless one port is one interface (no SharedGIDs).
 	for _, e := range i.neigh.ByClaim(conn.Peer) {
+		if i.cfg.SharedGIDs {
+			break
+		}
 		old := e.Link
 		c.apply(e, e.Proven(conn.Peer, c.now), old)
 	}

@@ -108,6 +108,10 @@ type Config struct {
 	MTU int
 	// IdleTimeout tears down unused connections (0: never).
 	IdleTimeout time.Duration
+	// SharedGIDs: the partition's ports may carry several interfaces
+	// (pods' P_Key children), so a new UD QPN at a known GID is another
+	// interface, not a restarted peer (see ipoibcm.ManagerConfig).
+	SharedGIDs bool
 	// MaxConns bounds connections past setup (default 4096); beyond it
 	// REQs are rejected with "no resources". Those in setup count against
 	// the CM engine's half-open limits instead (256, 16 per peer), so REQs
@@ -404,6 +408,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 		PathMTU:     port.ActiveMTU,
 		QPs:         qpFactory{i},
 		IdleTimeout: cfg.IdleTimeout,
+		SharedGIDs:  cfg.SharedGIDs,
 		PathTo:      i.pathTo(),
 		Up:          i.connUp,
 		Down:        i.connDown,

@@ -133,10 +133,12 @@ func (c *control) heard(ip netip.Addr, link, from ib.LinkAddr) {
 	}
 }
 
-// hear applies a claim of link for e that came from from.
+// hear applies a claim of link for e that came from from. Where ports
+// carry several interfaces (Config.SharedGIDs), a claim from another QPN
+// of e's port is another interface's, not a restart: it is checked as any.
 func (c *control) hear(e *neigh.Entry, link, from ib.LinkAddr) {
 	old := e.Link
-	if from.GID != (ib.GID{}) && from.SameNode(link) {
+	if from.GID != (ib.GID{}) && from.SameNode(link) && !c.i.cfg.SharedGIDs {
 		c.apply(e, e.Restarted(link, c.now), old)
 		return
 	}

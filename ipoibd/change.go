@@ -14,8 +14,8 @@ import (
 // removed in the running daemon of their parent, as the kernel's
 // create_child and delete_child do.
 //
-//	ipoibd child add [PARENT] PKEY [--name N] [--addr A]... [--mode M] [--mtu N]
-//	ipoibd child del [PARENT] NAME|PKEY
+//	ipoibd child add [PARENT] PKEY [--name N] [--addr A]... [--mode M] [--mtu N] [--netns NS [--owner O]]
+//	ipoibd child del [PARENT] NAME|PKEY|OWNER
 func childCommand(args []string, out io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "del") {
 		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
@@ -61,6 +61,8 @@ func childAddFlags(c *ifCommand, r *childRequest) {
 	c.fs.StringArrayVar(&r.Addrs, "addr", nil, "child add: address with prefix length for the child (repeatable)")
 	c.fs.StringVar(&r.Mode, "mode", "", "child add: connected or datagram (default the parent's)")
 	c.fs.IntVar(&r.MTU, "mtu", 0, "child add: the child's MTU (default the mode's)")
+	c.fs.StringVar(&r.Netns, "netns", "", "child add: make the child in this network namespace (a path or an ip netns name), a pod's interface; such children may share a P_Key")
+	c.fs.StringVar(&r.Owner, "owner", "", "child add: with --netns, who owns the child (child del takes it in place of NAME)")
 }
 
 // modeCommand is `ipoibd mode [IFNAME] connected|datagram`.

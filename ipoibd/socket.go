@@ -125,20 +125,20 @@ func (s *controlServer) child(req request) any {
 	if s.iface != s.d.first() {
 		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.parentName()}
 	}
-	var name string
+	var r childReply
 	var err error
 	if req.Cmd == "child-add" {
 		if req.Child == nil {
 			return map[string]string{"error": "bad request"}
 		}
-		name, err = s.d.addChild(*req.Child)
+		r, err = s.d.addChild(*req.Child)
 	} else {
-		name, err = s.d.delChild(req.Name)
+		r.Name, err = s.d.delChild(req.Name)
 	}
 	if err != nil {
 		return map[string]string{"error": err.Error()}
 	}
-	return childReply{Name: name}
+	return r
 }
 
 // mode switches the interface between connected and datagram mode.
@@ -179,9 +179,12 @@ type modeReply struct {
 	MTU  int    `json:"mtu"`
 }
 
-// childReply names the child made or removed.
+// childReply names the child made or removed; a child made also says its
+// link address and MTU (what a CNI result reports).
 type childReply struct {
-	Name string `json:"name"`
+	Name     string `json:"name"`
+	LinkAddr string `json:"link_addr,omitempty"`
+	MTU      int    `json:"mtu,omitempty"`
 }
 
 func peerIsRoot(conn *net.UnixConn) bool {
@@ -315,7 +318,11 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage, all bool) error 
 			fmt.Fprintf(w, "    child of %s\n", i.Parent)
 		}
 		for _, c := range i.Children {
-			fmt.Fprintf(w, "    child %s pkey %v\n", c.Name, ib.PKey(c.PKey))
+			fmt.Fprintf(w, "    child %s pkey %v", c.Name, ib.PKey(c.PKey))
+			if c.Netns != "" {
+				fmt.Fprintf(w, " netns %s owner %s", c.Netns, orDash(c.Owner))
+			}
+			fmt.Fprintln(w)
 		}
 	case "neigh":
 		var ns []ipoib.NeighInfo

@@ -48,6 +48,9 @@ var allowed = map[string][]string{
 	"metrics":          {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service
 	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
+	// the CNI plugin talks to a daemon over its control socket only
+	"cni":                {"ib"},
+	"cni/cmd/ipoibd-cni": {"cni"},
 	// tooling
 	"bench/relay":                  nil,
 	"internal/cmload":              {"cm", "ib", "ipoib/ipoibcm", "softib"},

@@ -119,6 +119,11 @@ type ManagerConfig struct {
 	QPs        QPFactory
 	// IdleTimeout tears down connections without traffic (0: never).
 	IdleTimeout time.Duration
+	// SharedGIDs says the partition's ports may carry several interfaces
+	// (pods' P_Key children): a new UD QPN at a known GID is then another
+	// interface, not a restarted node, and the restart rule
+	// (peerRestarted) is off.
+	SharedGIDs bool
 	// Up is called when a connection may carry sends to its peer; Down when
 	// it must no longer (the reason is for logs and counters).
 	Up   func(c *Connection)
@@ -599,6 +604,9 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 // QPN: the REP went to the GID, and the RTU or REP that came back named
 // our random comm ID.
 func (m *Manager) peerRestarted(c *Connection) {
+	if m.cfg.SharedGIDs {
+		return
+	}
 	restarted := false
 	for key, cs := range m.conns {
 		if key.GID != c.Peer.GID || key.QPN == c.Peer.QPN {
