@@ -292,8 +292,8 @@ func TestMetricsListenMistakes(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, append([]string{"run", "--underlay", "192.0.2.1"}, tc.args...)...)
-			if code != 1 || out != "" || !strings.HasPrefix(errOut, "ipoibd: ") || !strings.Contains(errOut, tc.want) {
-				t.Errorf("exit %d, stdout %q, stderr %q; want status 1 and a line with %q", code, out, errOut, tc.want)
+			if code != exitUsage || out != "" || !strings.HasPrefix(errOut, "ipoibd: ") || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want status %d and a line with %q", code, out, errOut, exitUsage, tc.want)
 			}
 		})
 	}
