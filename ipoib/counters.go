@@ -32,6 +32,7 @@ const (
 	rxMulticastOwn  // our own multicast, which the fabric delivers back to every member: not a loss
 	rxDropEtherType // an EtherType IPoIB does not carry
 	rxDropTUN       // the TUN write failed
+	rxLinkDown      // the TUN refused a packet because the interface is down, as the kernel drops one: not a fault
 	rxErrors        // receive completions with an error status
 	arpIn
 	arpOut
@@ -75,7 +76,8 @@ var counterNames = [numCounters]string{
 	txKernelRS: "tx_kernel_router_solicits", txErrors: "tx_errors", txICMPTooBig: "tx_icmp_too_big",
 	rxPackets: "rx_packets", rxBytes: "rx_bytes", rxDropMalformed: "rx_drop_malformed",
 	rxMulticastOwn: "rx_multicast_own", rxDropEtherType: "rx_drop_ethertype", rxDropTUN: "rx_drop_tun",
-	rxErrors: "rx_errors", arpIn: "arp_in", arpOut: "arp_out", ndIn: "nd_in", ndOut: "nd_out",
+	rxLinkDown: "rx_link_down",
+	rxErrors:   "rx_errors", arpIn: "arp_in", arpOut: "arp_out", ndIn: "nd_in", ndOut: "nd_out",
 	ctlDropBusy: "ctl_drop_busy", ctlDropSolicitBusy: "ctl_drop_solicit_busy", impostors: "impostors_refuted",
 	solicitNotOurs: "solicit_not_ours", solicitNoSource: "solicit_no_source",
 	learnCandidates: "learn_candidates", learnEvicted: "learn_evicted", learnLimited: "learn_rate_limited",

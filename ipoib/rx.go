@@ -1,6 +1,9 @@
 package ipoib
 
 import (
+	"errors"
+	"syscall"
+
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/offload"
@@ -160,7 +163,7 @@ func (i *Interface) deliver(pkt []byte) {
 		}
 	}
 	if _, err := i.netdev.Write(pkt); err != nil {
-		i.ctr.inc(rxDropTUN)
+		i.countWriteFailed(err, 1)
 		return
 	}
 	i.ctr.inc(rxPackets)
@@ -185,7 +188,7 @@ func (i *Interface) flushCoalesced() {
 		_, err = i.netdev.WriteGSO(h, parts)
 	}
 	if err != nil {
-		i.ctr.add(rxDropTUN, uint64(held))
+		i.countWriteFailed(err, uint64(held))
 		return
 	}
 	if held > 1 {
@@ -193,6 +196,18 @@ func (i *Interface) flushCoalesced() {
 	}
 	i.ctr.add(rxPackets, uint64(held))
 	i.ctr.add(rxBytes, bytes)
+}
+
+// countWriteFailed counts n received packets the TUN did not take. While
+// the interface is administratively down the kernel refuses every write
+// (EIO), as it drops what a down NIC receives: the operator's choice, not
+// a fault, so it is not counted as a drop.
+func (i *Interface) countWriteFailed(err error, n uint64) {
+	if errors.Is(err, syscall.EIO) {
+		i.ctr.add(rxLinkDown, n)
+		return
+	}
+	i.ctr.add(rxDropTUN, n)
 }
 
 // countReceived adds a message received on a connected QP to its
