@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/madqueue"
 )
 
 // umadConfig is what the MAD service needs to know of its port.
@@ -49,16 +50,24 @@ type umadService struct {
 	agent uint32
 	recv  chan ib.MAD
 	done  chan struct{}
+	// shares gives each source a fair share of recv (package madqueue);
+	// only the receive loop uses it.
+	shares *madqueue.Shares
 
 	wmu  sync.Mutex
 	wbuf [umadMsgLen]byte
 
 	sent, received, sendErrors, sendNoLID      atomic.Uint64
 	dropPKey, dropStatus, dropShort, dropQueue atomic.Uint64
+	dropShare                                  atomic.Uint64
 	closeOnce                                  sync.Once
 }
 
 var _ ib.MADService = (*umadService)(nil)
+
+// umadQueue bounds the received MADs waiting for the CM engine; beyond it,
+// and beyond a source's share of it, they are dropped and counted.
+const umadQueue = 256
 
 // CMModuleHolders reports whether the kernel's CM (ib_cm) is loaded, and
 // which loaded modules use it (from sysfs): while it is, ib_umad cannot
@@ -109,6 +118,17 @@ func (s *umadService) parse(b []byte) (ib.MAD, bool) {
 	m.From = from
 	copy(m.Data[:], b[umadHdrLen:umadMsgLen])
 	return m, true
+}
+
+// admit reports whether a parsed MAD may join the queue to the engine:
+// not when the queue is over half full and its source has had its share
+// (counted).
+func (s *umadService) admit(m *ib.MAD) bool {
+	if !s.shares.Admit(m.From, len(s.recv)) {
+		s.dropShare.Add(1)
+		return false
+	}
+	return true
 }
 
 // Send writes one MAD to a peer's QP1 at the address the engine gives:
@@ -167,5 +187,6 @@ func (s *umadService) Counters() []ib.Counter {
 		{Name: "umad_rx_drop_status", Value: s.dropStatus.Load()},
 		{Name: "umad_rx_drop_short", Value: s.dropShort.Load()},
 		{Name: "umad_rx_drop_queue_full", Value: s.dropQueue.Load()},
+		{Name: "umad_rx_drop_source_share", Value: s.dropShare.Load()},
 	}
 }
