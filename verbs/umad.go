@@ -49,7 +49,6 @@ type umadService struct {
 	io    umadIO
 	agent uint32
 	recv  chan ib.MAD
-	done  chan struct{}
 	// shares gives each source a fair share of recv (package madqueue);
 	// only the receive loop uses it.
 	shares *madqueue.Shares
@@ -120,15 +119,22 @@ func (s *umadService) parse(b []byte) (ib.MAD, bool) {
 	return m, true
 }
 
-// admit reports whether a parsed MAD may join the queue to the engine:
-// not when the queue is over half full and its source has had its share
-// (counted).
-func (s *umadService) admit(m *ib.MAD) bool {
+// take hands one read to the engine: parsed, within its source's share
+// of the queue (package madqueue), and queued, or counted as dropped.
+func (s *umadService) take(b []byte) {
+	m, ok := s.parse(b)
+	if !ok {
+		return
+	}
 	if !s.shares.Admit(m.From, len(s.recv)) {
 		s.dropShare.Add(1)
-		return false
+		return
 	}
-	return true
+	select {
+	case s.recv <- m:
+	default:
+		s.dropQueue.Add(1) // the CM retransmits; a full queue is a burst
+	}
 }
 
 // Send writes one MAD to a peer's QP1 at the address the engine gives:
@@ -166,7 +172,6 @@ func (s *umadService) Recv() <-chan ib.MAD { return s.recv }
 func (s *umadService) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		close(s.done)
 		err = s.io.close()
 	})
 	return err
