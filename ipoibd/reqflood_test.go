@@ -178,9 +178,10 @@ func TestREQFloodDoesNotStarveSetup(t *testing.T) {
 	delta := func(k string) uint64 { return after[k] - before[k] }
 	t.Logf("%d REQs in %v; h2's RC connection %v after its first ping (%d REQs sent by then)",
 		total, time.Since(first).Round(time.Millisecond), rcAfter.Round(time.Millisecond), during)
-	t.Logf("h1: accepted +%d, busy source +%d, full +%d, REJ no resources +%d, MAD queue full +%d, MAD source share +%d, mads in +%d",
+	t.Logf("h1: accepted +%d, busy source +%d, full +%d, REJ no resources +%d, MAD queue full +%d, MAD source share +%d, mads in +%d (the CM's own queues full: +%d, +%d)",
 		delta("cm_accepted"), delta("cm_req_busy_source"), delta("cm_req_refused_full"),
-		delta("cm_rej_sent_no_resources"), delta("dev_rx_drop_no_recv_buffer"), delta("dev_rx_drop_mad_source_share"), delta("cm_mads_in"))
+		delta("cm_rej_sent_no_resources"), delta("dev_rx_drop_no_recv_buffer"), delta("dev_rx_drop_mad_source_share"), delta("cm_mads_in"),
+		delta("cm_mad_drop_split_full"), delta("cm_mad_drop_queue_full"))
 	if rcAfter > rcWithin {
 		t.Errorf("h2's RC connection to h1 took %v during the flood (at most %v); h1 had dropped %d MADs for a full queue and refused %d by source share by then",
 			rcAfter, rcWithin, madDrops, shareDrops)
