@@ -186,6 +186,7 @@ var table = []Entry{
 	{"cm_umad_rx_drop_status", true, verbsOwn, "MADs received with an error status from ib_umad, dropped."},
 	{"cm_umad_rx_drop_short", true, verbsOwn, "MADs received shorter than a MAD, dropped."},
 	{"cm_umad_rx_drop_queue_full", true, verbsOwn, "MADs dropped because the receive queue to the CM was full."},
+	{"cm_umad_rx_drop_source_share", true, verbsOwn, "MADs dropped because the receive queue to the CM was over half full and their source had already had its share of it (a flooding host)."},
 
 	// The kernel CM through librdmacm (package rdmacm).
 	{"cm_ev_*", false, kernelCM, "librdmacm events by type (RDMA_CM_EVENT_...): the connections' life as the kernel CM reports it."},
@@ -252,6 +253,7 @@ var table = []Entry{
 	{"dev_rx_drop_unknown_qp", true, softib, "Packets for a queue pair that does not exist (a connection already torn down), dropped."},
 	{"dev_rx_drop_qp_state", true, softib, "Packets for a queue pair not ready to receive, dropped."},
 	{"dev_rx_drop_no_recv_buffer", true, softib, "UD packets that found no receive buffer posted, dropped."},
+	{"dev_rx_drop_mad_source_share", true, softib, "MADs dropped because the queue to the CM was over half full and their source had already had its share of it (a flooding host)."},
 	{"dev_rx_drop_too_long", true, softib, "Messages larger than the posted receive buffer, dropped."},
 	{"dev_rx_drop_psn", true, softib, "RC or UC packets out of the sequence window or order, dropped (RC sends them again)."},
 	{"dev_rx_drop_uc_incomplete", true, softib, "UC messages with a packet missing, dropped."},

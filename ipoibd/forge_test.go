@@ -372,9 +372,11 @@ func cmRows() []forgeRow {
 		send: reqFlood,
 		// Accepted (until the per-source bound), refused (as busy, which
 		// reqFlood checks, or for other lack of resources: a REJ "no
-		// resources" either way), or dropped by a full MAD queue.
+		// resources" either way), or dropped below the CM as the source's
+		// share of the MAD queue spent (or, should that fail, by a full
+		// queue).
 		causes: []hostCounter{{victim, "cm_accepted"}, {victim, "cm_rej_sent_no_resources"},
-			{victim, "dev_rx_drop_no_recv_buffer"}},
+			{victim, "dev_rx_drop_mad_source_share"}, {victim, "dev_rx_drop_no_recv_buffer"}},
 	}}
 }
 

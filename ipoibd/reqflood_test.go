@@ -26,7 +26,10 @@ import (
 // of its first ping, pings both ways must lose nothing, h1 must count what
 // it refused under the cause (the flooding source's share of the setup
 // slots, not the global bounds) and name the source in a rate-limited log
-// line, its log growing by a few lines only.
+// line, its log growing by a few lines only. Below the CM, h1's queue of
+// received MADs must drop none for being full: the flood gets only its
+// share of it (package madqueue), and what it sends beyond is counted as
+// refused by share, so h2's MADs always find room.
 //
 // Without per-source slots (cm.EngineConfig.MaxHalfOpenPerSource) the
 // flood holds all 256 half-open slots (each for about 17 s: the forged
@@ -145,6 +148,7 @@ func TestREQFloodDoesNotStarveSetup(t *testing.T) {
 	// A MAD of h2's that h1's full MAD queue dropped would be sent again
 	// only after h2's CM response timeout (about 4 s): said when too slow.
 	madDrops := c.stats(1)["dev_rx_drop_no_recv_buffer"] - before["dev_rx_drop_no_recv_buffer"]
+	shareDrops := c.stats(1)["dev_rx_drop_mad_source_share"] - before["dev_rx_drop_mad_source_share"]
 	for _, p := range []<-chan pingResult{p21, p12} {
 		if r := <-p; r.err != nil {
 			t.Errorf("pings during the flood lost some: %v\n%s", r.err, r.out)
@@ -174,12 +178,18 @@ func TestREQFloodDoesNotStarveSetup(t *testing.T) {
 	delta := func(k string) uint64 { return after[k] - before[k] }
 	t.Logf("%d REQs in %v; h2's RC connection %v after its first ping (%d REQs sent by then)",
 		total, time.Since(first).Round(time.Millisecond), rcAfter.Round(time.Millisecond), during)
-	t.Logf("h1: accepted +%d, busy source +%d, full +%d, REJ no resources +%d, MAD queue full +%d, mads in +%d",
+	t.Logf("h1: accepted +%d, busy source +%d, full +%d, REJ no resources +%d, MAD queue full +%d, MAD source share +%d, mads in +%d (the CM's own queues full: +%d, +%d)",
 		delta("cm_accepted"), delta("cm_req_busy_source"), delta("cm_req_refused_full"),
-		delta("cm_rej_sent_no_resources"), delta("dev_rx_drop_no_recv_buffer"), delta("cm_mads_in"))
+		delta("cm_rej_sent_no_resources"), delta("dev_rx_drop_no_recv_buffer"), delta("dev_rx_drop_mad_source_share"), delta("cm_mads_in"),
+		delta("cm_mad_drop_split_full"), delta("cm_mad_drop_queue_full"))
 	if rcAfter > rcWithin {
-		t.Errorf("h2's RC connection to h1 took %v during the flood (at most %v); h1 had dropped %d MADs for a full queue by then",
-			rcAfter, rcWithin, madDrops)
+		t.Errorf("h2's RC connection to h1 took %v during the flood (at most %v); h1 had dropped %d MADs for a full queue and refused %d by source share by then",
+			rcAfter, rcWithin, madDrops, shareDrops)
+	}
+	// One source cannot fill h1's MAD queue: nothing of h2's (or anyone's)
+	// was dropped there for want of room.
+	if full := delta("dev_rx_drop_no_recv_buffer"); full != 0 {
+		t.Errorf("h1 dropped %d MADs for a full MAD queue (%d refused by source share): the flood filled it", full, delta("dev_rx_drop_mad_source_share"))
 	}
 	// Refused by cause: every MAD h1's engine took was accepted or refused
 	// as the flood's share (busy source), bar the few of h2's connections;
@@ -198,7 +208,7 @@ func TestREQFloodDoesNotStarveSetup(t *testing.T) {
 		t.Errorf("h1 accepted %d REQs during the flood: more than one source's share (%d) and h2's", acc, cm.DefaultMaxHalfOpenPerSource)
 	}
 	// Accounted for: every REQ reached the engine, or was dropped and counted.
-	if got := delta("cm_mads_in") + delta("dev_rx_drop_no_recv_buffer"); got < uint64(total)*9/10 {
+	if got := delta("cm_mads_in") + delta("dev_rx_drop_no_recv_buffer") + delta("dev_rx_drop_mad_source_share"); got < uint64(total)*9/10 {
 		t.Errorf("h1 counted %d of %d REQs", got, total)
 	}
 

@@ -25,6 +25,7 @@ const (
 	dropTxError                       // the underlay refused a send
 	dropWrongSource                   // RC/UC: not from the QP's peer address to ours
 	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding (a duplicate after a retransmission: no loss)
+	dropSourceShare                   // QP1: the MAD queue is over half full and the MAD's source has had its share (package madqueue)
 	dropBadVCRC                       // InfiniBand link: variant CRC mismatch
 	dropDLIDZero                      // InfiniBand link: DLID 0, which names no port
 	dropWrongDLID                     // InfiniBand link: a unicast DLID not ours under our LMC
@@ -51,6 +52,7 @@ var dropNames = [numDropCauses]string{
 	dropTxError:      "tx_error",
 	dropWrongSource:  "rx_drop_wrong_source",
 	dropStaleAck:     "rx_stale_acks",
+	dropSourceShare:  "rx_drop_mad_source_share",
 	dropBadVCRC:      "rx_drop_bad_vcrc",
 	dropDLIDZero:     "rx_drop_dlid_zero",
 	dropWrongDLID:    "rx_drop_wrong_dlid",

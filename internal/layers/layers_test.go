@@ -31,10 +31,12 @@ var allowed = map[string][]string{
 	"sapath":  {"cm", "ib", "sa"},
 	// what the counters mean, for the man page, stats and metrics
 	"counterdoc": nil,
+	// the fair share of a provider's queue of received MADs
+	"madqueue": {"ib"},
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
-	"softib":                        {"ib"},
-	"verbs":                         {"ib"},
+	"softib":                        {"ib", "madqueue"},
+	"verbs":                         {"ib", "madqueue"},
 	"umadsa":                        {"ib", "sa"},
 	"rdmacm":                        {"cm", "ib", "verbs"},
 	"ib/ibtest":                     {"ib"},
