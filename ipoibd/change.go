@@ -62,7 +62,7 @@ func childAddFlags(c *ifCommand, r *childRequest) {
 	c.fs.StringVar(&r.Mode, "mode", "", "child add: connected or datagram (default the parent's)")
 	c.fs.IntVar(&r.MTU, "mtu", 0, "child add: the child's MTU (default the mode's)")
 	c.fs.StringVar(&r.Netns, "netns", "", "child add: make the child in this network namespace (a path or an ip netns name), a pod's interface; such children may share a P_Key")
-	c.fs.StringVar(&r.Owner, "owner", "", "child add: with --netns, who owns the child (child del takes it in place of NAME)")
+	c.fs.StringVar(&r.Owner, "owner", "", "child add: with --netns, who owns the child (a pod's attachment; del takes it in place of NAME)")
 }
 
 // modeCommand is `ipoibd mode [IFNAME] connected|datagram`.
