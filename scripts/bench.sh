@@ -7,8 +7,10 @@
 # TUN-over-UDP tunnel, the newest wireguard-go (built from its Go module at
 # the latest version the module proxy has), Debian's wireguard-go, the TUN
 # relay limit (bench/relay: TUN → UDP GSO → UDP GRO → TUN with the TUN's
-# offloads and no protocol, the bound of a TUN-based driver here) and the
-# bare veth underlay, each also as a ratio to the veth; the first-packet
+# offloads and no protocol, the bound of a TUN-based driver here; also with
+# 1460-octet segments, the ceiling of those rows) and the bare veth
+# underlay, each also as a ratio to the veth, with the CPU per byte of the
+# processes that carry each path (/proc/PID/stat); the first-packet
 # latency to a fresh peer; CM connection setups per second (in process and over softib,
 # with internal/cmload); the daemon's memory with many connections; and the
 # Go micro-benchmarks. Writes BENCHMARKS.md and prints the ratios.
@@ -83,6 +85,7 @@ stop_iperf() {
 fresh() { # fresh hosts for the next configuration
 	stop_iperf
 	stop_pids
+	cpu_pids=()
 	"$testnet" down "$name"
 	"$testnet" up "$name" 2
 }
@@ -121,15 +124,38 @@ GOFLAGS='' go build -C "$here/bench/relay" -buildvcs=false -o "$tmp/relay" .
 "$testnet" down "$name" # leftovers of an interrupted run
 
 median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "n/a"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
+# cpu_median VALUES...: the median, or n/a for a path without processes.
+cpu_median() { if [ "$1" = n/a ]; then echo n/a; else printf '%s\n' "$@" | median; fi; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.2f", a/b; else print "n/a" }'; }
 
-declare -A tput1 tput4 runs1 runs4 rtt mdev mtu_of labels
+declare -A tput1 tput4 runs1 runs4 rtt mdev mtu_of labels cpu1 cpu4 cpuruns1 cpuruns4
 order=()
 
+# CPU per byte: the user + system CPU time of the processes that carry the
+# path (both hosts' daemons, relays or tunnels; cpu_pids, set before each
+# measure) over an iperf3 run, per GB (10^9 octets) iperf3 received. The
+# bare veth has no such process (the kernel moves its bytes in iperf3's own
+# system calls and softirqs): n/a.
+cpu_pids=()
+clk_tck=$(getconf CLK_TCK)
+# cpu_ticks: the summed utime + stime of cpu_pids in clock ticks, every
+# thread included (fields 14 and 15 of /proc/PID/stat, counted after the
+# command name, which may hold spaces).
+cpu_ticks() {
+	local p t=0 v
+	for p in "${cpu_pids[@]}"; do
+		v=$(awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$p/stat") || die "process $p of the path is gone"
+		t=$((t + v))
+	done
+	echo "$t"
+}
+# cpu_per_gb TICKS OCTETS: CPU seconds per GB.
+cpu_per_gb() { awk -v t="$1" -v b="$2" -v hz="$clk_tck" 'BEGIN { if (b > 0) printf "%.2f", t / hz / (b / 1e9); else print "n/a" }'; }
+
 # measure KEY LABEL MTU DST [IPERF3 ARGS...]: ping then iperf3 from h1 to
-# DST on h2.
+# DST on h2, with the CPU per byte of cpu_pids.
 measure() {
-	local key=$1 label=$2 mtu=$3 dst=$4 p r line
+	local key=$1 label=$2 mtu=$3 dst=$4 p r line t0 t1 json
 	shift 4
 	order+=("$key")
 	mtu_of[$key]=$mtu
@@ -146,20 +172,31 @@ measure() {
 	iperf_srv=$(cat "$tmp/iperf3.pid")
 	sleep 0.2
 	for p in 1 4; do
-		local vals=()
+		local vals=() cpus=()
 		for ((r = 1; r <= reps; r++)); do
-			vals+=("$(on 1 iperf3 -c "$dst" -t "$secs" -P $p -J --connect-timeout 3000 "$@" |
-				jq -r '.end.sum_received.bits_per_second / 1e9 * 100 | round / 100')")
+			t0=$(cpu_ticks)
+			json=$(on 1 iperf3 -c "$dst" -t "$secs" -P $p -J --connect-timeout 3000 "$@")
+			t1=$(cpu_ticks)
+			vals+=("$(jq -r '.end.sum_received.bits_per_second / 1e9 * 100 | round / 100' <<<"$json")")
+			if ((${#cpu_pids[@]})); then
+				cpus+=("$(cpu_per_gb $((t1 - t0)) "$(jq -r .end.sum_received.bytes <<<"$json")")")
+			else
+				cpus+=(n/a)
+			fi
 		done
 		if [ $p = 1 ]; then
 			tput1[$key]=$(printf '%s\n' "${vals[@]}" | median)
 			runs1[$key]="${vals[*]}"
+			cpu1[$key]=$(cpu_median "${cpus[@]}")
+			cpuruns1[$key]="${cpus[*]}"
 		else
 			tput4[$key]=$(printf '%s\n' "${vals[@]}" | median)
 			runs4[$key]="${vals[*]}"
+			cpu4[$key]=$(cpu_median "${cpus[@]}")
+			cpuruns4[$key]="${cpus[*]}"
 		fi
 	done
-	say "$label: 1 stream ${tput1[$key]} Gbit/s (${runs1[$key]}), 4 streams ${tput4[$key]} Gbit/s (${runs4[$key]}), ping ${rtt[$key]}/${mdev[$key]} ms"
+	say "$label: 1 stream ${tput1[$key]} Gbit/s (${runs1[$key]}; CPU ${cpu1[$key]} s/GB), 4 streams ${tput4[$key]} Gbit/s (${runs4[$key]}; CPU ${cpu4[$key]} s/GB), ping ${rtt[$key]}/${mdev[$key]} ms"
 	# The next measure on the same hosts starts its own server on the port.
 	stop_iperf
 }
@@ -187,7 +224,11 @@ for k in 1 2; do
 	for _ in $(seq 100); do grep -q '^relay: ready' "$tmp/relay$k.log" && break; sleep 0.05; done
 	on $k ip addr add "172.29.$net.$k/24" dev rl0 || { cat "$tmp/relay$k.log" >&2; die "the relay on h$k did not make rl0"; }
 done
+cpu_pids=("${pids[@]}")
 measure relay "TUN relay limit (bench/relay: TUN offloads, UDP GSO/GRO, no protocol)" 65520 "172.29.$net.2"
+# The ceiling of the 1460 rows below: the relay passes the super-packet of
+# 1460-octet segments whole, as it passes any; a driver must cut it.
+measure relay-1460 "TUN relay limit, 1460-octet TCP segments (iperf3 -M 1460)" 65520 "172.29.$net.2" -M 1460
 
 # The 1460 rows: the same daemons, TCP segments of a 1500-octet Ethernet
 # packet (iperf3 -M 1460), what an application behind a 1500 MTU sends.
@@ -203,6 +244,7 @@ for mode in rc uc datagram datagram-nooffload ud2044; do
 	esac
 	"$testnet" start "$name" 1 "${flags[@]}"
 	"$testnet" start "$name" 2 "${flags[@]}"
+	cpu_pids=("$("$testnet" pid "$name" 1)" "$("$testnet" pid "$name" 2)")
 	m=$(on 1 cat /sys/class/net/ib0/mtu)
 	say "$label, MTU $m"
 	measure "$mode" "$label" "$m" "192.168.$net.2"
@@ -228,6 +270,7 @@ for k in 1 2; do
 	for _ in $(seq 100); do on $k ip link show st0 >/dev/null 2>&1 && break; sleep 0.05; done
 	on $k ip link set st0 mtu 65000 || { cat "$tmp/socat$k.log" >&2; die "socat on h$k did not make st0"; }
 done
+cpu_pids=("${pids[@]}")
 measure socat "socat TUN over UDP (no reliability)" 65000 "172.30.$net.2"
 
 # wireguard KEY LABEL BINARY: a wireguard-go tunnel h1 ↔ h2 at MTU 65475
@@ -258,6 +301,7 @@ wireguard() {
 		on $k ip addr add "172.31.$net.$k/24" dev "$dev"
 		on $k ip link set "$dev" mtu 65475 up
 	done
+	cpu_pids=("${pids[@]}")
 	measure "$key" "$label" 65475 "172.31.$net.2"
 }
 wireguard wg "wireguard-go $wg_new_ver, the newest (module $wg_new_mod)" "$wg_new"
@@ -391,6 +435,9 @@ udp_line=$(gb BenchmarkRawUDPNetns)
 
 gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
 ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}" "${tput4[$2]}")"; } # ratios KEY BASE: 1 / 4 streams
+cpu_ratios() { echo "$(ratio "${cpu1[$1]}" "${cpu1[$2]}") / $(ratio "${cpu4[$1]}" "${cpu4[$2]}")"; }   # the same for CPU per byte
+# relay_of KEY: the relay row with KEY's TCP segments, its own ceiling.
+relay_of() { if [ "${1%-1460}" != "$1" ]; then echo relay-1460; else echo relay; fi; }
 {
 	echo "# Benchmarks"
 	echo
@@ -407,21 +454,32 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 	echo "bridge whole up to 65,493 octets; the last octets of a longer read follow as a datagram of"
 	echo "their own). It moves the same bytes through the same kernel interfaces as a TUN-based"
 	echo "driver, one TUN queue and one thread each way, with none of a driver's work: the bare veth"
-	echo "is the ceiling of the machine, the relay that of such a driver."
+	echo "is the ceiling of the machine, the relay that of such a driver. With 1460-octet TCP"
+	echo "segments the relay still passes each super-packet whole (its row is the ceiling of the"
+	echo "1460 rows); a driver whose wire carries IP packets, as IPoIB's, must cut it into segments."
 	echo
-	echo "| path | MTU | TCP 1 stream, Gbit/s | ÷ veth | TCP 4 streams, Gbit/s | ÷ veth | ping avg / mdev, ms |"
-	echo "|---|---|---|---|---|---|---|"
+	echo "CPU per byte: the user + system CPU seconds (/proc/PID/stat utime + stime, every thread)"
+	echo "of the processes that carry the path, both hosts' summed (ipoibd's daemons, the relays,"
+	echo "socat, wireguard-go), over each iperf3 run, per GB (10^9 octets) iperf3 received; median"
+	echo "of the runs. It leaves out the kernel's work in other contexts (softirqs, iperf3's own"
+	echo "system calls), so it compares the userspace datapaths, not the whole cost of a path. The"
+	echo "bare veth has no such process: n/a."
+	echo
+	echo "| path | MTU | TCP 1 stream, Gbit/s | ÷ veth | TCP 4 streams, Gbit/s | ÷ veth | ping avg / mdev, ms | CPU per byte, s/GB, 1 stream (runs) / 4 streams (runs) |"
+	echo "|---|---|---|---|---|---|---|---|"
 	for k in "${order[@]}"; do
-		echo "| ${labels[$k]} | ${mtu_of[$k]} | **${tput1[$k]}** (${runs1[$k]}) | $(ratio "${tput1[$k]}" "${tput1[veth]}") | **${tput4[$k]}** (${runs4[$k]}) | $(ratio "${tput4[$k]}" "${tput4[veth]}") | ${rtt[$k]} / ${mdev[$k]} |"
+		echo "| ${labels[$k]} | ${mtu_of[$k]} | **${tput1[$k]}** (${runs1[$k]}) | $(ratio "${tput1[$k]}" "${tput1[veth]}") | **${tput4[$k]}** (${runs4[$k]}) | $(ratio "${tput4[$k]}" "${tput4[veth]}") | ${rtt[$k]} / ${mdev[$k]} | **${cpu1[$k]}** (${cpuruns1[$k]}) / **${cpu4[$k]}** (${cpuruns4[$k]}) |"
 	done
 	echo
-	echo "Ratios of the medians, 1 stream / 4 streams (the newest wireguard-go: $wg_new_ver; Debian's: $wg_deb_ver):"
+	echo "Ratios of the medians, 1 stream / 4 streams (the newest wireguard-go: $wg_new_ver; Debian's: $wg_deb_ver);"
+	echo "\"same segments\": the 1460-octet rows ÷ the relay's 1460-octet row, the others ÷ the relay's"
+	echo "first row. CPU per byte: below 1 is less CPU per byte than the other path."
 	echo
-	echo "| | ÷ veth | ÷ TUN relay limit | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go |"
-	echo "|---|---|---|---|---|---|"
+	echo "| | ÷ veth | ÷ TUN relay limit | ÷ TUN relay limit, same segments | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go | CPU per byte ÷ the relay's, same segments | CPU per byte ÷ the newest wireguard-go's |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	for k in "${order[@]}"; do
 		[ "$k" != veth ] || continue
-		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) |"
+		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" "$(relay_of "$k")") | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) | $(cpu_ratios "$k" "$(relay_of "$k")") | $(cpu_ratios "$k" wg) |"
 	done
 	echo
 	echo "## First packet to a fresh peer"
@@ -490,9 +548,10 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 mv "$tmp/report.md" "$out"
 
 echo
-say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the TUN relay limit, ÷ the newest wireguard-go $wg_new_ver):"
+say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the TUN relay limit with the same segments, ÷ the newest wireguard-go $wg_new_ver; CPU per byte ÷ the same):"
 for k in "${order[@]}"; do
-	printf '  %-75s ÷ veth %-11s ÷ relay %-11s ÷ wireguard-go %s\n' "${labels[$k]}" "$(ratios "$k" veth)" "$(ratios "$k" relay)" "$(ratios "$k" wg)"
+	printf '  %-75s ÷ veth %-11s ÷ relay %-11s ÷ wireguard-go %-11s CPU/byte ÷ relay %-11s ÷ wireguard-go %s\n' "${labels[$k]}" \
+		"$(ratios "$k" veth)" "$(ratios "$k" "$(relay_of "$k")")" "$(ratios "$k" wg)" "$(cpu_ratios "$k" "$(relay_of "$k")")" "$(cpu_ratios "$k" wg)"
 done
 say "wrote $out"
 [ $gostatus = 0 ] || die "go test -bench failed: $gofailed (see $out)"
