@@ -299,10 +299,10 @@ if ((${#hooks[@]} + ${#sdhooks[@]})); then
 		cat "$SCRATCH/ipoibd-build.log" >&2
 		hostfail ipoibd-build "go build -tags rdma ./ipoibd failed"
 	fi
-	# The hooks' own programs: every command under internal/testbed/ lands
-	# in /opt/ipoibd under its directory's name.
+	# The rxe hooks' own programs: every command under internal/testbed/
+	# lands in /opt/ipoibd under its directory's name.
 	for d in internal/testbed/*/; do
-		[ -d "$d" ] || continue
+		((${#hooks[@]})) && [ -d "$d" ] || continue
 		n=$(basename "$d")
 		if "$GO" build -tags rdma -o "$OV/opt/ipoibd/$n" "./$d" 2>"$SCRATCH/$n-build.log"; then
 			say "built $n"
