@@ -7,8 +7,8 @@
 #   scripts/rxe-testbed.sh          prepare (if needed), boot, run the checks
 #   scripts/rxe-testbed.sh prepare  only install packages and build the guest image
 #
-# The guest image (kernel + base initramfs: debootstrap minbase with rdma-core and
-# a module subset) is cached under $TESTBED_CACHE/KEY, KEY hashing the package
+# The guest image (kernel + base initramfs: debootstrap minbase with rdma-core,
+# systemd and a module subset) is cached under $TESTBED_CACHE/KEY, KEY hashing the package
 # versions and this script's build recipe. Each run appends a small overlay cpio
 # (the kernel unpacks concatenated cpio archives in order) holding /init and the
 # binaries under test, so a cached run costs only the boot and the checks.
@@ -84,6 +84,7 @@ now() { printf '%s' "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 
 case $MODE in run | prepare) ;; *) die "usage: $0 [prepare]" ;; esac
+booted rxe || booted systemd || die "TESTBED_BOOTS=$BOOTS: want rxe, systemd or both"
 if [ "${TESTBED_SKIP:-0}" = 1 ]; then
 	echo "testbed: ################################################################"
 	echo "testbed: SKIPPED (TESTBED_SKIP=1): the real-kernel RDMA checks did NOT run"

@@ -69,8 +69,7 @@ trap cleanup EXIT
 
 # The peer: the underlay's other end in its own namespace, a daemon there.
 # It starts first, while the boot checks run (a start costs seconds under
-# TCG). Moving ub takes ua's carrier away for a moment: the warning the
-# journal check looks for.
+# TCG).
 t=$EPOCHREALTIME
 ip netns add peer
 ip link set ub netns peer
@@ -136,10 +135,16 @@ for f in '"PRIORITY":"6"' '"SYSLOG_IDENTIFIER":"ipoibd"' '"_SYSTEMD_UNIT":"ipoib
 	'"IPOIBD_MODE":"connected"' '"MESSAGE":"level=INFO msg=\"state (SIGHUP'; do
 	grep -qF "$f" <<<"$j" || why+="no $f; "
 done
-# The warning when the peer's end of the underlay left (carrier off) carries
-# 4, and no message keeps its "<N>" prefix: journald read them.
-w=$(journalctl -q -b -u "$U" -o json | grep 'port down')
+# A warning carries 4: the underlay loses its carrier while the peer's end
+# is down.
+c=$(mark)
+ip -n peer link set ub down
+within 10 logs 'port down' "$c" || why+="no 'port down' line while ua had no carrier; "
+ip -n peer link set ub up
+within 10 logs 'port active' "$c" || why+="no 'port active' line once ua had its carrier back; "
+w=$(journalctl -q -u "$U" --after-cursor="$c" -o json | grep 'port down')
 grep -qF '"PRIORITY":"4"' <<<"$w" || why+="the carrier-off warning is not PRIORITY 4 ($(cut -c1-200 <<<"$w")); "
+# No message kept a "<N>" prefix: journald read them all.
 nraw=$(journalctl -q -b -u "$U" -o cat | grep -c '^<[0-7]>')
 ((nraw == 0)) || why+="$nraw lines kept their <N> prefix; "
 note "journal: SIGHUP entry: $(cut -c1-600 <<<"$j")"
