@@ -156,11 +156,12 @@ func appendAttr(dst []byte, group string, a slog.Attr) []byte {
 		}
 		return dst
 	}
-	return appendField(dst, "IPOIBD_"+group+fieldName(a.Key), a.Value.String())
+	name := "IPOIBD_" + group + fieldName(a.Key)
+	return appendField(dst, name[:min(len(name), 64)], a.Value.String()) // journald's longest
 }
 
-// fieldName makes a journal field name of an attribute key: upper case
-// letters, digits and underscores, at most 64 with our prefix.
+// fieldName makes part of a journal field name of an attribute key: upper
+// case letters, digits and underscores.
 func fieldName(k string) string {
 	b := []byte(strings.ToUpper(k))
 	for i, c := range b {
@@ -168,7 +169,7 @@ func fieldName(k string) string {
 			b[i] = '_'
 		}
 	}
-	return string(b[:min(len(b), 64-len("IPOIBD_"))])
+	return string(b)
 }
 
 // appendField encodes one field of a native entry: NAME=value and a

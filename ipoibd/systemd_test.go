@@ -381,6 +381,8 @@ func TestJournalNative(t *testing.T) {
 			map[string]string{"PRIORITY": "3", "IPOIBD_CM_WHY_CODE": "28"}},
 		{"newline", func(l *slog.Logger) { l.Debug("d", "err", "a\nb") },
 			map[string]string{"PRIORITY": "7", "IPOIBD_ERR": "a\nb"}},
+		{"long-key", func(l *slog.Logger) { l.WithGroup("g.1").Info("i", strings.Repeat("k", 80), "v") },
+			map[string]string{"IPOIBD_G_1_" + strings.Repeat("K", 64-len("IPOIBD_G_1_")): "v"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stderr, err := os.Create(filepath.Join(dir, tc.name))
