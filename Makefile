@@ -17,7 +17,7 @@ endif
 SBINDIR ?= $(PREFIX)/sbin
 MANDIR ?= $(PREFIX)/share/man
 
-.PHONY: build test testbed lint fuzz bench bench-ab demo deps deps-proof install uninstall unit man soak
+.PHONY: build test testbed testbed-systemd lint fuzz bench bench-ab demo deps deps-proof install uninstall unit man soak
 
 build:
 	$(GO) build ./...
@@ -60,6 +60,11 @@ test: lint deps-proof
 # Debian's kernel under QEMU with two soft-RoCE devices (root; TESTBED_SKIP=1 skips).
 testbed:
 	GO=$(GO) scripts/rxe-testbed.sh
+
+# Only the test bed's second boot: the shipped unit under systemd as PID 1,
+# with systemd-networkd (root).
+testbed-systemd:
+	TESTBED_BOOTS=systemd GO=$(GO) scripts/rxe-testbed.sh
 
 fuzz:
 	scripts/fuzz.sh
