@@ -35,11 +35,11 @@ func main() {
 
 // The exit statuses; exitStatuses explains them (usage text, man page).
 const (
-	exitStart    = 1 // the daemon could not start
-	exitUsage    = 2 // the command line is wrong
-	exitNoDaemon = 3 // no daemon answered a query
-	exitRefused  = 4 // the daemon refused the request
-	exitLost     = 5 // the daemon stopped on an error after it was up
+	exitStart    = 1  // the daemon could not start
+	exitUsage    = 64 // the command line is wrong (sysexits' EX_USAGE: not 2, the status of a Go program that panics or dies of SIGABRT, as systemd's watchdog kills it)
+	exitNoDaemon = 3  // no daemon answered a query
+	exitRefused  = 4  // the daemon refused the request
+	exitLost     = 5  // the daemon stopped on an error after it was up
 )
 
 var exitStatuses = []struct {
@@ -123,7 +123,7 @@ func isCommand(a string) bool {
 	return false
 }
 
-// usageError is a command-line mistake: exit status 2.
+// usageError is a command-line mistake: exit status 64 (exitUsage).
 func usageError(format string, args ...any) error {
 	return withExit(exitUsage, fmt.Errorf(format, args...))
 }

@@ -42,7 +42,7 @@ restarted() {
 	mapfile -t procs 2>/dev/null </sys/fs/cgroup/system.slice/system-ipoibd.slice/$U/cgroup.procs || return 1
 	((${#procs[@]})) && [[ " ${procs[*]} " != *" $1 "* ]] && ipoibd show >/dev/null 2>&1
 }
-established() { ipoibd conn | grep -q established; }
+established() { ipoibd conn --wide | grep -q established; }
 has_addr() { ip -4 -o addr show dev ib0 2>/dev/null | grep -q ' 192\.168\.100\.1/24 '; }
 # one_ll: ib0's only link-local address is ipoibd's (made from its GID,
 # nodad): networkd made none of its own.
@@ -216,7 +216,7 @@ ip -d addr show dev ib0 | sed 's/^/  ib0| /'
 # --- stop: SIGTERM sends DREQs (the peer counts the disconnect), the daemon
 # exits cleanly within TimeoutStopSec, ib0 and every route on it are gone.
 ping -c 1 -w 10 192.168.100.2 >/dev/null 2>&1
-nconn=$(ipoibd conn | grep -c established)
+nconn=$(ipoibd conn --wide | grep -c established)
 d0=$(peer_counter cm_disconnected)
 t=$EPOCHREALTIME
 systemctl stop "$U"
