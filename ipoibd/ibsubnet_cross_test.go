@@ -29,8 +29,8 @@ func TestIBSubnetCrossing(t *testing.T) {
 	ibsim.Need(t, "ibroute", "ibtracert", "tshark")
 	const fabHost = 3
 	c := newCluster(t, "ibcr", fabHost)
-	bins, err := ibBinaries()
-	if err != nil {
+	// Built before the fabric: a build error fails at once.
+	if _, err := ibBinaries(); err != nil {
 		t.Fatal(err)
 	}
 	fab := ibsim.UpWith(t, ibsim.Options{Topology: ibSubnetTopology, SMNode: "sm", Netns: c.host(fabHost), Server: c.tn.Underlay(fabHost)})
@@ -42,14 +42,7 @@ func TestIBSubnetCrossing(t *testing.T) {
 		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
 	}
 	fwd := startForwarder(t, c, fabHost, fab, args)
-	c.tn.Daemon = bins[0]
-	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
-	c.tn.Dir = fab.Dir()
-	t.Cleanup(func() {
-		for k := 1; k <= 2; k++ {
-			c.stop(k, "TERM")
-		}
-	})
+	runOnFabric(t, c, fab, 2)
 
 	policies := []string{"linux", "rfc"}
 	var rounds []int // the capture's records before each policy's round

@@ -27,8 +27,8 @@ func TestIBSubnetSMRestart(t *testing.T) {
 	ibsim.Need(t, "saquery", "smpquery", "ibroute", "ibswitches")
 	const daemons, fabHost = 2, 3
 	c := newCluster(t, "ibsm", fabHost)
-	bins, err := ibBinaries()
-	if err != nil {
+	// Built before the fabric: a build error fails at once.
+	if _, err := ibBinaries(); err != nil {
 		t.Fatal(err)
 	}
 	fab := ibsim.UpWith(t, ibsim.Options{Topology: ibSubnetTopology, SMNode: "sm", Netns: c.host(fabHost), Server: c.tn.Underlay(fabHost)})
@@ -44,14 +44,7 @@ func TestIBSubnetSMRestart(t *testing.T) {
 	}
 	startForwarder(t, c, fabHost, fab, args)
 
-	c.tn.Daemon = bins[0]
-	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
-	c.tn.Dir = fab.Dir()
-	t.Cleanup(func() {
-		for k := 1; k <= daemons; k++ {
-			c.stop(k, "TERM")
-		}
-	})
+	runOnFabric(t, c, fab, daemons)
 	for k := 1; k <= daemons; k++ {
 		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
 	}

@@ -69,6 +69,25 @@ var ibBinaries = sync.OnceValues(func() ([2]string, error) {
 	return bins, nil
 })
 
+// runOnFabric makes hosts 1..n of c run the rdma-tagged ipoibd as nodes
+// h1..hn of fab; the daemons leave before the simulator (their exit tells
+// it).
+func runOnFabric(t *testing.T, c *cluster, fab *ibsim.Fabric, n int) {
+	t.Helper()
+	bins, err := ibBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.tn.Daemon = bins[0]
+	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
+	c.tn.Dir = fab.Dir()
+	t.Cleanup(func() {
+		for k := 1; k <= n; k++ {
+			c.stop(k, "TERM")
+		}
+	})
+}
+
 // ibNode is a host's port as the subnet manager's SA reports it.
 type ibNode struct {
 	lid  uint16
@@ -85,8 +104,8 @@ type ibNode struct {
 func TestIBSubnet(t *testing.T) {
 	ibsim.Need(t, "saquery", "smpquery", "ibroute", "ibswitches", "tshark")
 	c := newCluster(t, "ibsn", 5) // host 5: the fabric (ibsim, OpenSM, forwarder)
-	bins, err := ibBinaries()
-	if err != nil {
+	// Built before the fabric: a build error fails at once.
+	if _, err := ibBinaries(); err != nil {
 		t.Fatal(err)
 	}
 	fabHost := 5
@@ -111,15 +130,7 @@ func TestIBSubnet(t *testing.T) {
 	}
 	fwd := startForwarder(t, c, fabHost, fab, args)
 
-	c.tn.Daemon = bins[0]
-	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
-	c.tn.Dir = fab.Dir()
-	// The daemons leave before the simulator: their exit tells it.
-	t.Cleanup(func() {
-		for k := 1; k <= 4; k++ {
-			c.stop(k, "TERM")
-		}
-	})
+	runOnFabric(t, c, fab, 4)
 	ibFlags := func(k int) []string {
 		f := []string{"--softib-link", "ib", "--softib-fabric", fwdAddr}
 		if k >= 3 {
