@@ -1,21 +1,36 @@
 # The build and test contract of ipoibd. `sudo make test` is what CI runs.
 GO ?= go
 
+# Where make install puts things, each under $(DESTDIR) (a staging root for
+# packages). The system prefixes /usr and /usr/local keep configuration and
+# the unit where the system reads them (/etc, /etc/systemd/system); any
+# other prefix (PREFIX=$$HOME/opt) holds all of it: $(PREFIX)/etc and
+# $(PREFIX)/lib/systemd/system (link or copy the unit from there).
 PREFIX ?= /usr/local
+ifneq ($(filter /usr /usr/local,$(PREFIX)),)
+SYSCONFDIR ?= /etc
 SYSTEMD_DIR ?= /etc/systemd/system
+else
+SYSCONFDIR ?= $(PREFIX)/etc
+SYSTEMD_DIR ?= $(PREFIX)/lib/systemd/system
+endif
+SBINDIR ?= $(PREFIX)/sbin
+MANDIR ?= $(PREFIX)/share/man
 
-.PHONY: build test testbed lint fuzz bench bench-ab demo deps deps-proof install uninstall unit man soak
+.PHONY: build test testbed testbed-systemd lint fuzz bench bench-ab demo deps deps-proof install uninstall unit man soak
 
 build:
 	$(GO) build ./...
 	$(GO) build -buildvcs=auto -o bin/ipoibd ./ipoibd
 	$(GO) build -o bin/testnet ./internal/testnet/cmd/testnet
+	$(GO) build -o bin/ipoibd-cni ./cni/cmd/ipoibd-cni
 
-# The systemd unit with ExecStart under PREFIX, made from its template.
+# The systemd unit with ExecStart in SBINDIR and its flags in SYSCONFDIR,
+# made from its template.
 UNIT ?= bin/ipoibd@.service
 unit:
 	mkdir -p $(dir $(UNIT))
-	sed 's|@SBINDIR@|$(PREFIX)/sbin|g' dist/ipoibd@.service.in >$(UNIT)
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' dist/ipoibd@.service.in >$(UNIT)
 
 # The man page, generated from the daemon's own flag set (ipoibd man).
 man:
@@ -46,6 +61,11 @@ test: lint deps-proof
 testbed:
 	GO=$(GO) scripts/rxe-testbed.sh
 
+# Only the test bed's second boot: the shipped unit under systemd as PID 1,
+# with systemd-networkd (root).
+testbed-systemd:
+	TESTBED_BOOTS=systemd GO=$(GO) scripts/rxe-testbed.sh
+
 fuzz:
 	scripts/fuzz.sh
 
@@ -65,6 +85,7 @@ bench-ab:
 # SIGKILL restarts (root; not part of test; SOAK_SECONDS, default 180).
 soak: build
 	$(GO) build -o bin/reqflood ./internal/reqflood
+	$(GO) build -o bin/nsflood ./internal/nsflood
 	scripts/deps.sh runtime
 	scripts/soak.sh
 
@@ -75,14 +96,18 @@ demo: build
 	IB=$(IB) GO=$(GO) scripts/demo.sh
 
 # Installs the daemon and the systemd template unit ipoibd@IFNAME.service;
-# flags per interface go in /etc/ipoibd/IFNAME.env (see dist/ib0.env.example).
+# flags per interface go in $(SYSCONFDIR)/ipoibd/IFNAME.env (see
+# dist/ib0.env.example). Nothing is written outside $(DESTDIR) and the
+# directories above; systemd is told only of a unit where it looks.
 install: build unit
-	install -D -m 0755 bin/ipoibd $(DESTDIR)$(PREFIX)/sbin/ipoibd
+	install -D -m 0755 bin/ipoibd $(DESTDIR)$(SBINDIR)/ipoibd
 	install -D -m 0644 $(UNIT) $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service
-	mkdir -p $(DESTDIR)$(PREFIX)/share/man/man8
-	bin/ipoibd man >$(DESTDIR)$(PREFIX)/share/man/man8/ipoibd.8
-	install -D -m 0644 dist/ib0.env.example $(DESTDIR)/etc/ipoibd/ib0.env.example
-	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	mkdir -p $(DESTDIR)$(MANDIR)/man8
+	bin/ipoibd man >$(DESTDIR)$(MANDIR)/man8/ipoibd.8
+	install -D -m 0644 dist/ib0.env.example $(DESTDIR)$(SYSCONFDIR)/ipoibd/ib0.env.example
+	@case "$(DESTDIR)$(SYSTEMD_DIR)" in /etc/systemd/system|/usr/lib/systemd/system|/lib/systemd/system) \
+		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi;; esac
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/ipoibd $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service $(DESTDIR)/etc/ipoibd/ib0.env.example $(DESTDIR)$(PREFIX)/share/man/man8/ipoibd.8
+	rm -f $(DESTDIR)$(SBINDIR)/ipoibd $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service $(DESTDIR)$(SYSCONFDIR)/ipoibd/ib0.env.example $(DESTDIR)$(MANDIR)/man8/ipoibd.8
+	rmdir $(DESTDIR)$(SYSCONFDIR)/ipoibd 2>/dev/null || true

@@ -55,12 +55,17 @@ func (p PKey) Accepts(other PKey) bool {
 
 func (p PKey) String() string { return fmt.Sprintf("0x%04x", uint16(p)) }
 
-// ParsePKey reads a P_Key as written by operators: hexadecimal with 0x
-// (0x8001) or decimal. It must name a partition.
+// ParsePKey reads a P_Key as written by operators and every InfiniBand
+// tool (OpenSM's partitions.conf, ibstat, sysfs): hexadecimal, with or
+// without 0x (0x8001, 8001). It must name a partition.
 func ParsePKey(s string) (PKey, error) {
-	v, err := strconv.ParseUint(s, 0, 16)
+	digits := s
+	if len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		digits = s[2:]
+	}
+	v, err := strconv.ParseUint(digits, 16, 16)
 	if err != nil {
-		return 0, ErrField("P_Key", "value", "%q is not a 16-bit number such as 0xffff", s)
+		return 0, ErrField("P_Key", "value", "%q is not a 16-bit hexadecimal number such as 0xffff or 8001", s)
 	}
 	if p := PKey(v); p.Valid() {
 		return p, nil

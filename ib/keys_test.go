@@ -104,12 +104,20 @@ func TestParsePKey(t *testing.T) {
 	}{
 		{"0xffff", 0xffff, true},
 		{"0x8001", 0x8001, true},
-		{"32769", 0x8001, true},
+		{"0X8001", 0x8001, true},
+		{"8033", 0x8033, true}, // hex without 0x, as every IB tool writes it
+		{"ffff", 0xffff, true},
+		{"7fff", 0x7fff, true},
 		{"0x0001", 0x0001, true},
+		{"1", 0x0001, true},
+		{"32769", 0, false}, // decimal 0x8001 is five hex digits: too many
 		{"0x8000", 0, false},
 		{"0", 0, false},
+		{"0x", 0, false},
 		{"0x10000", 0, false},
-		{"ffff", 0, false},
+		{"+8001", 0, false},
+		{"-1", 0, false},
+		{"0xg001", 0, false},
 		{"", 0, false},
 	} {
 		got, err := ParsePKey(tc.in)

@@ -434,6 +434,18 @@ type Counter struct {
 	Value uint64
 }
 
+// Per-QP counters (QP.Counters) that mean the same whatever the provider:
+// one that counts the thing reports it under this name, one that cannot
+// leaves the name out (ipoibd conn then says "n/a").
+const (
+	// QPCounterRetransmits: RC packets sent again (go-back-N after an ACK
+	// timeout or a sequence NAK).
+	QPCounterRetransmits = "retransmits"
+	// QPCounterRNRNAKs: RNR NAKs the QP received as requester (the
+	// responder had no receive buffer posted).
+	QPCounterRNRNAKs = "rnr_naks_received"
+)
+
 // QPCounterNamer is implemented by devices that can name the counters
 // their QPs report (QP.Counters, in that order) before any QP exists, so
 // that totals over connections show every name from the start instead of

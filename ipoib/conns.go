@@ -59,7 +59,12 @@ func (c *control) connect(e *neigh.Entry) {
 func (i *Interface) connUp(conn *ipoibcm.Connection) {
 	c := &i.ctl
 	delete(c.backoff, ib.LinkAddr{QPN: conn.Peer.QPN, GID: conn.Peer.GID})
+	// A connection proves the claimed port's new QPN alive, not its old
+	// one gone, unless one port is one interface (no SharedGIDs).
 	for _, e := range i.neigh.ByClaim(conn.Peer) {
+		if i.cfg.SharedGIDs {
+			break
+		}
 		old := e.Link
 		c.apply(e, e.Proven(conn.Peer, c.now), old)
 	}
@@ -69,7 +74,7 @@ func (i *Interface) connUp(conn *ipoibcm.Connection) {
 		if p == nil || i.datagram.Load() { // datagram mode: a peer's connection carries only its sends
 			continue
 		}
-		p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+		p.QP, p.MTU, p.Packets, p.Bytes = conn.QP, conn.MTU, &conn.Traffic.TxPackets, &conn.Traffic.TxBytes
 		c.publish(e, p)
 		c.flush(e)
 	}
@@ -113,5 +118,17 @@ func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 		c.flush(e)
 	}
 	// A REJ or a timeout is the peer's doing: routine, counted by cm.
-	i.log.Info("connection refused", "peer", peer, "peer_ip", ipList(es), "reason", reason, "retry_in", b.wait)
+	i.log.Info(refusalMessage(reason), "peer", peer, "peer_ip", ipList(es), "reason", reason, "retry_in", b.wait)
+}
+
+// refusalMessage names what happened to a connection the manager gave up
+// on: only a REJ is a refusal.
+func refusalMessage(reason string) string {
+	switch {
+	case reason == "timeout":
+		return "connection attempt unanswered"
+	case strings.HasPrefix(reason, "send failed"):
+		return "connection lost: a send failed"
+	}
+	return "connection refused"
 }

@@ -51,8 +51,11 @@ type control struct {
 	sends      sendBatch
 	wc         [rxBatch]ib.Completion
 	now        time.Time
-	cmAsked    time.Time           // when armCM last asked the manager for its deadline
-	unreach    tokenBucket         // limits the ICMP unreachable errors (unreach.go)
+	cmAsked    time.Time   // when armCM last asked the manager for its deadline
+	unreach    tokenBucket // limits the ICMP unreachable errors (unreach.go)
+	// rawWarned: the one warning that IPv4 errors cannot come from our
+	// own address (no raw socket) was logged.
+	rawWarned  bool
 	dropsSeen  [numCounters]uint64 // counter values at the last drop report
 	dropsAt    time.Time
 	pollAddrs  bool   // the address subscription failed: read them each tick

@@ -22,15 +22,17 @@ const (
 	txDropTooBig    // larger than the path MTU (answered with ICMP when it may be)
 	txDropNoRoute   // off-link destination with no route through this interface
 	txDropPost      // the provider refused the send
-	txDropKernelND  // neighbor discovery from the kernel: the daemon does ND itself
+	txDropKernelND  // neighbor discovery from the kernel other than RS: the daemon does ND itself
+	txKernelRS      // the kernel's router solicitations: not carried (no router discovery), not a loss
 	txErrors        // send completions with an error status
 	txICMPTooBig    // ICMP errors written back into the TUN
 	rxPackets
 	rxBytes
 	rxDropMalformed // bad IPoIB header, ARP or ND
-	rxDropLoop      // our own multicast coming back
+	rxMulticastOwn  // our own multicast, which the fabric delivers back to every member: not a loss
 	rxDropEtherType // an EtherType IPoIB does not carry
 	rxDropTUN       // the TUN write failed
+	rxLinkDown      // the TUN refused a packet because the interface is down, as the kernel drops one: not a fault
 	rxErrors        // receive completions with an error status
 	arpIn
 	arpOut
@@ -72,10 +74,11 @@ var counterNames = [numCounters]string{
 	txDropMalformed: "tx_drop_malformed", txDropNoNeigh: "tx_drop_no_neighbor",
 	txDropQueueFull: "tx_drop_queue_full", txDropTooBig: "tx_drop_too_big",
 	txDropNoRoute: "tx_drop_no_route", txDropPost: "tx_drop_post", txDropKernelND: "tx_drop_kernel_nd",
-	txErrors: "tx_errors", txICMPTooBig: "tx_icmp_too_big",
+	txKernelRS: "tx_kernel_router_solicits", txErrors: "tx_errors", txICMPTooBig: "tx_icmp_too_big",
 	rxPackets: "rx_packets", rxBytes: "rx_bytes", rxDropMalformed: "rx_drop_malformed",
-	rxDropLoop: "rx_drop_loop", rxDropEtherType: "rx_drop_ethertype", rxDropTUN: "rx_drop_tun",
-	rxErrors: "rx_errors", arpIn: "arp_in", arpOut: "arp_out", ndIn: "nd_in", ndOut: "nd_out",
+	rxMulticastOwn: "rx_multicast_own", rxDropEtherType: "rx_drop_ethertype", rxDropTUN: "rx_drop_tun",
+	rxLinkDown: "rx_link_down",
+	rxErrors:   "rx_errors", arpIn: "arp_in", arpOut: "arp_out", ndIn: "nd_in", ndOut: "nd_out",
 	ctlDropBusy: "ctl_drop_busy", ctlDropSolicitBusy: "ctl_drop_solicit_busy", impostors: "impostors_refuted",
 	solicitNotOurs: "solicit_not_ours", solicitNoSource: "solicit_no_source",
 	learnCandidates: "learn_candidates", learnEvicted: "learn_evicted", learnLimited: "learn_rate_limited",
@@ -92,6 +95,10 @@ type counters [numCounters]atomic.Uint64
 
 func (c *counters) inc(k counter)           { c[k].Add(1) }
 func (c *counters) add(k counter, n uint64) { c[k].Add(n) }
+
+// CounterNames are the names of the interface's own counters, in the
+// order Stats lists them (the daemon documents every one).
+func CounterNames() []string { return append([]string(nil), counterNames[:]...) }
 
 func (c *counters) list() []ib.Counter {
 	out := make([]ib.Counter, numCounters)

@@ -178,7 +178,8 @@ func BenchmarkTransmitRC64K(b *testing.B) { benchmarkTransmit(b, 65520) }
 func BenchmarkTransmitRC1500(b *testing.B) { benchmarkTransmit(b, 1500) }
 
 // TestDatapathDoesNotAllocate: in steady state, sending a packet over RC
-// and receiving it at the peer allocates nothing on either side.
+// and receiving it at the peer allocates nothing on either side, the
+// connections' counters of what they carried included.
 func TestDatapathDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
@@ -195,6 +196,17 @@ func TestDatapathDoesNotAllocate(t *testing.T) {
 	}
 	if allocs > 0.01 {
 		t.Errorf("%.3f allocations per packet on the datapath, want 0", allocs)
+	}
+	// Every packet sent and received was counted on its connection.
+	var sent, received uint64
+	for _, c := range p.a.Connections() {
+		sent += c.TxBytes
+	}
+	for _, c := range p.b.Connections() {
+		received += c.RxBytes
+	}
+	if want := uint64(6000 * 9000); sent < want || received < want {
+		t.Errorf("connections counted %d octets sent, %d received; want at least %d each", sent, received, want)
 	}
 }
 

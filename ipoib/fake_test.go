@@ -282,7 +282,7 @@ func TestFakeImpostorRefuted(t *testing.T) {
 
 // TestFakeUnresolvedNeighbor: packets to an address nobody answers wait
 // while a asks (at most MaxPending of them) and are then answered with
-// ICMP host unreachable.
+// ICMP host unreachable, from a's own address.
 func TestFakeUnresolvedNeighbor(t *testing.T) {
 	h := newFakeHosts(t, 1)
 	a := h[0]
@@ -296,6 +296,11 @@ func TestFakeUnresolvedNeighbor(t *testing.T) {
 		icmp := a.next(t)
 		if len(icmp) < 28 || icmp[20] != 3 || icmp[21] != 1 || netip.AddrFrom4([4]byte(icmp[16:20])) != a.ip4 {
 			t.Fatalf("a wrote % x, want ICMP host unreachable to %v", icmp[:min(len(icmp), 28)], a.ip4)
+		}
+		// From our own address, as the kernel's (SendIPv4: not through
+		// the TUN, where it would be a martian).
+		if src := netip.AddrFrom4([4]byte(icmp[12:16])); src != a.ip4 {
+			t.Fatalf("the error comes from %v, want our own %v", src, a.ip4)
 		}
 	}
 	if got := a.count(txUnreachable); got != uint64(max) {
@@ -336,6 +341,9 @@ func TestFakeDrops(t *testing.T) {
 	ns := make([]byte, 72) // an ICMPv6 neighbor solicitation from the kernel
 	copy(ns, packetTo(a.ip6, b.ip6, 72, 0)[:40])
 	ns[6], ns[40] = 58, 135
+	rs := make([]byte, 56) // the kernel's router solicitation when the link comes up
+	copy(rs, packetTo(a.ip6, netip.MustParseAddr("ff02::2"), 56, 0)[:40])
+	rs[6], rs[40] = 58, 133
 	rawTo := func(from, to *fakeHost, raw []byte) {
 		from.do(func() {
 			slot, buf, ok := from.ctl.neighSlot()
@@ -366,6 +374,7 @@ func TestFakeDrops(t *testing.T) {
 	}{
 		{"not IP from the kernel", func() { a.send([]byte{0x20, 1, 2, 3, 4, 5, 6, 7}) }, a, txDropMalformed, nil},
 		{"neighbor solicitation from the kernel", func() { a.send(ns) }, a, txDropKernelND, nil},
+		{"router solicitation from the kernel", func() { a.send(rs) }, a, txKernelRS, nil},
 		{"unknown EtherType from the fabric", func() { rawTo(b, a, []byte{0x88, 0xb5, 0, 0, 1, 2, 3, 4}) }, a, rxDropEtherType, nil},
 		{"short ARP from the fabric", func() { rawTo(b, a, []byte{0x08, 0x06, 0, 0, 0, 0x20, 8, 0}) }, a, rxDropMalformed, nil},
 		{"short IPoIB header from the fabric", func() { rawTo(b, a, []byte{0x08}) }, a, rxDropMalformed, nil},

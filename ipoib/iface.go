@@ -108,6 +108,10 @@ type Config struct {
 	MTU int
 	// IdleTimeout tears down unused connections (0: never).
 	IdleTimeout time.Duration
+	// SharedGIDs: the partition's ports may carry several interfaces
+	// (pods' P_Key children), so a new UD QPN at a known GID is another
+	// interface, not a restarted peer (see ipoibcm.ManagerConfig).
+	SharedGIDs bool
 	// MaxConns bounds connections past setup (default 4096); beyond it
 	// REQs are rejected with "no resources". Those in setup count against
 	// the CM engine's half-open limits instead (256, 16 per peer), so REQs
@@ -353,8 +357,12 @@ func settle(cfg Config) (*Interface, error) {
 		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
 		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
 	}
-	if i.mtu > ConnectedMTU || (cfg.Mode == Datagram && i.mtu > i.udMTU) {
-		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit", i.mtu, cfg.Mode)
+	if i.mtu > ConnectedMTU {
+		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit %d", i.mtu, cfg.Mode, ConnectedMTU)
+	}
+	if cfg.Mode == Datagram && i.mtu > i.udMTU {
+		return nil, fmt.Errorf("ipoib: MTU %d is above the datagram-mode limit %d (the port's IB MTU %d less the 4-octet IPoIB header; connected mode takes up to %d)",
+			i.mtu, i.udMTU, port.ActiveMTU, ConnectedMTU)
 	}
 	return i, nil
 }
@@ -400,6 +408,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 		PathMTU:     port.ActiveMTU,
 		QPs:         qpFactory{i},
 		IdleTimeout: cfg.IdleTimeout,
+		SharedGIDs:  cfg.SharedGIDs,
 		PathTo:      i.pathTo(),
 		Up:          i.connUp,
 		Down:        i.connDown,

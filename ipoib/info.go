@@ -3,19 +3,22 @@ package ipoib
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/neigh"
 )
 
 // What `ipoibd show`, `neigh`, `conn` and `stats` print. Each is taken on
 // the control goroutine, so it is a consistent snapshot. The JSON shapes
 // are an interface for scripts: every key is present whatever the state
-// (zero or "" when it does not apply), lists are [] and never null, and
-// P_Keys, QPNs and ages are numbers.
+// (zero or "" when it does not apply; -1 for a provider's figure it cannot
+// tell), lists are [] and never null, and P_Keys, QPNs and ages are
+// numbers.
 
 // Info describes the interface.
 type Info struct {
@@ -50,6 +53,12 @@ type Info struct {
 	// have no path and no route (neigh/learn.go).
 	Candidates int `json:"candidates"`
 	Conns      int `json:"connections"`
+	// AdminState ("up" or "down"), Carrier and OperState (RFC 2863's, as
+	// `ip link` shows it, in lower case) are the kernel's, read when asked;
+	// "", false and "" when it could not be read.
+	AdminState string `json:"admin_state"`
+	Carrier    bool   `json:"carrier"`
+	OperState  string `json:"operstate"`
 }
 
 // NeighInfo is one neighbor.
@@ -65,17 +74,48 @@ type NeighInfo struct {
 
 // ConnInfo is one connection.
 type ConnInfo struct {
-	Peer      string `json:"peer"`
-	Type      string `json:"type"`
-	Direction string `json:"direction"` // out: we connected; in: the peer did
-	State     string `json:"state"`
-	QPState   string `json:"qp_state"` // the local QP's (an established connection's is RTS)
-	Sends     bool   `json:"sends"`    // carries our sends (policy)
-	LocalQPN  uint32 `json:"local_qpn"`
-	RemoteQPN uint32 `json:"remote_qpn"` // 0 until the CM learned it
-	MTU       int    `json:"mtu"`
-	Packets   uint64 `json:"packets"`
-	AgeSecs   int64  `json:"age_seconds"`
+	Peer string `json:"peer"` // the peer's link address
+	// PeerIPs are the addresses of the neighbors at the peer's node
+	// (IPv4 first, each family in order); PeerGUID ("0x" and 16 hex
+	// digits) and PeerUDQPN are the parts of the link address that tell
+	// nodes apart, for a short name.
+	PeerIPs   []string `json:"peer_ips"`
+	PeerGUID  string   `json:"peer_guid"`
+	PeerUDQPN uint32   `json:"peer_ud_qpn"`
+	Type      string   `json:"type"`
+	Direction string   `json:"direction"` // out: we connected; in: the peer did
+	State     string   `json:"state"`
+	QPState   string   `json:"qp_state"` // the local QP's (an established connection's is RTS)
+	Sends     bool     `json:"sends"`    // carries our sends (policy)
+	LocalQPN  uint32   `json:"local_qpn"`
+	RemoteQPN uint32   `json:"remote_qpn"` // 0 until the CM learned it
+	MTU       int      `json:"mtu"`
+	PathMTU   int      `json:"path_mtu"` // the IB path MTU of the QP, in octets (0 until agreed)
+	Packets   uint64   `json:"packets"`  // both ways
+	// What the datapath carried: IP packets and their octets.
+	TxPackets uint64 `json:"tx_packets"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	RxPackets uint64 `json:"rx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	// RNRNAKs and Retransmits are the provider's count for the QP (see
+	// ib.QPCounterRNRNAKs), -1 when it cannot tell; QPCounters is every
+	// counter it has for the QP.
+	RNRNAKs     int64             `json:"rnr_naks"`
+	Retransmits int64             `json:"retransmits"`
+	QPCounters  map[string]uint64 `json:"qp_counters"`
+	// UDFallbacks counts the packets sent to the peer's neighbors over UD
+	// while no connection to it was up (being set up, refused, failed),
+	// summed over the neighbors: it outlives connections.
+	UDFallbacks uint64 `json:"ud_fallbacks"`
+	AgeSecs     int64  `json:"age_seconds"` // since the connection was asked for
+	UpSecs      int64  `json:"up_seconds"`  // since it was established (0 before)
+}
+
+// ShortLink names the peer in few characters: QPN@GUID, its UD QPN and
+// port GUID in hex, the parts of its link address that differ between
+// nodes (the flags and the GID's prefix rarely do).
+func (c ConnInfo) ShortLink() string {
+	return fmt.Sprintf("%x@%s", c.PeerUDQPN, strings.TrimPrefix(c.PeerGUID, "0x"))
 }
 
 // Show returns the interface description.
@@ -114,6 +154,19 @@ func (i *Interface) Show() Info {
 			info.CM = fmt.Sprint(i.mgr.Service())
 		}
 	})
+	// Off the control goroutine: a netlink round trip; not once closing,
+	// when the device and its netlink handle go.
+	select {
+	case <-i.done:
+		return info
+	default:
+	}
+	if st, err := i.netdev.State(); err == nil {
+		info.AdminState, info.Carrier, info.OperState = "down", st.Carrier, st.OperState
+		if st.Up {
+			info.AdminState = "up"
+		}
+	}
 	return info
 }
 
@@ -159,20 +212,60 @@ func (i *Interface) Connections() []ConnInfo {
 		}
 		// What cannot send is not shown as established: look first.
 		i.ctl.checkConns(-1)
-		for _, c := range i.mgr.Connections() {
-			dir := "in"
-			if c.Outgoing {
-				dir = "out"
+		nodes := map[ib.LinkAddr][]*neigh.Entry{} // the neighbors by node (flags zeroed)
+		for _, e := range i.neigh.All() {
+			if e.State == neigh.Reachable || e.State == neigh.Stale || e.State == neigh.Probing {
+				k := ib.LinkAddr{QPN: e.Link.QPN, GID: e.Link.GID}
+				nodes[k] = append(nodes[k], e)
 			}
-			out = append(out, ConnInfo{
-				Peer: c.Peer.String(), Type: c.QP.Type().String(), Direction: dir, State: c.State().String(), QPState: c.QP.State().String(),
-				Sends: c.Sendable(), LocalQPN: uint32(c.QP.Num()), RemoteQPN: uint32(c.RemoteQPN()), MTU: c.MTU, Packets: c.Packets.Load(),
-				AgeSecs: int64(i.ctl.now.Sub(c.Since) / time.Second),
-			})
+		}
+		for _, c := range i.mgr.Connections() {
+			out = append(out, i.connInfo(c, nodes[ib.LinkAddr{QPN: c.Peer.QPN, GID: c.Peer.GID}]))
 		}
 	})
 	slices.SortFunc(out, func(a, b ConnInfo) int { return strings.Compare(a.Peer+a.Direction, b.Peer+b.Direction) })
 	return out
+}
+
+// connInfo describes c, whose peer's node has the neighbors es. Control
+// goroutine only.
+func (i *Interface) connInfo(c *ipoibcm.Connection, es []*neigh.Entry) ConnInfo {
+	dir := "in"
+	if c.Outgoing {
+		dir = "out"
+	}
+	t := &c.Traffic
+	n := ConnInfo{
+		Peer: c.Peer.String(), PeerIPs: []string{}, PeerGUID: fmt.Sprintf("0x%016x", binary.BigEndian.Uint64(c.Peer.GID[8:])), PeerUDQPN: uint32(c.Peer.QPN),
+		Type: c.QP.Type().String(), Direction: dir, State: c.State().String(), QPState: c.QP.State().String(),
+		Sends: c.Sendable(), LocalQPN: uint32(c.QP.Num()), RemoteQPN: uint32(c.RemoteQPN()), MTU: c.MTU, PathMTU: c.PathMTU.Bytes(),
+		TxPackets: t.TxPackets.Load(), TxBytes: t.TxBytes.Load(), RxPackets: t.RxPackets.Load(), RxBytes: t.RxBytes.Load(),
+		RNRNAKs: -1, Retransmits: -1, QPCounters: map[string]uint64{},
+		AgeSecs: int64(i.ctl.now.Sub(c.Since) / time.Second),
+	}
+	n.Packets = n.TxPackets + n.RxPackets
+	if !c.Established.IsZero() {
+		n.UpSecs = int64(i.ctl.now.Sub(c.Established) / time.Second)
+	}
+	for _, x := range c.QP.Counters() {
+		n.QPCounters[x.Name] = x.Value
+		switch x.Name {
+		case ib.QPCounterRNRNAKs:
+			n.RNRNAKs = int64(x.Value)
+		case ib.QPCounterRetransmits:
+			n.Retransmits = int64(x.Value)
+		}
+	}
+	ips := make([]netip.Addr, len(es))
+	for k, e := range es {
+		ips[k] = e.IP
+		n.UDFallbacks += e.UDFallbacks.Load()
+	}
+	slices.SortFunc(ips, netip.Addr.Compare) // IPv4 first
+	for _, ip := range ips {
+		n.PeerIPs = append(n.PeerIPs, ip.String())
+	}
+	return n
 }
 
 // Stats returns every counter: the interface's, the CM's and the device's.

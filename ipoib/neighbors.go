@@ -133,10 +133,12 @@ func (c *control) heard(ip netip.Addr, link, from ib.LinkAddr) {
 	}
 }
 
-// hear applies a claim of link for e that came from from.
+// hear applies a claim of link for e that came from from. Where ports
+// carry several interfaces (Config.SharedGIDs), a claim from another QPN
+// of e's port is another interface's, not a restart: it is checked as any.
 func (c *control) hear(e *neigh.Entry, link, from ib.LinkAddr) {
 	old := e.Link
-	if from.GID != (ib.GID{}) && from.SameNode(link) {
+	if from.GID != (ib.GID{}) && from.SameNode(link) && !c.i.cfg.SharedGIDs {
 		c.apply(e, e.Restarted(link, c.now), old)
 		return
 	}
@@ -177,7 +179,7 @@ func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
 	}
 	if c.i.mgr != nil && !c.i.datagram.Load() {
 		if conn := c.i.mgr.SendConnection(link); conn != nil {
-			p.QP, p.MTU, p.Packets = conn.QP, conn.MTU, &conn.Packets
+			p.QP, p.MTU, p.Packets, p.Bytes = conn.QP, conn.MTU, &conn.Traffic.TxPackets, &conn.Traffic.TxBytes
 		}
 	}
 	// What waits goes first: the host route publish installs costs a

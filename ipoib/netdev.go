@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ipoib/netdev"
@@ -46,7 +47,15 @@ func OpenTUN(cfg tun.Config) (Netdev, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tunNetdev{Device: d, ns: cfg.Netns, routes: mtu.NewRoutesAt(d.Netlink(), d.Index())}, nil
+	t := &tunNetdev{Device: d, ns: cfg.Netns, routes: mtu.NewRoutesAt(d.Netlink(), d.Index()), raw4: -1}
+	// Send-only (IPPROTO_RAW receives nothing), in the device's namespace.
+	// Without CAP_NET_RAW there is none and SendIPv4 fails: the caller
+	// falls back to the device.
+	t.raw4Err = inNetns(cfg.Netns, func() (err error) {
+		t.raw4, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+		return err
+	})
+	return t, nil
 }
 
 // tunNetdev is a TUN device and its link in the kernel.
@@ -54,9 +63,57 @@ type tunNetdev struct {
 	*tun.Device
 	ns     *netns.NsHandle // nil: the daemon's own namespace
 	routes *mtu.Routes
+	// raw4 is an IPPROTO_RAW socket in the device's namespace (SendIPv4);
+	// -1 when it could not be made, raw4Err saying why, or once closed.
+	// Under raw4Mu: the control goroutine may still send while Close runs.
+	raw4Mu  sync.Mutex
+	raw4    int
+	raw4Err error
+}
+
+func (t *tunNetdev) SendIPv4(b []byte) error {
+	if len(b) < 20 || b[0]>>4 != 4 {
+		return errors.New("not an IPv4 packet")
+	}
+	t.raw4Mu.Lock()
+	defer t.raw4Mu.Unlock()
+	if t.raw4 < 0 {
+		return fmt.Errorf("raw IPv4 socket: %w", t.raw4Err)
+	}
+	// A packet for one of our own addresses goes through lo; with lo down
+	// (a fresh namespace) the kernel drops it without a word. The ioctl
+	// asks the socket's namespace.
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(t.raw4, unix.SIOCGIFFLAGS, ifr); err != nil || ifr.Uint16()&unix.IFF_UP == 0 {
+		return errors.New("lo is down in the interface's network namespace")
+	}
+	return unix.Sendto(t.raw4, b, 0, &unix.SockaddrInet4{Addr: [4]byte(b[16:20])})
+}
+
+func (t *tunNetdev) Close() error {
+	t.raw4Mu.Lock()
+	if t.raw4 >= 0 {
+		unix.Close(t.raw4)
+		t.raw4, t.raw4Err = -1, errors.New("closed")
+	}
+	t.raw4Mu.Unlock()
+	return t.Device.Close()
 }
 
 func (t *tunNetdev) Routes() Routes { return t.routes }
+
+// State reads the link from the kernel (netlink in its namespace).
+func (t *tunNetdev) State() (netdev.LinkStatus, error) {
+	l, err := t.Netlink().LinkByIndex(t.Index())
+	if err != nil {
+		return netdev.LinkStatus{}, err
+	}
+	a := l.Attrs()
+	return netdev.LinkStatus{Up: a.Flags&net.FlagUp != 0, Carrier: a.RawFlags&unix.IFF_LOWER_UP != 0, OperState: a.OperState.String()}, nil
+}
 
 func (t *tunNetdev) Gateway(dst netip.Addr) (netip.Addr, bool) {
 	routes, err := t.Netlink().RouteGet(dst.AsSlice())

@@ -40,7 +40,7 @@ func (c *control) handlePending(p pendingPacket) {
 	}
 	if path := e.Path(); path != nil {
 		// Published since the datapath looked: send it now if it can go.
-		if c.send(p.slot, p.n, path) {
+		if c.send(p.slot, p.n, e, path) {
 			c.i.postBatch(&c.sends)
 			return
 		}
@@ -70,9 +70,9 @@ func (c *control) nextHop(dst netip.Addr) (netip.Addr, bool) {
 	return gw, true
 }
 
-// send queues a waiting packet in c.sends on path if it fits; false
+// send queues a packet waiting on e in c.sends on path if it fits; false
 // leaves it waiting.
-func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
+func (c *control) send(slot uint32, n int, e *neigh.Entry, path *neigh.Path) bool {
 	i := c.i
 	ipLen := n - encap.HeaderLen
 	switch {
@@ -80,8 +80,7 @@ func (c *control) send(slot uint32, n int, path *neigh.Path) bool {
 		i.sendConnected(&c.sends, slot, n, path)
 		return true
 	case ipLen <= i.udMTU:
-		i.ctr.inc(txUD)
-		i.sendUD(&c.sends, slot, n, path.AH, path.Link.QPN)
+		i.unicastUD(&c.sends, slot, n, e, path)
 		return true
 	}
 	return false
@@ -101,7 +100,7 @@ func (c *control) sendPending(e *neigh.Entry, waiting bool) {
 	kept := e.Pending[:0]
 	for _, p := range e.Pending {
 		switch {
-		case c.send(p.Slot, p.Len, path):
+		case c.send(p.Slot, p.Len, e, path):
 		case waiting:
 			kept = append(kept, p)
 		default:

@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
 )
@@ -48,6 +49,7 @@ func (i *Interface) postBatch(b *sendBatch) {
 func (i *Interface) sendConnected(b *sendBatch, slot uint32, n int, p *neigh.Path) {
 	i.ctr.inc(txConnected)
 	p.Packets.Add(1)
+	p.Bytes.Add(uint64(n - encap.HeaderLen))
 	i.addSend(b, p.QP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sge(slot, n)})
 }
 

@@ -1,6 +1,9 @@
 package ipoib
 
 import (
+	"errors"
+	"syscall"
+
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/offload"
@@ -103,7 +106,7 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 			return
 		}
 		if c.SrcQPN == i.local.QPN && c.SrcGID == i.local.GID {
-			i.ctr.inc(rxDropLoop) // our own multicast
+			i.ctr.inc(rxMulticastOwn) // the fabric delivers a group's packets to every member, us too
 			return
 		}
 		msg = buf[ib.GRHLen:c.ByteLen]
@@ -113,6 +116,7 @@ func (i *Interface) receive(slot uint32, c *ib.Completion) {
 			return
 		}
 		msg = buf[:c.ByteLen]
+		i.countReceived(c)
 	}
 	etherType, err := encap.ParseHeader(msg)
 	if err != nil {
@@ -159,7 +163,7 @@ func (i *Interface) deliver(pkt []byte) {
 		}
 	}
 	if _, err := i.netdev.Write(pkt); err != nil {
-		i.ctr.inc(rxDropTUN)
+		i.countWriteFailed(err, 1)
 		return
 	}
 	i.ctr.inc(rxPackets)
@@ -184,7 +188,7 @@ func (i *Interface) flushCoalesced() {
 		_, err = i.netdev.WriteGSO(h, parts)
 	}
 	if err != nil {
-		i.ctr.add(rxDropTUN, uint64(held))
+		i.countWriteFailed(err, uint64(held))
 		return
 	}
 	if held > 1 {
@@ -192,6 +196,30 @@ func (i *Interface) flushCoalesced() {
 	}
 	i.ctr.add(rxPackets, uint64(held))
 	i.ctr.add(rxBytes, bytes)
+}
+
+// countWriteFailed counts n received packets the TUN did not take. While
+// the interface is administratively down the kernel refuses every write
+// (EIO), as it drops what a down NIC receives: the operator's choice, not
+// a fault, so it is not counted as a drop.
+func (i *Interface) countWriteFailed(err error, n uint64) {
+	if errors.Is(err, syscall.EIO) {
+		i.ctr.add(rxLinkDown, n)
+		return
+	}
+	i.ctr.add(rxDropTUN, n)
+}
+
+// countReceived adds a message received on a connected QP to its
+// connection's traffic.
+func (i *Interface) countReceived(c *ib.Completion) {
+	if i.mgr == nil || c.ByteLen < encap.HeaderLen {
+		return
+	}
+	if conn := i.mgr.ByQPN(c.QPN); conn != nil {
+		conn.Traffic.RxPackets.Add(1)
+		conn.Traffic.RxBytes.Add(uint64(c.ByteLen - encap.HeaderLen))
+	}
 }
 
 // neighToControl copies an ARP or ND packet for the control goroutine.

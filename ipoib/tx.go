@@ -180,7 +180,13 @@ func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 	if etherType == encap.EtherTypeIPv6 && isND(pkt) {
 		// The daemon resolves neighbors itself; the kernel's own ND
 		// (it sees a link without addresses) must not reach the fabric.
-		i.drop(slot, txDropKernelND)
+		// Its router solicitations, sent whenever the link comes up,
+		// are expected: counted apart, they are no loss.
+		if pkt[ipv6HeaderLen] == icmpv6RS {
+			i.drop(slot, txKernelRS)
+		} else {
+			i.drop(slot, txDropKernelND)
+		}
 		return
 	}
 	_ = encap.PutHeader(buf, etherType)
@@ -221,9 +227,8 @@ func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 		i.sendConnected(sends, slot, msgLen, p)
 	case n <= i.udMTU:
 		i.wantConnection(e, p)
-		i.ctr.inc(txUD)
-		i.sendUD(sends, slot, msgLen, p.AH, p.Link.QPN)
-	case i.mgr == nil || i.datagram.Load() || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0:
+		i.unicastUD(sends, slot, msgLen, e, p)
+	case !i.connectable(p):
 		i.tooBig(slot, n, i.udMTU) // no connection can come
 	default:
 		// Too big for UD: wait for the connection.
@@ -247,10 +252,26 @@ func (i *Interface) tooBig(slot uint32, n, pathMTU int) {
 	i.drop(slot, txDropTooBig)
 }
 
+// connectable reports whether the neighbor on UD path p could have a
+// connection: we are in connected mode and it offers RC or UC.
+func (i *Interface) connectable(p *neigh.Path) bool {
+	return i.mgr != nil && !i.datagram.Load() && p.Link.Flags&(ib.FlagRC|ib.FlagUC) != 0
+}
+
+// unicastUD queues an n-octet IPoIB message in slot to neighbor e over its
+// UD path p; a neighbor that could have a connection counts a fallback.
+func (i *Interface) unicastUD(sends *sendBatch, slot uint32, n int, e *neigh.Entry, p *neigh.Path) {
+	i.ctr.inc(txUD)
+	if i.connectable(p) {
+		e.UDFallbacks.Add(1)
+	}
+	i.sendUD(sends, slot, n, p.AH, p.Link.QPN)
+}
+
 // wantConnection asks the control goroutine, once, to connect to a peer we
 // are sending to over UD.
 func (i *Interface) wantConnection(e *neigh.Entry, p *neigh.Path) {
-	if i.mgr == nil || i.datagram.Load() || p.Link.Flags&(ib.FlagRC|ib.FlagUC) == 0 || e.WantConn.Load() {
+	if !i.connectable(p) || e.WantConn.Load() {
 		return
 	}
 	if e.WantConn.CompareAndSwap(false, true) {

@@ -53,10 +53,28 @@ func (c *control) unreachable(slot uint32, n int) {
 	i := c.i
 	if c.unreach.take(c.now, unreachRate, unreachBurst) {
 		buf := i.slots.bytes(slot)
-		if m, err := mtu.Unreachable(buf[n:], buf[encap.HeaderLen:n], c.errorSource(buf[encap.HeaderLen:n])); err == nil {
-			if _, err := i.netdev.Write(buf[n : n+m]); err == nil {
-				i.ctr.inc(txUnreachable)
+		pkt, src := buf[encap.HeaderLen:n], c.errorSource(buf[encap.HeaderLen:n])
+		m, err := mtu.Unreachable(buf[n:], pkt, src)
+		switch {
+		case err != nil:
+		case src.Is4():
+			// From our own address: not through the TUN, where the
+			// kernel would drop it as a martian, but as a local socket
+			// sends it (to our own sender: delivered locally).
+			if err = i.netdev.SendIPv4(buf[n : n+m]); err != nil {
+				if !c.rawWarned {
+					c.rawWarned = true
+					i.log.Warn("IPv4 host unreachable errors come from the dead host's address, not ours", "err", err)
+				}
+				if m, err = mtu.Unreachable(buf[n:], pkt, netip.Addr{}); err == nil {
+					_, err = i.netdev.Write(buf[n : n+m])
+				}
 			}
+		default:
+			_, err = i.netdev.Write(buf[n : n+m])
+		}
+		if err == nil {
+			i.ctr.inc(txUnreachable)
 		}
 	} else {
 		i.ctr.inc(txUnreachableLimited)
@@ -70,20 +88,22 @@ func (c *control) failedRecently(e *neigh.Entry) bool {
 	return e.State == neigh.Failed && c.now.Sub(e.Updated) < failedHold
 }
 
-// errorSource is the address an ICMPv6 error about pkt comes from, as the
+// errorSource is the address an ICMP error about pkt comes from, as the
 // kernel picks it: the route back to pkt's sender starts at the sender's
 // own address when the sender is this host (a local ping says "From" our
 // address, not the dead host's); for a packet we forward, our address on
 // the dead neighbor's subnet, or any of ours of its family. Zero (the
-// destination's, mtu's default) when we have none, and for IPv4: an IPv4
-// packet written into the TUN with one of our addresses as its source is
-// a martian to the kernel (unless accept_local), dropped before any
-// socket sees it, so that connect() would wait for TCP's own timeout.
+// destination's, mtu's default) when we have none. An IPv4 error from one
+// of our addresses cannot go through the TUN (a martian to the kernel,
+// dropped before any socket sees it): unreachable sends it as a local
+// socket would.
 func (c *control) errorSource(pkt []byte) netip.Addr {
 	var src, dst netip.Addr
 	switch {
 	case len(pkt) >= 40 && pkt[0]>>4 == 6:
 		src, dst = netip.AddrFrom16([16]byte(pkt[8:24])), netip.AddrFrom16([16]byte(pkt[24:40]))
+	case len(pkt) >= 20 && pkt[0]>>4 == 4:
+		src, dst = netip.AddrFrom4([4]byte(pkt[12:16])), netip.AddrFrom4([4]byte(pkt[16:20]))
 	default:
 		return netip.Addr{}
 	}

@@ -14,11 +14,17 @@ import (
 // removed in the running daemon of their parent, as the kernel's
 // create_child and delete_child do.
 //
-//	ipoibd child add [PARENT] PKEY [--name N] [--addr A]... [--mode M] [--mtu N]
-//	ipoibd child del [PARENT] NAME|PKEY
+//	ipoibd child add [PARENT] PKEY [--name N] [--addr A]... [--mode M] [--mtu N] [--netns NS [--owner O]]
+//	ipoibd child del [PARENT] NAME|PKEY|OWNER
 func childCommand(args []string, out io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "del") {
-		return fmt.Errorf("child: want add or del (see ipoibd --help)")
+		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+			c := newIfCommand("child")
+			childAddFlags(c, &childRequest{})
+			commandUsage(out, "child", c.fs)
+			return nil
+		}
+		return usageError("child: want add or del (see ipoibd child --help)")
 	}
 	verb, args := args[0], args[1:]
 	c := newIfCommand("child " + verb)
@@ -26,10 +32,7 @@ func childCommand(args []string, out io.Writer) error {
 	want := "NAME|PKEY"
 	if verb == "add" {
 		want = "PKEY"
-		c.fs.StringVar(&r.Name, "name", "", "the child's name (default PARENT.PPPP, the P_Key in four hex digits)")
-		c.fs.StringArrayVar(&r.Addrs, "addr", nil, "address with prefix length for the child (repeatable)")
-		c.fs.StringVar(&r.Mode, "mode", "", "connected or datagram (default the parent's)")
-		c.fs.IntVar(&r.MTU, "mtu", 0, "the child's MTU (default the mode's)")
+		childAddFlags(c, &r)
 	}
 	pos, done, err := c.parse(args, out, want)
 	if done || err != nil {
@@ -50,6 +53,16 @@ func childCommand(args []string, out io.Writer) error {
 	}
 	_, err = fmt.Fprintf(out, "%s %s\n", reply.Name, what)
 	return err
+}
+
+// childAddFlags are child add's own flags.
+func childAddFlags(c *ifCommand, r *childRequest) {
+	c.fs.StringVar(&r.Name, "name", "", "child add: the child's name (default PARENT.PPPP, the P_Key in four hex digits)")
+	c.fs.StringArrayVar(&r.Addrs, "addr", nil, "child add: address with prefix length for the child (repeatable)")
+	c.fs.StringVar(&r.Mode, "mode", "", "child add: connected or datagram (default the parent's)")
+	c.fs.IntVar(&r.MTU, "mtu", 0, "child add: the child's MTU (default the mode's)")
+	c.fs.StringVar(&r.Netns, "netns", "", "child add: make the child in this network namespace (a path or an ip netns name), a pod's interface; such children may share a P_Key")
+	c.fs.StringVar(&r.Owner, "owner", "", "child add: with --netns, who owns the child (a pod's attachment; del takes it in place of NAME)")
 }
 
 // modeCommand is `ipoibd mode [IFNAME] connected|datagram`.

@@ -32,8 +32,9 @@ func runBinary(t *testing.T, name string, args ...string) (string, string, int) 
 	return "", "", 0
 }
 
-// TestCLIHelp: every way of asking for help prints the whole usage (every
-// command and every run and query flag) to stdout and exits 0.
+// TestCLIHelp: every way of asking for the whole usage prints it (every
+// command and every run and query flag) to stdout and exits 0; a
+// command's --help prints its own (TestCommandLine).
 func TestCLIHelp(t *testing.T) {
 	var want []string
 	for _, c := range commands {
@@ -42,7 +43,7 @@ func TestCLIHelp(t *testing.T) {
 	var flags []string
 	runFlags(&options{}).VisitAll(func(f *pflag.Flag) { flags = append(flags, "--"+f.Name) })
 	want = append(want, "-j, --json", "SIGHUP")
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}, {"run", "-h"}, {"show", "--help"}, {"stats", "-h"}} {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}, {"run", "-h"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, args...)
 			if code != 0 || errOut != "" {
@@ -95,7 +96,8 @@ func TestCLIVersion(t *testing.T) {
 }
 
 // TestCLIArguments: what the command line cannot mean is refused with one
-// line naming the problem, exit status 1, before any daemon is asked.
+// line naming the problem, exit status 2 (a usage error), before any
+// daemon is asked.
 func TestCLIArguments(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -115,8 +117,8 @@ func TestCLIArguments(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, tc.args...)
-			if code != 1 || out != "" {
-				t.Fatalf("exit %d, stdout %q; want 1 and nothing", code, out)
+			if code != exitUsage || out != "" {
+				t.Fatalf("exit %d, stdout %q; want %d and nothing", code, out, exitUsage)
 			}
 			if !strings.HasPrefix(errOut, "ipoibd: ") || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {
 				t.Errorf("stderr %q, want one line with %q", errOut, tc.want)

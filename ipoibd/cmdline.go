@@ -24,8 +24,8 @@ type ifCommand struct {
 // command may add flags of its own before parse.
 func newIfCommand(name string) *ifCommand {
 	fs, ifname, asJSON := queryFlags(name)
-	fs.Usage = func() {} // --help prints the whole usage to stdout
-	help := fs.BoolP("help", "h", false, "print the whole usage and exit")
+	fs.Usage = func() {} // --help prints the command's usage to stdout
+	help := fs.BoolP("help", "h", false, "print this command's usage and exit")
 	return &ifCommand{name: name, fs: fs, ifname: ifname, asJSON: asJSON, help: help}
 }
 
@@ -33,11 +33,16 @@ func newIfCommand(name string) *ifCommand {
 // optional IFNAME, and returns them. done is true when --help printed the
 // usage and there is nothing more to do.
 func (c *ifCommand) parse(args []string, out io.Writer, want ...string) (rest []string, done bool, err error) {
+	rest, done, err = c.parseArgs(args, out, want)
+	return rest, done, withExit(exitUsage, err)
+}
+
+func (c *ifCommand) parseArgs(args []string, out io.Writer, want []string) (rest []string, done bool, err error) {
 	if err := c.fs.Parse(args); err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("%s: %w (see ipoibd %s --help)", c.name, err, c.name)
 	}
 	if *c.help {
-		usage(out)
+		commandUsage(out, c.name, c.fs)
 		return nil, true, nil
 	}
 	pos := c.fs.Args()

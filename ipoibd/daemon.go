@@ -6,10 +6,13 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"golang.org/x/sys/unix"
 )
 
 // daemon is one ipoibd process: one adapter port, its QP1 shared by the
@@ -35,6 +38,11 @@ type served struct {
 	iface *ipoib.Interface
 	ctl   *controlServer // under daemon.mu once serving: a rename replaces it
 	gone  bool           // the socket was closed for good (closeCtl)
+	// A pod's child (childRequest.Netns) lives in another namespace, which
+	// ns identifies, and is named by its owner; both empty otherwise.
+	netns string
+	ns    nsID
+	owner string
 }
 
 // closeCtl closes s's control socket for good: a rename after it makes
@@ -58,16 +66,19 @@ func newDaemon(cfg ipoib.Config, dev ib.Device, choice connServiceChoice, pkeyHi
 			return nil, err
 		}
 	}
-	if _, err := d.add(d.base); err != nil {
+	if _, err := d.add(d.base, nil); err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
 }
 
-// add opens an interface and its control socket and starts it.
-func (d *daemon) add(cfg ipoib.Config) (*ipoib.Interface, error) {
-	s := &served{}
+// add opens an interface and its control socket and starts it; s, if
+// not nil, carries what the daemon knows of a pod's child.
+func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
+	if s == nil {
+		s = &served{}
+	}
 	cfg.Renamed = func(_, name string) { d.renamed(s, name) }
 	iface, err := ipoib.New(cfg)
 	if err != nil {
@@ -169,15 +180,17 @@ func (d *daemon) children() []childInfo {
 	defer d.mu.Unlock()
 	out := []childInfo{}
 	for _, s := range d.ifaces[min(1, len(d.ifaces)):] {
-		out = append(out, childInfo{Name: s.iface.Name(), PKey: uint16(s.iface.PKey())})
+		out = append(out, childInfo{Name: s.iface.Name(), PKey: uint16(s.iface.PKey()), Netns: s.netns, Owner: s.owner})
 	}
 	return out
 }
 
 // childInfo is one child in `show`.
 type childInfo struct {
-	Name string `json:"name"`
-	PKey uint16 `json:"pkey"`
+	Name  string `json:"name"`
+	PKey  uint16 `json:"pkey"`
+	Netns string `json:"netns,omitempty"` // a pod's child: its namespace
+	Owner string `json:"owner,omitempty"` // a pod's child: who made it
 }
 
 // childRequest asks for a P_Key child of the first interface.
@@ -187,17 +200,23 @@ type childRequest struct {
 	Addrs []string `json:"addrs"` // with prefix lengths
 	Mode  string   `json:"mode"`  // default the parent's
 	MTU   int      `json:"mtu"`   // default the mode's
+	// Netns puts the child in another network namespace (a path, or a
+	// name as ip netns lists it): a pod's interface. Such children may
+	// share a P_Key, each with its own UD QP and connections; Owner, which
+	// the CNI plugin sets, names one for del and show.
+	Netns string `json:"netns,omitempty"`
+	Owner string `json:"owner,omitempty"`
 }
 
 // addChild makes a P_Key child. As with the kernel's create_child, the
 // partition's full-membership bit is set, and its name is the parent's
 // with the P_Key in four hex digits.
-func (d *daemon) addChild(r childRequest) (string, error) {
+func (d *daemon) addChild(r childRequest) (childReply, error) {
 	d.changing.Lock()
 	defer d.changing.Unlock()
 	pkey, err := ib.ParsePKey(r.PKey)
 	if err != nil {
-		return "", err
+		return childReply{}, err
 	}
 	pkey |= ib.PKeyFullMember
 	cfg := d.base
@@ -207,66 +226,121 @@ func (d *daemon) addChild(r childRequest) (string, error) {
 		cfg.Name = fmt.Sprintf("%s.%04x", d.parentName(), uint16(pkey))
 	}
 	if err := checkIfname(cfg.Name); err != nil {
-		return "", err
+		return childReply{}, err
 	}
 	if r.MTU < 0 {
-		return "", fmt.Errorf("MTU %d: must be positive", r.MTU)
+		return childReply{}, fmt.Errorf("MTU %d: must be positive", r.MTU)
 	}
 	if r.Mode != "" {
 		if cfg.Mode, err = ipoib.ParseMode(r.Mode); err != nil {
-			return "", err
+			return childReply{}, err
 		}
 		if cfg.Mode == ipoib.Connected && d.base.Mode != ipoib.Connected {
-			return "", fmt.Errorf("connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
+			return childReply{}, fmt.Errorf("connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
 		}
 	}
 	if cfg.Addrs, err = childAddrs(r.Addrs); err != nil {
-		return "", err
+		return childReply{}, err
 	}
 	if !slices.ContainsFunc(d.dev.Port().PKeys, func(p ib.PKey) bool { return p.Partition() == pkey.Partition() }) {
-		return "", fmt.Errorf("P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
+		return childReply{}, fmt.Errorf("P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
 	}
-	d.mu.Lock()
-	for _, s := range d.ifaces {
-		if s.iface.PKey().Partition() == pkey.Partition() {
-			d.mu.Unlock()
-			return "", fmt.Errorf("%s already serves P_Key %v", s.iface.Name(), s.iface.PKey())
-		}
-	}
-	d.mu.Unlock()
-	iface, err := d.add(cfg)
+	pod, err := d.podChild(r, cfg.Name, pkey)
 	if err != nil {
-		return "", err
+		return childReply{}, err
+	}
+	if pod != nil {
+		cfg = podConfig(cfg, r.Netns)
+	}
+	iface, err := d.add(cfg, pod)
+	if err != nil {
+		return childReply{}, err
 	}
 	info := iface.Show()
-	cfg.Log.Info("child up", "if", info.Name, "parent", d.parentName(), "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU)
-	return info.Name, nil
+	cfg.Log.Info("child up", "if", info.Name, "parent", d.parentName(), "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU, "netns", r.Netns, "owner", r.Owner)
+	return childReply{Name: info.Name, LinkAddr: info.LinkAddr, MTU: info.MTU}, nil
+}
+
+// podChild checks r against the children served and, for a child in
+// another namespace, returns what the daemon keeps of it (nil for one in
+// the daemon's own). In its own namespace the daemon serves one child per
+// partition, as the kernel's create_child; pods' children may share one,
+// but not a name in one namespace, nor an owner.
+func (d *daemon) podChild(r childRequest, name string, pkey ib.PKey) (*served, error) {
+	var pod *served
+	if r.Netns != "" {
+		id, err := netnsID(r.Netns)
+		if err != nil {
+			return nil, err
+		}
+		pod = &served{netns: r.Netns, ns: id, owner: r.Owner}
+	} else if r.Owner != "" {
+		return nil, errors.New("an owner names a child in another namespace: give its netns too")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.ifaces {
+		switch {
+		case pod == nil && s.netns == "" && s.iface.PKey().Partition() == pkey.Partition():
+			return nil, fmt.Errorf("%s already serves P_Key %v", s.iface.Name(), s.iface.PKey())
+		case pod == nil && s.netns == "" && s.iface.Name() == name:
+			return nil, fmt.Errorf("%s exists", name)
+		case pod != nil && s.netns != "" && s.ns == pod.ns && s.iface.Name() == name:
+			return nil, fmt.Errorf("%s exists in %s", name, r.Netns)
+		case pod != nil && pod.owner != "" && s.owner == pod.owner:
+			return nil, fmt.Errorf("owner %q already has %s in %s", pod.owner, s.iface.Name(), s.netns)
+		}
+	}
+	return pod, nil
+}
+
+// podIdleTimeout ends a pod's child's connections idle this long when
+// --idle-timeout does not say: the kernel's IPOIB_CM_RX_TIMEOUT, after
+// which it reaps an idle passive connection.
+const podIdleTimeout = 512 * time.Second
+
+// podConfig is a pod's child's configuration: in the pod's namespace, and
+// sharing the port's GID in its partition with other pods' children, so
+// its peers there are told apart by UD QPN alone (no restart rule). A
+// peer that crashed then leaves its connections to us until they idle
+// out, as the kernel's stale timer reaps them.
+func podConfig(cfg ipoib.Config, netns string) ipoib.Config {
+	cfg.Netns, cfg.SharedGIDs = netns, true
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = podIdleTimeout
+	}
+	return cfg
 }
 
 // childAddrs reads a child's addresses with prefix lengths.
 func childAddrs(addrs []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, a := range addrs {
-		p, err := netip.ParsePrefix(a)
+		p, err := parseIfAddr(a)
 		if err != nil {
-			return nil, fmt.Errorf("address %q: want an address with prefix length, e.g. 192.168.78.1/24", a)
+			return nil, fmt.Errorf("address %w", err)
 		}
 		out = append(out, p)
 	}
 	return out, nil
 }
 
-// delChild removes a child named by name or P_Key: its connections are
-// disconnected (DREQs go out) and its interface removed.
+// delChild removes a child named by its owner, or in the daemon's own
+// namespace by name or P_Key: its connections are disconnected (DREQs go
+// out) and its interface removed. A pod's child is named by its owner
+// alone: its name and P_Key need not be unique.
 func (d *daemon) delChild(which string) (string, error) {
 	d.changing.Lock()
 	defer d.changing.Unlock()
 	d.mu.Lock()
 	var victim *served
-	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface.Name() == which })
+	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.owner != "" && s.owner == which })
+	if k < 0 {
+		k = slices.IndexFunc(d.ifaces, func(s *served) bool { return s.netns == "" && s.iface.Name() == which })
+	}
 	if k < 0 {
 		if pkey, err := ib.ParsePKey(which); err == nil {
-			k = slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface.PKey().Partition() == pkey.Partition() })
+			k = slices.IndexFunc(d.ifaces, func(s *served) bool { return s.netns == "" && s.iface.PKey().Partition() == pkey.Partition() })
 		}
 	}
 	switch {
@@ -307,4 +381,21 @@ func (d *daemon) Close() error {
 	}
 	errs = append(errs, d.dev.Close())
 	return errors.Join(errs...)
+}
+
+// nsID identifies a network namespace: the device and inode of its file.
+type nsID struct{ dev, ino uint64 }
+
+// netnsID identifies the namespace at path, or named as ip netns names
+// it, as ipoib.Config.Netns reads it.
+func netnsID(name string) (nsID, error) {
+	path := name
+	if !strings.Contains(name, "/") {
+		path = "/run/netns/" + name
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nsID{}, fmt.Errorf("network namespace %q: %w", name, err)
+	}
+	return nsID{dev: st.Dev, ino: st.Ino}, nil
 }

@@ -118,7 +118,8 @@ func runIperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) iper
 		t.Fatalf("iperf3 to %s: %v\n%s", dst, err, out)
 	}
 	var r struct {
-		End struct {
+		Error string `json:"error"`
+		End   struct {
 			SumSent     struct{ Bytes float64 } `json:"sum_sent"`
 			SumReceived struct {
 				Bytes         float64 `json:"bytes"`
@@ -128,6 +129,10 @@ func runIperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) iper
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("iperf3 JSON: %v", err)
+	}
+	if r.Error != "" || r.End.SumReceived.Bytes == 0 {
+		// iperf3 may exit 0 after a failed test: its report says why.
+		t.Fatalf("iperf3 to %s moved nothing (error %q):\n%s", dst, r.Error, out)
 	}
 	return iperf3Result{sent: r.End.SumSent.Bytes, received: r.End.SumReceived.Bytes, gbps: r.End.SumReceived.BitsPerSecond / 1e9}
 }

@@ -123,8 +123,8 @@ func TestIBSubnetPartitions(t *testing.T) {
 func ibSubnetUnder(t *testing.T, name string, conf func(dir string, guid func(k int) uint64) string) (*cluster, *ibsim.Fabric, map[int]ibNode) {
 	t.Helper()
 	c := newCluster(t, name, 5)
-	bins, err := ibBinaries()
-	if err != nil {
+	// Built before the fabric: a build error fails at once.
+	if _, err := ibBinaries(); err != nil {
 		t.Fatal(err)
 	}
 	fabHost := 5
@@ -145,14 +145,7 @@ func ibSubnetUnder(t *testing.T, name string, conf func(dir string, guid func(k 
 		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
 	}
 	startForwarder(t, c, fabHost, fab, args)
-	c.tn.Daemon = bins[0]
-	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
-	c.tn.Dir = fab.Dir()
-	t.Cleanup(func() {
-		for k := 1; k <= 4; k++ {
-			c.stop(k, "TERM")
-		}
-	})
+	runOnFabric(t, c, fab, 4)
 	for k := 1; k <= 4; k++ {
 		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
 	}

@@ -15,17 +15,20 @@ import (
 )
 
 // TestIBSubnetSMRestart: two ipoibd on an ibsim subnet (h1 on sw1, h2 on
-// sw2), traffic over RC; OpenSM is restarted with a guid2lid that swaps
-// their LIDs, keeping every other node's. Without a daemon restart, each daemon sees its port move (its
-// SMA read on the bounded poll), follows (paths, joins, connections made
-// again) and pings over IPv4 and IPv6 come back over RC within a bound;
-// the LIDs the daemons took are the ones the new SM's SA reports.
+// sw2), traffic over RC; OpenSM is stopped and started on another node
+// (h4) with a guid2lid that swaps the daemons' LIDs, keeping every other
+// node's. Without a daemon restart, each daemon sees its port move (its
+// SMA read on the bounded poll) and the SM's LID change, follows (paths,
+// joins, connections made again, the SA asked at the SM's new LID, which
+// the sysfs umad2sim filled at start does not tell) and pings over IPv4
+// and IPv6 come back over RC within a bound; the LIDs the daemons took
+// are the ones the new SM's SA reports.
 func TestIBSubnetSMRestart(t *testing.T) {
 	ibsim.Need(t, "saquery", "smpquery", "ibroute", "ibswitches")
 	const daemons, fabHost = 2, 3
 	c := newCluster(t, "ibsm", fabHost)
-	bins, err := ibBinaries()
-	if err != nil {
+	// Built before the fabric: a build error fails at once.
+	if _, err := ibBinaries(); err != nil {
 		t.Fatal(err)
 	}
 	fab := ibsim.UpWith(t, ibsim.Options{Topology: ibSubnetTopology, SMNode: "sm", Netns: c.host(fabHost), Server: c.tn.Underlay(fabHost)})
@@ -41,14 +44,7 @@ func TestIBSubnetSMRestart(t *testing.T) {
 	}
 	startForwarder(t, c, fabHost, fab, args)
 
-	c.tn.Daemon = bins[0]
-	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
-	c.tn.Dir = fab.Dir()
-	t.Cleanup(func() {
-		for k := 1; k <= daemons; k++ {
-			c.stop(k, "TERM")
-		}
-	})
+	runOnFabric(t, c, fab, daemons)
 	for k := 1; k <= daemons; k++ {
 		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
 	}
@@ -70,16 +66,19 @@ func TestIBSubnetSMRestart(t *testing.T) {
 	}
 
 	// The first SM's cache names every node's LID: the new one keeps
-	// the switches' and its own, and swaps the hosts'.
+	// the switches' and swaps the hosts'. It runs on h4 (no daemon
+	// there): the SM's LID moves to h4's, and the daemons' SA requests
+	// must follow it.
 	cache, err := os.ReadFile(filepath.Join(fab.Dir(), "guid2lid"))
 	if err != nil {
 		t.Fatalf("the first OpenSM's LID cache: %v", err)
 	}
+	newSMLID := ibstatPort(t, fab, "h4").lid
 	moved := map[uint64]uint16{
 		nodes[1].guid: nodes[2].lid, nodes[2].guid: nodes[1].lid,
 	}
 	guid2lid := swapLIDs(t, string(cache), moved)
-	fab.RestartSM(t, "", map[string]string{"guid2lid": guid2lid})
+	fab.MoveSM(t, "h4", "", map[string]string{"guid2lid": guid2lid})
 	restarted := time.Now()
 
 	// The new SM's word on each host's LID: its SA's path from the SM.
@@ -144,7 +143,7 @@ func TestIBSubnetSMRestart(t *testing.T) {
 
 	// The LID each daemon took from its SMA is the new SM's, and the
 	// interface tore down the connections made from the old one.
-	changed := regexp.MustCompile(`the subnet manager changed the port.* events=(\S+) lid=(\d+)`)
+	changed := regexp.MustCompile(`the subnet manager changed the port.* events=(\S+) lid=(\d+) lmc=\d+ sm_lid=(\d+)`)
 	for k := 1; k <= daemons; k++ {
 		log, _ := os.ReadFile(c.tn.LogPath(k))
 		m := changed.FindAllSubmatch(log, -1)
@@ -155,6 +154,11 @@ func TestIBSubnetSMRestart(t *testing.T) {
 		last := m[len(m)-1]
 		if want := strconv.Itoa(int(moved[nodes[k].guid])); string(last[2]) != want || !strings.Contains(string(last[1]), "lid_change") {
 			t.Errorf("h%d: the daemon took LID %s (events %s), the SA says %s", k, last[2], last[1], want)
+		}
+		// The SM's new LID, where the SA requests of the paths asked
+		// again went (the traffic above needed them).
+		if string(last[3]) != strconv.Itoa(int(newSMLID)) || !strings.Contains(string(last[1]), "sm_change") {
+			t.Errorf("h%d: the daemon took SM LID %s (events %s), the SM moved to %d", k, last[3], last[1], newSMLID)
 		}
 		if !strings.Contains(string(log), "the SM moved our port to another LID") {
 			t.Errorf("h%d: the interface did not follow its LID change", k)
@@ -174,12 +178,19 @@ func readLog(c *cluster, k int) string {
 // bound after since.
 func reachWithin(t *testing.T, c *cluster, k int, dst string, since time.Time, bound time.Duration) {
 	t.Helper()
+	if err := reach(c, k, dst, since, bound); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reach is reachWithin for any goroutine: it says when none answered.
+func reach(c *cluster, k int, dst string, since time.Time, bound time.Duration) error {
 	for {
 		if _, err := c.try(k, "ping", "-c", "1", "-W", "1", dst); err == nil {
-			return
+			return nil
 		}
 		if time.Since(since) > bound {
-			t.Fatalf("h%d could not reach %s within %v", k, dst, bound)
+			return fmt.Errorf("h%d could not reach %s within %v", k, dst, bound)
 		}
 	}
 }

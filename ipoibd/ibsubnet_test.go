@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/ibsim"
+	"github.com/ipoibd/ipoibd/softib/ibfwd"
 )
 
 // ibSubnetTopology is the simulated subnet of TestIBSubnet: two switches
@@ -67,6 +69,25 @@ var ibBinaries = sync.OnceValues(func() ([2]string, error) {
 	return bins, nil
 })
 
+// runOnFabric makes hosts 1..n of c run the rdma-tagged ipoibd as nodes
+// h1..hn of fab; the daemons leave before the simulator (their exit tells
+// it).
+func runOnFabric(t *testing.T, c *cluster, fab *ibsim.Fabric, n int) {
+	t.Helper()
+	bins, err := ibBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.tn.Daemon = bins[0]
+	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
+	c.tn.Dir = fab.Dir()
+	t.Cleanup(func() {
+		for k := 1; k <= n; k++ {
+			c.stop(k, "TERM")
+		}
+	})
+}
+
 // ibNode is a host's port as the subnet manager's SA reports it.
 type ibNode struct {
 	lid  uint16
@@ -83,8 +104,8 @@ type ibNode struct {
 func TestIBSubnet(t *testing.T) {
 	ibsim.Need(t, "saquery", "smpquery", "ibroute", "ibswitches", "tshark")
 	c := newCluster(t, "ibsn", 5) // host 5: the fabric (ibsim, OpenSM, forwarder)
-	bins, err := ibBinaries()
-	if err != nil {
+	// Built before the fabric: a build error fails at once.
+	if _, err := ibBinaries(); err != nil {
 		t.Fatal(err)
 	}
 	fabHost := 5
@@ -109,15 +130,7 @@ func TestIBSubnet(t *testing.T) {
 	}
 	fwd := startForwarder(t, c, fabHost, fab, args)
 
-	c.tn.Daemon = bins[0]
-	c.tn.Env = func(k int) []string { return fab.NodeEnv(fmt.Sprintf("h%d", k)) }
-	c.tn.Dir = fab.Dir()
-	// The daemons leave before the simulator: their exit tells it.
-	t.Cleanup(func() {
-		for k := 1; k <= 4; k++ {
-			c.stop(k, "TERM")
-		}
-	})
+	runOnFabric(t, c, fab, 4)
 	ibFlags := func(k int) []string {
 		f := []string{"--softib-link", "ib", "--softib-fabric", fwdAddr}
 		if k >= 3 {
@@ -284,17 +297,34 @@ func ibGID(guid uint64) string {
 	return g.String()
 }
 
-// forwarderTables follows the "tables:" lines softib-ibfwd prints when
-// the tables it forwards by change.
-type forwarderTables struct {
-	mu      sync.Mutex
-	last    string        // the newest "tables:" line
-	changed chan struct{} // capacity one: last changed
+// forwarder follows what softib-ibfwd prints: "tables:" when the tables
+// it forwards by change, "path:" for each pair's way (-paths),
+// "crossed:" and "alone:" for each held REQ (-cross-reqs), and
+// "counters:" on SIGUSR1 and at its end.
+type forwarder struct {
+	cmd       *exec.Cmd
+	mu        sync.Mutex
+	tables    string                         // the newest "tables:" line
+	counters  []string                       // every "counters:" line
+	paths     map[[2]uint16]ibfwd.PathRecord // the newest way of each (SLID, DLID)
+	crossings []string
+	changed   chan struct{} // capacity one: a line came
 }
 
-func (f *forwarderTables) set(l string) {
+func (f *forwarder) line(l string) {
 	f.mu.Lock()
-	f.last = l
+	switch {
+	case strings.HasPrefix(l, "tables:"):
+		f.tables = l
+	case strings.HasPrefix(l, "counters:"):
+		f.counters = append(f.counters, l)
+	case strings.HasPrefix(l, "path:"):
+		if p, err := ibfwd.ParsePathRecord(strings.TrimPrefix(l, "path:")); err == nil {
+			f.paths[[2]uint16{p.SLID, p.DLID}] = p
+		}
+	case strings.HasPrefix(l, "crossed:"), strings.HasPrefix(l, "alone:"):
+		f.crossings = append(f.crossings, l)
+	}
 	f.mu.Unlock()
 	select {
 	case f.changed <- struct{}{}:
@@ -302,23 +332,73 @@ func (f *forwarderTables) set(l string) {
 	}
 }
 
-// await waits until the forwarder's tables carry every MLID in mlids.
-func (f *forwarderTables) await(t *testing.T, mlids []string, timeout time.Duration) {
+// wait waits until done, called under f.mu, holds; it fails the test
+// after timeout, saying what it waited for.
+func (f *forwarder) wait(t *testing.T, what string, timeout time.Duration, done func() bool) {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		f.mu.Lock()
-		have := strings.Fields(f.last)
+		ok := done()
 		f.mu.Unlock()
-		if !slices.ContainsFunc(mlids, func(m string) bool { return !slices.Contains(have, m) }) {
+		if ok {
 			return
 		}
 		select {
 		case <-f.changed:
 		case <-deadline:
-			t.Fatalf("the forwarder's tables never carried MLIDs %v (last: %q)", mlids, have)
+			f.mu.Lock()
+			last := f.tables
+			f.mu.Unlock()
+			t.Fatalf("softib-ibfwd: no %s within %v (its last %q)", what, timeout, last)
 		}
 	}
+}
+
+// await waits until the forwarder's tables carry every MLID in mlids.
+func (f *forwarder) await(t *testing.T, mlids []string, timeout time.Duration) {
+	t.Helper()
+	f.wait(t, fmt.Sprintf("tables with MLIDs %v", mlids), timeout, func() bool {
+		have := strings.Fields(f.tables)
+		return !slices.ContainsFunc(mlids, func(m string) bool { return !slices.Contains(have, m) })
+	})
+}
+
+// Counters asks the forwarder for its counters (SIGUSR1).
+func (f *forwarder) Counters(t *testing.T) map[string]uint64 {
+	t.Helper()
+	f.mu.Lock()
+	n := len(f.counters)
+	f.mu.Unlock()
+	if err := f.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	f.wait(t, "counters", 10*time.Second, func() bool { return len(f.counters) > n })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return parseCounters(f.counters[n])
+}
+
+// parseCounters reads "counters: name=value ...".
+func parseCounters(l string) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, kv := range strings.Fields(strings.TrimPrefix(l, "counters:")) {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k], _ = strconv.ParseUint(v, 10, 64)
+	}
+	return m
+}
+
+// path waits for the way the forwarder saw packets from slid to dlid go.
+func (f *forwarder) path(t *testing.T, slid, dlid uint16, timeout time.Duration) ibfwd.PathRecord {
+	t.Helper()
+	var p ibfwd.PathRecord
+	f.wait(t, fmt.Sprintf("path from LID %d to %d", slid, dlid), timeout, func() bool {
+		var ok bool
+		p, ok = f.paths[[2]uint16{slid, dlid}]
+		return ok
+	})
+	return p
 }
 
 // mftMLIDs lists the MLIDs an ibroute -M dump holds.
@@ -334,7 +414,7 @@ func mftMLIDs(dump string) []string {
 
 // startForwarder runs softib-ibfwd on host k, as the fabric reaches it,
 // and waits for it to have read the tables.
-func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []string) *forwarderTables {
+func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []string) *forwarder {
 	t.Helper()
 	bins, err := ibBinaries()
 	if err != nil {
@@ -355,21 +435,33 @@ func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []s
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	var counters []string // what it prints after it started: its counters at the end
-	tables := &forwarderTables{changed: make(chan struct{}, 1)}
+	fwd := &forwarder{cmd: cmd, paths: map[[2]uint16]ibfwd.PathRecord{}, changed: make(chan struct{}, 1)}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	lines := make(chan struct{})
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
+		<-lines // its output read to the end, the counters at its end included
 		_ = cmd.Wait()
-		t.Logf("softib-ibfwd counters: %s", strings.Join(counters, ", "))
+		fwd.mu.Lock()
+		if n := len(fwd.counters); n > 0 {
+			var nonzero []string
+			for _, kv := range strings.Fields(strings.TrimPrefix(fwd.counters[n-1], "counters:")) {
+				if !strings.HasSuffix(kv, "=0") {
+					nonzero = append(nonzero, kv)
+				}
+			}
+			t.Logf("softib-ibfwd counters: %s", strings.Join(nonzero, ", "))
+		}
+		fwd.mu.Unlock()
 		if t.Failed() {
 			t.Logf("softib-ibfwd stderr:\n%s", stderr.String())
 		}
 	})
 	ready := make(chan string, 1)
 	go func() {
+		defer close(lines)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if strings.HasPrefix(sc.Text(), "forwarding on") {
@@ -379,12 +471,7 @@ func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []s
 		}
 		close(ready)
 		for sc.Scan() {
-			switch l := sc.Text(); {
-			case strings.HasPrefix(l, "tables:"):
-				tables.set(l)
-			case !strings.HasSuffix(l, " 0"):
-				counters = append(counters, l)
-			}
+			fwd.line(sc.Text())
 		}
 	}()
 	select {
@@ -396,7 +483,7 @@ func startForwarder(t *testing.T, c *cluster, k int, fab *ibsim.Fabric, args []s
 	case <-time.After(20 * time.Second):
 		t.Fatalf("softib-ibfwd did not start forwarding: %s", stderr.String())
 	}
-	return tables
+	return fwd
 }
 
 // mftHasAll reports whether some row of ibroute -M's dump forwards to
@@ -427,54 +514,42 @@ func mftHasAll(dump string, ports ...int) bool {
 	return false
 }
 
+// cmMAD is one CM MAD of a capture: its attribute's name and LIDs.
+type cmMAD struct {
+	attr       string
+	slid, dlid uint16
+}
+
+func (m cmMAD) String() string { return fmt.Sprintf("%s %d>%d", m.attr, m.slid, m.dlid) }
+
+var cmAttrNames = map[string]string{"0x0010": "REQ", "0x0011": "MRA", "0x0012": "REJ", "0x0013": "REP", "0x0014": "RTU", "0x0015": "DREQ", "0x0016": "DREP"}
+
 // checkCMCapture reads the forwarder's capture of the ports' MADs with
 // tshark: every one is a CM MAD (the SA's go through umad2sim, not the
 // forwarder), LID-routed between two hosts' LIDs without a GRH, and
-// nothing is malformed.
-func checkCMCapture(t *testing.T, file string, nodes map[int]ibNode) {
+// nothing is malformed. It returns the MADs in the capture's order.
+func checkCMCapture(t *testing.T, file string, nodes map[int]ibNode) []cmMAD {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) < 24 {
-		t.Fatalf("capture %s: %d octets", file, len(b))
-	}
-	var opts []string
-	probe, _ := exec.Command("tshark", "-r", file, "-c", "1").CombinedOutput()
-	if strings.Contains(string(probe), "network type 247 unknown") {
-		// Wireshark before 4.2 has the dissector but not the link type:
-		// the same records as DLT_USER0, handed to it.
-		be.LittleEndian.PutUint32(b[20:], 147)
-		file = filepath.Join(t.TempDir(), "mads-user0.pcap")
-		if err := os.WriteFile(file, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		opts = []string{"-o", `uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0",""`}
-	}
 	fields := []string{"infiniband.lrh.lnh", "infiniband.lrh.slid", "infiniband.lrh.dlid", "infiniband.bth.destqp",
 		"infiniband.mad.mgmtclass", "infiniband.mad.attributeid", "infiniband.grh.sgid"}
-	args := append([]string{"-r", file, "-T", "fields", "-E", "occurrence=f"}, opts...)
-	for _, f := range fields {
-		args = append(args, "-e", f)
-	}
-	out, err := exec.Command("tshark", args...).Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
+	rows, opts := readIBCapture(t, file, fields...)
+	file = opts[0]
 	lids := map[string]bool{}
 	for _, n := range nodes {
 		lids[strconv.Itoa(int(n.lid))] = true
 	}
 	attrs := map[string]int{}
 	sent := map[string]bool{}
-	rows := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	for i, r := range rows {
-		f := strings.Split(r, "\t")
-		if len(f) != len(fields) {
-			t.Fatalf("frame %d: %q", i+1, r)
-		}
+	var ex []cmMAD
+	for i, f := range rows {
 		lnh, slid, dlid, qp, class, attr, sgid := f[0], f[1], f[2], f[3], f[4], f[5], f[6]
+		s, _ := strconv.ParseUint(slid, 10, 16)
+		d, _ := strconv.ParseUint(dlid, 10, 16)
+		name, ok := cmAttrNames[attr]
+		if !ok {
+			name = attr
+		}
+		ex = append(ex, cmMAD{name, uint16(s), uint16(d)})
 		switch {
 		case lnh != "0x02" || sgid != "":
 			t.Errorf("frame %d: LNH %s, SGID %q: a CM MAD with a GRH", i+1, lnh, sgid)
@@ -492,8 +567,90 @@ func checkCMCapture(t *testing.T, file string, nodes map[int]ibNode) {
 			t.Errorf("no CM %s (attribute %s) captured", name, attr)
 		}
 	}
-	bad, err := exec.Command("tshark", append([]string{"-r", file, "-Y", "_ws.malformed || _ws.expert.severity >= warning"}, opts...)...).Output()
+	bad, err := exec.Command("tshark", append([]string{"-r", file, "-Y", "_ws.malformed || _ws.expert.severity >= warning"}, opts[1:]...)...).Output()
 	if err != nil || strings.TrimSpace(string(bad)) != "" {
 		t.Errorf("tshark finds malformed CM frames (%v):\n%s", err, bad)
 	}
+	return ex
+}
+
+// pcapRecords counts the records of a pcap file as written so far.
+func pcapRecords(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for off := 24; off+16 <= len(b); n++ {
+		off += 16 + int(be.LittleEndian.Uint32(b[off+8:]))
+	}
+	return n
+}
+
+// tsharkLacks247 reports whether tshark lacks pcap link type 247 (before
+// Wireshark 4.2), asked once with a capture of no frame.
+var tsharkLacks247 = sync.OnceValue(func() bool {
+	f, err := os.CreateTemp("", "ipoibd-247-*.pcap")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(f.Name())
+	var h [24]byte
+	be.LittleEndian.PutUint32(h[0:], 0xa1b2c3d4)
+	be.LittleEndian.PutUint16(h[4:], 2)
+	be.LittleEndian.PutUint16(h[6:], 4)
+	be.LittleEndian.PutUint32(h[16:], 65535)
+	be.LittleEndian.PutUint32(h[20:], 247)
+	_, err = f.Write(h[:])
+	f.Close()
+	if err != nil {
+		return false
+	}
+	probe, _ := exec.Command("tshark", "-r", f.Name()).CombinedOutput()
+	return strings.Contains(string(probe), "network type 247 unknown")
+})
+
+// readIBCapture reads fields of every frame of a capture of link type 247
+// with tshark: a row per frame. It also returns how to read the file
+// again: the file tshark can read and its options (Wireshark before 4.2
+// has the dissector but not the link type: the same records as DLT_USER0,
+// handed to it).
+func readIBCapture(t *testing.T, file string, fields ...string) (rows [][]string, fileAndOpts []string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 24 {
+		t.Fatalf("capture %s: %d octets", file, len(b))
+	}
+	var opts []string
+	if tsharkLacks247() {
+		be.LittleEndian.PutUint32(b[20:], 147)
+		file = filepath.Join(t.TempDir(), "user0.pcap")
+		if err := os.WriteFile(file, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		opts = []string{"-o", `uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0",""`}
+	}
+	args := append([]string{"-r", file, "-T", "fields", "-E", "occurrence=f"}, opts...)
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	out, err := exec.Command("tshark", args...).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	for i, r := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		if r == "" { // no frame yet
+			break
+		}
+		f := strings.Split(r, "\t")
+		if len(f) != len(fields) {
+			t.Fatalf("frame %d: %q", i+1, r)
+		}
+		rows = append(rows, f)
+	}
+	return rows, append([]string{file}, opts...)
 }

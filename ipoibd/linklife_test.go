@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -181,4 +183,68 @@ func TestUnderlayAddressIsTheCarrier(t *testing.T) {
 		return err == nil
 	})
 	c.ping(2, c.ip4(1), 2)
+}
+
+// TestShowLinkState: `show` (JSON and text) gives the kernel's admin
+// state, carrier and operstate of the interface, as `ip link` has them,
+// through link down and up and a carrier lost with the underlay address.
+func TestShowLinkState(t *testing.T) {
+	c := newCluster(t, "lstate", 2)
+	c.start(1)
+	c.start(2)
+	for _, tc := range []struct {
+		name    string
+		do      []string // on h1
+		admin   string
+		carrier bool
+	}{
+		{"running", nil, "up", true},
+		{"link down", []string{"ip", "link", "set", "ib0", "down"}, "down", false},
+		{"link up", []string{"ip", "link", "set", "ib0", "up"}, "up", true},
+		{"underlay address gone", []string{"ip", "addr", "del", c.underlay(1) + "/24", "dev", "eth0"}, "up", false},
+		{"underlay address back", []string{"ip", "addr", "add", c.underlay(1) + "/24", "dev", "eth0"}, "up", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := c.forTest(t)
+			if tc.do != nil {
+				c.on(1, tc.do...)
+			}
+			// The kernel's view, which show must repeat (operstate as
+			// the kernel has it: a TUN's is "unknown" until its carrier
+			// first changes).
+			type state struct {
+				admin     string
+				carrier   bool
+				operstate string
+			}
+			kernel := func() state {
+				var links []struct {
+					Flags     []string `json:"flags"`
+					OperState string   `json:"operstate"`
+				}
+				out := c.on(1, "ip", "-j", "link", "show", "ib0")
+				if err := json.Unmarshal([]byte(out), &links); err != nil || len(links) != 1 {
+					t.Fatalf("ip -j link show ib0: %v\n%s", err, out)
+				}
+				s := state{admin: "down", carrier: slices.Contains(links[0].Flags, "LOWER_UP"), operstate: strings.ToLower(links[0].OperState)}
+				if slices.Contains(links[0].Flags, "UP") {
+					s.admin = "up"
+				}
+				return s
+			}
+			var k, shown state
+			await(t, 5*time.Second, tc.name+": the kernel's state, and show's the same", func() bool {
+				k = kernel()
+				info := c.show(1)
+				shown = state{info.AdminState, info.Carrier, info.OperState}
+				return k.admin == tc.admin && k.carrier == tc.carrier && shown == k
+			})
+			t.Logf("%+v", shown)
+			carrier := map[bool]string{true: "on", false: "off"}[k.carrier]
+			want := fmt.Sprintf("admin %s, carrier %s, operstate %s", k.admin, carrier, k.operstate)
+			if out := c.on(1, binary, "show"); !strings.Contains(out, want) {
+				t.Errorf("show: want %q:\n%s", want, out)
+			}
+		})
+	}
 }

@@ -36,19 +36,35 @@ func checkMetricsListen(addr string) error {
 	return nil
 }
 
+// maxPerPeer bounds --metrics-per-peer: each connection counted is two
+// series per scrape.
+const maxPerPeer = 1000
+
+// checkMetricsPerPeer checks --metrics-per-peer against --metrics-listen.
+func checkMetricsPerPeer(n int, addr string) error {
+	switch {
+	case n < 0 || n > maxPerPeer:
+		return fmt.Errorf("--metrics-per-peer %d: want 0 (off) to %d connections per interface", n, maxPerPeer)
+	case n > 0 && addr == "":
+		return fmt.Errorf("--metrics-per-peer %d: needs --metrics-listen", n)
+	}
+	return nil
+}
+
 type nopCloser struct{}
 
 func (nopCloser) Close() error { return nil }
 
 // startMetrics serves the metrics of the interfaces ifaces returns at each
-// scrape (P_Key children come and go) on addr; "" leaves them off. The
+// scrape (P_Key children come and go) on addr, with series of their own for
+// the perPeer busiest connections of each; "" leaves them off. The
 // endpoint is in the daemon's own network namespace, not the interfaces'
 // (--netns): where a monitoring system reaches the host.
-func startMetrics(addr string, ifaces func() []*ipoib.Interface, log *slog.Logger) (io.Closer, error) {
+func startMetrics(addr string, perPeer int, ifaces func() []*ipoib.Interface, log *slog.Logger) (io.Closer, error) {
 	if addr == "" {
 		return nopCloser{}, nil
 	}
-	srv, err := metrics.Serve(addr, metrics.NewCollector(ifaces), log)
+	srv, err := metrics.Serve(addr, metrics.NewCollector(ifaces, perPeer), log)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}

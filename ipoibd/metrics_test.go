@@ -92,7 +92,8 @@ func iperf3Bytes(t *testing.T, c *cluster, a, b int, dst string, seconds int) (s
 // octets as iperf3 moved, the connection and neighbor gauges show the RC
 // path, every sample names its interface (a P_Key child's too), the
 // counters agree with `ipoibd stats`, and no drop counter grew with the
-// traffic.
+// traffic. Per-peer series are there only where --metrics-per-peer asks,
+// and no more of them than it says.
 func TestMetricsEndToEnd(t *testing.T) {
 	if _, err := lookTools("curl"); err != nil {
 		t.Skip(err)
@@ -100,7 +101,9 @@ func TestMetricsEndToEnd(t *testing.T) {
 	c := newCluster(t, "metrics", 2)
 	const addr1, addr2 = "127.0.0.1:9468", "[::1]:9468"
 	child := fmt.Sprintf("0x8001=192.168.%d.101/24", c.net)
-	c.start(1, "--ifname", "ibm", "--metrics-listen", addr1, "--softib-pkeys", "0xffff,0x8001", "--child", child)
+	// h1 has a series for its busiest connection (of two: its own to h2,
+	// h2's to it); h2 none.
+	c.start(1, "--ifname", "ibm", "--metrics-listen", addr1, "--metrics-per-peer", "1", "--softib-pkeys", "0xffff,0x8001", "--child", child)
 	c.start(2, "--ifname", "ibm", "--metrics-listen", addr2)
 	c.ping(1, c.ip4(2), 1) // resolution and the RC connection
 	before1, before2 := scrapeMetrics(t, c, 1, addr1), scrapeMetrics(t, c, 2, addr2)
@@ -150,6 +153,29 @@ func TestMetricsEndToEnd(t *testing.T) {
 		} else {
 			t.Logf("%s: %s grew by %.0f (%.4f × %s)", tc.what, tc.name, d, d/tc.atLeast, tc.description)
 		}
+	}
+
+	// Per-peer series: on h1, one per interface at most, for its
+	// connection to h2, which carried iperf3's octets; none on h2.
+	for _, name := range []string{"ipoibd_peer_tx_bytes_total", "ipoibd_peer_rx_bytes_total"} {
+		perIface := map[string]int{}
+		for _, m := range after1.families[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "interface" {
+					perIface[l.GetValue()]++
+				}
+			}
+		}
+		if perIface["ibm"] != 1 || len(perIface) != 1 {
+			t.Errorf("h1: %s series by interface %v, want one, for ibm (--metrics-per-peer 1)", name, perIface)
+		}
+		if mf, ok := after2.families[name]; ok {
+			t.Errorf("h2: %d %s series without --metrics-per-peer", len(mf.GetMetric()), name)
+		}
+	}
+	peer := []string{ibm, "peer=" + c.ip4(2), "direction=out"}
+	if d := grew(before1, after1, "ipoibd_peer_tx_bytes_total", peer...); d < received {
+		t.Errorf("h1: ipoibd_peer_tx_bytes_total%v grew by %.0f, want at least iperf3's %.0f octets", peer, d, received)
 	}
 
 	// Drops: none of the interfaces' or the fabric's drop counters grew
@@ -250,8 +276,24 @@ func TestMetricsListenMistakes(t *testing.T) {
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, "run", "--underlay", "192.0.2.1", "--metrics-listen", tc.addr)
-			if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "ipoibd: ") || !strings.Contains(errOut, tc.want) {
-				t.Errorf("exit %d, stdout %q, stderr %q; want status 1 and one line with %q", code, out, errOut, tc.want)
+			if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "ipoibd: ") || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want status %d and one line with %q", code, out, errOut, exitUsage, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--metrics-per-peer", "5"}, "--metrics-per-peer 5: needs --metrics-listen"},
+		{[]string{"--metrics-listen", "127.0.0.1:9468", "--metrics-per-peer", "-1"}, "--metrics-per-peer -1: want 0 (off) to 1000"},
+		{[]string{"--metrics-listen", "127.0.0.1:9468", "--metrics-per-peer", "1001"}, "--metrics-per-peer 1001: want 0 (off) to 1000"},
+		{[]string{"--metrics-per-peer", "many"}, `invalid argument "many" for "--metrics-per-peer"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := runBinary(t, binary, append([]string{"run", "--underlay", "192.0.2.1"}, tc.args...)...)
+			if code != exitUsage || out != "" || !strings.HasPrefix(errOut, "ipoibd: ") || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want status %d and a line with %q", code, out, errOut, exitUsage, tc.want)
 			}
 		})
 	}

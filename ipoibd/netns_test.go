@@ -53,6 +53,10 @@ func TestInterfaceInAnotherNetns(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &info); err != nil {
 			t.Fatalf("ipoibd show --json: %v\n%s", err, out)
 		}
+		// The link's state is read in the interface's namespace too.
+		if info.AdminState != "up" || !info.Carrier {
+			t.Fatalf("show in %s: admin_state %q carrier %v, want up and on", app, info.AdminState, info.Carrier)
+		}
 		if slices.Contains(info.Groups, "224.0.0.1") {
 			break
 		}

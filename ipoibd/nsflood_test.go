@@ -13,6 +13,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/forge"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/softib"
@@ -81,7 +82,7 @@ func TestSolicitationFloodDoesNotStarveResolution(t *testing.T) {
 	// datagrams makes resident, flood or not.
 	const warm = 3000
 	var sent atomic.Int64
-	if err := f.run(1000, warm, &sent, f.junk); err != nil {
+	if err := f.Run(1000, warm, &sent, f.junk); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); c.stats(2)["rx_drop_ethertype"] < warm; {
@@ -100,7 +101,7 @@ func TestSolicitationFloodDoesNotStarveResolution(t *testing.T) {
 		if k > 0 {
 			r = rate / 2 / (nodes - 1)
 		}
-		go func() { errs <- f.run(r, r*int(duration/time.Second), &sent, f.solicitation) }()
+		go func() { errs <- f.Run(r, r*int(duration/time.Second), &sent, f.solicitation) }()
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -198,78 +199,19 @@ after:
 
 // flooder sends forged neighbor solicitations from a UD QP of its own.
 type flooder struct {
-	t      *testing.T
-	qp     ib.QP
-	cq     ib.CQ
-	ah     ib.AH
-	mr     ib.MR
-	to     ib.LinkAddr
+	*forge.UDSender
 	target netip.Addr
 	prefix netip.Prefix
-	self   ib.LinkAddr
 }
-
-const floodSlot = 256 // octets per message buffer; 256 buffers
 
 func newFlooder(t *testing.T, dev *softib.Device, to ib.LinkAddr, target netip.Addr, prefix netip.Prefix) *flooder {
 	t.Helper()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+	u, err := forge.NewUDSender(dev, to)
+	if err != nil {
+		t.Fatal(err)
 	}
-	f := &flooder{t: t, to: to, target: target, prefix: prefix}
-	var err error
-	f.cq, err = dev.CreateCQ(1024)
-	must(err)
-	f.qp, err = dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: f.cq, RecvCQ: f.cq, MaxSend: 256, MaxRecv: 1})
-	must(err)
-	must(f.qp.Modify(ib.QPModify{State: ib.StateInit, PKey: ib.DefaultPKey, QKey: ib.DefaultIPoIBQKey}))
-	must(f.qp.Modify(ib.QPModify{State: ib.StateRTR}))
-	must(f.qp.Modify(ib.QPModify{State: ib.StateRTS}))
-	slab, err := ib.NewSlab(256 * floodSlot)
-	must(err)
-	t.Cleanup(func() { _ = slab.Close() })
-	f.mr, err = dev.RegisterMemory(slab)
-	must(err)
-	f.ah, err = dev.CreateAH(ib.AHAttr{DestGID: to.GID})
-	must(err)
-	f.self = ib.LinkAddr{QPN: f.qp.Num(), GID: dev.Port().GID}
-	return f
-}
-
-// run sends n messages that build makes, rate a second, in bursts every
-// 10 ms.
-func (f *flooder) run(rate, n int, sent *atomic.Int64, build func(buf []byte, k int) (int, error)) error {
-	var wc [64]ib.Completion
-	var wr [1]ib.SendWR
-	start := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	k := 0
-	for now := range tick.C {
-		for due := min(n, int(now.Sub(start).Seconds()*float64(rate))); k < due; k++ {
-			for f.cq.Poll(wc[:]) > 0 {
-			}
-			slot := k % 256
-			buf := f.mr.Slab().Bytes()[slot*floodSlot : (slot+1)*floodSlot]
-			l, err := build(buf, k)
-			if err != nil {
-				return err
-			}
-			wr[0] = ib.SendWR{ID: uint64(slot), SGE: ib.SGE{MR: f.mr, Offset: slot * floodSlot, Length: l},
-				AH: f.ah, RemoteQPN: f.to.QPN, RemoteQKey: ib.DefaultIPoIBQKey}
-			if _, err := f.qp.PostSend(wr[:]); err != nil {
-				return fmt.Errorf("post %d: %w", k, err)
-			}
-			sent.Add(1)
-		}
-		if k == n {
-			return nil
-		}
-	}
-	return nil
+	t.Cleanup(func() { _ = u.Close() })
+	return &flooder{UDSender: u, target: target, prefix: prefix}
 }
 
 // solicitation is the k-th forged NS: from a random address in the
@@ -280,17 +222,11 @@ func (f *flooder) solicitation(buf []byte, k int) (int, error) {
 	_, _ = rand.Read(low[:])
 	src := f.prefix.Addr().As16()
 	copy(src[8:], low[:])
-	claim := f.self
+	claim := f.Self()
 	if k%10 == 9 {
 		claim.GID[15] ^= 0x5a
 	}
-	m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: f.target, LinkAddr: claim, HasLinkAddr: true}
-	l, err := m.EncodeIPv6(buf[encap.HeaderLen:], netip.AddrFrom16(src), neigh.SolicitedNode(f.target))
-	if err != nil {
-		return 0, err
-	}
-	_ = encap.PutHeader(buf, encap.EtherTypeIPv6)
-	return encap.HeaderLen + l, nil
+	return forge.Solicitation(buf, netip.AddrFrom16(src), f.target, claim)
 }
 
 // junk is a datagram of an EtherType IPoIB does not carry.

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -69,41 +71,92 @@ func TestTwoSubnetsKeepTheirSource(t *testing.T) {
 // TestUnresolvableAddressFailsFast: connect() to an on-link address nobody
 // answers for fails with EHOSTUNREACH when resolution gives up (3 s), not
 // at TCP's own timeout, and ping reports the host unreachable, from our
-// own address.
+// own address, in IPv4 and IPv6; also with the interface in another
+// namespace (--netns), where the IPv4 error's raw socket must be.
 func TestUnresolvableAddressFailsFast(t *testing.T) {
-	c := newCluster(t, "unreach", 2)
-	c.start(1)
-	c.start(2)
-	for _, dead := range []string{fmt.Sprintf("192.168.%d.9", c.net), fmt.Sprintf("fd00:%d::9", c.net)} {
-		t.Run(dead, func(t *testing.T) {
-			var took time.Duration
-			var err error
-			testnet.InNamed(t, c.host(1), func() {
-				took, err = tcpConnect(netip.MustParseAddr(dead), 8*time.Second)
-			})
-			t.Logf("connect to %s: %v after %v", dead, err, took.Round(time.Millisecond))
-			if !errors.Is(err, unix.EHOSTUNREACH) {
-				t.Fatalf("connect to %s: %v, want EHOSTUNREACH", dead, err)
+	for _, tc := range []struct {
+		name   string
+		netns  bool // h1's ib0 in a namespace of its own (--netns)
+		loDown bool // whose lo is down: no local delivery, the error comes through the TUN from the dead host
+	}{{"own namespace", false, false}, {"--netns", true, false}, {"--netns, lo down", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, "unreach", 2).forTest(t)
+			where := c.host(1) // the namespace h1's ib0 is in
+			if tc.netns {
+				where = fmt.Sprintf("ipoibd-unreach%d", c.net)
+				_ = exec.Command("ip", "netns", "del", where).Run() // a leftover of an interrupted run
+				if out, err := exec.Command("ip", "netns", "add", where).CombinedOutput(); err != nil {
+					t.Fatalf("ip netns add %s: %v\n%s", where, err, out)
+				}
+				t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", where).Run() })
+				// As in any container: the error to our own sender is
+				// delivered through lo.
+				if out, err := exec.Command("ip", "-n", where, "link", "set", "lo", "up").CombinedOutput(); err != nil || tc.loDown {
+					if err != nil {
+						t.Fatalf("ip -n %s link set lo up: %v\n%s", where, err, out)
+					}
+					c.on(1, "ip", "-n", where, "link", "set", "lo", "down")
+				}
+				c.start(1, "--netns", where)
+			} else {
+				c.start(1)
 			}
-			if took > 3500*time.Millisecond {
-				t.Errorf("connect to %s failed after %v, want within 3.5 s", dead, took)
+			c.start(2)
+			inApp := func(args ...string) (string, error) {
+				out, err := exec.Command("ip", append([]string{"netns", "exec", where}, args...)...).CombinedOutput()
+				return string(out), err
 			}
-			out, _ := c.try(1, "ping", "-c", "1", "-W", "5", dead)
-			if !strings.Contains(out, "Destination Host Unreachable") && !strings.Contains(out, "Address unreachable") {
-				t.Errorf("ping %s: want Destination Host Unreachable / Address unreachable:\n%s", dead, out)
+			dead := []string{fmt.Sprintf("192.168.%d.9", c.net), fmt.Sprintf("fd00:%d::9", c.net)}
+			if tc.netns {
+				dead = dead[:1] // what --netns changes: the IPv4 error's raw socket
 			}
-			// IPv6: as the kernel's, from our own address, not the dead
-			// host's. (IPv4's from our own would be a martian to the
-			// kernel: errorSource.)
-			if own := c.ip6(1); strings.Contains(dead, ":") && !strings.Contains(out, "From "+own+" ") {
-				t.Errorf("ping %s: the error does not come from our own %s:\n%s", dead, own, out)
+			for _, dead := range dead {
+				var took time.Duration
+				var err error
+				testnet.InNamed(t, where, func() {
+					took, err = tcpConnect(netip.MustParseAddr(dead), 8*time.Second)
+				})
+				t.Logf("connect to %s: %v after %v", dead, err, took.Round(time.Millisecond))
+				if !errors.Is(err, unix.EHOSTUNREACH) {
+					t.Fatalf("connect to %s: %v, want EHOSTUNREACH", dead, err)
+				}
+				if took > 3500*time.Millisecond {
+					t.Errorf("connect to %s failed after %v, want within 3.5 s", dead, took)
+				}
+				out, _ := inApp("ping", "-c", "1", "-W", "5", dead)
+				if !strings.Contains(out, "Destination Host Unreachable") && !strings.Contains(out, "Address unreachable") {
+					t.Errorf("ping %s: want Destination Host Unreachable / Address unreachable:\n%s", dead, out)
+				}
+				// As the kernel's, from our own address, not the dead
+				// host's (IPv4's through a raw socket: from the TUN it
+				// would be a martian to the kernel).
+				from := c.ip4(1)
+				switch {
+				case strings.Contains(dead, ":"):
+					from = c.ip6(1)
+				case tc.loDown:
+					from = dead
+				}
+				if !strings.Contains(out, "From "+from+" ") {
+					t.Errorf("ping %s: the error does not come from %s:\n%s", dead, from, out)
+				}
+			}
+			out, err := inApp(binary, "stats", "--json")
+			var s map[string]uint64
+			if err == nil {
+				err = json.Unmarshal([]byte(out), &s)
+			}
+			if err != nil {
+				t.Fatalf("ipoibd stats: %v\n%s", err, out)
+			}
+			if s["tx_unreachable_sent"] < uint64(2*len(dead)) {
+				t.Errorf("tx_unreachable_sent = %d, want at least %d", s["tx_unreachable_sent"], 2*len(dead))
+			}
+			if out, err := inApp("ping", "-c", "2", "-i", "0.1", "-W", "2", c.ip4(2)); err != nil { // the live peer is unaffected
+				t.Errorf("ping %s: %v\n%s", c.ip4(2), err, out)
 			}
 		})
 	}
-	if s := c.stats(1); s["tx_unreachable_sent"] < 4 {
-		t.Errorf("tx_unreachable_sent = %d, want at least 4", s["tx_unreachable_sent"])
-	}
-	c.ping(1, c.ip4(2), 2) // the live peer is unaffected
 }
 
 // tcpConnect makes one blocking TCP connect to dst:80 in the calling
@@ -128,8 +181,8 @@ func tcpConnect(dst netip.Addr, timeout time.Duration) (time.Duration, error) {
 }
 
 // TestSecondDaemonOnTheSameUnderlay: a second daemon on an underlay
-// address in use is refused with one line, and the first one's traffic
-// is unaffected.
+// address in use is refused with one line that names the way out
+// (--softib-port), and the first one's traffic is unaffected.
 func TestSecondDaemonOnTheSameUnderlay(t *testing.T) {
 	c := newCluster(t, "second", 2)
 	c.start(1)
@@ -138,7 +191,7 @@ func TestSecondDaemonOnTheSameUnderlay(t *testing.T) {
 	out, err := c.try(1, "timeout", "10", binary, "--underlay", c.underlay(1), "--ifname", "ib1",
 		"--pkey", "0x8001", "--addr", fmt.Sprintf("192.168.%d.101/24", c.net))
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if err == nil || len(lines) != 1 || !strings.Contains(out, c.underlay(1)) || !strings.Contains(out, "in use") {
+	if err == nil || len(lines) != 1 || !strings.Contains(out, c.underlay(1)) || !strings.Contains(out, "in use") || !strings.Contains(out, "--softib-port") {
 		t.Fatalf("second daemon on %s: %v, want one line saying the address is in use:\n%s", c.underlay(1), err, out)
 	}
 	t.Logf("second daemon: %s", lines[0])

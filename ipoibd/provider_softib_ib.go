@@ -49,6 +49,7 @@ func openSoftibIB(sc softib.Config, cfg *ipoib.Config) (ib.Device, error) {
 		log = slog.Default()
 	}
 	w := watchSubnet(dev, sma, subnetPollInterval, log)
+	sub.FollowSM(portSMLID(dev))
 	cfg.Device, cfg.Subnet = w, sub
 	log.Info("softib port on the InfiniBand subnet", "lid", pi.LID, "lmc", pi.LMC, "sm_lid", pi.SMLID,
 		"gid", pi.GID, "pkeys", sc.PKeys, "forwarder", sc.IB.Forwarder, "sma_poll", subnetPollInterval)
@@ -77,4 +78,12 @@ func ibPlace(pi umadsa.PortInfo, sc *softib.Config) error {
 	sc.IB.GIDPrefix = be.BigEndian.Uint64(pi.GID[:8])
 	sc.IB.GUID = be.BigEndian.Uint64(pi.GID[8:])
 	return nil
+}
+
+// portSMLID is the SM's LID as the port holds it, for the SA client:
+// softib's, which follows the port's SMA (watchSubnet), where the sysfs
+// libibumad reads under umad2sim keeps the SM LID of the start, so that
+// after OpenSM moved the SA's requests would go to its old LID.
+func portSMLID(dev ib.Device) func() (uint16, error) {
+	return func() (uint16, error) { return dev.Port().SMLID, nil }
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 )
@@ -20,7 +21,7 @@ func run(args []string, out io.Writer) error {
 	s, err := parseSettings(args)
 	switch {
 	case err != nil:
-		return err
+		return withExit(exitUsage, err)
 	case s.help:
 		usage(out)
 		return nil
@@ -34,11 +35,17 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer stopProfiling()
+	if s.provider == providerSoftib {
+		notify := newNotifier(log)
+		if err := awaitUnderlay(s.softib.Addr, s.underlayWait, log, func(st string) { notify.send("STATUS=" + st) }); err != nil {
+			return err
+		}
+	}
 	d, err := openDaemon(s, log)
 	if err != nil {
 		return err
 	}
-	metricsSrv, err := startMetrics(s.metricsListen, d.interfaces, log)
+	metricsSrv, err := startMetrics(s.metricsListen, s.perPeer, d.interfaces, log)
 	if err != nil {
 		_ = d.Close()
 		return err
@@ -47,7 +54,7 @@ func run(args []string, out io.Writer) error {
 	_ = metricsSrv.Close()
 	if lost != nil {
 		_ = d.Close()
-		return lost
+		return withExit(exitLost, lost)
 	}
 	return d.Close()
 }
@@ -139,13 +146,25 @@ func serve(d *daemon, log *slog.Logger) error {
 // re-read; the daemon keeps running.
 func logState(log *slog.Logger, iface *ipoib.Interface) {
 	info := iface.Show()
-	var drops uint64
-	for _, c := range iface.Stats() {
+	drops, trouble := troubleSummary(iface.Stats())
+	log.Info("state (SIGHUP: nothing re-read)", "if", info.Name, "mode", info.Mode, "mtu", info.MTU,
+		"addrs", strings.Join(info.Addrs, ","), "neighbors", info.Neighbors, "candidates", info.Candidates,
+		"connections", info.Conns, "drops", drops, "trouble", trouble)
+}
+
+// troubleSummary sums the drop counters (every one a loss: the counter
+// table says so) and lists the counters above 0 whose value means trouble,
+// as name=value; "" when there are none.
+func troubleSummary(cs []ib.Counter) (drops uint64, trouble string) {
+	var list []string
+	for _, c := range cs {
+		if c.Value == 0 || !counterdoc.IsTrouble(c.Name) {
+			continue
+		}
 		if strings.Contains(c.Name, "drop") {
 			drops += c.Value
 		}
+		list = append(list, fmt.Sprintf("%s=%d", c.Name, c.Value))
 	}
-	log.Info("state (SIGHUP: nothing re-read)", "if", info.Name, "mode", info.Mode, "mtu", info.MTU,
-		"addrs", strings.Join(info.Addrs, ","), "neighbors", info.Neighbors, "candidates", info.Candidates,
-		"connections", info.Conns, "drops", drops)
+	return drops, strings.Join(list, ",")
 }

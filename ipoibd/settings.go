@@ -24,6 +24,7 @@ type options struct {
 	ifname      string
 	provider    string
 	underlay    string
+	underWait   time.Duration // --underlay-wait
 	softibPort  uint16
 	softibPKeys string
 	softibLink  string // --softib-link
@@ -44,6 +45,7 @@ type options struct {
 	cm          string
 	peers       string
 	metrics     string // --metrics-listen
+	perPeer     int    // --metrics-per-peer
 	offload     bool   // --tun-offload
 	queues      int    // --tun-queues
 	version     bool
@@ -59,17 +61,18 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
 	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
+	fs.DurationVar(&o.underWait, "underlay-wait", 60*time.Second, "softib: wait this long at start for the --underlay address to appear on an interface (a unit started before its network), then give up; 0: fail at once")
 	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
-	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, comma-separated (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
+	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, `PKEY[,PKEY...]` in hex (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
 	fs.StringVar(&o.softibLink, "softib-link", "ethernet", "softib: link layer, ethernet (RoCEv2 framing, peers at their underlay addresses) or ib (native InfiniBand framing through the fabric forwarder softib-ibfwd, on a subnet OpenSM runs under ibsim: LID, LMC, SM LID, GID and P_Key table are read through libibumad, run under ibsim's libumad2sim.so, and the SA's joins and paths are used as on an InfiniBand adapter; needs a binary built with -tags rdma)")
 	fs.StringVar(&o.softibFab, "softib-fabric", "", "softib --softib-link ib: the fabric forwarder's underlay `ADDR:PORT` (required with ib)")
-	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface")
+	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface, in hex as every InfiniBand tool writes it (0x optional: 8001 is 0x8001)")
 	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
 	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
 	fs.StringVar(&o.policy, "cm-policy", "linux", "sending policy: linux (send on our own connections only, as the kernel's ipoib expects) or rfc (send on connections either side opened; RFC 4755 crossing rule)")
 	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
-	fs.StringArrayVar(&o.addrs, "addr", nil, "address with prefix length to put on the interface (repeatable), e.g. 192.168.77.1/24")
-	fs.StringArrayVar(&o.children, "child", nil, "a P_Key child made at start, as `ipoibd child add` makes one at run time (repeatable): PKEY or PKEY=ADDR[,ADDR...], e.g. 0x8001=192.168.78.1/24")
+	fs.StringArrayVar(&o.addrs, "addr", nil, "`ADDRESS/LENGTH` to put on the interface (repeatable), e.g. 192.168.77.1/24 or fd00:77::1/64: a unicast host address and its subnet's prefix length")
+	fs.StringArrayVar(&o.children, "child", nil, "a P_Key child made at start, as ipoibd child add makes one at run time (repeatable): `PKEY[=ADDRESS/LENGTH,...]`, the P_Key in hex, e.g. 8001=192.168.78.1/24")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 0, "tear down connections idle this long (0: never)")
 	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections past setup at once; further REQs are rejected (no resources). Those in setup have their own bounds (256, 16 per peer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -78,7 +81,8 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
 	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
-	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); each with an interface label (children too); and the Go runtime's and the process's")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); with --metrics-per-peer, ipoibd_peer_tx_bytes_total and ipoibd_peer_rx_bytes_total; each with an interface label (children too); and the Go runtime's and the process's")
+	fs.IntVar(&o.perPeer, "metrics-per-peer", 0, fmt.Sprintf("with --metrics-listen: counters of their own, ipoibd_peer_tx_bytes_total and ipoibd_peer_rx_bytes_total (labels: the peer's IP address, its QPN@GUID, the direction), for the `N` connections of each interface that carried the most octets; 0: none, so that the series stay few on a large fabric (at most %d)", maxPerPeer))
 	fs.BoolVar(&o.offload, "tun-offload", true, "let the TUN hand over and take TCP/UDP super-packets of up to 64 KiB (TSO, USO, checksum offload, receive coalescing); ipoibd cuts them into standard IPoIB packets with valid checksums, so peers see no difference. --tun-offload=false moves every packet whole (for comparisons)")
 	fs.IntVar(&o.queues, "tun-queues", 0, fmt.Sprintf("TUN queues, each read by its own thread with its own buffers; the kernel keeps each flow on one queue (default: one per CPU, at most %d; at most %d)", ipoib.DefaultMaxQueues, ipoib.MaxQueues))
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -98,12 +102,15 @@ type settings struct {
 	help, version bool // print and exit; nothing else was checked
 	logLevel      slog.Level
 	metricsListen string // "" for none
+	perPeer       int    // connections per interface with metrics of their own
 	// iface is the first interface's configuration without what only an
 	// opened port gives (Device, Subnet, ConnService) and Log.
 	iface    ipoib.Config
 	provider string        // providerSoftib or providerVerbs
 	softib   softib.Config // with --provider softib
-	verbs    verbsPort     // with --provider verbs
+	// underlayWait bounds the wait for softib's underlay address.
+	underlayWait time.Duration
+	verbs        verbsPort // with --provider verbs
 	// connService and peers are --cm and --peers; which connection
 	// service runs also depends on the host (chooseConnService).
 	connService string
@@ -155,11 +162,14 @@ func parseSettings(args []string) (settings, error) {
 // settings checks the flags of every interface and connection, then the
 // connection service's and the provider's.
 func (o *options) settings() (settings, error) {
-	s := settings{metricsListen: o.metrics, provider: o.provider, connService: o.cm, peers: o.peers}
+	s := settings{metricsListen: o.metrics, perPeer: o.perPeer, provider: o.provider, connService: o.cm, peers: o.peers}
 	if err := s.logLevel.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return s, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
 	if err := checkMetricsListen(o.metrics); err != nil {
+		return s, err
+	}
+	if err := checkMetricsPerPeer(o.perPeer, o.metrics); err != nil {
 		return s, err
 	}
 	var err error
@@ -172,6 +182,10 @@ func (o *options) settings() (settings, error) {
 	switch o.provider {
 	case providerSoftib:
 		s.softib, err = o.softibConfig(s.iface.PKey)
+		s.underlayWait = o.underWait
+		if err == nil && o.underWait < 0 {
+			err = fmt.Errorf("--underlay-wait %v: must not be negative", o.underWait)
+		}
 		s.softibIB = s.softib.LinkLayer == softib.LinkInfiniBand
 	case providerVerbs:
 		s.verbs, err = o.verbsPort()
@@ -211,9 +225,9 @@ func (o *options) ifaceConfig() (ipoib.Config, error) {
 		return cfg, fmt.Errorf("--pkey: %w", err)
 	}
 	for _, a := range o.addrs {
-		p, err := netip.ParsePrefix(a)
+		p, err := parseIfAddr(a)
 		if err != nil {
-			return cfg, fmt.Errorf("--addr %q: want an address with prefix length, e.g. 192.168.77.1/24", a)
+			return cfg, fmt.Errorf("--addr %w", err)
 		}
 		cfg.Addrs = append(cfg.Addrs, p)
 	}
@@ -325,4 +339,52 @@ func parseChildren(args []string) ([]childFlag, error) {
 		out = append(out, childFlag{arg: c, req: r})
 	}
 	return out, nil
+}
+
+// parseIfAddr reads an interface address with its prefix length, as `ip
+// addr add` takes it, and says what is wrong with one that is not: the
+// error starts with s quoted, for the caller to name the flag.
+func parseIfAddr(s string) (netip.Prefix, error) {
+	const want = "want ADDRESS/LENGTH, e.g. 192.168.77.1/24 or fd00:77::1/64"
+	addr, length, ok := strings.Cut(s, "/")
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("%q: no prefix length; %s", s, want)
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: %q is not an IP address; %s", s, addr, want)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q: an interface address takes no zone (%%%s)", s, a.Zone())
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q: prefix length %q: want 1 to %d", s, length, a.BitLen())
+	}
+	switch {
+	case p.Bits() == 0:
+		return netip.Prefix{}, fmt.Errorf("%q: prefix /0 would put every address on this link; want the subnet's length, e.g. /24 or /64", s)
+	case a.IsMulticast():
+		return netip.Prefix{}, fmt.Errorf("%q: a multicast address cannot be an interface's address (the interface joins groups itself)", s)
+	case a.IsUnspecified():
+		return netip.Prefix{}, fmt.Errorf("%q: the unspecified address cannot be an interface's address", s)
+	case a.IsLoopback():
+		return netip.Prefix{}, fmt.Errorf("%q: a loopback address belongs on lo, not on an IPoIB interface", s)
+	case a.Is4In6():
+		return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped IPv6 address; give the IPv4 address itself", s)
+	case a.Is4() && a == p.Masked().Addr() && p.Bits() < 31:
+		return netip.Prefix{}, fmt.Errorf("%q: the network address of %v, not a host's; e.g. %v", s, p.Masked(), p.Masked().Addr().Next())
+	case a.Is4() && p.Bits() < 31 && a == lastAddr(p):
+		return netip.Prefix{}, fmt.Errorf("%q: the broadcast address of %v, not a host's", s, p.Masked())
+	}
+	return p, nil
+}
+
+// lastAddr is the highest address of p (IPv4's broadcast address).
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	for k := p.Bits(); k < 32; k++ {
+		b[k/8] |= 0x80 >> (k % 8)
+	}
+	return netip.AddrFrom4(b)
 }

@@ -21,10 +21,11 @@ func softibDefaults() settings {
 		logLevel: slog.LevelInfo,
 		iface: ipoib.Config{Name: "ib0", Mode: ipoib.Connected, RC: true, Policy: ipoibcm.PolicyLinux,
 			PKey: 0xffff, MaxConns: 4096},
-		provider:    providerSoftib,
-		softib:      softib.Config{Name: "softib0", Addr: netip.MustParseAddr("10.0.0.1"), Port: softib.UDPPort, PKeys: []ib.PKey{0xffff}},
-		connService: "auto",
-		peers:       "any",
+		provider:     providerSoftib,
+		softib:       softib.Config{Name: "softib0", Addr: netip.MustParseAddr("10.0.0.1"), Port: softib.UDPPort, PKeys: []ib.PKey{0xffff}},
+		underlayWait: time.Minute,
+		connService:  "auto",
+		peers:        "any",
 	}
 }
 
@@ -65,17 +66,19 @@ func TestParseSettings(t *testing.T) {
 		}},
 		{"softib on ethernet, said", append([]string{"--softib-link", "ethernet"}, u...), func(*settings) {}},
 		{"IPv6 underlay", []string{"--underlay", "fd00::7"}, func(s *settings) { s.softib.Addr = netip.MustParseAddr("fd00::7") }},
+		{"underlay wait", append([]string{"--underlay-wait", "5s"}, u...), func(s *settings) { s.underlayWait = 5 * time.Second }},
+		{"no underlay wait", append([]string{"--underlay-wait", "0"}, u...), func(s *settings) { s.underlayWait = 0 }},
 		{"children", append([]string{"--child", "0x8002", "--child", "0x8003=192.168.78.1/24,fd01::1/64"}, u...), func(s *settings) {
 			s.children = []childFlag{{"0x8002", childRequest{PKey: "0x8002"}},
 				{"0x8003=192.168.78.1/24,fd01::1/64", childRequest{PKey: "0x8003", Addrs: []string{"192.168.78.1/24", "fd01::1/64"}}}}
 		}},
 		{"softib, own connection service", append([]string{"--cm", "own"}, u...), func(s *settings) { s.connService = "own" }},
 		{"verbs", []string{"--provider", "verbs", "--device", "mlx5_0", "--port", "2", "--cm", "kernel", "--peers", "ipoibd-only"}, func(s *settings) {
-			s.provider, s.softib, s.verbs = providerVerbs, softib.Config{}, verbsPort{"mlx5_0", 2}
+			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"mlx5_0", 2}
 			s.connService, s.peers = "kernel", "ipoibd-only"
 		}},
 		{"verbs, port 255", []string{"--provider", "verbs", "--device", "rxe0", "--port", "255"}, func(s *settings) {
-			s.provider, s.softib, s.verbs = providerVerbs, softib.Config{}, verbsPort{"rxe0", 255}
+			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"rxe0", 255}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,7 +123,7 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"bad cm modes", append([]string{"--cm-modes", "rd"}, u...), `--cm-modes "rd"`},
 		{"empty cm mode", append([]string{"--cm-modes", "rc,"}, u...), `--cm-modes "rc,"`},
 		{"pkey of no partition", append([]string{"--pkey", "0x8000"}, u...), "--pkey: P_Key"},
-		{"pkey not a number", append([]string{"--pkey", "ffff"}, u...), "--pkey: P_Key"},
+		{"pkey not a number", append([]string{"--pkey", "fffg"}, u...), "--pkey: P_Key"},
 		{"pkey too big", append([]string{"--pkey", "0x10000"}, u...), "--pkey"},
 		{"addr without prefix", append([]string{"--addr", "10.1.1.1"}, u...), `--addr "10.1.1.1"`},
 		{"addr not an address", append([]string{"--addr", "ten/8"}, u...), `--addr "ten/8"`},
@@ -141,6 +144,7 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"fabric on ethernet", append([]string{"--softib-fabric", "10.0.0.254:4790"}, u...), "--softib-fabric is for --softib-link ib"},
 		{"softib pkeys on ib", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790", "--softib-pkeys", "0xffff"}, u...),
 			"on ib the subnet manager sets the P_Key table"},
+		{"negative underlay wait", append([]string{"--underlay-wait", "-1s"}, u...), "--underlay-wait -1s: must not be negative"},
 		{"softib port out of range", append([]string{"--softib-port", "65536"}, u...), "--softib-port"},
 		{"verbs without a device", []string{"--provider", "verbs"}, "--device is required with --provider verbs"},
 		{"verbs with an underlay", append(verbs, u...), "--underlay is for --provider softib"},

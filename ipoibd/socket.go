@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"golang.org/x/sys/unix"
@@ -124,20 +125,20 @@ func (s *controlServer) child(req request) any {
 	if s.iface != s.d.first() {
 		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.parentName()}
 	}
-	var name string
+	var r childReply
 	var err error
 	if req.Cmd == "child-add" {
 		if req.Child == nil {
 			return map[string]string{"error": "bad request"}
 		}
-		name, err = s.d.addChild(*req.Child)
+		r, err = s.d.addChild(*req.Child)
 	} else {
-		name, err = s.d.delChild(req.Name)
+		r.Name, err = s.d.delChild(req.Name)
 	}
 	if err != nil {
 		return map[string]string{"error": err.Error()}
 	}
-	return childReply{Name: name}
+	return r
 }
 
 // mode switches the interface between connected and datagram mode.
@@ -178,9 +179,12 @@ type modeReply struct {
 	MTU  int    `json:"mtu"`
 }
 
-// childReply names the child made or removed.
+// childReply names the child made or removed; a child made also says its
+// link address and MTU (what a CNI result reports).
 type childReply struct {
-	Name string `json:"name"`
+	Name     string `json:"name"`
+	LinkAddr string `json:"link_addr,omitempty"`
+	MTU      int    `json:"mtu,omitempty"`
 }
 
 func peerIsRoot(conn *net.UnixConn) bool {
@@ -198,6 +202,14 @@ func peerIsRoot(conn *net.UnixConn) bool {
 // query asks a running daemon and prints its answer as a table or JSON.
 func query(cmd string, args []string, out io.Writer) error {
 	c := newIfCommand(cmd)
+	var wide *bool
+	if cmd == "conn" {
+		wide = c.fs.BoolP("wide", "w", false, "conn: every figure of each connection, exact, and the peers' full link addresses, on lines wider than 100 columns")
+	}
+	var all bool
+	if cmd == "stats" {
+		c.fs.BoolVarP(&all, "all", "a", false, "list every counter, those at 0 too (the table hides them; --json always has every one)")
+	}
 	if _, done, err := c.parse(args, out); done || err != nil {
 		return err
 	}
@@ -205,8 +217,11 @@ func query(cmd string, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cmd == "conn" && !*c.asJSON {
+		return printConns(out, raw, *wide)
+	}
 	if !*c.asJSON {
-		return printTable(out, cmd, raw)
+		return printTable(out, cmd, raw, all)
 	}
 	if cmd == "stats" {
 		// One {name: value} object, in the daemon's order.
@@ -222,7 +237,7 @@ func query(cmd string, args []string, out io.Writer) error {
 func ask(ifname string, req request) (json.RawMessage, error) {
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err)
+		return nil, withExit(exitNoDaemon, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err))
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
@@ -232,15 +247,15 @@ func ask(ifname string, req request) (json.RawMessage, error) {
 	var raw json.RawMessage
 	if err := json.NewDecoder(conn).Decode(&raw); err != nil {
 		if werr != nil {
-			return nil, fmt.Errorf("asking the daemon of %s: %w", ifname, werr)
+			return nil, withExit(exitNoDaemon, fmt.Errorf("asking the daemon of %s: %w", ifname, werr))
 		}
-		return nil, fmt.Errorf("reading the answer: %w", err)
+		return nil, withExit(exitNoDaemon, fmt.Errorf("reading the answer of the daemon of %s: %w", ifname, err))
 	}
 	var e struct {
 		Error string `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return nil, errors.New(e.Error)
+		return nil, withExit(exitRefused, errors.New(e.Error))
 	}
 	return raw, nil
 }
@@ -264,7 +279,7 @@ func statsObject(raw json.RawMessage) (json.RawMessage, error) {
 	return b.Bytes(), nil
 }
 
-func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
+func printTable(out io.Writer, cmd string, raw json.RawMessage, all bool) error {
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	defer w.Flush()
 	switch cmd {
@@ -275,6 +290,11 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 		}
 		fmt.Fprintf(w, "%s: %s mode, mtu %d (UD %d, IB %d), device %s (%s)\n", i.Name, i.Mode, i.MTU, i.UDMTU, i.IBMTU, i.Device, i.LinkLayer)
 		fmt.Fprintf(w, "    link/infiniband %s\n", i.LinkAddr)
+		carrier := "off"
+		if i.Carrier {
+			carrier = "on"
+		}
+		fmt.Fprintf(w, "    admin %s, carrier %s, operstate %s\n", orDash(i.AdminState), carrier, orDash(i.OperState))
 		if i.Offloads != "" {
 			fmt.Fprintf(w, "    tun offloads %s\n", i.Offloads)
 		}
@@ -298,7 +318,11 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 			fmt.Fprintf(w, "    child of %s\n", i.Parent)
 		}
 		for _, c := range i.Children {
-			fmt.Fprintf(w, "    child %s pkey %v\n", c.Name, ib.PKey(c.PKey))
+			fmt.Fprintf(w, "    child %s pkey %v", c.Name, ib.PKey(c.PKey))
+			if c.Netns != "" {
+				fmt.Fprintf(w, " netns %s owner %s", c.Netns, orDash(c.Owner))
+			}
+			fmt.Fprintln(w)
 		}
 	case "neigh":
 		var ns []ipoib.NeighInfo
@@ -309,39 +333,36 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage) error {
 		for _, n := range ns {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.IP, n.Via, dash(n.MTU), n.State, qpn(n.QPN), n.Pending, orDash(n.LinkAddr))
 		}
-	case "conn":
-		var cs []ipoib.ConnInfo
-		if err := json.Unmarshal(raw, &cs); err != nil {
-			return err
-		}
-		fmt.Fprintln(w, "PEER\tTYPE\tDIR\tSTATE\tQP\tSENDS\tQPN\tREMOTE QPN\tMTU\tPACKETS\tAGE")
-		for _, c := range cs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", c.Peer, c.Type, c.Direction, c.State, c.QPState, yesNo(c.Sends), qpn(c.LocalQPN), qpn(c.RemoteQPN), c.MTU, c.Packets, time.Duration(c.AgeSecs)*time.Second)
-		}
 	case "stats":
 		var cs []ib.Counter
 		if err := json.Unmarshal(raw, &cs); err != nil {
 			return err
 		}
-		for _, c := range cs {
-			if c.Value != 0 || !quietAtZero(c.Name) {
-				fmt.Fprintf(w, "%s\t%d\n", c.Name, c.Value)
-			}
-		}
+		printStats(w, cs, all)
 	}
 	return nil
 }
 
-// quietAtZero tells the counters the table leaves out while they are 0:
-// drops, and the CM's counts by MAD kind, REJ reason and failed call,
-// dozens of which stay 0 for good (-j lists every one, always).
-func quietAtZero(name string) bool {
-	for _, p := range []string{"cm_unknown_", "cm_unsupported_", "cm_rej_sent_", "cm_err_"} {
-		if strings.HasPrefix(name, p) {
-			return true
+// printStats prints the counters above 0 (all: every one), marking those
+// whose value means trouble (a loss or a failure) with what they count;
+// the man page's COUNTERS section explains every one.
+func printStats(w io.Writer, cs []ib.Counter, all bool) {
+	hidden := 0
+	for _, c := range cs {
+		if c.Value == 0 && !all {
+			hidden++
+			continue
 		}
+		if c.Value > 0 && counterdoc.IsTrouble(c.Name) {
+			e, _ := counterdoc.Lookup(c.Name)
+			fmt.Fprintf(w, "%s\t%d\tTROUBLE: %s\n", c.Name, c.Value, e.Meaning)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%d\n", c.Name, c.Value)
 	}
-	return strings.Contains(name, "drop")
+	if hidden > 0 {
+		fmt.Fprintf(w, "(%d counters at 0 not shown; ipoibd stats --all shows every one, man ipoibd explains them)\n", hidden)
+	}
 }
 
 func qpn(q uint32) string {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/softib"
@@ -48,6 +49,53 @@ func TestSubnetFollower(t *testing.T) {
 		f.take(s.pi, s.err)
 		if got := dev.Port().LID; got != s.lid || dev.SubnetEvents() != s.events {
 			t.Fatalf("%s: LID %d, %d events; want %d, %d", s.name, got, dev.SubnetEvents(), s.lid, s.events)
+		}
+	}
+}
+
+// lidRecorder is an SA transport that notes the LID of each send and
+// fails it, so that a request ends at once.
+type lidRecorder struct{ lids []uint16 }
+
+func (l *lidRecorder) Send(_ []byte, lid uint16, _ time.Duration) error {
+	l.lids = append(l.lids, lid)
+	return errors.New("recorded")
+}
+
+func (l *lidRecorder) Recv([]byte, time.Duration) (int, int, error) {
+	return 0, 0, umadsa.ErrRecvTimeout
+}
+
+// TestSAFollowsTheSM: the SA client of an InfiniBand-link softib port
+// sends to the SM LID the port's readings carry (portSMLID), not the one
+// libibumad's sysfs gave at start: when the SM moves, the next request
+// goes to its new LID.
+func TestSAFollowsTheSM(t *testing.T) {
+	dev, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.88.96.2"), Port: uint16(20000 + (os.Getpid()+17)%30000),
+		LinkLayer: softib.LinkInfiniBand, IB: softib.IBConfig{LID: 3, SMLID: 1, Forwarder: netip.MustParseAddrPort("127.88.96.254:4790")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	f := subnetFollower{dev: dev, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	tr := &lidRecorder{}
+	sysfs := func() (uint16, error) { return 1, nil } // what umad2sim's sysfs says for ever
+	sub := umadsa.New(tr, umadsa.Config{SMLID: sysfs, Timeout: time.Millisecond})
+	sub.FollowSM(portSMLID(dev))
+	for _, step := range []struct {
+		name string
+		sm   uint16 // the SM LID the port's SMA reports
+	}{
+		{"as opened", 1},
+		{"the SM moved", 9},
+		{"and back", 1},
+	} {
+		f.take(umadsa.PortInfo{LID: 3, SMLID: step.sm, State: 4, Active: true, PKeys: []ib.PKey{ib.DefaultPKey}}, nil)
+		if _, err := sub.PathRecord(ib.GID{0xfe, 0x80}, ib.DefaultPKey); err == nil {
+			t.Fatalf("%s: the request did not fail", step.name)
+		}
+		if got := tr.lids[len(tr.lids)-1]; got != step.sm {
+			t.Fatalf("%s: the SA request went to LID %d, want the SM's %d", step.name, got, step.sm)
 		}
 	}
 }

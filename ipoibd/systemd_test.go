@@ -88,7 +88,7 @@ func TestServiceCapabilities(t *testing.T) {
 		}
 	}
 
-	d := exec.Command("ip", "netns", "exec", "svccap-h1",
+	d := exec.Command("ip", "netns", "exec", c.host(1),
 		"setpriv", "--inh-caps="+set, "--ambient-caps="+set, "--bounding-set="+set,
 		binary, "run", "--underlay", c.underlay(1), "--addr", c.ip4(1)+"/24", "--addr", c.ip6(1)+"/64")
 	d.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=200000", "JOURNAL_STREAM=8:1")
@@ -301,5 +301,145 @@ func TestNotify(t *testing.T) {
 	n := newNotifier(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if n.addr != nil {
 		t.Errorf("notifier without NOTIFY_SOCKET has address %v", n.addr)
+	}
+}
+
+// journalStream points JOURNAL_STREAM at f, as systemd does for stderr.
+func journalStream(t *testing.T, f *os.File) {
+	t.Helper()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	t.Setenv("JOURNAL_STREAM", strconv.FormatUint(uint64(st.Dev), 10)+":"+strconv.FormatUint(st.Ino, 10))
+}
+
+// parseEntry decodes a native journal entry: NAME=value lines, and NAME,
+// newline, 64-bit little-endian length, value, newline.
+func parseEntry(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	f := map[string]string{}
+	for len(b) > 0 {
+		i := bytes.IndexAny(b, "=\n")
+		if i < 0 {
+			t.Fatalf("entry ends inside a field name: %q", b)
+		}
+		name := string(b[:i])
+		if b[i] == '=' {
+			j := bytes.IndexByte(b[i:], '\n')
+			if j < 0 {
+				t.Fatalf("field %s has no newline", name)
+			}
+			f[name] = string(b[i+1 : i+j])
+			b = b[i+j+1:]
+			continue
+		}
+		b = b[i+1:]
+		if len(b) < 8 {
+			t.Fatalf("field %s: no length", name)
+		}
+		var n uint64
+		for k := 7; k >= 0; k-- {
+			n = n<<8 | uint64(b[k])
+		}
+		if uint64(len(b)) < 8+n+1 || b[8+n] != '\n' {
+			t.Fatalf("field %s: length %d does not fit %q", name, n, b)
+		}
+		f[name] = string(b[8 : 8+n])
+		b = b[8+n+1:]
+	}
+	return f
+}
+
+// TestJournalNative: when stderr is the journal stream and journald's
+// socket answers, each record is one native entry with its priority and
+// every attribute as a field; a value with a newline keeps it. When the
+// stream is not stderr, or journald does not take the entry, the line goes
+// to stderr with its priority prefix.
+func TestJournalNative(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "journal")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	defer func(s string) { journalSocket = s }(journalSocket)
+	journalSocket = sock
+
+	for _, tc := range []struct {
+		name string
+		log  func(*slog.Logger)
+		want map[string]string
+	}{
+		{"info", func(l *slog.Logger) { l.Info("up", "if", "ib0", "mtu", 65520) },
+			map[string]string{"PRIORITY": "6", "MESSAGE": "level=INFO msg=up if=ib0 mtu=65520", "IPOIBD_IF": "ib0", "IPOIBD_MTU": "65520"}},
+		{"with", func(l *slog.Logger) { l.With("if", "ib0").Warn("port down", "peer_ip", "10.0.0.2") },
+			map[string]string{"PRIORITY": "4", "IPOIBD_IF": "ib0", "IPOIBD_PEER_IP": "10.0.0.2"}},
+		{"group", func(l *slog.Logger) { l.WithGroup("cm").Error("rej", slog.Group("why", "code", 28)) },
+			map[string]string{"PRIORITY": "3", "IPOIBD_CM_WHY_CODE": "28"}},
+		{"newline", func(l *slog.Logger) { l.Debug("d", "err", "a\nb") },
+			map[string]string{"PRIORITY": "7", "IPOIBD_ERR": "a\nb"}},
+		{"long-key", func(l *slog.Logger) { l.WithGroup("g.1").Info("i", strings.Repeat("k", 80), "v") },
+			map[string]string{"IPOIBD_G_1_" + strings.Repeat("K", 64-len("IPOIBD_G_1_")): "v"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stderr, err := os.Create(filepath.Join(dir, tc.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stderr.Close()
+			journalStream(t, stderr)
+			tc.log(slog.New(logHandler(stderr, slog.LevelDebug)))
+			_ = ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 4096)
+			k, err := ln.Read(buf)
+			if err != nil {
+				t.Fatalf("no native entry: %v", err)
+			}
+			got := parseEntry(t, buf[:k])
+			if got["SYSLOG_IDENTIFIER"] == "" || strings.Contains(got["MESSAGE"], "time=") || strings.HasPrefix(got["MESSAGE"], "<") {
+				t.Errorf("entry %q: want an identifier and the bare line as MESSAGE", got)
+			}
+			for k, v := range tc.want {
+				if got[k] != v {
+					t.Errorf("%s=%q, want %q (entry %q)", k, got[k], v, got)
+				}
+			}
+			if b, _ := os.ReadFile(stderr.Name()); len(b) != 0 {
+				t.Errorf("stderr got %q as well", b)
+			}
+		})
+	}
+
+	// Not the stream (a child that inherited JOURNAL_STREAM), then journald
+	// gone: the stream line, with its priority.
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		before func()
+	}{
+		{"not-the-stream", false, func() {}},
+		{"journald-gone", true, func() { ln.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stderr, err := os.Create(filepath.Join(dir, tc.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stderr.Close()
+			if tc.stream {
+				journalStream(t, stderr)
+			} else {
+				t.Setenv("JOURNAL_STREAM", "8:1234")
+			}
+			l := slog.New(logHandler(stderr, slog.LevelDebug))
+			tc.before()
+			l.Warn("w", "if", "ib0")
+			if b, _ := os.ReadFile(stderr.Name()); string(b) != "<4>level=WARN msg=w if=ib0\n" {
+				t.Errorf("stderr got %q, want the line with <4>", b)
+			}
+		})
 	}
 }

@@ -122,7 +122,7 @@ func TestCollectorOfAnInterface(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(func() []*ipoib.Interface { return []*ipoib.Interface{h.iface} }))
+	reg.MustRegister(NewCollector(func() []*ipoib.Interface { return []*ipoib.Interface{h.iface} }, 0))
 	got := gatherMap(t, reg)
 	stats := h.iface.Stats() // read after: counters only grow
 	names := map[string]bool{}
@@ -185,7 +185,7 @@ func BenchmarkScrape(b *testing.B) {
 	start := time.Now()
 	h := newHost(b, *benchNeighbors)
 	b.Logf("peer with %d addresses up in %v", *benchNeighbors, time.Since(start))
-	c := NewCollector(func() []*ipoib.Interface { return []*ipoib.Interface{h.iface} })
+	c := NewCollector(func() []*ipoib.Interface { return []*ipoib.Interface{h.iface} }, 0)
 	for _, n := range []int{0, 100, 1000, 10000, 65536} {
 		if n > *benchNeighbors {
 			break

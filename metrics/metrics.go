@@ -20,27 +20,43 @@
 //	ipoibd_neighbors            gauge    state, via                   neighbor entries (`ipoibd neigh`), by state
 //	                                                                  (REACHABLE, ..., CANDIDATE) and path (RC, UC, UD, "-")
 //	ipoibd_connections          gauge    type, direction, state       connections (`ipoibd conn`): RC/UC, in/out, state
+//	ipoibd_peer_tx_bytes_total  counter  peer, link, direction        IP octets sent and received on one connection;
+//	ipoibd_peer_rx_bytes_total                                        only with perPeer > 0 (--metrics-per-peer), see below
 //
+// The counters' HELP is their entry in package counterdoc's table: what
+// they count, and whether a value above 0 is trouble.
 // The counters' names are the daemon's own (ipoib, cm and the provider
 // name them; cm_, conn_ and dev_ prefix the CM's, the connections' summed
 // QP counters and the device's), so adding a counter there adds a metric
 // here. The daemon guarantees they never go backwards. A gauge combination
 // with nothing in it is absent rather than 0. Serve adds the Go runtime's
 // go_*, the process's process_* and the handler's promhttp_* metrics.
+//
+// Per-peer series are off by default: a label per peer is unbounded on a
+// large fabric. With perPeer N > 0, each interface's N established
+// connections that carried the most octets (both ways) have a series each:
+// peer is the peer's first IP address (IPv4 first; "" when no neighbor
+// names it), link its UD QPN and port GUID as `ipoibd conn` shows them
+// (QPN@GUID: a restarted peer is a new series), direction in or out. A
+// connection's counters start at 0 when it is made, as after a reset; one
+// that leaves the top N, or goes, has no series until it is back.
 package metrics
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,12 +88,18 @@ var (
 		[]string{"interface", "state", "via"}, nil)
 	connDesc = prometheus.NewDesc(namespace+"_connections", "Connections by type (RC, UC), direction (out: we connected, in: the peer did) and state, as ipoibd conn lists them.",
 		[]string{"interface", "type", "direction", "state"}, nil)
+	peerLabels = []string{"interface", "peer", "link", "direction"}
+	peerTxDesc = prometheus.NewDesc(namespace+"_peer_tx_bytes_total", "IP octets sent on one connection, for the --metrics-per-peer connections that carried the most; peer is its first IP address, link its QPN@GUID.",
+		peerLabels, nil)
+	peerRxDesc = prometheus.NewDesc(namespace+"_peer_rx_bytes_total", "IP octets received on one connection, for the --metrics-per-peer connections that carried the most; peer is its first IP address, link its QPN@GUID.",
+		peerLabels, nil)
 )
 
 // collector is unchecked (Describe sends nothing): the counters are
 // whatever the interface and its provider have, known only at scrape time.
 type collector struct {
-	source func() []snapshot
+	source  func() []snapshot
+	perPeer int // connections per interface with series of their own
 
 	mu    sync.Mutex
 	descs map[string]counterDesc // counter name → its metric, made once
@@ -90,19 +112,20 @@ type counterDesc struct {
 
 // NewCollector returns a collector of the interfaces ifaces returns at each
 // scrape (a function, so that interfaces added or removed while the daemon
-// runs are followed).
-func NewCollector(ifaces func() []*ipoib.Interface) prometheus.Collector {
+// runs are followed), with per-connection series for the perPeer busiest
+// connections of each (0: none).
+func NewCollector(ifaces func() []*ipoib.Interface, perPeer int) prometheus.Collector {
 	return newCollector(func() []snapshot {
 		var out []snapshot
 		for _, i := range ifaces() {
 			out = append(out, take(i))
 		}
 		return out
-	})
+	}, perPeer)
 }
 
-func newCollector(source func() []snapshot) *collector {
-	return &collector{source: source, descs: map[string]counterDesc{}}
+func newCollector(source func() []snapshot, perPeer int) *collector {
+	return &collector{source: source, perPeer: perPeer, descs: map[string]counterDesc{}}
 }
 
 func (c *collector) Describe(chan<- *prometheus.Desc) {}
@@ -144,6 +167,11 @@ func (c *collector) collect(s snapshot, ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connDesc, prometheus.GaugeValue, float64(n), name, k.typ, k.dir, k.state)
 	}
 
+	for _, p := range topPeers(s.conns, c.perPeer) {
+		ch <- prometheus.MustNewConstMetric(peerTxDesc, prometheus.CounterValue, float64(p.TxBytes), name, p.peer, p.link, p.Direction)
+		ch <- prometheus.MustNewConstMetric(peerRxDesc, prometheus.CounterValue, float64(p.RxBytes), name, p.peer, p.link, p.Direction)
+	}
+
 	// Two counters of one metric name would make the registry refuse the
 	// whole scrape; the first one is kept.
 	seen := make(map[string]bool, len(s.stats))
@@ -155,6 +183,52 @@ func (c *collector) collect(s snapshot, ch chan<- prometheus.Metric) {
 		seen[d.name] = true
 		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(x.Value), name)
 	}
+}
+
+// peerConn is a connection with a series of its own, and its labels.
+type peerConn struct {
+	ipoib.ConnInfo
+	peer, link string
+}
+
+// topPeers returns the n established connections of conns that carried
+// the most octets both ways (ties in label order), one per label set: a
+// second connection under the same labels (a peer's REQ repeated) would
+// make the scrape fail.
+func topPeers(conns []ipoib.ConnInfo, n int) []peerConn {
+	if n <= 0 {
+		return nil
+	}
+	var all []peerConn
+	for _, x := range conns {
+		if x.State != "established" {
+			continue
+		}
+		p := peerConn{ConnInfo: x, link: x.ShortLink()}
+		if len(x.PeerIPs) > 0 {
+			p.peer = x.PeerIPs[0]
+		}
+		all = append(all, p)
+	}
+	key := func(p peerConn) string { return p.peer + " " + p.link + " " + p.Direction }
+	slices.SortFunc(all, func(a, b peerConn) int {
+		if c := cmp.Compare(b.TxBytes+b.RxBytes, a.TxBytes+a.RxBytes); c != 0 {
+			return c
+		}
+		return strings.Compare(key(a), key(b))
+	})
+	seen := map[string]bool{}
+	out := all[:0]
+	for _, p := range all {
+		if len(out) == n {
+			break
+		}
+		if !seen[key(p)] {
+			seen[key(p)] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // counter returns the metric of the counter called name, made on first
@@ -188,7 +262,17 @@ func CounterName(name string) string {
 	return b.String()
 }
 
+// counterHelp is the counter's meaning from the counter table, and
+// whether a value above 0 is trouble; a counter the table does not know
+// (a provider's new sysfs file) gets a generic text.
 func counterHelp(name string) string {
+	if e, ok := counterdoc.Lookup(name); ok {
+		h := e.Meaning
+		if e.Trouble {
+			h += " Above 0: trouble (a loss or a failure)."
+		}
+		return h + " (ipoibd stats " + name + ")"
+	}
 	what := "interface"
 	switch {
 	case strings.HasPrefix(name, "cm_"):

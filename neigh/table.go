@@ -50,8 +50,9 @@ type Path struct {
 	QP   ib.QP // connected QP that may carry sends, or nil
 	// MTU is the largest IP packet this path carries.
 	MTU int
-	// Packets counts sends on the connection (idle detection); nil for UD.
-	Packets *atomic.Uint64
+	// Packets and Bytes count the IP packets and octets sent on the
+	// connection (its figures, idle detection); nil for UD.
+	Packets, Bytes *atomic.Uint64
 }
 
 // Pending is a packet waiting for resolution or a connection: the
@@ -68,6 +69,10 @@ type Entry struct {
 	// WantConn is set by the datapath when it sent over UD to a peer that
 	// could be connected; the control goroutine clears it when it acts.
 	WantConn atomic.Bool
+	// UDFallbacks counts the unicast packets the datapath sent to the
+	// neighbor over UD although it could have a connection: none was up
+	// yet, or it was refused or failed.
+	UDFallbacks atomic.Uint64
 
 	// Control goroutine only:
 	State   State

@@ -63,6 +63,7 @@ if [ "$mode" != runtime ]; then
 	# unit's systemd-analyze security score.
 	want util-linux setpriv
 	want systemd systemd-analyze
+	want netplan.io netplan # dist/recipes_test.go: the netplan recipe
 	want shellcheck shellcheck # make lint checks the shell scripts
 	# The rxe test bed (scripts/rxe-testbed.sh).
 	want qemu-system-x86 qemu-system-x86_64

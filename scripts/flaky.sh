@@ -52,13 +52,16 @@ for k in $(seq "$runs"); do
 		echo "run $k: ok"
 	else
 		failed=$((failed + 1))
-		echo "run $k: FAILED: $(grep -E '^\s*--- FAIL|^FAIL\s|^panic:' "$log" | sed -E 's/^\s+//; s/ \(.*\)$//' | tr -s ' ' | paste -sd ';' -)"
+		echo "run $k: FAILED: $(grep -E '^\s*--- FAIL|^FAIL\s|^panic:' "$log" | sed -E 's/^\s+//; s/ \(.*\)$//; s/\s+[0-9.]+s$//' | tr -s ' \t' ' ' | paste -sd ';' -)"
 	fi
 done
 echo
 echo "$failed of $runs runs failed$([ "$hog" = 1 ] && echo " (beside $(nproc) busy loops)")"
 if [ "$failed" -gt 0 ]; then
+	# Tests, then packages: a package can fail with no test failing (a
+	# build failure, a panic, go test's timeout).
 	echo "failures, most frequent first:"
-	cat "$dir"/run-*.log | grep -E '^\s*--- FAIL' | sed -E 's/^\s*--- FAIL: //; s/ \(.*\)$//' | sort | uniq -c | sort -rn
+	cat "$dir"/run-*.log | sed -nE 's/^\s*--- FAIL: ([^ ]+).*/\1/p' | sort | uniq -c | sort -rn
+	cat "$dir"/run-*.log | sed -nE 's/^FAIL\s+([^ \t]+)(\s+\[.*\])?.*/package \1\2/p' | sort | uniq -c | sort -rn
 	exit 1
 fi

@@ -7,8 +7,8 @@
 #   scripts/rxe-testbed.sh          prepare (if needed), boot, run the checks
 #   scripts/rxe-testbed.sh prepare  only install packages and build the guest image
 #
-# The guest image (kernel + base initramfs: debootstrap minbase with rdma-core and
-# a module subset) is cached under $TESTBED_CACHE/KEY, KEY hashing the package
+# The guest image (kernel + base initramfs: debootstrap minbase with rdma-core,
+# systemd and a module subset) is cached under $TESTBED_CACHE/KEY, KEY hashing the package
 # versions and this script's build recipe. Each run appends a small overlay cpio
 # (the kernel unpacks concatenated cpio archives in order) holding /init and the
 # binaries under test, so a cached run costs only the boot and the checks.
@@ -37,21 +37,36 @@
 #    TESTBED_GID_INDEX_A/B (the RoCEv2 IPv4-mapped GID), IPOIBD_VERBS_DEVICES,
 #    PATH with /opt/ipoibd. The guest has iproute2, iperf3, ping, rdma-core tools.
 #
+# A second boot of the same image has systemd as PID 1 (rdinit=/lib/systemd/systemd)
+# and ipoibd installed as a user would: the unit made by `make unit` (PREFIX=/usr),
+# ipoibd@ib0 enabled, its flags in /etc/ipoibd/ib0.env, systemd-networkd enabled
+# with a veth underlay (ua 10.0.0.1 and .3, peer end ub) and dist/'s networkd
+# recipe for ib0. Once multi-user.target is reached, testbed-hooks.service runs
+# every executable scripts/testbed.systemd.d/*.sh there (as root, cwd /opt/ipoibd,
+# 300 s each, the same RESULT rules as above). Its drop-ins: WatchdogSec=5s for
+# ipoibd@ib0 (the shipped 30 s would cost the run half a minute), and
+# dist/ipoibd-netns.conf for ipoibd@ib1 (--netns).
+#
 # Environment: TESTBED_CACHE (default /var/cache/ipoibd-testbed), TESTBED_TIMEOUT
 # (QEMU bound in seconds, default 600), TESTBED_KEEP=1 (keep the scratch dir with
 # the console log), TESTBED_SKIP=1 (skip, loudly), TESTBED_HOOKS (a glob: run only
-# the hooks scripts/testbed.d/GLOB.sh, for working on one), GO (go binary).
+# the hooks scripts/testbed.d/GLOB.sh and scripts/testbed.systemd.d/GLOB.sh, for
+# working on one), TESTBED_BOOTS (which boots: default "rxe systemd"; "systemd"
+# alone skips the rxe checks), GO (go binary).
 set -Eeuo pipefail
 
 CACHE=${TESTBED_CACHE:-/var/cache/ipoibd-testbed}
 TIMEOUT=${TESTBED_TIMEOUT:-600}
 KEEP=${TESTBED_KEEP:-0}
+BOOTS=${TESTBED_BOOTS:-rxe systemd}
 GO=${GO:-go}
 MODE=${1:-run}
 
 # What the guest rootfs carries. perftest is left out (not used by the checks).
-# libibumad3: the daemon's SA client (umadsa) links it.
-GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers libibumad3 iproute2 kmod procps iputils-ping iperf3)
+# libibumad3: the daemon's SA client (umadsa) links it. systemd and udev: the
+# second boot, with systemd as PID 1 (networkd waits for udev to initialise a
+# link before it configures it).
+GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers libibumad3 iproute2 kmod procps iputils-ping iperf3 systemd udev)
 # Packages whose versions matter beyond the list above: the Go binaries built on
 # the host link against these.
 KEY_PKGS=("${GUEST_PKGS[@]}" libc6 libibverbs1 librdmacm1 libibumad3)
@@ -62,12 +77,14 @@ MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/
 cd "$(dirname "$0")/.."
 
 say() { printf 'testbed: %s\n' "$*"; }
+booted() { [[ " $BOOTS " == *" $1 "* ]]; }
 die() { printf 'testbed: FAIL: %s\n' "$*" >&2; exit 1; }
 now() { printf '%s' "$EPOCHREALTIME"; }
 # since START -> seconds with one decimal
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 
 case $MODE in run | prepare) ;; *) die "usage: $0 [prepare]" ;; esac
+booted rxe || booted systemd || die "TESTBED_BOOTS=$BOOTS: want rxe, systemd or both"
 if [ "${TESTBED_SKIP:-0}" = 1 ]; then
 	echo "testbed: ################################################################"
 	echo "testbed: SKIPPED (TESTBED_SKIP=1): the real-kernel RDMA checks did NOT run"
@@ -244,7 +261,9 @@ hostfail() {
 
 # The packages whose rdma-tagged Go tests run in the guest, in this order
 # (the guest's step (c) lists them too).
+booted rxe || say "note: TESTBED_BOOTS=$BOOTS: no rxe boot"
 for p in verbs rdmacm; do
+	booted rxe || break
 	if [ -d "$p" ] && grep -lqE '^//go:build.*\brdma\b' "$p"/*_test.go 2>/dev/null; then
 		t=$(now)
 		if "$GO" test -c -tags rdma -o "$OV/opt/ipoibd/$p.test" "./$p" >"$SCRATCH/$p-build.log" 2>&1; then
@@ -258,24 +277,33 @@ for p in verbs rdmacm; do
 	fi
 done
 
-hooks=()
+hooks=() sdhooks=()
 for h in scripts/testbed.d/${TESTBED_HOOKS:-*}.sh; do
-	[ -f "$h" ] && [ -x "$h" ] && hooks+=("$h")
+	booted rxe && [ -f "$h" ] && [ -x "$h" ] && hooks+=("$h")
+done
+for h in scripts/testbed.systemd.d/${TESTBED_HOOKS:-*}.sh; do
+	booted systemd && [ -f "$h" ] && [ -x "$h" ] && sdhooks+=("$h")
 done
 if ((${#hooks[@]})); then
 	mkdir -p "$OV/opt/ipoibd/testbed.d"
 	cp "${hooks[@]}" "$OV/opt/ipoibd/testbed.d/"
+fi
+if ((${#sdhooks[@]})); then
+	mkdir -p "$OV/opt/ipoibd/testbed.systemd.d"
+	cp "${sdhooks[@]}" "$OV/opt/ipoibd/testbed.systemd.d/"
+fi
+if ((${#hooks[@]} + ${#sdhooks[@]})); then
 	t=$(now)
 	if "$GO" build -tags rdma -o "$OV/opt/ipoibd/ipoibd" ./ipoibd 2>"$SCRATCH/ipoibd-build.log"; then
-		say "hooks: ${hooks[*]}; built ipoibd ($(since "$t"))"
+		say "hooks: ${hooks[*]} ${sdhooks[*]}; built ipoibd ($(since "$t"))"
 	else
 		cat "$SCRATCH/ipoibd-build.log" >&2
 		hostfail ipoibd-build "go build -tags rdma ./ipoibd failed"
 	fi
-	# The hooks' own programs: every command under internal/testbed/ lands
-	# in /opt/ipoibd under its directory's name.
+	# The rxe hooks' own programs: every command under internal/testbed/
+	# lands in /opt/ipoibd under its directory's name.
 	for d in internal/testbed/*/; do
-		[ -d "$d" ] || continue
+		((${#hooks[@]})) && [ -d "$d" ] || continue
 		n=$(basename "$d")
 		if "$GO" build -tags rdma -o "$OV/opt/ipoibd/$n" "./$d" 2>"$SCRATCH/$n-build.log"; then
 			say "built $n"
@@ -506,6 +534,103 @@ done
 exit 0
 GUEST
 chmod 755 "$OV/init"
+
+# The systemd boot's files (see the header): only what `make install`, an
+# operator and dist/ provide, plus the underlay and the hooks' service.
+systemd_overlay() {
+	local sys="$OV/etc/systemd/system" net="$OV/etc/systemd/network" lib=/lib/systemd/system u
+	mkdir -p "$sys"/{multi-user.target.wants,sockets.target.wants,network-online.target.wants} \
+		"$sys/ipoibd@ib0.service.d" "$sys/ipoibd@ib1.service.d" "$net" "$OV/etc/ipoibd" "$OV/usr/sbin"
+	make -s unit UNIT="$sys/ipoibd@.service" PREFIX=/usr
+	ln -s /opt/ipoibd/ipoibd "$OV/usr/sbin/ipoibd"
+	ln -s ../ipoibd@.service "$sys/multi-user.target.wants/ipoibd@ib0.service"
+	# networkd, enabled as `systemctl enable systemd-networkd` does.
+	ln -s $lib/systemd-networkd.service "$sys/multi-user.target.wants/"
+	ln -s $lib/systemd-networkd.socket "$sys/sockets.target.wants/"
+	ln -s $lib/systemd-networkd-wait-online.service "$sys/network-online.target.wants/"
+	# Nothing logs in (logind needs D-Bus, which the guest lacks), and a VM
+	# that lives a minute needs no timers, no coldplug of its devices (udevd
+	# still initialises the links networkd waits for), no utmp, no
+	# persistent journal or random seed: each costs seconds under TCG.
+	for u in getty.target serial-getty@ttyS0.service systemd-logind.service systemd-user-sessions.service \
+		timers.target systemd-udev-trigger.service systemd-update-utmp.service systemd-update-utmp-runlevel.service \
+		systemd-journal-flush.service systemd-random-seed.service systemd-pstore.service e2scrub_reap.service \
+		systemd-binfmt.service proc-sys-fs-binfmt_misc.automount dev-hugepages.mount sys-kernel-debug.mount \
+		sys-kernel-tracing.mount sys-fs-fuse-connections.mount systemd-ask-password-console.path \
+		systemd-ask-password-wall.path remote-fs.target modprobe@.service sys-kernel-config.mount \
+		dev-mqueue.mount systemd-remount-fs.service systemd-sysusers.service systemd-modules-load.service \
+		systemd-sysctl.service systemd-machine-id-commit.service systemd-firstboot.service; do
+		ln -s /dev/null "$sys/$u"
+	done
+	# ipoibd@ib0: networkd gives ib0 its address (dist/'s recipe), so no --addr.
+	echo 'IPOIBD_FLAGS="--provider softib --underlay 10.0.0.1 --mode connected"' \
+		>"$OV/etc/ipoibd/ib0.env"
+	printf '[Service]\nWatchdogSec=5s\n' >"$sys/ipoibd@ib0.service.d/testbed-watchdog.conf"
+	cp dist/networkd/ib0.network "$net/50-ipoibd-ib0.network"
+	# ipoibd@ib1: its interface in the namespace tb1 (the hook makes it).
+	echo 'IPOIBD_FLAGS="--provider softib --underlay 10.0.0.3 --netns tb1 --addr 192.168.100.3/24"' \
+		>"$OV/etc/ipoibd/ib1.env"
+	cp dist/ipoibd-netns.conf "$sys/ipoibd@ib1.service.d/netns.conf"
+	# The underlay: a veth pair networkd makes at boot. ua keeps its
+	# addresses when the hook moves ub (the peer's end) into a namespace.
+	printf '[NetDev]\nName=ua\nKind=veth\n[Peer]\nName=ub\n' >"$net/10-testbed-ua.netdev"
+	cat >"$net/10-testbed-ua.network" <<-'NET'
+		[Match]
+		Name=ua
+		[Network]
+		Address=10.0.0.1/24
+		Address=10.0.0.3/24
+		LinkLocalAddressing=no
+		IPv6AcceptRA=no
+		ConfigureWithoutCarrier=yes
+		IgnoreCarrierLoss=yes
+	NET
+	# ub only comes up (ua's carrier); online does not wait for it.
+	printf '[Match]\nName=ub\n[Link]\nRequiredForOnline=no\n[Network]\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n' \
+		>"$net/10-testbed-ub.network"
+	cat >"$sys/testbed-hooks.service" <<-'UNIT'
+		[Unit]
+		Description=ipoibd test bed: the checks under systemd as PID 1
+		After=multi-user.target
+		[Service]
+		Type=simple
+		ExecStart=/opt/ipoibd/testbed-systemd
+		StandardOutput=tty
+		StandardError=inherit
+		TTYPath=/dev/ttyS0
+		TTYReset=no
+		TTYVHangup=no
+	UNIT
+	ln -s ../testbed-hooks.service "$sys/multi-user.target.wants/"
+	# The hooks' runner: the same rules as /init's step (d).
+	cat >"$OV/opt/ipoibd/testbed-systemd" <<-'GUEST'
+		#!/bin/bash
+		# Run by testbed-hooks.service in the test bed's systemd boot.
+		export PATH=/opt/ipoibd:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C
+		# shellcheck disable=SC2317 # run by the EXIT trap
+		poweroff_now() {
+			echo "TESTBED DONE"
+			echo o >/proc/sysrq-trigger
+			sleep 60
+		}
+		trap poweroff_now EXIT
+		echo "TESTBED INIT"
+		echo "NOTE systemd $(systemctl --version | head -n1); $(systemctl is-system-running) after $(awk '{print $1}' /proc/uptime)s"
+		for h in /opt/ipoibd/testbed.systemd.d/*.sh; do
+			[ -x "$h" ] || continue
+			n=testbed.systemd.d/$(basename "$h" .sh)
+			(cd /opt/ipoibd && timeout 300 "$h") 2>&1 | tee /tmp/hook.out
+			rc=${PIPESTATUS[0]}
+			if ! grep -q '^RESULT ' /tmp/hook.out; then
+				echo "RESULT FAIL $n: printed no RESULT line (exit $rc)"
+			elif [ "$rc" != 0 ] && ! grep -q '^RESULT FAIL ' /tmp/hook.out; then
+				echo "RESULT FAIL $n: exit status $rc"
+			fi
+		done
+	GUEST
+	chmod 755 "$OV/opt/ipoibd/testbed-systemd"
+}
+if ((${#sdhooks[@]})); then systemd_overlay; fi
 pack "$OV" "$SCRATCH/overlay.cpio"
 cat "$IMAGE/base.cpio" "$SCRATCH/overlay.cpio" >"$SCRATCH/initrd.cpio"
 say "overlay ready ($(since "$T0"))"
@@ -513,48 +638,57 @@ say "overlay ready ($(since "$T0"))"
 # --- boot ---------------------------------------------------------------------
 
 command -v timeout >/dev/null || die "no timeout(1)"
-LOG="$SCRATCH/console.log"
-TB=$(now)
-say "booting $KVER under QEMU (TCG, timeout ${TIMEOUT}s)"
-timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -m 2G -smp 2 -nographic -no-reboot \
-	-nic none -kernel "$IMAGE/vmlinuz" -initrd "$SCRATCH/initrd.cpio" \
-	-append "console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3" </dev/null >"$LOG" 2>&1 &
-QPID=$!
-# Follow the console: report each RESULT as it arrives with the time it took.
-last=$TB
-while IFS= read -r line; do
-	line=${line%$'\r'}
-	case $line in
-	*"TESTBED INIT") # the firmware's escape noise precedes it
-		say "guest /init reached, boot took $(since "$TB")"
-		last=$EPOCHREALTIME
-		;;
-	"RESULT PASS "* | "RESULT FAIL "*)
-		say "  ${line#RESULT } ($(since "$last"))"
-		last=$EPOCHREALTIME
-		;;
-	esac
-done < <(tail -s 0.2 -n +1 -f --pid="$QPID" "$LOG")
-qrc=0
-wait "$QPID" || qrc=$?
-QPID=""
-say "guest ran $(since "$TB")"
+BAD=""
+# boot NAME ARGS: one QEMU run with kernel arguments ARGS; its console goes to
+# $SCRATCH/console-NAME.log, and what went wrong with the run itself to BAD.
+boot() {
+	local name=$1 args=$2 log="$SCRATCH/console-$1.log" tb last line qrc=0
+	tb=$(now)
+	say "[$name] booting $KVER under QEMU (TCG, timeout ${TIMEOUT}s)"
+	timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -m 2G -smp 2 -nographic -no-reboot \
+		-nic none -kernel "$IMAGE/vmlinuz" -initrd "$SCRATCH/initrd.cpio" \
+		-append "console=ttyS0 $args panic=-1 quiet loglevel=3" </dev/null >"$log" 2>&1 &
+	QPID=$!
+	# Follow the console: report each RESULT as it arrives with the time it took.
+	last=$tb
+	while IFS= read -r line; do
+		line=${line%$'\r'}
+		case $line in
+		*"TESTBED INIT") # the firmware's escape noise precedes it
+			say "[$name] guest reached its checks, boot took $(since "$tb")"
+			last=$EPOCHREALTIME
+			;;
+		"RESULT PASS "* | "RESULT FAIL "*)
+			say "  ${line#RESULT } ($(since "$last"))"
+			last=$EPOCHREALTIME
+			;;
+		esac
+	done < <(tail -s 0.2 -n +1 -f --pid="$QPID" "$log")
+	wait "$QPID" || qrc=$?
+	QPID=""
+	say "[$name] guest ran $(since "$tb")"
+	sed -i 's/\r$//' "$log"
+	[ "$qrc" = 124 ] && BAD+="$name: QEMU timed out after ${TIMEOUT}s; "
+	[ "$qrc" != 0 ] && [ "$qrc" != 124 ] && BAD+="$name: QEMU exit status $qrc; "
+	grep -q '^RESULT \(PASS\|FAIL\) ' "$log" || BAD+="$name: no RESULT lines from the guest; "
+	grep -q 'TESTBED DONE' "$log" || BAD+="$name: the guest did not finish; "
+	return 0
+}
+booted rxe && boot rxe "rdinit=/init"
+# systemd.show_status=0: its status lines would interleave with the RESULTs.
+((${#sdhooks[@]})) && boot systemd "rdinit=/lib/systemd/systemd systemd.show_status=0"
 
-# --- verdict (from the log, not the stream) -----------------------------------
+# --- verdict (from the logs, not the stream) ----------------------------------
 
-sed -i 's/\r$//' "$LOG"
-npass=$(grep -c '^RESULT PASS ' "$LOG" || true)
-nfail=$(grep -c '^RESULT FAIL ' "$LOG" || true)
-bad=""
-[ "$qrc" = 124 ] && bad+="QEMU timed out after ${TIMEOUT}s; "
-[ "$qrc" != 0 ] && [ "$qrc" != 124 ] && bad+="QEMU exit status $qrc; "
-((npass + nfail > 0)) || bad+="no RESULT lines from the guest; "
-grep -q 'TESTBED DONE' "$LOG" || bad+="the guest did not finish; "
-if [ -n "$bad" ] || ((nfail + HOSTFAIL > 0)); then
-	echo "testbed: ---- last console lines ----"
-	grep -av '^RESULT ' "$LOG" | tail -n 40 | sed 's/^/testbed: | /'
-	bad=${bad%; }
-	say "FAILED: $npass passed, $((nfail + HOSTFAIL)) failed${bad:+ ($bad)}, total $(since "$T0")"
+npass=$(cat "$SCRATCH"/console-*.log | grep -c '^RESULT PASS ' || true)
+nfail=$(cat "$SCRATCH"/console-*.log | grep -c '^RESULT FAIL ' || true)
+if [ -n "$BAD" ] || ((nfail + HOSTFAIL > 0)); then
+	for log in "$SCRATCH"/console-*.log; do
+		echo "testbed: ---- last console lines of $(basename "$log") ----"
+		grep -av '^RESULT ' "$log" | tail -n 40 | sed 's/^/testbed: | /'
+	done
+	BAD=${BAD%; }
+	say "FAILED: $npass passed, $((nfail + HOSTFAIL)) failed${BAD:+ ($BAD)}, total $(since "$T0")"
 	exit 1
 fi
 say "ok: $npass passed, total $(since "$T0")"

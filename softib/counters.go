@@ -24,7 +24,8 @@ const (
 	dropCQOverrun                     // completion queue full
 	dropTxError                       // the underlay refused a send
 	dropWrongSource                   // RC/UC: not from the QP's peer address to ours
-	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding
+	dropStaleAck                      // RC: ACK/NAK for a PSN not outstanding (a duplicate after a retransmission: no loss)
+	dropSourceShare                   // QP1: the MAD queue is over half full and the MAD's source has had its share (package madqueue)
 	dropBadVCRC                       // InfiniBand link: variant CRC mismatch
 	dropDLIDZero                      // InfiniBand link: DLID 0, which names no port
 	dropWrongDLID                     // InfiniBand link: a unicast DLID not ours under our LMC
@@ -50,7 +51,8 @@ var dropNames = [numDropCauses]string{
 	dropCQOverrun:    "cq_overrun",
 	dropTxError:      "tx_error",
 	dropWrongSource:  "rx_drop_wrong_source",
-	dropStaleAck:     "rx_drop_stale_ack",
+	dropStaleAck:     "rx_stale_acks",
+	dropSourceShare:  "rx_drop_mad_source_share",
 	dropBadVCRC:      "rx_drop_bad_vcrc",
 	dropDLIDZero:     "rx_drop_dlid_zero",
 	dropWrongDLID:    "rx_drop_wrong_dlid",
@@ -85,6 +87,18 @@ func (d *Device) Counters() []ib.Counter {
 	return out
 }
 
+// CounterNames are the names of the device's counters on either link
+// layer (Counters lists the InfiniBand link's drops only on ib), in
+// Counters' order: the daemon documents every one.
+func CounterNames() []string {
+	var d Device
+	var names []string
+	for _, c := range d.Counters() {
+		names = append(names, c.Name)
+	}
+	return append(names, dropNames[numRoCEDropCauses:]...)
+}
+
 // CounterValue returns the value of the counter called name, or 0.
 func CounterValue(cs []ib.Counter, name string) uint64 {
 	for _, c := range cs {
@@ -113,10 +127,10 @@ func (c *qpCounters) snapshot() []ib.Counter {
 		{Name: "rx_packets", Value: c.rxPackets.Load()},
 		{Name: "rx_bytes", Value: c.rxBytes.Load()},
 		{Name: "rx_messages", Value: c.rxMessages.Load()},
-		{Name: "retransmits", Value: c.retransmits.Load()},
+		{Name: ib.QPCounterRetransmits, Value: c.retransmits.Load()},
 		{Name: "ack_timeouts", Value: c.timeouts.Load()},
 		{Name: "rnr_naks_sent", Value: c.rnrNAKsSent.Load()},
-		{Name: "rnr_naks_received", Value: c.rnrNAKsRcvd.Load()},
+		{Name: ib.QPCounterRNRNAKs, Value: c.rnrNAKsRcvd.Load()},
 		{Name: "seq_naks_sent", Value: c.seqNAKsSent.Load()},
 		{Name: "seq_naks_received", Value: c.seqNAKsRcvd.Load()},
 		{Name: "acks_sent", Value: c.acksSent.Load()},

@@ -22,7 +22,7 @@
 // the kernel gives its datagrams, 0, 1, 2, ..., each in its ICRC
 // (docs/linux-interop.md). RC and UC packets count only from the QP's
 // peer address (rx_drop_wrong_source), ACKs and NAKs only for a PSN
-// outstanding (rx_drop_stale_ack), and QP numbers are random, so a third
+// outstanding (rx_stale_acks), and QP numbers are random, so a third
 // host on the underlay can neither guess a connection nor break one with a
 // stray packet.
 //

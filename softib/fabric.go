@@ -106,7 +106,7 @@ func claim(addr netip.AddrPort) (int, error) {
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@softib " + addr.String()}); err != nil {
 		unix.Close(fd)
 		if errors.Is(err, unix.EADDRINUSE) {
-			return -1, fmt.Errorf("softib: underlay %s is %w (another ipoibd?): each needs its own underlay address", addr, ErrInUse)
+			return -1, fmt.Errorf("softib: underlay %s is %w (another ipoibd?): each needs its own underlay address, or a --softib-port of its own (a separate fabric: only daemons on one port reach each other)", addr, ErrInUse)
 		}
 		return -1, fmt.Errorf("softib: lock %s: %w", addr, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/madqueue"
 )
 
 // madLen is the size of every management datagram.
@@ -18,11 +19,14 @@ type madService struct {
 	dev    *Device
 	recv   chan ib.MAD
 	mu     sync.Mutex
+	shares *madqueue.Shares // who may still join recv; under mu
 	closed bool
 }
 
 // madQueue bounds the MADs waiting for the CM engine; beyond it they are
-// dropped and counted, so a flood cannot exhaust memory.
+// dropped and counted, so a flood cannot exhaust memory. Each source gets
+// a fair share of it (package madqueue), so a flood from one host cannot
+// have another host's MADs dropped here.
 const madQueue = 256
 
 // MADs opens QP1's management-datagram service.
@@ -32,7 +36,7 @@ func (d *Device) MADs() (ib.MADService, error) {
 	if d.mads != nil {
 		return nil, errors.New("softib: the MAD service is already open")
 	}
-	d.mads = &madService{dev: d, recv: make(chan ib.MAD, madQueue)}
+	d.mads = &madService{dev: d, recv: make(chan ib.MAD, madQueue), shares: madqueue.New(madQueue)}
 	return d.mads, nil
 }
 
@@ -97,6 +101,10 @@ func (m *madService) deliver(from ib.MADAddr, b []byte) {
 	defer m.mu.Unlock()
 	if m.closed || len(b) != madLen {
 		m.dev.count(dropMalformed)
+		return
+	}
+	if !m.shares.Admit(from, len(m.recv)) {
+		m.dev.count(dropSourceShare)
 		return
 	}
 	mad := ib.MAD{From: from}

@@ -264,8 +264,8 @@ func FuzzRCResponseNoise(f *testing.F) {
 			}
 		}
 		if !harmful {
-			if v := CounterValue(a.dev.Counters(), "rx_drop_stale_ack"); v < uint64(len(records)-strangers) {
-				t.Errorf("rx_drop_stale_ack = %d, want at least the %d stale responses", v, len(records)-strangers)
+			if v := CounterValue(a.dev.Counters(), "rx_stale_acks"); v < uint64(len(records)-strangers) {
+				t.Errorf("rx_stale_acks = %d, want at least the %d stale responses", v, len(records)-strangers)
 			}
 		}
 	})

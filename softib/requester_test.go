@@ -168,16 +168,16 @@ func TestForgedAndStaleResponsesIgnored(t *testing.T) {
 		{"stranger NAK remote operational", true, f, NAK(NAKRemoteOperational, 0), "rx_drop_wrong_source"},
 		{"stranger RNR NAK", true, f, RNRNAK(0, 0), "rx_drop_wrong_source"},
 		{"stranger sequence NAK", true, f.Add(1), NAK(NAKPSNSequenceError, 0), "rx_drop_wrong_source"},
-		{"ACK acked-1", false, f.Prev(), ACK(0), "rx_drop_stale_ack"},
-		{"ACK beyond sent", false, f.Add(3), ACK(2), "rx_drop_stale_ack"},
-		{"ACK half the space away", false, f.Add(1 << 23), ACK(2), "rx_drop_stale_ack"},
-		{"NAK invalid request, acked PSN", false, f.Prev(), NAK(NAKInvalidRequest, 0), "rx_drop_stale_ack"},
-		{"NAK remote access, far PSN", false, f.Add(1000), NAK(NAKRemoteAccessError, 0), "rx_drop_stale_ack"},
-		{"NAK remote operational, next PSN", false, f.Add(3), NAK(NAKRemoteOperational, 0), "rx_drop_stale_ack"},
-		{"RNR NAK acked PSN", false, f.Add(-5 & 0xffffff), RNRNAK(0, 0), "rx_drop_stale_ack"},
-		{"RNR NAK mid-message", false, f.Add(1), RNRNAK(0, 0), "rx_drop_stale_ack"},
-		{"sequence NAK beyond sent", false, f.Add(3), NAK(NAKPSNSequenceError, 0), "rx_drop_stale_ack"},
-		{"sequence NAK acked PSN", false, f.Prev(), NAK(NAKPSNSequenceError, 0), "rx_drop_stale_ack"},
+		{"ACK acked-1", false, f.Prev(), ACK(0), "rx_stale_acks"},
+		{"ACK beyond sent", false, f.Add(3), ACK(2), "rx_stale_acks"},
+		{"ACK half the space away", false, f.Add(1 << 23), ACK(2), "rx_stale_acks"},
+		{"NAK invalid request, acked PSN", false, f.Prev(), NAK(NAKInvalidRequest, 0), "rx_stale_acks"},
+		{"NAK remote access, far PSN", false, f.Add(1000), NAK(NAKRemoteAccessError, 0), "rx_stale_acks"},
+		{"NAK remote operational, next PSN", false, f.Add(3), NAK(NAKRemoteOperational, 0), "rx_stale_acks"},
+		{"RNR NAK acked PSN", false, f.Add(-5 & 0xffffff), RNRNAK(0, 0), "rx_stale_acks"},
+		{"RNR NAK mid-message", false, f.Add(1), RNRNAK(0, 0), "rx_stale_acks"},
+		{"sequence NAK beyond sent", false, f.Add(3), NAK(NAKPSNSequenceError, 0), "rx_stale_acks"},
+		{"sequence NAK acked PSN", false, f.Prev(), NAK(NAKPSNSequenceError, 0), "rx_stale_acks"},
 		{"reserved NAK code", false, f, NAK(7, 0), "rx_drop_malformed"},
 	}
 	want := map[string]uint64{}
@@ -214,7 +214,7 @@ func TestFatalNAK(t *testing.T) {
 			p.respond(false, f, ACK(1))
 			p.wantCompletions(ib.WCSuccess)
 			p.respond(false, f, NAK(tc.code, 1)) // f is acknowledged: stale
-			waitCounter(t, p.a.dev, "rx_drop_stale_ack", 1)
+			waitCounter(t, p.a.dev, "rx_stale_acks", 1)
 			if st := p.q.State(); st != ib.StateRTS {
 				t.Fatalf("stale NAK moved the QP to %v", st)
 			}
@@ -301,7 +301,7 @@ func TestSequenceNAKOnlyDelays(t *testing.T) {
 		t.Fatalf("completions %+v", wcs)
 	}
 	p.respond(false, f.Add(1), NAK(NAKPSNSequenceError, 3))
-	waitCounter(t, p.a.dev, "rx_drop_stale_ack", 1)
+	waitCounter(t, p.a.dev, "rx_stale_acks", 1)
 	if v := CounterValue(p.q.Counters(), "seq_naks_received"); v != 2 {
 		t.Errorf("seq_naks_received = %d, want 2", v)
 	}

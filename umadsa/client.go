@@ -105,6 +105,16 @@ func New(t Transport, cfg Config) *Client {
 	return &Client{t: t, cfg: cfg, tid: uint32(time.Now().UnixNano()), sleep: time.Sleep}
 }
 
+// FollowSM has every later request ask smLID for the SM's LID instead
+// of Config.SMLID: for a port whose sysfs is not kept current (ibsim's
+// libumad2sim.so fills it once, at start), the SM LID its port events
+// carry. A request under way finishes with the LID it took.
+func (c *Client) FollowSM(smLID func() (uint16, error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.SMLID = smLID
+}
+
 // do sends req and returns the answer's header and record area. Each try
 // waits cfg.Timeout; a busy SA or silence is retried with the same TID
 // (as the MAD layer retries), any other status ends the request with a

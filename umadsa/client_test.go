@@ -270,3 +270,35 @@ func TestNoSM(t *testing.T) {
 		t.Errorf("SMLID error: %v", err)
 	}
 }
+
+// TestFollowSM: requests go to the SM LID the port read at start until
+// FollowSM names another source; then each request asks it again, so a
+// move of the SM is followed at the next request.
+func TestFollowSM(t *testing.T) {
+	f := &fakeSA{answer: func(req []byte, _ int) []reply {
+		return []reply{{mad: answerTo(t, req, 0, &answer)}}
+	}}
+	c := newClient(f, 1)
+	sm := uint16(4)
+	for i, step := range []struct {
+		follow bool
+		sm     uint16 // the port's SM LID from the events, once followed
+		want   uint16
+	}{
+		{want: 1},
+		{follow: true, sm: 4, want: 4},
+		{sm: 6, want: 6}, // the SM moved: the next request goes there
+		{sm: 6, want: 6},
+	} {
+		if step.follow {
+			c.FollowSM(func() (uint16, error) { return sm, nil })
+		}
+		sm = step.sm
+		if _, err := c.PathRecord(peer, 0xffff); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if got := f.lids[len(f.lids)-1]; got != step.want {
+			t.Fatalf("request %d went to LID %d, want %d", i, got, step.want)
+		}
+	}
+}

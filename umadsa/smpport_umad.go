@@ -83,22 +83,9 @@ const smpTimeout = time.Second
 // OpenSMAPort opens the port (ca "" and port 0: the first, as libibumad
 // picks) for SMPs to its own SMA.
 func OpenSMAPort(ca string, port int) (*SMAPort, error) {
-	if err := umadInit(); err != nil {
+	id, agent, err := openAgent(ca, port, 0x81, 1, 0, "directed-route SM class")
+	if err != nil {
 		return nil, err
-	}
-	var cca *C.char
-	if ca != "" {
-		cca = C.CString(ca)
-		defer C.free(unsafe.Pointer(cca))
-	}
-	id := C.umad_open_port(cca, C.int(port))
-	if id < 0 {
-		return nil, fmt.Errorf("umad_open_port(%q, %d): %w", ca, port, syscall.Errno(-id))
-	}
-	agent := C.umad_register(id, 0x81, 1, 0, nil)
-	if agent < 0 {
-		C.umad_close_port(id)
-		return nil, fmt.Errorf("umad_register (directed-route SM class): %w", syscall.Errno(-agent))
 	}
 	return &SMAPort{portID: id, agent: agent, buf: C.calloc(1, C.umad_size()+256), tid: uint64(time.Now().UnixNano()) << 16}, nil
 }

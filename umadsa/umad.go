@@ -109,26 +109,37 @@ func QueryPort(ca string, port int) (PortInfo, error) {
 	return pi, nil
 }
 
-// Open opens the port's umad device and registers an agent of the SA
-// class (version 2) for our requests' answers.
-func Open(ca string, port int) (*UMAD, error) {
+// openAgent opens the port's umad device (ca "" and port 0: the first, as
+// libibumad picks) and registers one agent of class and version; what
+// names the class in errors.
+func openAgent(ca string, port int, class, version C.int, rmpp C.uint8_t, what string) (id, agent C.int, err error) {
 	if err := umadInit(); err != nil {
-		return nil, err
+		return 0, 0, err
 	}
 	var cca *C.char
 	if ca != "" {
 		cca = C.CString(ca)
 		defer C.free(unsafe.Pointer(cca))
 	}
-	id := C.umad_open_port(cca, C.int(port))
+	id = C.umad_open_port(cca, C.int(port))
 	if id < 0 {
-		return nil, fmt.Errorf("umad_open_port(%q, %d): %w", ca, port, syscall.Errno(-id))
+		return 0, 0, fmt.Errorf("umad_open_port(%q, %d): %w", ca, port, syscall.Errno(-id))
 	}
-	// RMPP version 1: the MAD layer reassembles a GetTable's answer.
-	agent := C.umad_register(id, sa.MgmtClassSA, sa.ClassVersion, 1, nil)
+	agent = C.umad_register(id, class, version, rmpp, nil)
 	if agent < 0 {
 		C.umad_close_port(id)
-		return nil, fmt.Errorf("umad_register (SA class): %w", syscall.Errno(-agent))
+		return 0, 0, fmt.Errorf("umad_register (%s): %w", what, syscall.Errno(-agent))
+	}
+	return id, agent, nil
+}
+
+// Open opens the port's umad device and registers an agent of the SA
+// class (version 2) for our requests' answers.
+func Open(ca string, port int) (*UMAD, error) {
+	// RMPP version 1: the MAD layer reassembles a GetTable's answer.
+	id, agent, err := openAgent(ca, port, sa.MgmtClassSA, sa.ClassVersion, 1, "SA class")
+	if err != nil {
+		return nil, err
 	}
 	pi, err := QueryPort(ca, port)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/madqueue"
 )
 
 // umadConfig is what the MAD service needs to know of its port.
@@ -48,17 +49,24 @@ type umadService struct {
 	io    umadIO
 	agent uint32
 	recv  chan ib.MAD
-	done  chan struct{}
+	// shares gives each source a fair share of recv (package madqueue);
+	// only the receive loop uses it.
+	shares *madqueue.Shares
 
 	wmu  sync.Mutex
 	wbuf [umadMsgLen]byte
 
 	sent, received, sendErrors, sendNoLID      atomic.Uint64
 	dropPKey, dropStatus, dropShort, dropQueue atomic.Uint64
+	dropShare                                  atomic.Uint64
 	closeOnce                                  sync.Once
 }
 
 var _ ib.MADService = (*umadService)(nil)
+
+// umadQueue bounds the received MADs waiting for the CM engine; beyond it,
+// and beyond a source's share of it, they are dropped and counted.
+const umadQueue = 256
 
 // CMModuleHolders reports whether the kernel's CM (ib_cm) is loaded, and
 // which loaded modules use it (from sysfs): while it is, ib_umad cannot
@@ -111,6 +119,24 @@ func (s *umadService) parse(b []byte) (ib.MAD, bool) {
 	return m, true
 }
 
+// take hands one read to the engine: parsed, within its source's share
+// of the queue (package madqueue), and queued, or counted as dropped.
+func (s *umadService) take(b []byte) {
+	m, ok := s.parse(b)
+	if !ok {
+		return
+	}
+	if !s.shares.Admit(m.From, len(s.recv)) {
+		s.dropShare.Add(1)
+		return
+	}
+	select {
+	case s.recv <- m:
+	default:
+		s.dropQueue.Add(1) // the CM retransmits; a full queue is a burst
+	}
+}
+
 // Send writes one MAD to a peer's QP1 at the address the engine gives:
 // its LID, SL and our path bits on InfiniBand, a GRH only when asked
 // (always on RoCE, where the GID is the only address).
@@ -146,7 +172,6 @@ func (s *umadService) Recv() <-chan ib.MAD { return s.recv }
 func (s *umadService) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		close(s.done)
 		err = s.io.close()
 	})
 	return err
@@ -167,5 +192,6 @@ func (s *umadService) Counters() []ib.Counter {
 		{Name: "umad_rx_drop_status", Value: s.dropStatus.Load()},
 		{Name: "umad_rx_drop_short", Value: s.dropShort.Load()},
 		{Name: "umad_rx_drop_queue_full", Value: s.dropQueue.Load()},
+		{Name: "umad_rx_drop_source_share", Value: s.dropShare.Load()},
 	}
 }

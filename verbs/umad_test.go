@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/madqueue"
 )
 
 // The header's layout is the uapi's (include/uapi/rdma/ib_user_mad.h):
@@ -392,4 +393,63 @@ func FuzzUMADHdr(f *testing.F) {
 			t.Fatalf("parse ok=%v counted %d events, want exactly one", ok, sum)
 		}
 	})
+}
+
+// take queues what the engine may read: a flood from one source stops at
+// its share of the queue once it is over half full, and another source's
+// MAD is still queued; the source is the LID on InfiniBand, the GID on
+// RoCE (no LID).
+func TestUMADTakeSourceShare(t *testing.T) {
+	pkeys := []ib.PKey{0xffff}
+	read := func(lid uint16, gid byte) []byte {
+		b := make([]byte, umadMsgLen)
+		h := umadHdr{Length: umadMsgLen, QPN: 1, LID: lid}
+		if gid != 0 {
+			h.GRH, h.GID, h.HopLimit = true, ib.GID{0xfe, 0x80, 15: gid}, 0xff
+		}
+		h.encode(b)
+		return b
+	}
+	type burst struct {
+		lid uint16
+		gid byte
+		n   int
+	}
+	for _, tc := range []struct {
+		name                string
+		reads               []burst
+		queued, share, full uint64
+	}{
+		{"one LID floods", []burst{{lid: 9, n: 300}}, 129, 171, 0},
+		{"then another LID", []burst{{lid: 9, n: 300}, {lid: 10, n: 1}}, 130, 171, 0},
+		{"same LID, another GRH", []burst{{lid: 9, n: 300}, {lid: 9, gid: 3, n: 1}}, 129, 172, 0},
+		{"RoCE: by GID", []burst{{gid: 3, n: 300}, {gid: 4, n: 2}}, 131, 171, 0},
+		{"sources under their share fill it", []burst{{lid: 1, n: 64}, {lid: 2, n: 64}, {lid: 3, n: 64}, {lid: 4, n: 64}, {lid: 5, n: 1}}, 256, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &umadService{cfg: umadConfig{pkeys: func() []ib.PKey { return pkeys }},
+				recv: make(chan ib.MAD, umadQueue), shares: madqueue.New(umadQueue)}
+			for _, b := range tc.reads {
+				msg := read(b.lid, b.gid)
+				for range b.n {
+					s.take(msg)
+				}
+			}
+			c := s.Counters()
+			got := []uint64{uint64(len(s.recv)), counter(c, "umad_rx_drop_source_share"), counter(c, "umad_rx_drop_queue_full")}
+			if want := []uint64{tc.queued, tc.share, tc.full}; !slices.Equal(got, want) {
+				t.Errorf("queued, refused by share, queue full: %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// counter returns the value of the counter called name, or 0.
+func counter(cs []ib.Counter, name string) uint64 {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return 0
 }

@@ -35,6 +35,7 @@ import (
 	"unsafe"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/madqueue"
 )
 
 // umadRecvPollMs bounds how long the receive loop waits in umad_recv
@@ -109,7 +110,7 @@ func openUMAD(cfg umadConfig) (*umadService, error) {
 	}
 	sz := C.size_t(hdr + 256)
 	u := &libUMAD{portID: id, agent: agent, hdr: hdr, sbuf: C.calloc(1, sz), rbuf: C.calloc(1, sz), ended: make(chan struct{})}
-	s := &umadService{cfg: cfg, io: u, agent: uint32(agent), recv: make(chan ib.MAD, 256), done: make(chan struct{})}
+	s := &umadService{cfg: cfg, io: u, agent: uint32(agent), recv: make(chan ib.MAD, umadQueue), shares: madqueue.New(umadQueue)}
 	go s.readLoop(u)
 	return s, nil
 }
@@ -172,16 +173,6 @@ func (s *umadService) readLoop(u *libUMAD) {
 		in := unsafe.Slice((*byte)(u.rbuf), u.hdr+got)
 		copy(msg[:u.hdr], in) // without P_Key indices, index 0
 		copy(msg[umadHdrLen:], in[u.hdr:])
-		m, ok := s.parse(msg[:])
-		if !ok {
-			continue
-		}
-		select {
-		case s.recv <- m:
-		case <-s.done:
-			return
-		default:
-			s.dropQueue.Add(1) // the CM retransmits; a full queue is a burst
-		}
+		s.take(msg[:])
 	}
 }

@@ -185,15 +185,6 @@ func (w *waiter) n(cq ib.CQ, n int, what string) []ib.Completion {
 	return out
 }
 
-func counter(cs []ib.Counter, name string) uint64 {
-	for _, c := range cs {
-		if c.Name == name {
-			return c.Value
-		}
-	}
-	return 0
-}
-
 func TestOpenQuery(t *testing.T) {
 	a, b := openPair(t)
 	for _, e := range []*end{a, b} {

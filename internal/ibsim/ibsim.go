@@ -210,6 +210,16 @@ func (f *Fabric) RestartSM(t testing.TB, conf string, files map[string]string) {
 	f.startSM(t, dir, conf)
 }
 
+// MoveSM stops OpenSM and starts it on another node, as RestartSM does:
+// the subnet's SM moves to that node's port and LID, and the SM LID every
+// port holds changes with it.
+func (f *Fabric) MoveSM(t testing.TB, node, conf string, files map[string]string) {
+	t.Helper()
+	f.StopSM()
+	f.smNode = node
+	f.RestartSM(t, conf, files)
+}
+
 // startSM starts OpenSM on the SM node with its configuration and cache in dir.
 func (f *Fabric) startSM(t testing.TB, dir, conf string) {
 	t.Helper()

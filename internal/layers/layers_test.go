@@ -29,10 +29,14 @@ var allowed = map[string][]string{
 	"mtu":     {"inetsum"},
 	"tun":     {"offload"},
 	"sapath":  {"cm", "ib", "sa"},
+	// what the counters mean, for the man page, stats and metrics
+	"counterdoc": nil,
+	// the fair share of a provider's queue of received MADs
+	"madqueue": {"ib"},
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
-	"softib":                        {"ib"},
-	"verbs":                         {"ib"},
+	"softib":                        {"ib", "madqueue"},
+	"verbs":                         {"ib", "madqueue"},
 	"umadsa":                        {"ib", "sa"},
 	"rdmacm":                        {"cm", "ib", "verbs"},
 	"ib/ibtest":                     {"ib"},
@@ -43,15 +47,20 @@ var allowed = map[string][]string{
 	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},
 	"ipoib/ipoibcm":    {"cm", "encap", "ib"},
 	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath", "tun"},
-	"metrics":          {"ib", "ipoib"},
+	"metrics":          {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service
-	"ipoibd": {"cm", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
+	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
+	// the CNI plugin talks to a daemon over its control socket only
+	"cni":                {"ib"},
+	"cni/cmd/ipoibd-cni": {"cni"},
 	// tooling
+	"dist":                         nil, // tests only: the shipped recipes under the real tools
 	"bench/relay":                  nil,
 	"internal/cmload":              {"cm", "ib", "ipoib/ipoibcm", "softib"},
 	"internal/depscheck":           nil,
-	"internal/forge":               {"cm", "encap", "ib", "inetsum", "softib"},
+	"internal/forge":               {"cm", "encap", "ib", "inetsum", "neigh", "softib"},
 	"internal/ibsim":               nil,
+	"internal/nsflood":             {"ib", "internal/forge", "softib"},
 	"internal/reqflood":            {"ib", "internal/forge"},
 	"internal/testbed/saclient":    {"ib", "sa", "umadsa"},
 	"internal/testbed/sibcm":       {"cm", "ib", "softib"},

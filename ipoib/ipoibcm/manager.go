@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,9 +69,13 @@ type Connection struct {
 	MTU      int  // largest IP packet: the smaller receive MTU minus 4
 	Outgoing bool // we sent the REQ
 	Since    time.Time
-	// Packets counts traffic both ways; the datapath adds to it and the
+	// Established is when the handshake completed (zero before); PathMTU
+	// the IB path MTU the QP was brought up with (0 before).
+	Established time.Time
+	PathMTU     ib.MTU
+	// Traffic is what the datapath carried on the connection; the
 	// manager reads it to find idle connections.
-	Packets atomic.Uint64
+	Traffic Traffic
 
 	comm     *cm.Comm
 	sendable bool
@@ -78,6 +83,20 @@ type Connection struct {
 	idleSeen uint64
 	idleAt   time.Time
 }
+
+// Traffic counts the IP packets and octets (IPoIB header not included) a
+// connection carried. The TUN readers add to Tx and the receive goroutine
+// to Rx at once, so every field is atomic, and each direction has a cache
+// line of its own.
+type Traffic struct {
+	TxPackets, TxBytes atomic.Uint64
+	_                  [48]byte
+	RxPackets, RxBytes atomic.Uint64
+	_                  [48]byte
+}
+
+// Packets is the packets both ways.
+func (t *Traffic) Packets() uint64 { return t.TxPackets.Load() + t.RxPackets.Load() }
 
 // State returns the CM state of the connection.
 func (c *Connection) State() cm.State { return c.comm.State }
@@ -100,6 +119,11 @@ type ManagerConfig struct {
 	QPs        QPFactory
 	// IdleTimeout tears down connections without traffic (0: never).
 	IdleTimeout time.Duration
+	// SharedGIDs says the partition's ports may carry several interfaces
+	// (pods' P_Key children): a new UD QPN at a known GID is then another
+	// interface, not a restarted node, and the restart rule
+	// (peerRestarted) is off.
+	SharedGIDs bool
 	// Up is called when a connection may carry sends to its peer; Down when
 	// it must no longer (the reason is for logs and counters).
 	Up   func(c *Connection)
@@ -128,9 +152,13 @@ var ErrNoPath = errors.New("ipoibcm: no path record for the peer yet")
 // ManagerStats counts the manager's decisions. Each tagged field is a
 // counter under its tag's name (see Counters).
 type ManagerStats struct {
-	Connects         uint64 `counter:"connects"`
-	Accepted         uint64 `counter:"accepted"`
-	Established      uint64 `counter:"established"`
+	Connects    uint64 `counter:"connects"`
+	Accepted    uint64 `counter:"accepted"`
+	Established uint64 `counter:"established"`
+	// CrossingAccepted counts REQs that came while a REQ of ours to the
+	// same peer was unanswered, accepted: every one under the linux
+	// policy, the smaller link address's under rfc. CrossingRejected
+	// counts those the larger link address rejected (rfc).
 	CrossingAccepted uint64 `counter:"crossing_accepted"`
 	CrossingRejected uint64 `counter:"crossing_rejected"`
 	// Rejected counts REJs received for our REQs and REPs.
@@ -157,6 +185,11 @@ type Manager struct {
 	// starts with the names the QP factory gives (ib.QPCounterNamer).
 	gone      map[string]uint64
 	goneNames []string // the factory's order, then first-seen
+	// byQPN is every connection by its local QPN, for the datapath's
+	// receive side (ByQPN); the manager's goroutine changes it under
+	// qpnMu, in O(1) per connection however many there are.
+	qpnMu sync.RWMutex
+	byQPN map[ib.QPN]*Connection
 }
 
 // NewManager makes a manager listening on the service ID of our UD QPN.
@@ -164,7 +197,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.ReceiveMTU == 0 {
 		cfg.ReceiveMTU = cm.LinuxReceiveMTU
 	}
-	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}}
+	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}, byQPN: map[ib.QPN]*Connection{}}
 	// Every QP counter is in ConnCounters from the start, at 0, when the
 	// QPs' maker can name them: no key appears with the first connection.
 	if n, ok := cfg.QPs.(ib.QPCounterNamer); ok {
@@ -208,6 +241,26 @@ func (m *Manager) Connections() []*Connection {
 		all = append(all, cs...)
 	}
 	return all
+}
+
+// ByQPN returns the connection whose QP is qpn, or nil. Any goroutine may
+// call it: the datapath's receive side does, per message, to count it.
+func (m *Manager) ByQPN(qpn ib.QPN) *Connection {
+	m.qpnMu.RLock()
+	c := m.byQPN[qpn]
+	m.qpnMu.RUnlock()
+	return c
+}
+
+// reindex adds c to ByQPN's map (add) or removes it.
+func (m *Manager) reindex(c *Connection, add bool) {
+	m.qpnMu.Lock()
+	defer m.qpnMu.Unlock()
+	if add {
+		m.byQPN[c.QP.Num()] = c
+	} else if m.byQPN[c.QP.Num()] == c {
+		delete(m.byQPN, c.QP.Num())
+	}
 }
 
 // RemoteQPN returns the peer's QPN of the connection (0 before the CM
@@ -369,8 +422,10 @@ func (m *Manager) SendFailed(now time.Time, qpn ib.QPN) {
 			if c.QP.Num() == qpn && c.comm.State != cm.StateTimewait {
 				m.Stats.SendFails++
 				peer := c.Peer
+				// What failed, for the log line of the refusal.
+				what := fmt.Sprintf("send failed on the %v connection, QPN %v to the peer's QPN %v", c.QP.Type(), c.QP.Num(), c.RemoteQPN())
 				m.teardown(c, "send failed")
-				m.refused(peer, "send failed")
+				m.refused(peer, what)
 				return
 			}
 		}
@@ -411,7 +466,7 @@ func (m *Manager) Expire(now time.Time) {
 			if c.comm.State != cm.StateEstablished {
 				continue
 			}
-			if n := c.Packets.Load(); n != c.idleSeen || c.idleAt.IsZero() {
+			if n := c.Traffic.Packets(); n != c.idleSeen || c.idleAt.IsZero() {
 				c.idleSeen, c.idleAt = n, now
 				continue
 			}
@@ -443,6 +498,7 @@ func (m *Manager) event(ev cm.Event) {
 	case cm.EvEstablished:
 		m.Stats.Established++
 		if c != nil {
+			c.Established = m.now
 			m.peerRestarted(c)
 			m.setUp(c)
 		}
@@ -506,21 +562,18 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 		m.reject(cc, cm.RejInvalidTransportType)
 		return
 	}
-	if m.cfg.Policy == PolicyRFC {
-		larger := ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0
-		for _, c := range m.conns[peerKey(peer)] {
-			// RFC 4755: only a REQ of ours still unanswered crosses.
-			if !c.Outgoing || c.comm.State != cm.StateREQSent {
-				continue
-			}
-			if larger {
-				// The smaller link address accepts, we reject.
-				m.Stats.CrossingRejected++
-				m.reject(cc, cm.RejConsumerReject)
-				return
-			}
-			m.Stats.CrossingAccepted++
+	// RFC 4755: only a REQ of ours still unanswered crosses.
+	crossing := slices.ContainsFunc(m.conns[peerKey(peer)], func(c *Connection) bool {
+		return c.Outgoing && c.comm.State == cm.StateREQSent
+	})
+	if crossing {
+		if m.cfg.Policy == PolicyRFC && ib.CompareIgnoringFlags(m.cfg.Local, peer) > 0 {
+			// The smaller link address accepts, we reject.
+			m.Stats.CrossingRejected++
+			m.reject(cc, cm.RejConsumerReject)
+			return
 		}
+		m.Stats.CrossingAccepted++ // linux accepts every one, as the kernel does
 	}
 	qp, err := m.newQP(req.TransportType)
 	if err != nil {
@@ -533,7 +586,7 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 		m.reject(cc, cm.RejConsumerReject)
 		return
 	}
-	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, comm: cc}
+	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, PathMTU: cc.PathMTU, comm: cc}
 	cc.Context = c
 	// RNR retry 7: an RNR NAK only delays the requester, never kills it
 	// (a Linux requester would otherwise drop the connection).
@@ -551,6 +604,9 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 // QPN: the REP went to the GID, and the RTU or REP that came back named
 // our random comm ID.
 func (m *Manager) peerRestarted(c *Connection) {
+	if m.cfg.SharedGIDs {
+		return
+	}
 	restarted := false
 	for key, cs := range m.conns {
 		if key.GID != c.Peer.GID || key.QPN == c.Peer.QPN {
@@ -583,11 +639,12 @@ func (m *Manager) reply(c *Connection, rep *cm.REP) {
 		m.refused(c.Peer, "bad REP")
 		return
 	}
-	c.MTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU)
+	c.MTU, c.PathMTU = connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), c.comm.PathMTU
 	if err := m.svc.Ready(c.comm); err != nil {
 		return
 	}
 	m.Stats.Established++
+	c.Established = m.now
 	m.peerRestarted(c)
 	m.setUp(c)
 }
@@ -685,10 +742,12 @@ func (m *Manager) hasOther(c *Connection) bool {
 func (m *Manager) add(c *Connection) {
 	k := peerKey(c.Peer)
 	m.conns[k] = append(m.conns[k], c)
+	m.reindex(c, true)
 }
 
 func (m *Manager) remove(c *Connection) {
 	m.fold(c)
+	m.reindex(c, false)
 	k := peerKey(c.Peer)
 	cs := m.conns[k]
 	for i, o := range cs {

@@ -535,6 +535,41 @@ func TestManagerCrossingLinux(t *testing.T) {
 	t.Logf("%d interleavings", leaves)
 }
 
+// TestManagerCrossingCounted: a REQ that comes while ours to the same
+// peer is unanswered is counted as crossing by both policies: under
+// linux each side accepts and counts it; under rfc the smaller address
+// accepts it and the larger rejects it. When b's REQ is answered before
+// a's REQ reaches b (lifo), only a saw a crossing.
+func TestManagerCrossingCounted(t *testing.T) {
+	for _, tc := range []struct {
+		policy     Policy
+		lifo       bool
+		aAcc, bAcc uint64 // crossing REQs accepted
+		bRej       uint64 // crossing REQs rejected (b has the larger address)
+		conns      int    // established at each
+	}{
+		{PolicyLinux, false, 1, 1, 0, 2},
+		{PolicyLinux, true, 1, 0, 0, 2},
+		{PolicyRFC, false, 1, 0, 1, 1},
+		{PolicyRFC, true, 1, 0, 0, 2},
+	} {
+		t.Run(fmt.Sprintf("%v/lifo=%v", tc.policy, tc.lifo), func(t *testing.T) {
+			s := newCrossSim(t, tc.policy, false)
+			s.a.connect(s.b.local)
+			s.b.connect(s.a.local)
+			s.f.LIFO = tc.lifo
+			s.f.Run(time.Minute)
+			a, b := s.a.m.Stats, s.b.m.Stats
+			if a.CrossingAccepted != tc.aAcc || b.CrossingAccepted != tc.bAcc || a.CrossingRejected != 0 || b.CrossingRejected != tc.bRej {
+				t.Errorf("a %+v\nb %+v", a, b)
+			}
+			if len(s.a.established()) != tc.conns || len(s.b.established()) != tc.conns {
+				t.Errorf("established a %d b %d, want %d each", len(s.a.established()), len(s.b.established()), tc.conns)
+			}
+		})
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Peer restart, send failure, idle reaping, MTU.
 // ---------------------------------------------------------------------------
@@ -614,7 +649,8 @@ func TestManagerSendFailed(t *testing.T) {
 		t.Fatalf("unknown QPN acted upon")
 	}
 	b.m.SendFailed(f.Now, cb.QP.Num())
-	if !slices.Equal(b.downs, []string{"send failed"}) || !slices.Equal(b.refused, []string{"send failed"}) || !refusedPeer.SameNode(a.local) || b.m.Stats.SendFails != 1 {
+	what := fmt.Sprintf("send failed on the RC connection, QPN %v to the peer's QPN %v", cb.QP.Num(), cb.RemoteQPN())
+	if !slices.Equal(b.downs, []string{"send failed"}) || !slices.Equal(b.refused, []string{what}) || !refusedPeer.SameNode(a.local) || b.m.Stats.SendFails != 1 {
 		t.Errorf("downs %v refused %v peer %v", b.downs, b.refused, refusedPeer)
 	}
 	out := f.Log[nlog:]
@@ -636,17 +672,28 @@ func TestManagerSendFailed(t *testing.T) {
 	}
 }
 
+// TestManagerIdle: a connection without traffic is reaped after the idle
+// timeout; sends or receives alone keep it (the linux policy's incoming
+// connections carry only the peer's sends).
 func TestManagerIdle(t *testing.T) {
 	const idle = 10 * time.Second
-	for _, busy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("busy=%v", busy), func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		traffic func(c *Connection)
+	}{
+		{"idle", nil},
+		{"sends", func(c *Connection) { c.Traffic.TxPackets.Add(1) }},
+		{"receives", func(c *Connection) { c.Traffic.RxPackets.Add(1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			busy := tc.traffic != nil
 			f, a, b := establishedPair(t, PolicyRFC, nil, func(c *ManagerConfig) { c.IdleTimeout = idle })
 			cb := b.established()[0]
 			start := f.Now
 			var downAt time.Time
 			for i := 0; i < 60; i++ {
 				if busy {
-					cb.Packets.Add(1)
+					tc.traffic(cb)
 				}
 				f.Run(time.Second)
 				if len(b.downs) > 0 && downAt.IsZero() {

@@ -23,24 +23,28 @@ func testREQ(gid ib.GID, guid uint64, commID uint32, qpn ib.QPN) *cm.REQ {
 // its connections down by itself. A new UD QPN ("peer restarted") is acted
 // on only when the new connection is established, which needs the REP to
 // reach whoever sent the REQ; under rfc a REQ from a peer we are connected
-// to is a second connection, never a replacement.
+// to is a second connection, never a replacement. With SharedGIDs (pods'
+// children on one port) a new UD QPN is another interface, and both stay.
 func TestManagerRestartAndReplace(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		policy    Policy
 		newUDQPN  bool
 		completes bool // the REQ's sender receives our REP and sends the RTU
+		shared    bool // b's SharedGIDs
 		wantDowns []string
 	}{
-		{"linux: new UD QPN, spoofed (the real peer rejects our REP)", PolicyLinux, true, false, nil},
-		{"linux: new UD QPN, handshake completes", PolicyLinux, true, true, []string{"peer restarted"}},
-		{"rfc: new UD QPN, spoofed", PolicyRFC, true, false, nil},
-		{"rfc: new UD QPN, handshake completes", PolicyRFC, true, true, []string{"peer restarted"}},
-		{"rfc: same UD QPN, spoofed", PolicyRFC, false, false, nil},
-		{"rfc: same UD QPN, handshake completes", PolicyRFC, false, true, nil},
+		{"linux: new UD QPN, spoofed (the real peer rejects our REP)", PolicyLinux, true, false, false, nil},
+		{"linux: new UD QPN, handshake completes", PolicyLinux, true, true, false, []string{"peer restarted"}},
+		{"rfc: new UD QPN, spoofed", PolicyRFC, true, false, false, nil},
+		{"rfc: new UD QPN, handshake completes", PolicyRFC, true, true, false, []string{"peer restarted"}},
+		{"rfc: same UD QPN, spoofed", PolicyRFC, false, false, false, nil},
+		{"rfc: same UD QPN, handshake completes", PolicyRFC, false, true, false, nil},
+		{"linux: shared GIDs, new UD QPN, handshake completes", PolicyLinux, true, true, true, nil},
+		{"rfc: shared GIDs, new UD QPN, handshake completes", PolicyRFC, true, true, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, a, b := establishedPair(t, tc.policy, nil, nil)
+			f, a, b := establishedPair(t, tc.policy, nil, func(c *ManagerConfig) { c.SharedGIDs = tc.shared })
 			old := b.established()[0]
 			ud := a.local.QPN
 			if tc.newUDQPN {

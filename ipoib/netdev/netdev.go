@@ -33,6 +33,13 @@ type Packets interface {
 	Write(b []byte) (int, error)
 	// WriteGSO hands the kernel one super-packet made of parts (GRO).
 	WriteGSO(h offload.Hdr, parts [][]byte) (int, error)
+	// SendIPv4 hands the kernel an IPv4 packet, header included, as a
+	// socket of the interface's namespace sends one: routed to its
+	// destination (delivered locally when that is one of ours) from its
+	// source, one of our addresses. An ICMP error from our own address
+	// goes this way: written into the device, a packet whose source is
+	// local is a martian the kernel drops.
+	SendIPv4(b []byte) error
 	// Offloads reports whether the kernel hands over TCP (and so takes
 	// coalesced TCP) and UDP super-packets.
 	Offloads() (tso, uso bool)
@@ -48,6 +55,8 @@ type Link interface {
 	EnsureAddrs(ps []netip.Prefix) (int, error)
 	SetMTU(mtu int) error
 	SetCarrier(on bool) error
+	// State is the link's state as the kernel has it now.
+	State() (LinkStatus, error)
 	// Gateway is the next hop of the kernel's route to dst, when that
 	// route goes through a gateway on this link.
 	Gateway(dst netip.Addr) (netip.Addr, bool)
@@ -58,6 +67,13 @@ type Link interface {
 	Routes() Routes
 	// Watch reports the link's changes until stop is closed.
 	Watch(stop <-chan struct{}) <-chan LinkEvent
+}
+
+// LinkStatus is the kernel's state of the link, as `ip link` shows it.
+type LinkStatus struct {
+	Up        bool   // administratively up (IFF_UP)
+	Carrier   bool   // IFF_LOWER_UP
+	OperState string // RFC 2863's, in lower case: up, down, lowerlayerdown, unknown...
 }
 
 // Routes installs and removes per-destination MTU routes (mtu.Routes).

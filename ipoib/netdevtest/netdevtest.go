@@ -104,6 +104,12 @@ func (f *Netdev) Write(b []byte) (int, error) {
 	}
 }
 
+// SendIPv4 puts b on Out, as Write.
+func (f *Netdev) SendIPv4(b []byte) error {
+	_, err := f.Write(b)
+	return err
+}
+
 func (f *Netdev) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
 	return f.Write(slices.Concat(parts...))
 }
@@ -146,6 +152,17 @@ func (f *Netdev) SetCarrier(on bool) error {
 	defer f.mu.Unlock()
 	f.carrier = on
 	return nil
+}
+
+// State is up, with the carrier the interface last set.
+func (f *Netdev) State() (netdev.LinkStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := netdev.LinkStatus{Up: true, Carrier: f.carrier, OperState: "down"}
+	if f.carrier {
+		st.OperState = "up"
+	}
+	return st, nil
 }
 
 // Carrier reports the carrier the interface last set.

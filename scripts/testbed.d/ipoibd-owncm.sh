@@ -130,7 +130,7 @@ for cmmode in rc uc; do
 	else
 		fail "$mode-ping-65000" "$(echo "$out" | tail -n 2 | tr '\n' ' ')"
 	fi
-	check "$mode-conn" sh -c "ip netns exec $NA ipoibd conn | grep -w $upper | grep -q established"
+	check "$mode-conn" sh -c "ip netns exec $NA ipoibd conn --wide | grep -w $upper | grep -q established"
 	check "$mode-neigh-via" sh -c "ip netns exec $NA ipoibd neigh | grep '$NET.2 ' | grep -qw $upper"
 	if out=$(ip netns exec $NA ping -c 20 -i 0.05 -W 3 "$NET.2" 2>&1); then
 		echo "$mode ping RTT: $(echo "$out" | tail -n 1)"
@@ -157,7 +157,7 @@ for cmmode in rc uc; do
 			# announcement), then over a new RC connection: both within
 			# the bound, then large packets over RC.
 			if until_ok 40 ip netns exec $other ping -c 1 -W 1 "$dst" &&
-				until_ok 40 sh -c "ip netns exec $other ipoibd conn | grep -w RC | grep -q established" &&
+				until_ok 40 sh -c "ip netns exec $other ipoibd conn --wide | grep -w RC | grep -q established" &&
 				ip netns exec $other ping -c 3 -i 0.2 -W 3 -s 20000 "$dst" >/dev/null 2>&1; then
 				pass "$mode-sigkill-$k-restart"
 			else
@@ -212,7 +212,7 @@ if ip netns add $SNS && ip netns add $VNS &&
 		check softib-ping4 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 "$N3.2"
 		check softib-ping6 ip netns exec $SNS ping -c 3 -i 0.2 -W 3 "$N6::1"
 		check softib-ping-65000 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 -M "do" -s 65000 "$N3.2"
-		check softib-conn sh -c "ip netns exec $VNS ipoibd conn | grep -w RC | grep -q established"
+		check softib-conn sh -c "ip netns exec $VNS ipoibd conn --wide | grep -w RC | grep -q established"
 		ip netns exec $SNS iperf3 -s -D -1 >/dev/null 2>&1
 		until_ok 5 sh -c "ip netns exec $SNS ss -ltn | grep -q ':5201 '"
 		if out=$(ip netns exec $VNS iperf3 -c "$N3.2" -t 3 2>&1); then

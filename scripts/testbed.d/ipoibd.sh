@@ -99,7 +99,7 @@ for cmmode in rc uc; do
 	check "$mode-ping-large" ip netns exec ipa ping -c 3 -i 0.2 -W 3 -M "do" -s 30000 192.168.60.2
 	check "$mode-ping6" ip netns exec ipb ping -c 2 -i 0.2 -W 3 fd00:60::1
 	upper=$(echo "$cmmode" | tr a-z A-Z)
-	check "$mode-conn" sh -c "ip netns exec ipa ipoibd conn | grep -w $upper | grep -q established"
+	check "$mode-conn" sh -c "ip netns exec ipa ipoibd conn --wide | grep -w $upper | grep -q established"
 	check "$mode-neigh-via" sh -c "ip netns exec ipa ipoibd neigh | grep 192.168.60.2 | grep -qw $upper"
 	if [ $cmmode = rc ]; then
 		ip netns exec ipb iperf3 -s -D -1 >/dev/null 2>&1

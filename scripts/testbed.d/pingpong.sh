@@ -223,7 +223,7 @@ run() {
 	for n in "${!sc[@]}"; do SIB[$n]=$((${SIB[$n]:-0} + sc[$n])); done
 	# Errors whatever the timing: ICRC, framing, keys, sequence, RNR.
 	for n in rx_drop_bad_icrc rx_drop_malformed rx_drop_pkey rx_drop_qkey rx_drop_too_long rx_drop_wrong_source \
-		rx_drop_no_recv_buffer rx_drop_uc_incomplete cq_overrun tx_error qp.seq_naks_sent qp.seq_naks_received \
+		rx_drop_no_recv_buffer rx_drop_mad_source_share rx_drop_uc_incomplete cq_overrun tx_error qp.seq_naks_sent qp.seq_naks_received \
 		qp.rnr_naks_sent qp.rnr_naks_received; do
 		((${sc[$n]:-0} == 0)) || bad+="softib $n ${sc[$n]}; "
 	done

@@ -18,4 +18,9 @@
 //
 // The whole subnet is one UDP endpoint: the hops are walked when the
 // tables are read, not taken one by one per packet.
+//
+// For tests it can also hold a CM REQ until the REQ back comes, so that
+// two peers' REQs cross for certain (CrossREQs), and note the way each
+// (SLID, DLID) pair's packets went, to compare with ibtracert
+// (RecordPaths, ParseTracert).
 package ibfwd

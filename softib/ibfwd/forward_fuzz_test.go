@@ -4,12 +4,14 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/softib"
 )
 
 // FuzzForward feeds frames to the forwarder as if a registered port sent
-// them: whatever they hold, it forwards or counts them and never panics.
+// them: whatever they hold, it forwards or counts them and never panics,
+// while it records paths and holds CM REQs (whose MAD it reads).
 // With octet 0 odd the VCRC is made right first, to reach the routing
 // behind it; with its bit 1 set the frame comes from h1 of a two-switch
 // Subnet's tables (subnet_test.go) instead of the Static ones.
@@ -30,6 +32,8 @@ func FuzzForward(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { fw.Close() })
+	fw.RecordPaths(nil)
+	fw.CrossREQs(50*time.Millisecond, nil)
 	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		f.Fatal(err)
@@ -56,7 +60,11 @@ func FuzzForward(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
+	req := make([]byte, 256)
+	req[0], req[1], req[2], req[3], req[17] = 1, madClassCM, 2, 3, madAttrREQ
 	for _, fr := range []softib.IBFrame{
+		{LRH: softib.LRH{DLID: 0x20, SLID: 0x10}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 1}, Payload: req}},
+		{LRH: softib.LRH{DLID: lidH4, SLID: lidH1}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 1}, Payload: req}},
 		{LRH: softib.LRH{DLID: 0x20, SLID: 0x11}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
 		{LRH: softib.LRH{DLID: 0xc001, SL: 3, SLID: 0x10}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}}},
 		{LRH: softib.LRH{DLID: lidH4, SLID: lidH1}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},

@@ -70,9 +70,17 @@ type Forwarder struct {
 
 	tap atomic.Pointer[func([]byte)]
 
-	rx, tx atomic.Uint64
-	drops  [numDropCauses]atomic.Uint64
-	done   chan struct{}
+	// fr is the forwarding goroutine's parse of a frame, for CrossREQs.
+	fr      softib.IBFrame
+	cross   crossing
+	crossOn atomic.Bool
+	paths   paths
+	pathsOn atomic.Bool
+
+	rx, tx                 atomic.Uint64
+	drops                  [numDropCauses]atomic.Uint64
+	reqsCrossed, reqsAlone atomic.Uint64
+	done                   chan struct{}
 }
 
 type routesBox struct{ r Routes }
@@ -172,17 +180,20 @@ func (f *Forwarder) SetTap(tap func(frame []byte)) {
 // SetRoutes replaces the forwarding tables.
 func (f *Forwarder) SetRoutes(r Routes) { f.routes.Store(&routesBox{r}) }
 
-// Counters returns frames received and sent and the drops by cause.
+// Counters returns frames received and sent, the drops by cause and the
+// outcomes of REQs held by CrossREQs.
 func (f *Forwarder) Counters() []ib.Counter {
 	out := []ib.Counter{{Name: "rx_frames", Value: f.rx.Load()}, {Name: "tx_frames", Value: f.tx.Load()}}
 	for c := range numDropCauses {
 		out = append(out, ib.Counter{Name: dropNames[c], Value: f.drops[c].Load()})
 	}
-	return out
+	return append(out, ib.Counter{Name: "reqs_crossed", Value: f.reqsCrossed.Load()},
+		ib.Counter{Name: "reqs_held_alone", Value: f.reqsAlone.Load()})
 }
 
-// Close stops forwarding.
+// Close stops forwarding; REQs still held are dropped.
 func (f *Forwarder) Close() error {
+	f.closeCrossing()
 	err := f.conn.Close()
 	<-f.done
 	return err
@@ -262,6 +273,14 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 		if b[0]>>4 != vl {
 			b[0] = vl<<4 | b[0]&0x0f
 			softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
+		}
+		if !multicast {
+			if f.pathsOn.Load() {
+				f.notePath(r, lrh.SLID, dlid, from, g)
+			}
+			if f.crossOn.Load() && softib.ParseIBFrame(b, &f.fr) == nil && isCMREQ(&f.fr) && f.holdREQ(b, from, g, p.Addr, lrh.SLID, dlid) {
+				continue
+			}
 		}
 		if _, err := f.conn.WriteToUDPAddrPort(b, p.Addr); err != nil {
 			f.count(dropTxError)

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,31 +65,6 @@ func (s *subnet) openCA(t *testing.T, fab *ibsim.Fabric, host string, net8, addr
 	return s.addPort(t, net8, addr, softib.IBConfig{LID: p.lid, LMC: p.lmc, SMLID: p.smLID, GUID: p.guid, Forwarder: s.fwd.Addr()}, []ib.PKey{ib.DefaultPKey})
 }
 
-var tracertHop = regexp.MustCompile(`(?m)^\[(\d+)\] -> (switch|ca) port \{(0x[0-9a-f]+)\}\[(\d+)\]`)
-
-// parseTracert reads ibtracert's hops: lines "[out] -> switch port
-// {GUID}[in] ..." (the out port is the one the node before sends on), and
-// last "[out] -> ca port {GUID}[1] ...".
-func parseTracert(out string) (hops []Hop, to uint64, err error) {
-	m := tracertHop.FindAllStringSubmatch(out, -1)
-	if len(m) == 0 {
-		return nil, 0, fmt.Errorf("no hops in ibtracert's %q", out)
-	}
-	for i, r := range m {
-		g, _ := strconv.ParseUint(r[3], 0, 64)
-		if r[2] == "ca" {
-			return hops, g, nil
-		}
-		in, _ := strconv.Atoi(r[4])
-		if i+1 >= len(m) {
-			break
-		}
-		outp, _ := strconv.Atoi(m[i+1][1])
-		hops = append(hops, Hop{Switch: g, In: in, Out: outp})
-	}
-	return nil, 0, fmt.Errorf("ibtracert's %q reaches no CA", out)
-}
-
 // TestOpenSMSubnet: on a subnet of two switches, UD and RC from h1 to h4
 // cross both as OpenSM routed them; every route Subnet walks is the one
 // ibtracert shows; after an SA join of h2 and h4 and a Refresh, the
@@ -133,7 +107,7 @@ func TestOpenSMSubnet(t *testing.T) {
 	for _, pair := range [][2]string{{"h1", "h4"}, {"h4", "h1"}, {"h1", "h3"}, {"h3", "h2"}, {"h1", "h2"}} {
 		from, to := n[pair[0]], n[pair[1]]
 		out := fab.Output(t, "h4", exec.Command("ibtracert", strconv.Itoa(int(from.lid)), strconv.Itoa(int(to.lid))))
-		want, wantTo, err := parseTracert(out)
+		want, wantTo, err := ParseTracert(out)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,8 +70,9 @@ type routeKey struct {
 }
 
 type target struct {
-	to uint64
-	vl [16]uint8 // the VL of the last hop by SL; 15 where any hop's is
+	to   uint64
+	vl   [16]uint8 // the VL of the last hop by SL; 15 where any hop's is
+	hops []Hop     // a unicast walk's switches (Hops); nil for multicast
 }
 
 var _ Routes = (*Subnet)(nil)
@@ -229,9 +230,9 @@ func (s *Subnet) Build() {
 	}
 	for g, ca := range s.CAs {
 		for lid := range lids {
-			to, vl, _, ok := s.walk(ca, lid, nil)
+			to, vl, hops, ok := s.walk(ca, lid, []Hop{})
 			if ok {
-				s.routes[routeKey{g, lid}] = []target{{to: to, vl: vl}}
+				s.routes[routeKey{g, lid}] = []target{{to: to, vl: vl, hops: hops}}
 			}
 		}
 		for mlid := range mlids {
@@ -347,6 +348,18 @@ func (s *Subnet) flood(ca CAPort, mlid uint16) (ts []target, ok bool) {
 // vls is the switch's SL-to-VL table from port in to port out: VL0 for
 // every SL where it has none.
 func (sw *FabricSwitch) vls(in, out int) [16]uint8 { return sw.SL2VL[[2]int{in, out}] }
+
+// Hops implements HopRoutes: the switches a unicast packet from the CA
+// port from to lid crosses, as walked when the tables were read (the
+// slice is the Subnet's: not to be changed). ok is false for an MLID or
+// a LID with no route.
+func (s *Subnet) Hops(from uint64, lid uint16) (_ []Hop, ok bool) {
+	ts := s.routes[routeKey{from, lid}]
+	if softib.IsMulticastLID(lid) || len(ts) != 1 {
+		return nil, false
+	}
+	return ts[0].hops, true
+}
 
 // Unicast returns the CA port a packet from the CA port from to lid
 // reaches, for tests and tools (Route is what forwarding uses).

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/softib"
 )
@@ -286,11 +287,19 @@ func TestSubnetRouteDoesNotAllocate(t *testing.T) {
 
 // TestForwardOnSubnetDoesNotAllocate: the forwarder on a Subnet sends a
 // unicast frame across both switches and a multicast frame to two
-// members without allocating.
+// members without allocating, also while it records paths and holds
+// REQs (which these frames are not) and after the tables were read
+// again.
 func TestForwardOnSubnetDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocations are not counted under the race detector")
 	}
+	for _, extras := range []bool{false, true} {
+		t.Run(fmt.Sprintf("paths-and-crossing=%v", extras), func(t *testing.T) { forwardDoesNotAllocate(t, extras) })
+	}
+}
+
+func forwardDoesNotAllocate(t *testing.T, extras bool) {
 	tables := newFabricTables()
 	tables.mft["2"] = map[uint16][]int{0xc000: {2, 5}}
 	tables.mft["3"] = map[uint16][]int{0xc000: {2, 5}}
@@ -334,7 +343,21 @@ func TestForwardOnSubnetDoesNotAllocate(t *testing.T) {
 			fw.forward(b, src)
 		}
 	}
+	if extras {
+		fw.RecordPaths(nil)
+		fw.CrossREQs(time.Minute, nil)
+	}
 	round()
+	if extras {
+		again, err := ReadSubnet(tables.run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw.SetRoutes(again)
+		if p := fw.Paths(); len(p) != 1 || len(p[0].Hops) != 2 {
+			t.Fatalf("paths %v, want h1 to h4's", p)
+		}
+	}
 	if n := testing.AllocsPerRun(200, round); n != 0 {
 		t.Fatalf("%v allocations per round", n)
 	}

@@ -63,7 +63,7 @@ func readRoutes(run func(args ...string) (string, error), swLID string) (ibfwd.R
 
 // runFabric forwards by the tables the fabric's SM programmed, read
 // again every fc.refresh; a failed read keeps the tables it has.
-func runFabric(addr netip.AddrPort, ports []string, fc fabricConfig, capture string) error {
+func runFabric(addr netip.AddrPort, ports []string, fc fabricConfig, o outputs) error {
 	if _, err := os.Stat(fc.umad2sim); err != nil {
 		return fmt.Errorf("-umad2sim: %w (ibsim-utils installs it)", err)
 	}
@@ -83,6 +83,11 @@ func runFabric(addr netip.AddrPort, ports []string, fc fabricConfig, capture str
 		return err
 	}
 	defer f.Close()
+	closeOutputs, err := o.start(f)
+	if err != nil {
+		return err
+	}
+	defer closeOutputs()
 	for _, s := range ports {
 		p, err := ibfwd.ParsePort(s)
 		if err != nil {
@@ -91,14 +96,6 @@ func runFabric(addr netip.AddrPort, ports []string, fc fabricConfig, capture str
 		if err := f.Register(p); err != nil {
 			return err
 		}
-	}
-	if capture != "" {
-		w, err := newCapture(capture)
-		if err != nil {
-			return err
-		}
-		defer w.Close()
-		f.SetTap(w.tap)
 	}
 	which := "every switch"
 	if sw != "" {

@@ -23,6 +23,17 @@
 //
 // -capture writes the MADs (QP1 frames) the ports send as a pcap file of
 // link type 247 (InfiniBand, LRH through VCRC).
+//
+// -cross-reqs 3s holds each CM REQ from one port to another until the
+// REQ back comes, at most that long, so that two peers' REQs cross
+// (ibfwd.Forwarder.CrossREQs); each outcome is printed ("crossed: ..." or
+// "alone: ...") and counted (reqs_crossed, reqs_held_alone). -paths
+// prints the way the unicast packets of each (SLID, DLID) pair went
+// ("path: slid 1 dlid 3 from GUID to GUID hops SWITCH:IN>OUT ..."), when
+// first seen and when new tables change it, for comparison with
+// ibtracert.
+//
+// The counters are printed on one line, "counters: name=value ...".
 package main
 
 import (
@@ -54,15 +65,47 @@ func main() {
 	flag.StringVar(&fc.umad2sim, "umad2sim", defaultUmad2sim, "ibsim's libumad2sim.so, preloaded into the infiniband-diags commands of -sm-node")
 	flag.StringVar(&fc.swLID, "switch", "", "with -sm-node: read only this switch's tables, `LID` (default: every switch, walked hop by hop)")
 	flag.DurationVar(&fc.refresh, "refresh", time.Second, "with -sm-node: how often the tables are read again (0: once)")
-	capture := flag.String("capture", "", "write the MADs (QP1 frames) ports send to this pcap `file`, link type 247")
+	var o outputs
+	flag.StringVar(&o.capture, "capture", "", "write the MADs (QP1 frames) ports send to this pcap `file`, link type 247")
+	flag.DurationVar(&o.crossREQs, "cross-reqs", 0, "hold each CM REQ from one port to another up to this `long` until the REQ back comes, so that both peers' REQs cross (0: never)")
+	flag.BoolVar(&o.paths, "paths", false, "print the way each (SLID, DLID) pair's unicast packets went through the switches, when first seen and when it changes")
 	flag.Parse()
-	if err := run(*listen, *sl2vl, ports, groups, fc, *capture); err != nil {
+	if err := run(*listen, *sl2vl, ports, groups, fc, o); err != nil {
 		fmt.Fprintln(os.Stderr, "softib-ibfwd:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, sl2vl string, ports, groups []string, fc fabricConfig, capture string) error {
+// outputs are the options of what the forwarder does besides forwarding.
+type outputs struct {
+	capture   string
+	crossREQs time.Duration
+	paths     bool
+}
+
+// start sets f up as o asks; the returned function closes the capture.
+func (o outputs) start(f *ibfwd.Forwarder) (func(), error) {
+	if o.crossREQs < 0 {
+		return nil, fmt.Errorf("-cross-reqs %v: want a duration from 0 on", o.crossREQs)
+	}
+	if o.crossREQs > 0 {
+		f.CrossREQs(o.crossREQs, func(c ibfwd.Crossing) { fmt.Println(c) })
+	}
+	if o.paths {
+		f.RecordPaths(func(p ibfwd.PathRecord) { fmt.Println("path:", p) })
+	}
+	if o.capture == "" {
+		return func() {}, nil
+	}
+	w, err := newCapture(o.capture)
+	if err != nil {
+		return nil, err
+	}
+	f.SetTap(w.tap)
+	return func() { w.Close() }, nil
+}
+
+func run(listen, sl2vl string, ports, groups []string, fc fabricConfig, o outputs) error {
 	addr, err := netip.ParseAddrPort(listen)
 	if err != nil {
 		return fmt.Errorf("-listen: %w", err)
@@ -71,7 +114,7 @@ func run(listen, sl2vl string, ports, groups []string, fc fabricConfig, capture 
 		if sl2vl != "" || len(groups) > 0 {
 			return fmt.Errorf("-sm-node reads the multicast and SL-to-VL tables from the fabric: no -group or -sl2vl with it")
 		}
-		return runFabric(addr, ports, fc, capture)
+		return runFabric(addr, ports, fc, o)
 	}
 	routes := ibfwd.NewStatic()
 	if sl2vl != "" {
@@ -104,33 +147,33 @@ func run(listen, sl2vl string, ports, groups []string, fc fabricConfig, capture 
 		return err
 	}
 	defer f.Close()
+	closeOutputs, err := o.start(f)
+	if err != nil {
+		return err
+	}
+	defer closeOutputs()
 	for _, p := range regs {
 		if err := f.Register(p); err != nil {
 			return err
 		}
-	}
-	if capture != "" {
-		w, err := newCapture(capture)
-		if err != nil {
-			return err
-		}
-		defer w.Close()
-		f.SetTap(w.tap)
 	}
 	fmt.Printf("forwarding on %v for %d ports\n", f.Addr(), len(regs))
 	serveSignals(f, nil)
 	return nil
 }
 
-// serveSignals prints the counters on SIGUSR1 and at the end (SIGINT,
-// SIGTERM); stop, if not nil, is closed at the end.
+// serveSignals prints the counters, one line, on SIGUSR1 and at the end
+// (SIGINT, SIGTERM); stop, if not nil, is closed at the end.
 func serveSignals(f *ibfwd.Forwarder, stop chan struct{}) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
 	for s := range sig {
+		var b strings.Builder
+		b.WriteString("counters:")
 		for _, c := range f.Counters() {
-			fmt.Printf("%s %d\n", c.Name, c.Value)
+			fmt.Fprintf(&b, " %s=%d", c.Name, c.Value)
 		}
+		fmt.Println(b.String())
 		if s != syscall.SIGUSR1 {
 			if stop != nil {
 				close(stop)
