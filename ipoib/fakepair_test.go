@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/encap"
+	"github.com/ipoibd/ipoibd/ib/ibtest"
 	"github.com/ipoibd/ipoibd/offload"
 )
 
@@ -18,6 +19,12 @@ import (
 // fd00:9::k/64, a connected to b for the sink. Its ping goes through the
 // fake netdevs, with b's test answering in place of b's kernel.
 func newFakePair(t *testing.T) *pair {
+	t.Helper()
+	return newFakePairOn(t, ibtest.Config{})
+}
+
+// newFakePairOn is newFakePair with devices opened as dev says.
+func newFakePairOn(t *testing.T, dev ibtest.Config) *pair {
 	t.Helper()
 	logA := &syncBuffer{}
 	addrs := func(k int, log *slog.Logger) func(*Config) {
@@ -28,7 +35,7 @@ func newFakePair(t *testing.T) *pair {
 			}
 		}
 	}
-	h := newFakeHosts(t, 2, addrs(1, slog.New(slog.NewTextHandler(logA, nil))), addrs(2, nil))
+	h := newFakeHostsOn(t, dev, 2, addrs(1, slog.New(slog.NewTextHandler(logA, nil))), addrs(2, nil))
 	for k, x := range h {
 		x.ip4 = netip.AddrFrom4([4]byte{192, 168, 9, byte(k + 1)})
 		x.ip6 = netip.MustParseAddr(fmt.Sprintf("fd00:9::%d", k+1))
@@ -115,6 +122,54 @@ func TestFakeSegmentsShareSlots(t *testing.T) {
 				p.a.reapSends(&p.r.wc)
 				return pool.freeCount() == before
 			})
+		})
+	}
+}
+
+// TestFakeSegmentsWithinGrantedDepth: on a device that grants a QP fewer
+// send work requests than ipoib asks for (a verbs device's max_qp_wr), the
+// segments packed into shared slots never overfill a send queue: every one
+// of several super-packets' segments arrives, in order, and none is
+// refused (tx_drop_post) or tears the connection down. ibtest refuses an
+// RC send beyond the granted depth, as a device does.
+func TestFakeSegmentsWithinGrantedDepth(t *testing.T) {
+	const payload, mss, rounds = 65535 - 40, 1460, 4
+	for _, maxWR := range []int{48, 100} {
+		t.Run(fmt.Sprint(maxWR), func(t *testing.T) {
+			p := newFakePairOn(t, ibtest.Config{MaxQPWR: maxWR})
+			if b := int(p.a.slots.budget.Load()); b > maxWR {
+				t.Fatalf("a budget of %d sends with QPs granted %d", b, maxWR)
+			}
+			var want [][]byte
+			for r := range rounds {
+				slot := p.txSlot()
+				n, h := p.superPacket(slot, payload, mss)
+				sp := p.a.slots.bytes(slot)[encap.HeaderLen : encap.HeaderLen+n]
+				for k := 40; k < n; k++ {
+					sp[k] = byte(k*7 + r)
+				}
+				segs, err := offload.Split(h, slices.Clone(sp))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k := range segs.Len() {
+					b := make([]byte, segs.MaxLen())
+					want = append(want, b[:segs.Put(k, b)])
+				}
+				p.r.hdr = h
+				p.a.transmitSegments(p.r, slot, n)
+				p.a.postBatch(&p.r.sends)
+			}
+			for k := range want {
+				if got := p.fb.next(t); !bytes.Equal(got, want[k]) {
+					t.Fatalf("segment %d of %d: got %d octets that differ from the %d cut", k, len(want), len(got), len(want[k]))
+				}
+			}
+			for _, c := range []counter{txDropPost, txConnErrors, txErrors} {
+				if got := p.fa.count(c); got != 0 {
+					t.Errorf("%s %d, want 0", counterNames[c], got)
+				}
+			}
 		})
 	}
 }

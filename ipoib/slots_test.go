@@ -9,15 +9,23 @@ func (p *pool) freeCount() int {
 	return len(p.free)
 }
 
+// newTestSlots is the transmit side of slots without a slab, split among
+// queues.
+func newTestSlots(queues int) *slots {
+	s := &slots{}
+	s.init(queues)
+	return s
+}
+
 // TestSharedSlotFreedWithLastSend: a transmit slot shared by n sends goes
 // back to its pool with the n-th free, not before, and is then an
-// ordinary slot again (one free returns it).
+// ordinary slot again (one free returns it); the budget gets every send
+// back.
 func TestSharedSlotFreedWithLastSend(t *testing.T) {
 	for _, n := range []int{1, 2, 45, 119} {
-		s := &slots{tx: make([]pool, 1), txPer: numTx, packedPer: numPackedTx}
-		s.tx[0].init(0, numTx)
-		slot, _ := s.tx[0].tryGet()
-		if got := s.share(&s.tx[0], slot, n); got != n {
+		s := newTestSlots(1)
+		slot, _ := s.get(&s.tx[0])
+		if got := s.share(slot, n); got != n {
 			t.Fatalf("n=%d: share gave room for %d sends", n, got)
 		}
 		for k := 1; k < n; k++ {
@@ -27,13 +35,13 @@ func TestSharedSlotFreedWithLastSend(t *testing.T) {
 			}
 		}
 		s.free(slot)
-		if got := s.tx[0].packed.Load(); got != 0 {
-			t.Fatalf("n=%d: %d packed sends still counted in flight after the last free", n, got)
+		if got := s.inflight.Load(); got != 0 {
+			t.Fatalf("n=%d: %d sends still counted in flight after the last free", n, got)
 		}
 		if got := s.tx[0].freeCount(); got != numTx {
 			t.Fatalf("n=%d: after the last free the pool holds %d slots, want %d", n, got, numTx)
 		}
-		again, _ := s.tx[0].tryGet()
+		again, _ := s.get(&s.tx[0])
 		s.free(again)
 		if got := s.tx[0].freeCount(); got != numTx {
 			t.Fatalf("n=%d: an unshared slot after a shared one: the pool holds %d slots after its free, want %d", n, got, numTx)
@@ -41,36 +49,67 @@ func TestSharedSlotFreedWithLastSend(t *testing.T) {
 	}
 }
 
-// TestShareBoundedBySendQueue: the sends packed beyond one a slot never
-// exceed the pool's share of numPackedTx (the send queue's room for them);
-// without room a slot carries one send, and room comes back with the
-// completions.
-func TestShareBoundedBySendQueue(t *testing.T) {
-	s := &slots{tx: make([]pool, 2), txPer: numTx / 2, packedPer: numPackedTx / 2}
-	s.tx[0].init(0, numTx/2)
-	s.tx[1].init(numTx/2, numTx/2)
-	p := &s.tx[1]
-	var held []uint32
-	total := 0
-	for {
-		slot, _ := p.tryGet()
-		n := s.share(p, slot, 45)
-		held = append(held, slot)
-		total += n - 1
-		if n == 1 {
-			break
-		}
-	}
-	if total != numPackedTx/2 {
-		t.Fatalf("%d sends packed beyond one a slot, want the pool's share %d", total, numPackedTx/2)
-	}
-	// One completion of a shared slot gives one send of room back.
-	s.free(held[0])
-	slot, _ := p.tryGet()
-	if n := s.share(p, slot, 45); n != 2 {
-		t.Fatalf("after one completion a slot may carry %d sends, want 2", n)
-	}
-	if got := s.tx[0].packed.Load(); got != 0 {
-		t.Fatalf("the other pool counts %d packed sends, want 0", got)
+// TestSendsBoundedByGrantedDepth: the sends the transmit slots make (one a
+// slot taken, one for each packed beyond the first) never exceed the
+// smallest send queue depth a QP was granted, packed or not, whichever
+// reader takes them; without room no slot is handed out, and room comes
+// back with the completions. Each case fails without the bound: a QP
+// granted fewer work requests than asked would refuse posts (tx_drop_post).
+func TestSendsBoundedByGrantedDepth(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		granted []int // QP.MaxSend of the QPs created, in order
+		per     int   // sends a super-packet asks a slot to carry
+		want    int   // the budget
+	}{
+		{"as asked", []int{connSendDepth}, 45, connSendDepth},
+		{"a device grants 100", []int{100}, 45, 100},
+		{"one QP of several granted fewer", []int{connSendDepth, 64, connSendDepth}, 45, 64},
+		{"granted more than asked", []int{4 * connSendDepth}, 45, connSendDepth},
+		{"granted fewer, one send a slot", []int{40}, 1, 40},
+		{"granted none", []int{0}, 45, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestSlots(2)
+			for _, g := range tc.granted {
+				s.bound(g)
+			}
+			var held []uint32
+			sends := 0
+			for q := 0; ; q = 1 - q { // both readers, in turn
+				slot, ok := s.get(&s.tx[q])
+				if !ok {
+					break
+				}
+				held = append(held, slot)
+				sends += s.share(slot, tc.per)
+			}
+			if sends != tc.want {
+				t.Fatalf("%d sends in flight when no slot was handed out, want %d", sends, tc.want)
+			}
+			if got := s.inflight.Load(); int(got) != sends {
+				t.Fatalf("inflight %d, want the %d sends", got, sends)
+			}
+			// One completion gives room for one send back, to either
+			// reader, and wakes both.
+			s.free(held[0])
+			for q := range s.tx {
+				select {
+				case <-s.tx[q].refilled:
+				default:
+					t.Errorf("reader %d not woken when the budget got room", q)
+				}
+			}
+			slot, ok := s.get(&s.tx[1])
+			if !ok {
+				t.Fatal("no slot after a completion")
+			}
+			if n := s.share(slot, tc.per); n != 1 {
+				t.Fatalf("after one completion a slot carries %d sends, want 1", n)
+			}
+			if _, ok := s.get(&s.tx[0]); ok {
+				t.Fatal("a slot handed out beyond the budget")
+			}
+		})
 	}
 }

@@ -38,7 +38,7 @@ func (i *Interface) txLoop(r *txReader) {
 		buf := i.slots.bytes(slot)
 		n, err := i.netdev.Read(r.queue, buf[encap.HeaderLen:encap.HeaderLen+maxSuperPacket], &r.hdr)
 		if err != nil {
-			r.slots.put(slot)
+			i.slots.free(slot)
 			// A TUN whose link was deleted reads EBADFD.
 			if errors.Is(err, syscall.EBADFD) {
 				err = errLinkDeleted
@@ -65,12 +65,13 @@ func (i *Interface) txLoop(r *txReader) {
 const maxSuperPacket = 65535
 
 // txSlot returns a free slot of r's, waiting for send completions when
-// every one is in flight: the backpressure that leaves packets queued in
-// the kernel. What r gathered is posted first, or the wait could be for
+// every one is in flight or the sends in flight fill the send queues
+// (slots.budget): the backpressure that leaves packets queued in the
+// kernel. What r gathered is posted first, or the wait could be for
 // itself. false: the interface is closing.
 func (i *Interface) txSlot(r *txReader) (uint32, bool) {
 	for {
-		if slot, ok := r.slots.tryGet(); ok {
+		if slot, ok := i.slots.get(r.slots); ok {
 			return slot, true
 		}
 		i.postBatch(&r.sends)
@@ -138,8 +139,8 @@ func (i *Interface) connectedPath(pkt []byte, maxLen int) (uint16, *neigh.Path) 
 }
 
 // sendPacked posts the segments of a super-packet on p's connection, as
-// many to a slot as fit one after another (and the send queue's room for
-// packed sends allows, numPackedTx). An RC send completes only when the
+// many to a slot as fit one after another and the send queues' room
+// allows (slots.budget). An RC send completes only when the
 // peer acknowledges it: with a slot to each 1460-octet segment a TUN
 // reader's 128 slots held 190 KB in flight and the reader waited for
 // acknowledgements (tx_slot_waits), where 128 slots of 64 KiB segments
@@ -153,7 +154,7 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 		if !ok {
 			return
 		}
-		cnt := i.slots.share(r.slots, slot, min(perSlot, segs.Len()-k))
+		cnt := i.slots.share(slot, min(perSlot, segs.Len()-k))
 		buf := i.slots.bytes(slot)
 		for j := range cnt {
 			at := j * stride

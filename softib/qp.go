@@ -19,6 +19,9 @@ type qp struct {
 	srq    *srq
 	rq     *recvQueue // own receive queue when there is no SRQ
 	ctr    qpCounters
+	// maxSend is the send queue depth granted: as asked, at least 1
+	// (the ring grows to it on demand).
+	maxSend int
 
 	mu    sync.Mutex
 	state ib.QPState
@@ -54,10 +57,12 @@ func (d *Device) newQP(num ib.QPN, attr ib.QPAttr) *qp {
 		q.rq = newRecvQueue(max(attr.MaxRecv, 1))
 	}
 	q.req.depth = max(attr.MaxSend, 1)
+	q.maxSend = q.req.depth
 	return q
 }
 
 func (q *qp) Num() ib.QPN            { return q.num }
+func (q *qp) MaxSend() int           { return q.maxSend }
 func (q *qp) Type() ib.QPType        { return q.typ }
 func (q *qp) Counters() []ib.Counter { return q.ctr.snapshot() }
 
