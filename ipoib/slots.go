@@ -93,10 +93,13 @@ func (s *slots) init(queues int) {
 }
 
 // bound lowers the budget of sends in flight to depth, the send queue
-// depth a QP the transmit slots send on was granted (at least 1). Sends
-// already in flight above it drain; new ones wait for them.
+// depth a QP the transmit slots send on was granted. Sends already in
+// flight above it drain; new ones wait for them. The budget stays above
+// one slot a reader: each may hold a super-packet's slot while it waits
+// for room to cut it, and a device that grants fewer work requests than
+// that (none known does) gets refused posts (tx_drop_post), not a hang.
 func (s *slots) bound(depth int) {
-	d := int32(max(1, min(depth, connSendDepth)))
+	d := int32(max(len(s.tx)+1, min(depth, connSendDepth)))
 	for {
 		b := s.budget.Load()
 		if d >= b || s.budget.CompareAndSwap(b, d) {

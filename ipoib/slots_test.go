@@ -67,7 +67,7 @@ func TestSendsBoundedByGrantedDepth(t *testing.T) {
 		{"one QP of several granted fewer", []int{connSendDepth, 64, connSendDepth}, 45, 64},
 		{"granted more than asked", []int{4 * connSendDepth}, 45, connSendDepth},
 		{"granted fewer, one send a slot", []int{40}, 1, 40},
-		{"granted none", []int{0}, 45, 1},
+		{"granted fewer than the readers", []int{0}, 45, 3}, // 2 readers: one each and one more
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestSlots(2)
