@@ -500,14 +500,26 @@ receiver coalesces them again (about 27 segments a TUN write on either). What di
   (14–21 sendmsg per MB in all, against 2–12 with UD) and a wake-up on the sender's.
 
 Since then the segments to a connected neighbor share slots (up to 46 of 1460 octets in
-one; connection send queues hold 1024 sends): 0.13–0.15 waits per super-packet in the same
-runs, and RC with 1460-octet segments above UD with them in both rounds (1.65 against
+one). With a first version whose connection send queues held 1024 sends: 0.13–0.15 waits
+per super-packet in the same runs, and RC with 1460-octet segments above UD with them in both rounds (1.65 against
 1.00 and 1.45 against 1.14 Gbit/s; before, 1.41 against 1.69 and 0.85 against 1.18).
 Keeping more in flight first emptied the receiver's shared receive queue (256 buffers of
 68 KiB, one to each message) inside one recvmmsg batch of 16 GRO trains: RNR NAKs and
 go-back-N retransmissions of about 10 % of the packets. softib now gives the buffers back
 after any train that leaves a receive queue half empty. The ACKs remain: fewer would need
 a still deeper window, and receive buffers that do not cost 68 KiB for a 1.5 KB message.
+
+The version merged keeps a connection's send queue at 256 work requests (a send queue is
+reserved per connection, busy or idle, and on verbs each work request is memory the driver
+pins: docs/design.md, "Send queue depth") and counts every send against the smallest depth
+a QP was granted; one flow may use the interface's whole budget of 256 sends, where its
+TUN reader's share of the slots held 128. Interleaved A/B runs of the two daemons
+(`scripts/bench-ab.sh`, path rc1460: iperf3 -M 1460, 5 s, 7 runs a side, medians), on a
+machine loaded by other work (load average 20–47 on 2 CPUs, single runs spreading 0.4–2.3
+Gbit/s): RC with 1460-octet segments 1.22× and 1.28× the daemon without shared slots,
+1.05× the 1024-deep version. The daemon's memory with 10,000 connections (softib, whose
+send ring grows only on a busy connection) is unchanged: 2.12 KiB per connection before,
+MEMNEW after.
 NOTES
 	echo
 	echo "## First packet to a fresh peer"
