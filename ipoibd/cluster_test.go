@@ -92,7 +92,7 @@ func newCluster(t *testing.T, name string, hosts int) *cluster {
 		if t.Failed() {
 			for k := 1; k <= hosts; k++ {
 				out, _ := os.ReadFile(tn.LogPath(k))
-				t.Logf("daemon log of h%d:\n%s", k, out)
+				t.Logf("daemon log of h%d%s:\n%s", k, c.ended(k), out)
 			}
 		}
 		if err := testnet.Down(name); err != nil {
@@ -178,10 +178,21 @@ func (c *cluster) underlay(k int) string { return c.tn.Underlay(k).String() }
 // query asks host k's daemon (ipoibd CMD --json) and decodes the answer.
 func (c *cluster) query(k int, cmd string, v any) {
 	c.t.Helper()
-	out := c.on(k, binary, cmd, "--json")
+	out, err := c.try(k, binary, cmd, "--json")
+	if err != nil {
+		c.t.Fatalf("h%d: ipoibd %s: %v%s\n%s", k, cmd, err, c.ended(k), out)
+	}
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		c.t.Fatalf("h%d: ipoibd %s: %v\n%s", k, cmd, err, out)
 	}
+}
+
+// ended tells, for a failure message, how host k's daemon ended, if it did.
+func (c *cluster) ended(k int) string {
+	if e := c.tn.Ended(k); e != "" {
+		return " (its daemon ended: " + e + ")"
+	}
+	return ""
 }
 
 func (c *cluster) neighbors(k int) map[string]ipoib.NeighInfo {
