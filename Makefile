@@ -64,8 +64,10 @@ deps-proof:
 # and the end-to-end tests (root: they make TUN devices and network
 # namespaces); the OpenSM judges of the SA client's users, which link
 # libibumad (tag rdma); then the real-kernel RDMA test bed.
+# -timeout: the ipoibd package's end-to-end tests take about 4 minutes on a
+# quiet 2-core machine and over 10 (go test's default bound) on a loaded one.
 test: lint deps-proof
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -count=1 -tags rdma -run 'OpenSM|IBSim' ./sapath/ ./ipoib/ ./verbs/
 	GO=$(GO) scripts/rxe-testbed.sh
 
