@@ -41,7 +41,10 @@ func TestMain(m *testing.M) {
 }
 
 // clusterNet hands each test its own underlay and IPoIB subnets, so that
-// tests never see each other's hosts: numbers 40 to 79 in turn.
+// tests never see each other's hosts: numbers 40 to 79 in turn. Numbers
+// are what testnet kills stray daemons by (their --underlay), so no other
+// user takes one of these blocks: the cni tests take 240-249, bench.sh
+// 250, bench-ab.sh 251, soak.sh 252, the demo 77 (never beside the tests).
 var clusterNet atomic.Int32
 
 // testSlot lets up to five checkouts run these tests on one machine at

@@ -10,7 +10,7 @@
 #   AB_OLD      the revision to compare with (required; e.g. HEAD~5, a hash)
 #   AB_SECONDS  iperf3 duration of each run (default 5)
 #   AB_REPS     runs per side and path (default 5)
-#   AB_NET      cluster number: underlay 10.N.0.0/24 (default 78)
+#   AB_NET      cluster number: underlay 10.N.0.0/24 (default 251)
 #   AB_PATHS    the paths to run (default "rc uc ud ud2044")
 set -Eeuo pipefail
 
@@ -19,7 +19,7 @@ cd "$here"
 old=${AB_OLD:?set AB_OLD (make bench-ab OLD=REV) to the revision to compare with}
 secs=${AB_SECONDS:-5}
 reps=${AB_REPS:-5}
-net=${AB_NET:-78}
+net=${AB_NET:-251}
 read -r -a paths <<<"${AB_PATHS:-rc uc ud ud2044}"
 export CLUSTER_NET=$net
 name=benchab
