@@ -16,6 +16,18 @@ SYSTEMD_DIR ?= $(PREFIX)/lib/systemd/system
 endif
 SBINDIR ?= $(PREFIX)/sbin
 MANDIR ?= $(PREFIX)/share/man
+# The configuration tools' recipes (README's "Configuration tools") are
+# examples to copy, not configuration: they go under DOCDIR.
+DOCDIR ?= $(PREFIX)/share/doc/ipoibd
+EXAMPLES = networkd/ib0.network networkd/ib0-unmanaged.network netplan/60-ipoibd-ib0.yaml \
+	NetworkManager/ipoibd-unmanaged.conf ipoibd-netns.conf
+# The CNI plugin goes where kubelet's runtimes look for plugins, /opt/cni/bin,
+# for the system prefixes; under any other prefix to its libexec.
+ifneq ($(filter /usr /usr/local,$(PREFIX)),)
+CNI_BIN_DIR ?= /opt/cni/bin
+else
+CNI_BIN_DIR ?= $(PREFIX)/libexec/cni
+endif
 
 .PHONY: build test testbed testbed-systemd lint fuzz bench bench-ab demo deps deps-proof install uninstall unit man soak
 
@@ -52,8 +64,10 @@ deps-proof:
 # and the end-to-end tests (root: they make TUN devices and network
 # namespaces); the OpenSM judges of the SA client's users, which link
 # libibumad (tag rdma); then the real-kernel RDMA test bed.
+# -timeout: the ipoibd package's end-to-end tests take about 4 minutes on a
+# quiet 2-core machine and over 10 (go test's default bound) on a loaded one.
 test: lint deps-proof
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -count=1 -tags rdma -run 'OpenSM|IBSim' ./sapath/ ./ipoib/ ./verbs/
 	GO=$(GO) scripts/rxe-testbed.sh
 
@@ -105,9 +119,13 @@ install: build unit
 	mkdir -p $(DESTDIR)$(MANDIR)/man8
 	bin/ipoibd man >$(DESTDIR)$(MANDIR)/man8/ipoibd.8
 	install -D -m 0644 dist/ib0.env.example $(DESTDIR)$(SYSCONFDIR)/ipoibd/ib0.env.example
+	install -D -m 0755 bin/ipoibd-cni $(DESTDIR)$(CNI_BIN_DIR)/ipoibd-cni
+	for f in $(EXAMPLES); do install -D -m 0644 dist/$$f $(DESTDIR)$(DOCDIR)/examples/$$f || exit 1; done
 	@case "$(DESTDIR)$(SYSTEMD_DIR)" in /etc/systemd/system|/usr/lib/systemd/system|/lib/systemd/system) \
 		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi;; esac
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/ipoibd $(DESTDIR)$(SYSTEMD_DIR)/ipoibd@.service $(DESTDIR)$(SYSCONFDIR)/ipoibd/ib0.env.example $(DESTDIR)$(MANDIR)/man8/ipoibd.8
+	rm -f $(DESTDIR)$(CNI_BIN_DIR)/ipoibd-cni $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(EXAMPLES))
 	rmdir $(DESTDIR)$(SYSCONFDIR)/ipoibd 2>/dev/null || true
+	rmdir $(addprefix $(DESTDIR)$(DOCDIR)/examples/,networkd netplan NetworkManager) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/madqueue"
 )
 
 // Service is a connection service: what sets connections up and tears
@@ -68,7 +69,9 @@ func (e *Engine) Close() error { return nil }
 // EngineService is ipoibd's own connection service: the Engine on a MAD
 // transport (ib.MADService: a port's QP1, or a QP1Share of it). Received
 // MADs wait in a bounded queue until the owner's Poll, so that the Engine
-// still runs on one goroutine.
+// still runs on one goroutine. The queue is shared fairly by source
+// (madqueue), as the provider's queue before it: when the owner falls
+// behind a flood, the flooder's MADs are the ones refused.
 type EngineService struct {
 	*Engine
 	mads ib.MADService
@@ -78,7 +81,9 @@ type EngineService struct {
 	mu      sync.Mutex
 	queue   []ib.MAD
 	spare   []ib.MAD
+	shares  *madqueue.Shares
 	dropped uint64 // queue full (the sender retransmits)
+	refused uint64 // over its source's share
 	closed  bool
 }
 
@@ -89,7 +94,8 @@ const maxQueuedMADs = 1024
 // cfg.Send is set to mads.Send. Close closes mads.
 func NewEngineService(cfg EngineConfig, mads ib.MADService) *EngineService {
 	cfg.Send = mads.Send
-	m := &EngineService{Engine: NewEngine(cfg), mads: mads, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	m := &EngineService{Engine: NewEngine(cfg), mads: mads, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		shares: madqueue.New(maxQueuedMADs)}
 	go m.receive()
 	return m
 }
@@ -98,9 +104,12 @@ func (m *EngineService) receive() {
 	defer close(m.done)
 	for mad := range m.mads.Recv() {
 		m.mu.Lock()
-		if len(m.queue) < maxQueuedMADs {
+		switch {
+		case !m.shares.Admit(mad.From, len(m.queue)):
+			m.refused++
+		case len(m.queue) < maxQueuedMADs:
 			m.queue = append(m.queue, mad)
-		} else {
+		default:
 			m.dropped++
 		}
 		m.mu.Unlock()
@@ -155,9 +164,10 @@ func (m *EngineService) String() string {
 // (if it counts).
 func (m *EngineService) Counters() []ib.Counter {
 	m.mu.Lock()
-	dropped := m.dropped
+	dropped, refused := m.dropped, m.refused
 	m.mu.Unlock()
-	out := append(m.Engine.Counters(), ib.Counter{Name: "mad_drop_queue_full", Value: dropped})
+	out := append(m.Engine.Counters(), ib.Counter{Name: "mad_drop_queue_full", Value: dropped},
+		ib.Counter{Name: "mad_drop_source_share", Value: refused})
 	if c, ok := m.mads.(interface{ Counters() []ib.Counter }); ok {
 		out = append(out, c.Counters()...)
 	}

@@ -178,6 +178,7 @@ var table = []Entry{
 	{"cm_rej_sent_*", false, ownCM, "REJs we sent, by reason (the IBA REJ reason: consumer, no_resources, stale_conn, ...); the log line of the refusal says more."},
 	{"cm_rej_sent_no_resources", true, ownCM, "REJs we sent because we were out of resources (--max-conns or the bound on connections in setup)."},
 	{"cm_mad_drop_queue_full", true, ownCM, "CM MADs dropped because the connection service's queue was full."},
+	{"cm_mad_drop_source_share", true, ownCM, "CM MADs dropped because the connection service's queue was over half full and their source had already had its share of it (a flooding host)."},
 	{"cm_mad_drop_split_full", true, ownCM, "CM MADs dropped because this interface's share of the port's QP1 was full."},
 	{"cm_umad_sent", false, verbsOwn, "MADs sent through ib_umad."},
 	{"cm_umad_received", false, verbsOwn, "MADs received through ib_umad."},

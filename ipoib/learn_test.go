@@ -94,3 +94,34 @@ func TestSolicitationsTeachCandidates(t *testing.T) {
 		t.Errorf("learn_rate_limited grew by %d for %d solicitations from one node, want about %d", got, 2*neigh.LearnBurst, neigh.LearnBurst)
 	}
 }
+
+// TestFirstPacketToLearnedNeighborConnects: a neighbor learned from its
+// solicitation is used by one packet, which goes over UD at once; that one
+// packet must also ask for the connection, as every later one would, or a
+// host that answers a single packet (a ping) stays on UD.
+func TestFirstPacketToLearnedNeighborConnects(t *testing.T) {
+	h := newFakeHosts(t, 2)
+	a, b := h[0], h[1]
+	// a's ARP request for b, as b takes it from the fabric; a itself never
+	// resolves b or asks for a connection.
+	link := a.LinkAddr()
+	pkt := neighPacket{etherType: encap.EtherTypeARP, n: neigh.ARPLen, src: ib.LinkAddr{QPN: link.QPN, GID: link.GID}}
+	req := neigh.ARP{Op: neigh.ARPRequest, SenderHW: link, SenderIP: a.ip4, TargetIP: b.ip4}
+	if err := req.Encode(pkt.data[:]); err != nil {
+		t.Fatal(err)
+	}
+	b.do(func() { b.ctl.handleNeighPacket(&pkt) })
+
+	out := packetTo(b.ip4, a.ip4, 84, 1)
+	b.send(out)
+	if got := a.next(t); string(got) != string(out) {
+		t.Fatalf("a got %d octets, want b's %d-octet packet", len(got), len(out))
+	}
+	if b.count(learnUsed) != 1 || b.count(txQueued) != 0 {
+		t.Errorf("b: learn_used %d, tx_queued %d; want the candidate used and nothing queued", b.count(learnUsed), b.count(txQueued))
+	}
+	waitFor(t, "b's connection to a after one packet", func() bool {
+		n, _ := b.neighbor(a.ip4)
+		return n.Via == "RC"
+	})
+}

@@ -39,9 +39,15 @@ func (c *control) handlePending(p pendingPacket) {
 		return
 	}
 	if path := e.Path(); path != nil {
-		// Published since the datapath looked: send it now if it can go.
+		// Published since the datapath looked (or just now, from a
+		// candidate): send it now if it can go. Over UD it asks for the
+		// connection, as the datapath's own UD sends do, or a peer that
+		// gets one packet from us stays on UD.
 		if c.send(p.slot, p.n, e, path) {
 			c.i.postBatch(&c.sends)
+			if path.QP == nil {
+				i.wantConnection(e, path)
+			}
 			return
 		}
 	}

@@ -41,7 +41,10 @@ func TestMain(m *testing.M) {
 }
 
 // clusterNet hands each test its own underlay and IPoIB subnets, so that
-// tests never see each other's hosts: numbers 40 to 79 in turn.
+// tests never see each other's hosts: numbers 40 to 79 in turn. Numbers
+// are what testnet kills stray daemons by (their --underlay), so no other
+// user takes one of these blocks: the cni tests take 240-249, bench.sh
+// 250, bench-ab.sh 251, soak.sh 252, the demo 77 (never beside the tests).
 var clusterNet atomic.Int32
 
 // testSlot lets up to five checkouts run these tests on one machine at
@@ -92,7 +95,7 @@ func newCluster(t *testing.T, name string, hosts int) *cluster {
 		if t.Failed() {
 			for k := 1; k <= hosts; k++ {
 				out, _ := os.ReadFile(tn.LogPath(k))
-				t.Logf("daemon log of h%d:\n%s", k, out)
+				t.Logf("daemon log of h%d%s:\n%s", k, c.ended(k), out)
 			}
 		}
 		if err := testnet.Down(name); err != nil {
@@ -178,10 +181,21 @@ func (c *cluster) underlay(k int) string { return c.tn.Underlay(k).String() }
 // query asks host k's daemon (ipoibd CMD --json) and decodes the answer.
 func (c *cluster) query(k int, cmd string, v any) {
 	c.t.Helper()
-	out := c.on(k, binary, cmd, "--json")
+	out, err := c.try(k, binary, cmd, "--json")
+	if err != nil {
+		c.t.Fatalf("h%d: ipoibd %s: %v%s\n%s", k, cmd, err, c.ended(k), out)
+	}
 	if err := json.Unmarshal([]byte(out), v); err != nil {
 		c.t.Fatalf("h%d: ipoibd %s: %v\n%s", k, cmd, err, out)
 	}
+}
+
+// ended tells, for a failure message, how host k's daemon ended, if it did.
+func (c *cluster) ended(k int) string {
+	if e := c.tn.Ended(k); e != "" {
+		return " (its daemon ended: " + e + ")"
+	}
+	return ""
 }
 
 func (c *cluster) neighbors(k int) map[string]ipoib.NeighInfo {

@@ -13,7 +13,8 @@ import (
 // TestMakeInstall: make install writes only under DESTDIR, where PREFIX
 // says: a private prefix keeps the unit and the configuration under it
 // too, the system prefixes keep them where systemd and the operator look
-// (/etc). The unit names the installed paths (without DESTDIR), and make
+// (/etc), the CNI plugin goes where runtimes look (/opt/cni/bin) and the
+// recipes under the doc directory. The unit names the installed paths (without DESTDIR), and make
 // uninstall with the same variables removes every file.
 func TestMakeInstall(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
@@ -25,11 +26,11 @@ func TestMakeInstall(t *testing.T) {
 		files    []string // relative to DESTDIR
 		exec, rc string   // the unit's ExecStart binary, EnvironmentFile
 	}{
-		{"/opt/ipoibd", []string{"opt/ipoibd/etc/ipoibd/ib0.env.example", "opt/ipoibd/lib/systemd/system/ipoibd@.service",
-			"opt/ipoibd/sbin/ipoibd", "opt/ipoibd/share/man/man8/ipoibd.8"},
+		{"/opt/ipoibd", slices.Concat([]string{"opt/ipoibd/etc/ipoibd/ib0.env.example", "opt/ipoibd/lib/systemd/system/ipoibd@.service",
+			"opt/ipoibd/libexec/cni/ipoibd-cni", "opt/ipoibd/sbin/ipoibd"}, installedRecipes("opt/ipoibd"), []string{"opt/ipoibd/share/man/man8/ipoibd.8"}),
 			"/opt/ipoibd/sbin/ipoibd", "/opt/ipoibd/etc/ipoibd/%i.env"},
-		{"/usr/local", []string{"etc/ipoibd/ib0.env.example", "etc/systemd/system/ipoibd@.service",
-			"usr/local/sbin/ipoibd", "usr/local/share/man/man8/ipoibd.8"},
+		{"/usr/local", slices.Concat([]string{"etc/ipoibd/ib0.env.example", "etc/systemd/system/ipoibd@.service",
+			"opt/cni/bin/ipoibd-cni", "usr/local/sbin/ipoibd"}, installedRecipes("usr/local"), []string{"usr/local/share/man/man8/ipoibd.8"}),
 			"/usr/local/sbin/ipoibd", "/etc/ipoibd/%i.env"},
 	} {
 		t.Run(tc.prefix, func(t *testing.T) {
@@ -69,6 +70,17 @@ func TestMakeInstall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// installedRecipes are the recipes make install puts under prefix's doc directory,
+// in filesUnder's order.
+func installedRecipes(prefix string) []string {
+	var out []string
+	for _, f := range []string{"NetworkManager/ipoibd-unmanaged.conf", "ipoibd-netns.conf", "netplan/60-ipoibd-ib0.yaml",
+		"networkd/ib0-unmanaged.network", "networkd/ib0.network"} {
+		out = append(out, prefix+"/share/doc/ipoibd/examples/"+f)
+	}
+	return out
 }
 
 // filesUnder lists the files (not directories) under dir, relative to it.

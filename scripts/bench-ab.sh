@@ -11,7 +11,7 @@
 #   AB_OLD      the revision to compare with (required; e.g. HEAD~5, a hash)
 #   AB_SECONDS  iperf3 duration of each run (default 5)
 #   AB_REPS     runs per side and path (default 5)
-#   AB_NET      cluster number: underlay 10.N.0.0/24 (default 78)
+#   AB_NET      cluster number: underlay 10.N.0.0/24 (default 251)
 #   AB_PATHS    the paths to run (default "rc uc ud ud2044 rc1460"; also ud1460)
 set -Eeuo pipefail
 
@@ -20,7 +20,7 @@ cd "$here"
 old=${AB_OLD:?set AB_OLD (make bench-ab OLD=REV) to the revision to compare with}
 secs=${AB_SECONDS:-5}
 reps=${AB_REPS:-5}
-net=${AB_NET:-78}
+net=${AB_NET:-251}
 read -r -a paths <<<"${AB_PATHS:-rc uc ud ud2044 rc1460}"
 export CLUSTER_NET=$net
 # The namespaces' names carry the cluster number: two runs on other

@@ -17,7 +17,7 @@
 #
 #   BENCH_SECONDS  iperf3 duration of each run (default 10)
 #   BENCH_REPS     runs per configuration, the median is reported (default 3)
-#   BENCH_NET      cluster number: underlay 10.N.0.0/24 (default 79)
+#   BENCH_NET      cluster number: underlay 10.N.0.0/24 (default 250)
 #   BENCH_OUT      the report (default BENCHMARKS.md in the repository)
 #   BENCH_CONNS    peers for the memory runs (default "1000 10000")
 #   BENCH_GO_TIMEOUT  seconds a package's micro-benchmarks may take (default 180)
@@ -30,7 +30,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 secs=${BENCH_SECONDS:-10}
 reps=${BENCH_REPS:-3}
-net=${BENCH_NET:-79}
+net=${BENCH_NET:-250}
 out=${BENCH_OUT:-$here/BENCHMARKS.md}
 go_secs=${BENCH_GO_TIMEOUT:-180}
 go_timeout=${go_secs}s

@@ -9,7 +9,8 @@
 # -hog         beside one busy loop per CPU, as on a loaded CI machine
 # -run REGEXP  only these tests (go test -run)
 # PACKAGE      go test's package patterns (default ./...)
-# Each run's output goes to FLAKY_DIR (default /tmp/flaky)/run-K.log. The
+# Each run's output goes to FLAKY_DIR (default /tmp/flaky)/run-K.log; the
+# bound per package binary is FLAKY_TIMEOUT (default 30m). The
 # exit status is 1 when any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
 	-n) runs=$2; shift 2 ;;
 	-hog) hog=1; shift ;;
 	-run) run=$2; shift 2 ;;
-	-h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,14p' "$0"; exit 0 ;;
 	-*) echo "flaky: unknown option $1" >&2; exit 2 ;;
 	*) break ;;
 	esac
@@ -43,7 +44,8 @@ if [ "$hog" = 1 ]; then
 	done
 fi
 
-args=(test -count=1)
+# Beside a hog the ipoibd package takes longer than go test's default 10 m.
+args=(test -count=1 -timeout "${FLAKY_TIMEOUT:-30m}")
 [ -z "$run" ] || args+=(-run "$run")
 failed=0
 for k in $(seq "$runs"); do

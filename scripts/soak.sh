@@ -32,7 +32,7 @@ flood=${SOAK_FLOOD:-20000}
 ns_flood=${SOAK_NS_FLOOD:-40000}
 export IPOIBD
 name=${SOAK_NAME:-soak}
-net=${CLUSTER_NET:-78}
+net=${CLUSTER_NET:-252}
 export CLUSTER_NET=$net
 seconds=${SOAK_SECONDS:-180}
 loss=${SOAK_LOSS:-2}

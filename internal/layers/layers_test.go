@@ -21,18 +21,18 @@ var allowed = map[string][]string{
 	"ib":      nil,
 	"inetsum": nil,
 	"mad":     {"ib"},
-	"encap":   {"ib"},
-	"sa":      {"ib", "mad"},
-	"cm":      {"ib", "mad"},
-	"neigh":   {"ib", "inetsum"},
-	"offload": {"ib", "inetsum"},
-	"mtu":     {"inetsum"},
-	"tun":     {"offload"},
-	"sapath":  {"cm", "ib", "sa"},
+	// the fair share of a bounded queue of received MADs (providers, CM)
+	"madqueue": {"ib"},
+	"encap":    {"ib"},
+	"sa":       {"ib", "mad"},
+	"cm":       {"ib", "mad", "madqueue"},
+	"neigh":    {"ib", "inetsum"},
+	"offload":  {"ib", "inetsum"},
+	"mtu":      {"inetsum"},
+	"tun":      {"offload"},
+	"sapath":   {"cm", "ib", "sa"},
 	// what the counters mean, for the man page, stats and metrics
 	"counterdoc": nil,
-	// the fair share of a provider's queue of received MADs
-	"madqueue": {"ib"},
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
 	"softib":                        {"ib", "madqueue"},

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // RunDir holds each cluster's state, in a directory named for it: its
@@ -40,6 +41,9 @@ type Cluster struct {
 	Env func(k int) []string
 	Dir string
 	dir string
+	// ends holds, per host, how the last daemon Start ran ended (an
+	// *os.ProcessState): what a test reports when its daemon is gone.
+	ends sync.Map
 }
 
 // clusterName: a name that makes namespace and interface names (NAME-vK

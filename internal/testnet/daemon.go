@@ -71,7 +71,11 @@ func (c *Cluster) Start(k int, flags ...string) error {
 	pidfd, err := unix.PidfdOpen(pid, 0)
 	// A caller that lives on (a test) reaps its daemon; the command's
 	// daemons pass to init when it exits.
-	go func() { _ = cmd.Wait() }()
+	c.ends.Delete(k)
+	go func() {
+		_ = cmd.Wait()
+		c.ends.Store(k, daemonEnd{cmd.ProcessState, time.Now()})
+	}()
 	if err != nil {
 		return fmt.Errorf("pidfd_open %d: %w", pid, err)
 	}
@@ -247,6 +251,24 @@ func (c *Cluster) Pid(k int) (int, error) {
 		return 0, fmt.Errorf("%s: %w", c.pidPath(k), err)
 	}
 	return pid, nil
+}
+
+// daemonEnd is how and when a daemon Start ran ended.
+type daemonEnd struct {
+	state *os.ProcessState
+	at    time.Time
+}
+
+// Ended says how host k's last daemon started by this Cluster ended
+// ("exit status 5 at 21:20:50.123", "signal: killed at …"), or "" while it
+// runs or when this Cluster did not start it.
+func (c *Cluster) Ended(k int) string {
+	v, ok := c.ends.Load(k)
+	if !ok {
+		return ""
+	}
+	e := v.(daemonEnd)
+	return e.state.String() + " at " + e.at.Format("15:04:05.000")
 }
 
 // LogPath is the file host k's daemons write to, each Start appending.
