@@ -170,6 +170,15 @@ func TestFakeSegmentsWithinGrantedDepth(t *testing.T) {
 					t.Errorf("%s %d, want 0", counterNames[c], got)
 				}
 			}
+			// The connection's own figures count every packed segment.
+			octets := 0
+			for _, w := range want {
+				octets += len(w)
+			}
+			path := p.a.neigh.Lookup(p.sink).Path()
+			if got := path.Bytes.Load(); got < uint64(octets) {
+				t.Errorf("the connection counts %d octets sent, want at least the %d of the segments", got, octets)
+			}
 		})
 	}
 }

@@ -164,6 +164,7 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 			i.ctr.add(txBytes, uint64(m))
 			i.ctr.inc(txConnected)
 			p.Packets.Add(1)
+			p.Bytes.Add(uint64(m))
 			i.addSend(&r.sends, p.QP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sgeAt(slot, at, encap.HeaderLen+m)})
 		}
 		k += cnt
