@@ -513,13 +513,15 @@ The version merged keeps a connection's send queue at 256 work requests (a send 
 reserved per connection, busy or idle, and on verbs each work request is memory the driver
 pins: docs/design.md, "Send queue depth") and counts every send against the smallest depth
 a QP was granted; one flow may use the interface's whole budget of 256 sends, where its
-TUN reader's share of the slots held 128. Interleaved A/B runs of the two daemons
-(`scripts/bench-ab.sh`, path rc1460: iperf3 -M 1460, 5 s, 7 runs a side, medians), on a
-machine loaded by other work (load average 20–47 on 2 CPUs, single runs spreading 0.4–2.3
-Gbit/s): RC with 1460-octet segments 1.22× and 1.28× the daemon without shared slots,
-1.05× the 1024-deep version. The daemon's memory with 10,000 connections (softib, whose
-send ring grows only on a busy connection) is unchanged: 2.12 KiB per connection before,
-MEMNEW after.
+TUN reader's share of the slots held 128. Interleaved A/B runs of the daemons
+(`scripts/bench-ab.sh`, 5 s iperf3 runs, 5–7 a side in a round; path rc1460 is iperf3 -M
+1460), on a machine loaded by other work (load average 20–47 on 2 CPUs, so that one side's
+runs within a round spread up to 4×), new ÷ old of the medians pooled over the rounds: RC
+with 1460-octet segments 1.21× the daemon without shared slots (4 rounds, 26 runs a side;
+the rounds 0.91–1.28) and 1.03× the 1024-deep version (2 rounds, 14 runs; 0.91 and 1.05);
+RC 1.15×, UC 1.18×, UD 1.04× (3, 3 and 2 rounds; the rounds 0.81–1.34): no path slower
+beyond the noise. The daemon's memory with 10,000 connections (softib, whose send ring
+grows only on a busy connection) MEMNEW.
 NOTES
 	echo
 	echo "## First packet to a fresh peer"
