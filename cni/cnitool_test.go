@@ -25,7 +25,7 @@ import (
 // cnitool cache entry behind, and a second DEL succeeds.
 func TestCnitool(t *testing.T) {
 	build(t)
-	c := upCluster(t, "cnitool", 1, 231, "--softib-pkeys", "0xffff,0x8001")
+	c := upCluster(t, "cnitool", 1, 1, "--softib-pkeys", "0xffff,0x8001")
 	h := newNode(t, c, 1)
 	readme := readmeConf(t)
 	name := readme["name"].(string)

@@ -125,24 +125,26 @@ func netConf(t *testing.T, conf map[string]any, dir string, edit func(top, ipam 
 }
 
 // testSlot lets checkouts run these tests on one machine at once, as
-// ipoibd's: IPOIBD_TEST_SLOT=1..4 puts the digit after every cluster name,
-// so that no run takes down another's hosts.
-var testSlot = func() string {
+// ipoibd's: IPOIBD_TEST_SLOT=1..4 puts the digit after every cluster name
+// and gives the run cluster numbers of its own (240 + 2 × slot, and the
+// next), outside the ipoibd tests' blocks (40-239): testnet kills stray
+// daemons by their underlay address, so two runs must never share one.
+var testSlot, slotNet = func() (string, int) {
 	if n, err := strconv.Atoi(os.Getenv("IPOIBD_TEST_SLOT")); err == nil && n >= 1 && n <= 4 {
-		return strconv.Itoa(n)
+		return strconv.Itoa(n), 240 + 2*n
 	}
-	return ""
+	return "", 240
 }()
 
-// upCluster makes the cluster name (the slot's) of hosts with number net
-// and starts a daemon with flags on each; Cleanup takes it down.
+// upCluster makes the cluster name (the slot's) of hosts with the slot's
+// cluster number plus net (0 or 1) and starts a daemon with flags on each; Cleanup takes it down.
 func upCluster(t *testing.T, name string, hosts, net int, flags ...string) *testnet.Cluster {
 	t.Helper()
 	name += testSlot
 	if err := testnet.Down(name); err != nil { // leftovers of an interrupted run
 		t.Fatal(err)
 	}
-	c, err := testnet.Up(name, hosts, net)
+	c, err := testnet.Up(name, hosts, slotNet+net)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +376,7 @@ func cniCode(err error) int {
 func TestPodsOnTwoNodes(t *testing.T) {
 	build(t)
 	flags := []string{"--softib-pkeys", "0xffff,0x8001,0x8002"}
-	c := upCluster(t, "cnipods", 2, 230, flags...)
+	c := upCluster(t, "cnipods", 2, 0, flags...)
 	h1, h2 := newNode(t, c, 1), newNode(t, c, 2)
 
 	// The README's network as written on h1; h2 gets its own slice of the
