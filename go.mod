@@ -21,6 +21,7 @@ require (
 	github.com/coreos/go-iptables v0.8.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/nftables v0.3.0 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/mdlayher/netlink v1.11.2 // indirect
 	github.com/mdlayher/socket v0.6.1 // indirect
@@ -28,6 +29,7 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/safchain/ethtool v0.7.0 // indirect
+	github.com/spf13/cobra v1.9.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
@@ -36,4 +38,7 @@ require (
 	sigs.k8s.io/knftables v0.0.22 // indirect
 )
 
-tool github.com/containernetworking/plugins/plugins/ipam/host-local
+tool (
+	github.com/containernetworking/cni/cnitool
+	github.com/containernetworking/plugins/plugins/ipam/host-local
+)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +56,8 @@ func build(t *testing.T) string {
 			{"ipoibd", "../ipoibd"},
 			{"ipoibd-cni", "./cmd/ipoibd-cni"},
 			{"host-local", "github.com/containernetworking/plugins/plugins/ipam/host-local"},
+			// The reference runtime tool, at the version go.mod requires.
+			{"cnitool", "github.com/containernetworking/cni/cnitool"},
 		} {
 			if out, err := exec.Command("go", "build", "-o", filepath.Join(bins, b[0]), b[1]).CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("building %s: %v\n%s", b[0], err, out)
@@ -119,6 +122,56 @@ func netConf(t *testing.T, conf map[string]any, dir string, edit func(top, ipam 
 		t.Fatal(err)
 	}
 	return l
+}
+
+// testSlot lets checkouts run these tests on one machine at once, as
+// ipoibd's: IPOIBD_TEST_SLOT=1..4 puts the digit after every cluster name
+// and gives the run cluster numbers of its own (240 + 2 × slot, and the
+// next), outside the ipoibd tests' blocks (40-239): testnet kills stray
+// daemons by their underlay address, so two runs must never share one.
+var testSlot, slotNet = func() (string, int) {
+	if n, err := strconv.Atoi(os.Getenv("IPOIBD_TEST_SLOT")); err == nil && n >= 1 && n <= 4 {
+		return strconv.Itoa(n), 240 + 2*n
+	}
+	return "", 240
+}()
+
+// upCluster makes the cluster name (the slot's) of hosts with the slot's
+// cluster number plus net (0 or 1) and starts a daemon with flags on each; Cleanup takes it down.
+func upCluster(t *testing.T, name string, hosts, net int, flags ...string) *testnet.Cluster {
+	t.Helper()
+	name += testSlot
+	if err := testnet.Down(name); err != nil { // leftovers of an interrupted run
+		t.Fatal(err)
+	}
+	c, err := testnet.Up(name, hosts, slotNet+net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Daemon = filepath.Join(bins, "ipoibd")
+	t.Cleanup(func() {
+		if t.Failed() {
+			for k := 1; k <= hosts; k++ {
+				out, _ := os.ReadFile(c.LogPath(k))
+				t.Logf("daemon log of h%d:\n%s", k, out)
+			}
+		}
+		if err := testnet.Down(name); err != nil {
+			t.Error(err)
+		}
+		for k := 1; k <= hosts; k++ {
+			for _, pid := range c.Stragglers(k) {
+				t.Errorf("h%d's daemon (pid %d) outlived its cluster", k, pid)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	for k := 1; k <= hosts; k++ {
+		if err := c.Start(k, flags...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
 }
 
 // node is one testnet host as a runtime sees it: libcni with its cache.
@@ -322,38 +375,8 @@ func cniCode(err error) int {
 // every result version, as libcni drives them.
 func TestPodsOnTwoNodes(t *testing.T) {
 	build(t)
-	const name = "cnipods"
-	if err := testnet.Down(name); err != nil {
-		t.Fatal(err)
-	}
-	c, err := testnet.Up(name, 2, 230)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Daemon = filepath.Join(bins, "ipoibd")
-	t.Cleanup(func() {
-		if t.Failed() {
-			for k := 1; k <= 2; k++ {
-				out, _ := os.ReadFile(c.LogPath(k))
-				t.Logf("daemon log of h%d:\n%s", k, out)
-			}
-		}
-		if err := testnet.Down(name); err != nil {
-			t.Error(err)
-		}
-		for k := 1; k <= 2; k++ {
-			for _, pid := range c.Stragglers(k) {
-				t.Errorf("h%d's daemon (pid %d) outlived its cluster", k, pid)
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 	flags := []string{"--softib-pkeys", "0xffff,0x8001,0x8002"}
-	for k := 1; k <= 2; k++ {
-		if err := c.Start(k, flags...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := upCluster(t, "cnipods", 2, 0, flags...)
 	h1, h2 := newNode(t, c, 1), newNode(t, c, 2)
 
 	// The README's network as written on h1; h2 gets its own slice of the

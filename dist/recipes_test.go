@@ -1,7 +1,9 @@
 // Package dist holds no code: its tests run the real configuration tools on
 // the recipes shipped here (README, "Configuration tools"), without booting
-// anything. dist/networkd/ib0.network is judged by the test bed's booted
-// systemd instead (ipoibd's systemd tests).
+// anything. dist/networkd/ib0.network and the hand-off files
+// (networkd/ib0-unmanaged.network, NetworkManager/ipoibd-unmanaged.conf) are
+// judged by the tools running in the test bed's systemd boot instead
+// (scripts/testbed.systemd.d).
 package dist
 
 import (

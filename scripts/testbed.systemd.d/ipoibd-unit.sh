@@ -62,6 +62,9 @@ logs() { logged "$2" | grep -q "$1"; }
 cleanup() {
 	[ -n "$peer" ] && kill -TERM "$peer" 2>/dev/null && wait "$peer"
 	systemctl stop ipoibd@ib1.service 2>/dev/null
+	# ub back home: deleting the namespace would delete the veth pair, and
+	# the hooks after this one use ua.
+	ip -n peer link set ub netns 1 2>/dev/null
 	ip netns del peer 2>/dev/null
 	ip netns del tb1 2>/dev/null
 }
