@@ -517,11 +517,13 @@ TUN reader's share of the slots held 128. Interleaved A/B runs of the daemons
 (`scripts/bench-ab.sh`, 5 s iperf3 runs, 5–7 a side in a round; path rc1460 is iperf3 -M
 1460), on a machine loaded by other work (load average 20–47 on 2 CPUs, so that one side's
 runs within a round spread up to 4×), new ÷ old of the medians pooled over the rounds: RC
-with 1460-octet segments 1.21× the daemon without shared slots (4 rounds, 26 runs a side;
+with 1460-octet segments 1.19× the daemon without shared slots (5 rounds, 33 runs a side;
 the rounds 0.91–1.28) and 1.03× the 1024-deep version (2 rounds, 14 runs; 0.91 and 1.05);
-RC 1.15×, UC 1.18×, UD 1.04× (3, 3 and 2 rounds; the rounds 0.81–1.34): no path slower
-beyond the noise. The daemon's memory with 10,000 connections (softib, whose send ring
-grows only on a busy connection) MEMNEW.
+RC 1.15×, UC 1.18×, UD 1.04×, UD with 1460-octet segments 0.96× (3, 3, 2 and 2 rounds; the
+rounds 0.81–1.34): no path slower beyond the noise. RC with 1460-octet segments still
+trailed UD with them in the one round that ran both (medians 1.51 and 1.88 Gbit/s). The
+daemon's memory with 10,000 connections (softib, whose send ring grows only on a busy
+connection) MEMNEW.
 NOTES
 	echo
 	echo "## First packet to a fresh peer"
