@@ -19,9 +19,6 @@ type qp struct {
 	srq    *srq
 	rq     *recvQueue // own receive queue when there is no SRQ
 	ctr    qpCounters
-	// maxSend is the send queue depth granted: as asked, at least 1
-	// (the ring grows to it on demand).
-	maxSend int
 
 	mu    sync.Mutex
 	state ib.QPState
@@ -57,14 +54,20 @@ func (d *Device) newQP(num ib.QPN, attr ib.QPAttr) *qp {
 		q.rq = newRecvQueue(max(attr.MaxRecv, 1))
 	}
 	q.req.depth = max(attr.MaxSend, 1)
-	q.maxSend = q.req.depth
 	return q
 }
 
 func (q *qp) Num() ib.QPN            { return q.num }
-func (q *qp) MaxSend() int           { return q.maxSend }
 func (q *qp) Type() ib.QPType        { return q.typ }
 func (q *qp) Counters() []ib.Counter { return q.ctr.snapshot() }
+
+// MaxSend is the depth asked for, at least 1: the ring grows to it on
+// demand. (No field of its own: a QP is kept per connection.)
+func (q *qp) MaxSend() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.req.depth
+}
 
 func (q *qp) State() ib.QPState {
 	q.mu.Lock()
