@@ -501,8 +501,9 @@ receiver coalesces them again (about 27 segments a TUN write on either). What di
 
 Since then the segments to a connected neighbor share slots (up to 46 of 1460 octets in
 one). With a first version whose connection send queues held 1024 sends: 0.13–0.15 waits
-per super-packet in the same runs, and RC with 1460-octet segments above UD with them in both rounds (1.65 against
-1.00 and 1.45 against 1.14 Gbit/s; before, 1.41 against 1.69 and 0.85 against 1.18).
+per super-packet in the same runs, and RC with 1460-octet segments above UD with them in
+both rounds (1.65 against 1.00 and 1.45 against 1.14 Gbit/s; before, 1.41 against 1.69 and
+0.85 against 1.18).
 Keeping more in flight first emptied the receiver's shared receive queue (256 buffers of
 68 KiB, one to each message) inside one recvmmsg batch of 16 GRO trains: RNR NAKs and
 go-back-N retransmissions of about 10 % of the packets. softib now gives the buffers back
