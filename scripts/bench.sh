@@ -525,10 +525,11 @@ rounds 0.81–1.34): no path slower beyond the noise. RC with 1460-octet segment
 trailed UD with them in the one round that ran both (medians 1.51 and 1.88 Gbit/s). The
 daemon's memory (VmRSS above idle per connection, cmload as below, one run each): 2.12 KiB
 at 10,000 connections before, 2.38 KiB after (main had moved on by three commits between
-the two builds); at 1,000, both builds run side by side, 3.32 KiB with main and 3.57 KiB
-with this change. softib's send ring grows only on a busy connection, so the send queue
-depth costs an idle connection nothing here; what else the 0.25 KiB is, one run each could
-not tell (8 octets more in softib's QP struct crossed a Go size class, now undone).
+the two builds); at 1,000, two pairs of runs with both builds side by side, 3.32 and 3.67
+KiB with main, 3.57 and 3.57 KiB with this change (the second after 8 octets more in
+softib's QP struct, which crossed a Go size class, were undone): run to run the figure
+moves by more than the builds differ. softib's send ring grows only on a busy connection,
+so the send queue depth costs an idle connection nothing here.
 NOTES
 	echo
 	echo "## First packet to a fresh peer"
