@@ -75,21 +75,24 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.2f"
 r2() { awk -v a="$1" 'BEGIN { if (a ~ /^[0-9.e+-]+$/) printf "%.3f", a; else print "n/a" }'; }
 
 declare -A label mtu tput truns dcpu dcpuruns bcpu bcpuruns ping
-order=(tcp sendbw-RC sendbw-UD ipoibd-rc ipoibd-ud)
+order=(tcp sendbw-RC sendbw-RC-events sendbw-UD ipoibd-rc ipoibd-ud)
 label[tcp]="kernel TCP over the veth va → vb (the guest's ceiling)"
 label[sendbw-RC]="perftest ib_send_bw, RC, 64 KiB messages"
 label[sendbw-UD]="perftest ib_send_bw, UD, IB-MTU messages"
+label[sendbw-RC-events]="perftest ib_send_bw, RC, 64 KiB messages, sleeping on completion events (-e)"
 label[ipoibd-rc]="ipoibd --provider verbs, connected mode, RC"
 label[ipoibd-ud]="ipoibd --provider verbs, datagram mode (UD)"
 ibmtu=$(one guest ibmtu)
 mtu[tcp]=$(one guest mtu_va)
 mtu[sendbw-RC]="IB MTU ${ibmtu:-?}"
 mtu[sendbw-UD]="IB MTU ${ibmtu:-?}"
+mtu[sendbw-RC-events]="IB MTU ${ibmtu:-?}"
 mtu[ipoibd-rc]=$(one ipoibd-rc-link mtu)
 mtu[ipoibd-ud]=$(one ipoibd-ud-link mtu)
 for k in "${order[@]}"; do
 	tput[$k]=$(r2 "$(med "$k" gbit)")
 	truns[$k]=$(get "$k" gbit | awk '{ printf "%s%.3f", (NR > 1 ? " " : ""), $1 }')
+	[ -n "${truns[$k]}" ] || truns[$k]="no run"
 	dcpu[$k]=$(med "$k" daemon_s_per_gb)
 	dcpuruns[$k]=$(runs "$k" daemon_s_per_gb)
 	[ -n "${dcpuruns[$k]}" ] || dcpuruns[$k]=n/a
@@ -102,11 +105,13 @@ for k in tcp ipoibd-rc ipoibd-ud; do
 	a=$(one "$k-ping" avg)
 	[ -z "$a" ] || ping[$k]="$a / $(one "$k-ping" mdev) (loss $(one "$k-ping" loss))"
 done
-lat_typ=$(one sendlat t_typical)
-lat_avg=$(one sendlat t_avg)
 # perftest's latency is half the round trip: twice it is ping's figure.
-lat_rtt=$(awk -v t="$lat_avg" 'BEGIN { if (t+0 > 0) printf "%.3f", 2 * t / 1000; else print "n/a" }')
-ping[sendbw-RC]="ib_send_lat RC 2 octets: 2 × t_avg = **$lat_rtt** (t_typical ${lat_typ:-n/a} µs, t_avg ${lat_avg:-n/a} µs, 99 % $(one sendlat p99) µs)"
+rtt_of() { awk -v t="$(one "$1" t_avg)" 'BEGIN { if (t+0 > 0) printf "%.3f", 2 * t / 1000; else print "n/a" }'; }
+lat_text() { echo "ib_send_lat RC 2 octets$2: 2 × t_avg = **$(rtt_of "$1")** (t_min $(one "$1" t_min), t_typical $(one "$1" t_typical), t_avg $(one "$1" t_avg), 99 % $(one "$1" p99) µs; $(one "$1" iters) iterations, client ran $(one "$1" wall_s) s)"; }
+lat_rtt=$(rtt_of sendlat)
+lat_rtt_ev=$(rtt_of sendlat-events)
+ping[sendbw-RC]=$(lat_text sendlat "")
+ping[sendbw-RC-events]=$(lat_text sendlat-events ", -e")
 ping_ms() { one "$1-ping" avg; }
 
 # The daemons' CPU profiles (BENCH_VERBS_PROFILE=1): decoded, and the
@@ -120,6 +125,7 @@ if [ "$profile" = 1 ]; then
 	mkdir -p "$profdir"
 	for m in rc-1 rc-2 ud-1 ud-2; do
 		f=$profdir/$m.prof
+		rm -f "$f"
 		awk -v f="$m.prof" '$1 == "BENCHFILE" && $2 == f { printf "%s", $3 }' "$console" | base64 -d >"$f" 2>/dev/null || true
 		[ -s "$f" ] || continue
 		go tool pprof -top -cum -nodecount 400 "$f" >"$profdir/$m.top" 2>/dev/null || continue
@@ -148,18 +154,23 @@ section=$tmp/section.md
 	echo "guest's initial namespace with the test bed's policy routing, so all traffic crosses the"
 	echo "veth. The two ipoibd daemons (\`--provider verbs\`, one per device, \`--cm kernel --peers"
 	echo "ipoibd-only --cm-modes rc\` for RC, \`--mode datagram\` for UD) put their interfaces in two"
-	echo "namespaces; iperf3 TCP, 1 stream, ${secs} s per run, median of ${reps} runs (all runs in"
-	echo "brackets); ib_send_bw ${secs} s per run (-D), ${reps} runs; ping 50 × 0.05 s after three"
-	echo "warm-up pings, avg / mdev in ms. Everything is emulated instruction by instruction, on a host"
-	echo "busy with other work, so the absolute figures are small and only the ratios within this one"
-	echo "run mean anything."
+	echo "namespaces; both pairs run for the whole measure. ${reps} rounds, each running every path once"
+	echo "in the table's order, so that the host's changing load spreads over all paths: iperf3 TCP,"
+	echo "1 stream, ${secs} s per run; ib_send_bw: messages completed on rxe0's receive queue"
+	echo "(its \`rdma_recvs\` counter) over ${secs} s of the guest's clock, from 2 s into the run (perftest's"
+	echo "own bandwidth figure converts TSC cycles with a CPU frequency TCG does not keep; it is in the"
+	echo "console log); the median of the ${reps} runs (all runs in brackets). Ping: 50 × 0.05 s after"
+	echo "three warm-up pings, avg / mdev in ms. Everything is emulated instruction by instruction, on"
+	echo "a host busy with other work, so the absolute figures are small and only the ratios within"
+	echo "this one run mean anything."
 	echo
 	echo "CPU per byte: *daemons*, the two ipoibd processes' utime + stime (/proc/PID/stat, every"
 	echo "thread) per GB iperf3 received; rxe does its sending work in the system call that rings"
-	echo "its doorbell, so that part of the kernel's work is in it. *guest*: every busy tick of the"
-	echo "guest's /proc/stat (all vCPUs, user + system + softirq + irq) per GB, whoever spent it:"
-	echo "the only figure for paths without a daemon (perftest polls its completion queue, so its"
-	echo "figure counts the polling too)."
+	echo "its doorbell, so that part of the kernel's work is in it. *guest*: the vCPUs' busy time"
+	echo "(/proc/uptime: 2 × uptime less idle) per GB, whoever spent it: the only figure for paths"
+	echo "without a daemon (perftest polls its completion queue, so its figure counts the polling"
+	echo "too). Under TCG on a loaded host a vCPU's time runs on while the host has its thread"
+	echo "descheduled, so every CPU figure here is time on a vCPU, not work done."
 	echo
 	echo "| path | MTU | throughput, Gbit/s | ÷ ib_send_bw RC | ÷ kernel TCP | ping avg / mdev, ms | CPU per byte, s/GB: daemons (runs) | guest (runs) |"
 	echo "|---|---|---|---|---|---|---|---|"
@@ -172,25 +183,32 @@ section=$tmp/section.md
 	echo "- ipoibd RC ÷ ib_send_bw RC: **$(ratio "${tput[ipoibd-rc]}" "${tput[sendbw-RC]}")**;"
 	echo "  ipoibd UD ÷ ib_send_bw UD: **$(ratio "${tput[ipoibd-ud]}" "${tput[sendbw-UD]}")**;"
 	echo "  ipoibd RC ÷ kernel TCP: $(ratio "${tput[ipoibd-rc]}" "${tput[tcp]}"); ib_send_bw RC ÷ kernel TCP: $(ratio "${tput[sendbw-RC]}" "${tput[tcp]}")"
-	echo "- ping through ipoibd RC ÷ ib_send_lat's round trip: $(ratio "$(ping_ms ipoibd-rc)" "$lat_rtt");"
-	echo "  UD: $(ratio "$(ping_ms ipoibd-ud)" "$lat_rtt"); ping over the veth ÷ ib_send_lat's: $(ratio "$(ping_ms tcp)" "$lat_rtt")"
+	echo "- ipoibd RC ÷ ib_send_bw RC sleeping on events: **$(ratio "${tput[ipoibd-rc]}" "${tput[sendbw-RC-events]}")**;"
+	echo "  ib_send_bw RC on events ÷ polling: $(ratio "${tput[sendbw-RC-events]}" "${tput[sendbw-RC]}")"
+	echo "- ping through ipoibd RC ÷ ib_send_lat's round trip: $(ratio "$(ping_ms ipoibd-rc)" "$lat_rtt"), ÷ ib_send_lat -e's:"
+	echo "  $(ratio "$(ping_ms ipoibd-rc)" "$lat_rtt_ev"); UD ÷ ib_send_lat's: $(ratio "$(ping_ms ipoibd-ud)" "$lat_rtt");"
+	echo "  ping over the veth ÷ ib_send_lat's: $(ratio "$(ping_ms tcp)" "$lat_rtt")"
 	echo "- guest CPU per byte, ipoibd RC ÷ ib_send_bw RC: $(ratio "${bcpu[ipoibd-rc]}" "${bcpu[sendbw-RC]}");"
 	echo "  ipoibd RC ÷ kernel TCP: $(ratio "${bcpu[ipoibd-rc]}" "${bcpu[tcp]}"); the daemons' share of the guest's CPU in RC:"
 	echo "  $(ratio "${dcpu[ipoibd-rc]}" "${bcpu[ipoibd-rc]}"), in UD: $(ratio "${dcpu[ipoibd-ud]}" "${bcpu[ipoibd-ud]}")"
 	echo
-	echo "Where the guest's CPU went (the first run of each measure: each command's utime + stime,"
-	echo "both ends summed, as a share of the guest's busy time; kernel threads by name):"
+	echo "Where the guest's CPU went (round 1, sampled from 1 s (ib_send_bw: 2 s) into each run for"
+	echo "its last seconds but one: each command's utime + stime, both ends summed, as a share of the"
+	echo "guest's busy time; kernel threads by name):"
 	echo
 	for k in "${order[@]}"; do
 		t=$(awk -v k="$k-top" '$1 == "BENCH" && $2 == k { $1 = ""; $2 = ""; sub(/^ +/, ""); print; exit }' "$console")
 		echo "- ${label[$k]}: ${t:-n/a}"
 	done
 	echo
-	echo "What one ibv_post_send carried on the sending side: ib_send_bw RC 65536 octets;"
-	for m in rc ud; do
-		txb=$(one "ipoibd-$m-sends" tx_bytes) txp=$(one "ipoibd-$m-sends" tx_packets)
-		echo "ipoibd $m $(awk -v b="$txb" -v p="$txp" 'BEGIN { if (p > 0) printf "%.0f", b / p; else print "n/a" }') on average ($txp sends, ping and iperf3 runs together)$([ $m = rc ] && echo ";" || echo ".")"
-	done
+	txb=$(one ipoibd-rc-sends tx_bytes) txp=$(one ipoibd-rc-sends tx_packets)
+	echo "What one send carried on the sending side (pings and iperf3 runs together): ib_send_bw"
+	echo "RC 65536 octets a message; ipoibd RC $(awk -v b="$txb" -v p="$txp" 'BEGIN { if (p > 0) printf "%.0f", b / p; else print "n/a" }') octets a packet ($txp packets, one RC send each);"
+	txb=$(one ipoibd-ud-sends tx_bytes) txp=$(one ipoibd-ud-sends tx_packets) txs=$(one ipoibd-ud-sends tx_super_packets)
+	echo "ipoibd UD $(awk -v b="$txb" -v p="$txp" 'BEGIN { if (p > 0) printf "%.0f", b / p; else print "n/a" }') octets a packet, $(awk -v p="$txp" -v s="$txs" 'BEGIN { if (s > 0) printf "%.1f", p / s; else print "n/a" }') packets per TUN super-packet ($txp packets)."
+	echo
+	echo "TCP retransmits per iperf3 run (runs): kernel TCP $(runs tcp retransmits); ipoibd RC $(runs ipoibd-rc retransmits);"
+	echo "ipoibd UD $(runs ipoibd-ud retransmits)."
 	if ((${#prof[@]} > 1)); then
 		echo
 		echo "CPU profiles of the daemons (IPOIBD_CPUPROFILE, over each daemon's life; cum shares:"

@@ -2,8 +2,9 @@
 # make bench-verbs, in the test bed's guest (scripts/bench-verbs.sh boots it
 # through scripts/rxe-testbed.sh with this directory as its hooks): on the
 # pair rxe0 (va) / rxe1 (vb), one after the other,
-#   - perftest's ib_send_bw (RC, 64 KiB messages; also UD at the IB MTU)
-#     and ib_send_lat (RC, 2 octets),
+#   - perftest's ib_send_bw (RC, 64 KiB messages; also UD at the IB MTU,
+#     and RC sleeping on completion events) and ib_send_lat (RC, 2 octets,
+#     polling and on events),
 #   - ipoibd --provider verbs, connected mode over RC (MTU 65520) and
 #     datagram mode (UD): iperf3 and ping between two namespaces,
 #   - the kernel's TCP between va and vb (the link the rxe devices sit on).
@@ -75,11 +76,13 @@ ticks() {
 	done
 	echo $t
 }
-# iperf_json FILE: "bytes bits_per_second" of sum_received in iperf3 -J
+# iperf_json FILE: "bytes bits_per_second retransmits" of sum_received
+# (retransmits: sum_sent's) in iperf3 -J
 # output (no jq in the guest; the JSON is iperf3's own pretty print).
 iperf_json() {
-	awk '/"sum_received"/ { s = 1 } s && /"bytes":/ { gsub(/[^0-9.]/, "", $2); b = $2 }
-		s && /"bits_per_second":/ { gsub(/[^0-9.e+]/, "", $2); print b, $2; exit }' "$1"
+	awk '/"sum_sent"/ { t = 1 } t && /"retransmits":/ { gsub(/[^0-9]/, "", $2); rt = $2; t = 0 }
+		/"sum_received"/ { s = 1 } s && /"bytes":/ { gsub(/[^0-9.]/, "", $2); b = $2 }
+		s && /"bits_per_second":/ { gsub(/[^0-9.e+]/, "", $2); print b, $2, (rt == "" ? "n/a" : rt); exit }' "$1"
 }
 
 stop_all() {
@@ -100,12 +103,19 @@ echo "BENCH guest kernel=$(uname -r) cpus=$(nproc) mem_kib=$(awk '/^MemTotal/ {p
 
 # --- perftest ----------------------------------------------------------------
 
-# perf NAME TOOL ARGS...: server on A, client on B (to IPA), the client's
-# output in $log/NAME.cli; also prints the busy CPU seconds per GB of the
-# run on the BENCH line the caller writes (busy_s set).
+# perf NAME TOOL WINDOW ARGS...: server on A, client on B (to IPA), the
+# client's output in $log/NAME.cli. WINDOW > 0: the client runs in the
+# background and, 2 s after it started, the script samples for WINDOW
+# seconds: messages that completed on A's receive queue (rxe0's
+# rdma_recvs) per second of the guest's own clock (win_msgs, win_s), the
+# guest's busy time (busy_s) and its busiest commands (top_line). perftest's
+# own bandwidth figure converts TSC cycles with a CPU frequency that TCG
+# does not keep (-F: go on despite the mismatch), and in duration mode
+# (-D) it printed 0 for runs with 900 messages: the counter is the figure.
+# WINDOW 0: the client's wall time (wall_s).
 perf() {
-	local name=$1 tool=$2 spid port=$((18600 + RANDOM % 100)) b0 b1 rc
-	shift 2
+	local name=$1 tool=$2 win=$3 spid cpid port=$((18600 + RANDOM % 100)) b0 b1 m0 m1 t0 t1 rc
+	shift 3
 	timeout $((SECS * 3 + 60)) "$tool" -d "$A" -x "$GA" -p $port -F "$@" >"$log/$name.srv" 2>&1 &
 	spid=$!
 	for _ in $(seq 100); do
@@ -113,167 +123,218 @@ perf() {
 		kill -0 $spid 2>/dev/null || break
 		sleep 0.1
 	done
-	cpu_snap "$log/snap0"
-	b0=$(busy)
-	timeout $((SECS * 3 + 60)) "$tool" -d "$B" -x "$GB" -p $port -F "$@" "$IPA" >"$log/$name.cli" 2>&1
+	t0=$EPOCHREALTIME
+	timeout $((SECS * 3 + 60)) "$tool" -d "$B" -x "$GB" -p $port -F "$@" "$IPA" >"$log/$name.cli" 2>&1 &
+	cpid=$!
+	if [ "$win" -gt 0 ]; then
+		sleep 2
+		cpu_snap "$log/snap0"
+		b0=$(busy) m0=$(ctr "$A" rdma_recvs) t0=$EPOCHREALTIME
+		sleep "$win"
+		b1=$(busy) m1=$(ctr "$A" rdma_recvs) t1=$EPOCHREALTIME
+		cpu_snap "$log/snap1"
+		top_line=$(cpu_top "$log/snap0" "$log/snap1" $((b1 - b0)))
+		win_msgs=$((m1 - m0))
+		win_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+		busy_s=$(awk -v t=$((b1 - b0)) -v hz="$hz" 'BEGIN { printf "%.2f", t / hz }')
+	fi
+	wait $cpid
 	rc=$?
-	b1=$(busy)
-	cpu_snap "$log/snap1"
-	top_line=$(cpu_top "$log/snap0" "$log/snap1" $((b1 - b0)))
+	wall_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
 	wait $spid
-	busy_s=$(awk -v t=$((b1 - b0)) -v hz="$hz" 'BEGIN { printf "%.2f", t / hz }')
 	return $rc
 }
 # The result row of ib_send_bw and ib_send_lat: the line after the header
 # (the first field is the message size).
 perf_row() { awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' "$1"; }
 
-# ib_send_bw: RC, 64 KiB messages, SECS seconds (-D), REPS runs.
-for mode in RC UD; do
-	size=65536
-	[ $mode = UD ] && size=$(ibv_devinfo -d "$A" | awk '/active_mtu/ { print $2; exit }')
-	ok=0
-	rx0=$(rxe_counters)
-	for r in $(seq "$REPS"); do
-		c0=$(ctr "$A" rcvd_pkts)
-		if perf "sendbw-$mode-$r" ib_send_bw -c $mode -s "$size" -D "$SECS"; then
-			row=$(perf_row "$log/sendbw-$mode-$r.cli")
-			# #bytes #iterations BW-peak BW-average MsgRate (MB/s = 2^20 octets/s)
-			read -r sz it peak avg mpps <<<"$row"
-			if [ -n "${avg:-}" ]; then
-				bytes=$(awk -v a="$avg" -v s="$SECS" 'BEGIN { printf "%.0f", a * 1048576 * s }')
-				echo "BENCH sendbw-$mode run=$r size=$sz iters=$it mbs=$avg peak=$peak mpps=$mpps" \
-					"gbit=$(awk -v a="$avg" 'BEGIN { printf "%.4f", a * 1048576 * 8 / 1e9 }')" \
-					"busy_s_per_gb=$(awk -v s="$busy_s" -v b="$bytes" 'BEGIN { if (b > 0) printf "%.1f", s / (b / 1e9); else print "n/a" }')" \
-					"rxe0_rcvd=$(($(ctr "$A" rcvd_pkts) - c0))"
-				[ "$r" = 1 ] && echo "BENCH sendbw-$mode-top $top_line"
-				ok=$((ok + 1))
-				continue
-			fi
-		fi
-		show "$log/sendbw-$mode-$r.srv" "$log/sendbw-$mode-$r.cli"
-	done
-	echo "  | rxe counters before ib_send_bw $mode: $rx0"
-	echo "  | rxe counters after:  $(rxe_counters)"
-	if [ $ok = "$REPS" ]; then pass "ib_send_bw-$mode"; else fail "ib_send_bw-$mode" "$ok of $REPS runs gave a figure"; fi
-done
+# --- the daemons: RC and UD pairs, up for the whole run -------------------------
 
-# ib_send_lat: RC, 2 octets, 1000 iterations (half the round trip, as
-# perftest reports it).
-if perf sendlat ib_send_lat -c RC -s 2 -n 1000; then
-	read -r sz it tmin tmax ttyp tavg tstd p99 p999 <<<"$(perf_row "$log/sendlat.cli")"
-	echo "BENCH sendlat size=$sz iters=$it t_min=$tmin t_max=$tmax t_typical=$ttyp t_avg=$tavg t_stdev=$tstd p99=$p99 p999=$p999"
-	pass ib_send_lat
-else
-	show "$log/sendlat.srv" "$log/sendlat.cli"
-	fail ib_send_lat "ib_send_lat failed: $(tail -n 1 "$log/sendlat.cli")"
-fi
-
-# --- iperf3 and ping ------------------------------------------------------------
-
-# measure KEY NSA NSB DST: ping, then REPS iperf3 runs of SECS seconds from
-# NSA to DST in NSB ("" is the initial namespace), with the CPU of the
-# processes in cpu_pids and of the whole guest per GB received.
-cpu_pids=()
-measure() {
-	local key=$1 nsa=$2 nsb=$3 dst=$4 ea=() eb=() r t0 t1 b0 b1 c0 bytes bps spid ok=0
-	[ -n "$nsa" ] && ea=(ip netns exec "$nsa")
-	[ -n "$nsb" ] && eb=(ip netns exec "$nsb")
-	"${ea[@]}" ping -c 3 -i 0.2 -W 3 "$dst" >/dev/null 2>&1
-	"${ea[@]}" ping -q -c 50 -i 0.05 -W 2 "$dst" >"$log/$key.ping" 2>&1
-	echo "BENCH $key-ping $(awk -F'[ /]+' '/^rtt/ { printf "min=%s avg=%s max=%s mdev=%s ", $7, $8, $9, $10 }
-		/packet loss/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) printf "loss=%s ", $i }' "$log/$key.ping")"
-	"${eb[@]}" iperf3 -s -D -B "$dst" -I "$log/iperf3.pid" >/dev/null 2>&1
-	for _ in $(seq 50); do [ -s "$log/iperf3.pid" ] && break; sleep 0.1; done
-	spid=$(cat "$log/iperf3.pid" 2>/dev/null)
-	sleep 0.3
-	for r in $(seq "$REPS"); do
-		c0=$(ctr "$A" rcvd_pkts)
-		[ "$r" = 1 ] && cpu_snap "$log/snap0"
-		t0=$(ticks "${cpu_pids[@]}") b0=$(busy)
-		"${ea[@]}" timeout $((SECS + 30)) iperf3 -c "$dst" -t "$SECS" -J --connect-timeout 5000 "${iperf_args[@]}" >"$log/$key-$r.json" 2>&1
-		t1=$(ticks "${cpu_pids[@]}") b1=$(busy)
-		if [ "$r" = 1 ]; then
-			cpu_snap "$log/snap1"
-			echo "BENCH $key-top $(cpu_top "$log/snap0" "$log/snap1" $((b1 - b0)))"
-		fi
-		read -r bytes bps <<<"$(iperf_json "$log/$key-$r.json")"
-		if [ -z "${bps:-}" ]; then
-			show "$log/$key-$r.json" | tail -n 5
-			continue
-		fi
-		ok=$((ok + 1))
-		echo "BENCH $key run=$r bytes=$bytes gbit=$(awk -v b="$bps" 'BEGIN { printf "%.4f", b / 1e9 }')" \
-			"daemon_s_per_gb=$(awk -v t=$((t1 - t0)) -v b="$bytes" -v n=${#cpu_pids[@]} -v hz="$hz" 'BEGIN { if (n && b > 0) printf "%.1f", t / hz / (b / 1e9); else print "n/a" }')" \
-			"busy_s_per_gb=$(awk -v t=$((b1 - b0)) -v b="$bytes" -v hz="$hz" 'BEGIN { if (b > 0) printf "%.1f", t / hz / (b / 1e9); else print "n/a" }')" \
-			"rxe0_rcvd=$(($(ctr "$A" rcvd_pkts) - c0))"
-	done
-	[ -n "$spid" ] && kill "$spid" 2>/dev/null
-	rm -f "$log/iperf3.pid"
-	sleep 0.3
-	if [ $ok = "$REPS" ]; then pass "$key"; else fail "$key" "$ok of $REPS iperf3 runs gave a figure"; fi
-}
-
-# The kernel's TCP over va/vb (the policy routing of the test bed makes
-# B -> A cross the veth): the ceiling of this guest.
-iperf_args=(-B "$IPB")
-cpu_pids=()
-measure tcp "" "" "$IPA"
-iperf_args=()
-
-# start K DEV NS FLAGS...: one daemon; ready when its control socket answers.
+# start NAME DEV NS NET FLAGS...: one daemon, NAME for its log and profile,
+# address 192.168.NET.(1 on rxe0, 2 on rxe1); ready when its control socket
+# answers. Its pid goes to started.
 start() {
-	local k=$1 dev=$2 ns=$3
-	shift 3
-	"${prof_env[@]}" ipoibd --provider verbs --device "$dev" --netns "$ns" \
-		--addr "192.168.61.$k/24" "$@" >"$log/$ns.log" 2>&1 &
-	pids+=($!)
+	local name=$1 dev=$2 ns=$3 net=$4 k=1 penv=(env)
+	shift 4
+	[ "$dev" = "$B" ] && k=2
+	[ "$PROFILE" = 1 ] && penv=(env "IPOIBD_CPUPROFILE=$log/$name.prof")
+	ip netns del "$ns" 2>/dev/null
+	ip netns add "$ns"
+	"${penv[@]}" ipoibd --provider verbs --device "$dev" --netns "$ns" \
+		--addr "192.168.$net.$k/24" "$@" >"$log/$name.log" 2>&1 &
+	started=$!
+	pids+=("$started")
 	for _ in $(seq 300); do
 		ip netns exec "$ns" ipoibd show >/dev/null 2>&1 && return 0
-		kill -0 "${pids[-1]}" 2>/dev/null || return 1
+		kill -0 "$started" 2>/dev/null || return 1
 		sleep 0.1
 	done
 	return 1
 }
-for ns in vba vbb; do ip netns del "$ns" 2>/dev/null; ip netns add "$ns"; done
+# Both pairs run side by side on the two devices (each daemon has its own
+# QPs; only the RC pair listens through the kernel CM), so that the rounds
+# below can interleave every path.
+declare -A dpids up
 for mode in rc ud; do
 	case $mode in
-	rc) flags=(--cm kernel --peers ipoibd-only --cm-modes rc) ;;
-	ud) flags=(--mode datagram) ;;
+	rc) flags=(--cm kernel --peers ipoibd-only --cm-modes rc) net=61 ;;
+	ud) flags=(--mode datagram) net=62 ;;
 	esac
-	ok=1
+	up[$mode]=1 dpids[$mode]=""
 	for k in 1 2; do
-		prof_env=(env)
-		[ "$PROFILE" = 1 ] && prof_env=(env "IPOIBD_CPUPROFILE=$log/$mode-$k.prof")
-		dev=$A ns=vba
-		[ $k = 2 ] && dev=$B ns=vbb
-		start $k "$dev" $ns "${flags[@]}" || { ok=0; break; }
+		dev=$A
+		[ $k = 2 ] && dev=$B
+		if ! start "$mode-$k" "$dev" "v$mode$k" $net "${flags[@]}"; then
+			up[$mode]=0
+			fail "ipoibd-$mode-up" "daemon $k did not come up: $(tail -n 2 "$log/$mode-$k.log" | tr '\n' ' ')"
+			break
+		fi
+		dpids[$mode]+=" $started"
 	done
-	if [ $ok = 0 ]; then
-		fail "ipoibd-$mode" "a daemon did not come up: $(tail -n 2 "$log"/vb?.log | tr '\n' ' ')"
-		stop_all
-		continue
+	if [ "${up[$mode]}" = 1 ]; then
+		pass "ipoibd-$mode-up"
+		echo "BENCH ipoibd-$mode-link mtu=$(ip netns exec "v${mode}1" cat /sys/class/net/ib0/mtu)" \
+			"mode=$(ip netns exec "v${mode}1" ipoibd show | awk '/mode/ { print; exit }' | tr -s ' ' '_')"
 	fi
-	cpu_pids=("${pids[@]}")
-	echo "BENCH ipoibd-$mode-link mtu=$(ip netns exec vba cat /sys/class/net/ib0/mtu)" \
-		"mode=$(ip netns exec vba ipoibd show | awk '/mode/ { print; exit }' | tr -s ' ' '_')"
-	rx0=$(rxe_counters)
-	measure "ipoibd-$mode" vba vbb 192.168.61.2
-	echo "  | rxe counters before ipoibd-$mode: $rx0"
-	echo "  | rxe counters after:  $(rxe_counters)"
-	ip netns exec vba ipoibd conn --wide 2>&1 | show
-	ip netns exec vba ipoibd stats 2>&1 | show
-	ip netns exec vbb ipoibd stats 2>&1 | show
-	# Octets per send on the sender's connection or UD QP: what each
-	# ibv_post_send carried (ib_send_bw's is its message size).
-	echo "BENCH ipoibd-$mode-sends $(ip netns exec vba ipoibd stats --json | tr ',{}' '\n' |
-		awk -F: '{ gsub(/[" ]/, "", $1); v[$1] = $2 } END { printf "tx_bytes=%d tx_packets=%d tx_connected=%d tx_ud=%d", v["tx_bytes"], v["tx_packets"], v["tx_connected"], v["tx_ud"] }')"
-	stop_all
-	for k in 1 2; do
-		[ "$PROFILE" = 1 ] && [ -s "$log/$mode-$k.prof" ] || continue # nothing to send
-		# The host turns these back into the file (base64 in lines).
-		{ base64 -w 0 "$log/$mode-$k.prof"; echo; } | fold -w 200 | sed "s/^/BENCHFILE $mode-$k.prof /"
-	done
 done
-for ns in vba vbb; do ip netns del "$ns" 2>/dev/null; done
+
+# --- latency: ping on each path, ib_send_lat ----------------------------------------
+
+# ping_of KEY NS DST: three warm-up pings (ARP, the connection), then 50.
+ping_of() {
+	local key=$1 ns=$2 dst=$3 e=()
+	[ -n "$ns" ] && e=(ip netns exec "$ns")
+	"${e[@]}" ping -c 3 -i 0.2 -W 3 "$dst" >/dev/null 2>&1
+	"${e[@]}" ping -q -c 50 -i 0.05 -W 2 "$dst" >"$log/$key.ping" 2>&1
+	echo "BENCH $key-ping $(awk -F'[ /]+' '/^rtt/ { printf "min=%s avg=%s max=%s mdev=%s ", $7, $8, $9, $10 }
+		/packet loss/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) printf "loss=%s ", $i }' "$log/$key.ping")"
+}
+ping_of tcp "" "$IPA"
+[ "${up[rc]}" = 1 ] && ping_of ipoibd-rc vrc1 192.168.61.2
+[ "${up[ud]}" = 1 ] && ping_of ipoibd-ud vud1 192.168.62.2
+
+# ib_send_lat: RC, 2 octets (half the round trip, as perftest reports
+# it): polling, 1000 iterations; sleeping on events (-e), 200.
+for mode in poll events; do
+	key=sendlat args=(-n 1000)
+	[ $mode = events ] && key=sendlat-events args=(-n 200 -e)
+	if perf $key ib_send_lat 0 -c RC -s 2 "${args[@]}"; then
+		read -r sz it tmin tmax ttyp tavg tstd p99 p999 <<<"$(perf_row "$log/$key.cli")"
+		# wall_s: the whole client run (set-up included), a check on
+		# perftest's clock: iterations × 2 × t_avg must fit in it.
+		echo "BENCH $key size=$sz iters=$it t_min=$tmin t_max=$tmax t_typical=$ttyp t_avg=$tavg t_stdev=$tstd p99=$p99 p999=$p999 wall_s=$wall_s"
+		pass "ib_send_lat-$mode"
+	else
+		show "$log/$key.srv" "$log/$key.cli"
+		fail "ib_send_lat-$mode" "ib_send_lat failed: $(tail -n 1 "$log/$key.cli")"
+	fi
+done
+
+# --- throughput: REPS rounds, each path once per round ------------------------------
+
+# sendbw MODE R: ib_send_bw, RC with 64 KiB messages, UD with IB-MTU
+# ones, or RC-events (RC sleeping on completion events, -e, as ipoibd
+# does, instead of polling); the window of perf is SECS seconds.
+ibmtu=$(ibv_devinfo -d "$A" | awk '/active_mtu/ { print $2; exit }')
+declare -A okn
+sendbw() {
+	local mode=$1 r=$2 size=65536 ev=() c0 bytes sz it peak avg
+	[ "$mode" = UD ] && size=$ibmtu
+	[ "$mode" = RC-events ] && ev=(-e)
+	c0=$(ctr "$A" rcvd_pkts)
+	# 2 s warm-up, the window, 2 s to spare.
+	if perf "sendbw-$mode-$r" ib_send_bw "$SECS" -c "${mode%-events}" "${ev[@]}" -s "$size" -D $((SECS + 4)) &&
+		((win_msgs > 0)); then
+		# perftest's own row: #bytes #iterations BW-peak BW-average MsgRate
+		read -r sz it peak avg _ <<<"$(perf_row "$log/sendbw-$mode-$r.cli")"
+		bytes=$((win_msgs * size))
+		echo "BENCH sendbw-$mode run=$r size=$size msgs=$win_msgs window_s=$win_s" \
+			"gbit=$(awk -v b="$bytes" -v s="$win_s" 'BEGIN { printf "%.4f", b * 8 / s / 1e9 }')" \
+			"busy_s_per_gb=$(awk -v t="$busy_s" -v b="$bytes" 'BEGIN { if (b > 0) printf "%.1f", t / (b / 1e9); else print "n/a" }')" \
+			"rxe0_rcvd=$(($(ctr "$A" rcvd_pkts) - c0)) perftest_iters=${it:-n/a} perftest_mbs=${avg:-n/a} perftest_peak=${peak:-n/a} perftest_size=${sz:-n/a}"
+		[ "$r" = 1 ] && echo "BENCH sendbw-$mode-top $top_line"
+		okn[sendbw-$mode]=$((${okn[sendbw-$mode]:-0} + 1))
+	else
+		show "$log/sendbw-$mode-$r.srv" "$log/sendbw-$mode-$r.cli"
+	fi
+}
+
+# iperf_run KEY NSA NSB DST R PID...: one iperf3 run of SECS seconds from
+# NSA to DST in NSB ("" is the initial namespace, where the client binds
+# to IPB), with the CPU time of the PIDs (the daemons) and of the whole
+# guest per GB received; in round 1 also the busiest commands, sampled
+# from 1 s into the run until 1 s before its end.
+iperf_run() {
+	local key=$1 nsa=$2 nsb=$3 dst=$4 r=$5 ea=() eb=() ba=() t0 t1 b0 b1 c0 bytes bps retx cpid w0 w1
+	shift 5
+	[ -n "$nsa" ] && ea=(ip netns exec "$nsa")
+	[ -n "$nsb" ] && eb=(ip netns exec "$nsb")
+	[ -z "$nsa" ] && ba=(-B "$IPB")
+	rm -f "$log/iperf3.pid"
+	"${eb[@]}" iperf3 -s -1 -D -B "$dst" -I "$log/iperf3.pid" >/dev/null 2>&1
+	for _ in $(seq 50); do [ -s "$log/iperf3.pid" ] && break; sleep 0.1; done
+	sleep 0.3
+	c0=$(ctr "$A" rcvd_pkts)
+	t0=$(ticks "$@") b0=$(busy)
+	"${ea[@]}" timeout $((SECS + 30)) iperf3 -c "$dst" -t "$SECS" -J --connect-timeout 5000 "${ba[@]}" >"$log/$key-$r.json" 2>&1 &
+	cpid=$!
+	if [ "$r" = 1 ] && ((SECS > 2)); then
+		sleep 1
+		cpu_snap "$log/snap0"
+		w0=$(busy)
+		sleep $((SECS - 2))
+		w1=$(busy)
+		cpu_snap "$log/snap1"
+		echo "BENCH $key-top $(cpu_top "$log/snap0" "$log/snap1" $((w1 - w0)))"
+	fi
+	wait $cpid
+	t1=$(ticks "$@") b1=$(busy)
+	read -r bytes bps retx <<<"$(iperf_json "$log/$key-$r.json")"
+	if [ -z "${bps:-}" ]; then
+		show "$log/$key-$r.json" | tail -n 5
+		return
+	fi
+	okn[$key]=$((${okn[$key]:-0} + 1))
+	echo "BENCH $key run=$r bytes=$bytes gbit=$(awk -v b="$bps" 'BEGIN { printf "%.4f", b / 1e9 }')" \
+		"daemon_s_per_gb=$(awk -v t=$((t1 - t0)) -v b="$bytes" -v n=$# -v hz="$hz" 'BEGIN { if (n && b > 0) printf "%.1f", t / hz / (b / 1e9); else print "n/a" }')" \
+		"busy_s_per_gb=$(awk -v t=$((b1 - b0)) -v b="$bytes" -v hz="$hz" 'BEGIN { if (b > 0) printf "%.1f", t / hz / (b / 1e9); else print "n/a" }')" \
+		"rxe0_rcvd=$(($(ctr "$A" rcvd_pkts) - c0)) retransmits=$retx"
+}
+
+rx0=$(rxe_counters)
+for r in $(seq "$REPS"); do
+	for mode in RC UD RC-events; do sendbw $mode "$r"; done
+	# The kernel's TCP over va/vb (the policy routing of the test bed makes
+	# B -> A cross the veth): the ceiling of this guest.
+	iperf_run tcp "" "" "$IPA" "$r"
+	# shellcheck disable=SC2086 # the daemons' pids
+	[ "${up[rc]}" = 1 ] && iperf_run ipoibd-rc vrc1 vrc2 192.168.61.2 "$r" ${dpids[rc]}
+	# shellcheck disable=SC2086
+	[ "${up[ud]}" = 1 ] && iperf_run ipoibd-ud vud1 vud2 192.168.62.2 "$r" ${dpids[ud]}
+done
+for k in sendbw-RC sendbw-UD sendbw-RC-events tcp ipoibd-rc ipoibd-ud; do
+	if [ "${okn[$k]:-0}" = "$REPS" ]; then pass "$k"; else fail "$k" "${okn[$k]:-0} of $REPS runs gave a figure"; fi
+done
+
+# --- diagnosis, then the daemons stop ------------------------------------------------
+
+echo "  | rxe counters before the rounds: $rx0"
+echo "  | rxe counters after:             $(rxe_counters)"
+for mode in rc ud; do
+	[ "${up[$mode]}" = 1 ] || continue
+	ip netns exec "v${mode}1" ipoibd conn --wide 2>&1 | show
+	ip netns exec "v${mode}1" ipoibd stats 2>&1 | show
+	ip netns exec "v${mode}2" ipoibd stats 2>&1 | show
+	# Octets per send on the sender's side: what each ibv_post_send
+	# carried (ib_send_bw's is its message size).
+	echo "BENCH ipoibd-$mode-sends $(ip netns exec "v${mode}1" ipoibd stats --json | tr ',{}' '\n' |
+		awk -F: '{ gsub(/[" ]/, "", $1); v[$1] = $2 } END { printf "tx_bytes=%d tx_packets=%d tx_connected=%d tx_ud=%d tx_super_packets=%d", v["tx_bytes"], v["tx_packets"], v["tx_connected"], v["tx_ud"], v["tx_super_packets"] }')"
+done
+stop_all
+for m in rc-1 rc-2 ud-1 ud-2; do
+	[ "$PROFILE" = 1 ] && [ -s "$log/$m.prof" ] || continue # nothing to send
+	# The host turns these back into the file (base64 in lines).
+	{ base64 -w 0 "$log/$m.prof"; echo; } | fold -w 200 | sed "s/^/BENCHFILE $m.prof /"
+done
+for ns in vrc1 vrc2 vud1 vud2; do ip netns del "$ns" 2>/dev/null; done
 echo "BENCH done"
