@@ -148,7 +148,7 @@ perf() {
 # (the first field is the message size).
 perf_row() { awk '/^ *#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' "$1"; }
 
-# --- the daemons: RC and UD pairs, up for the whole run -------------------------
+# --- the daemons ------------------------------------------------------------------
 
 # start NAME DEV NS NET FLAGS...: one daemon, NAME for its log and profile,
 # address 192.168.NET.(1 on rxe0, 2 on rxe1); ready when its control socket
@@ -161,7 +161,7 @@ start() {
 	ip netns del "$ns" 2>/dev/null
 	ip netns add "$ns"
 	"${penv[@]}" ipoibd --provider verbs --device "$dev" --netns "$ns" \
-		--addr "192.168.$net.$k/24" "$@" >"$log/$name.log" 2>&1 &
+		--addr "192.168.$net.$k/24" "$@" >>"$log/$name.log" 2>&1 &
 	started=$!
 	pids+=("$started")
 	for _ in $(seq 300); do
@@ -171,32 +171,51 @@ start() {
 	done
 	return 1
 }
-# Both pairs run side by side on the two devices (each daemon has its own
-# QPs; only the RC pair listens through the kernel CM), so that the rounds
-# below can interleave every path.
-declare -A dpids up
-for mode in rc ud; do
+# pair MODE: the two daemons of MODE (rc: connected mode over RC through
+# the kernel CM; ud: datagram mode), one per device, interfaces in the
+# namespaces vMODE1 and vMODE2; their pids in dpids. Only one pair runs at
+# a time, and only for its own measures: a run with both pairs up beside
+# the perftest runs found the idle daemons taking most of the guest.
+declare -A okn
+pair() {
+	local mode=$1 k dev flags net
 	case $mode in
 	rc) flags=(--cm kernel --peers ipoibd-only --cm-modes rc) net=61 ;;
 	ud) flags=(--mode datagram) net=62 ;;
 	esac
-	up[$mode]=1 dpids[$mode]=""
+	dpids=()
 	for k in 1 2; do
 		dev=$A
 		[ $k = 2 ] && dev=$B
 		if ! start "$mode-$k" "$dev" "v$mode$k" $net "${flags[@]}"; then
-			up[$mode]=0
-			fail "ipoibd-$mode-up" "daemon $k did not come up: $(tail -n 2 "$log/$mode-$k.log" | tr '\n' ' ')"
-			break
+			echo "  | daemon $mode-$k did not come up: $(tail -n 2 "$log/$mode-$k.log" | tr '\n' ' ')"
+			stop_all
+			return 1
 		fi
-		dpids[$mode]+=" $started"
+		dpids+=("$started")
 	done
-	if [ "${up[$mode]}" = 1 ]; then
-		pass "ipoibd-$mode-up"
-		echo "BENCH ipoibd-$mode-link mtu=$(ip netns exec "v${mode}1" cat /sys/class/net/ib0/mtu)" \
-			"mode=$(ip netns exec "v${mode}1" ipoibd show | awk '/mode/ { print; exit }' | tr -s ' ' '_')"
-	fi
-done
+	okn[ipoibd-$mode-up]=$((${okn[ipoibd-$mode-up]:-0} + 1))
+}
+# idle MODE: the pair's CPU while nothing crosses it, over 3 s.
+idle() {
+	local t0 t1 w0 w1
+	t0=$(ticks "${dpids[@]}") w0=$EPOCHREALTIME
+	sleep 3
+	t1=$(ticks "${dpids[@]}") w1=$EPOCHREALTIME
+	echo "BENCH ipoibd-$1-idle cpu_pct=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v a="$w0" -v b="$w1" 'BEGIN { printf "%.0f", 100 * t / hz / (b - a) }')"
+}
+# diagnose MODE: the pair's counters and what one send carried.
+diagnose() {
+	local mode=$1
+	echo "  | rxe counters: $(rxe_counters)"
+	ip netns exec "v${mode}1" ipoibd conn --wide 2>&1 | show
+	ip netns exec "v${mode}1" ipoibd stats 2>&1 | show
+	ip netns exec "v${mode}2" ipoibd stats 2>&1 | show
+	# Octets per send on the sender's side: what each ibv_post_send
+	# carried (ib_send_bw's is its message size).
+	echo "BENCH ipoibd-$mode-sends $(ip netns exec "v${mode}1" ipoibd stats --json | tr ',{}' '\n' |
+		awk -F: '{ gsub(/[" ]/, "", $1); v[$1] = $2 } END { printf "tx_bytes=%d tx_packets=%d tx_connected=%d tx_ud=%d tx_super_packets=%d", v["tx_bytes"], v["tx_packets"], v["tx_connected"], v["tx_ud"], v["tx_super_packets"] }')"
+}
 
 # --- latency: ping on each path, ib_send_lat ----------------------------------------
 
@@ -210,8 +229,6 @@ ping_of() {
 		/packet loss/ { for (i = 1; i <= NF; i++) if ($i ~ /%$/) printf "loss=%s ", $i }' "$log/$key.ping")"
 }
 ping_of tcp "" "$IPA"
-[ "${up[rc]}" = 1 ] && ping_of ipoibd-rc vrc1 192.168.61.2
-[ "${up[ud]}" = 1 ] && ping_of ipoibd-ud vud1 192.168.62.2
 
 # ib_send_lat: RC, 2 octets (half the round trip, as perftest reports
 # it): polling, 1000 iterations; sleeping on events (-e), 200.
@@ -236,7 +253,6 @@ done
 # ones, or RC-events (RC sleeping on completion events, -e, as ipoibd
 # does, instead of polling); the window of perf is SECS seconds.
 ibmtu=$(ibv_devinfo -d "$A" | awk '/active_mtu/ { print $2; exit }')
-declare -A okn
 sendbw() {
 	local mode=$1 r=$2 size=65536 ev=() c0 bytes sz it peak avg
 	[ "$mode" = UD ] && size=$ibmtu
@@ -301,39 +317,33 @@ iperf_run() {
 		"rxe0_rcvd=$(($(ctr "$A" rcvd_pkts) - c0)) retransmits=$retx"
 }
 
-rx0=$(rxe_counters)
 for r in $(seq "$REPS"); do
 	for mode in RC UD RC-events; do sendbw $mode "$r"; done
 	# The kernel's TCP over va/vb (the policy routing of the test bed makes
 	# B -> A cross the veth): the ceiling of this guest.
 	iperf_run tcp "" "" "$IPA" "$r"
-	# shellcheck disable=SC2086 # the daemons' pids
-	[ "${up[rc]}" = 1 ] && iperf_run ipoibd-rc vrc1 vrc2 192.168.61.2 "$r" ${dpids[rc]}
-	# shellcheck disable=SC2086
-	[ "${up[ud]}" = 1 ] && iperf_run ipoibd-ud vud1 vud2 192.168.62.2 "$r" ${dpids[ud]}
+	for mode in rc ud; do
+		pair $mode || continue
+		if [ "$r" = 1 ]; then
+			echo "BENCH ipoibd-$mode-link mtu=$(ip netns exec "v${mode}1" cat /sys/class/net/ib0/mtu)" \
+				"mode=$(ip netns exec "v${mode}1" ipoibd show | awk '/mode/ { print; exit }' | tr -s ' ' '_')"
+			idle $mode
+			ping_of "ipoibd-$mode" "v${mode}1" "192.168.6$([ $mode = rc ] && echo 1 || echo 2).2"
+		else
+			ip netns exec "v${mode}1" ping -c 3 -i 0.2 -W 3 "192.168.6$([ $mode = rc ] && echo 1 || echo 2).2" >/dev/null 2>&1
+		fi
+		iperf_run "ipoibd-$mode" "v${mode}1" "v${mode}2" "192.168.6$([ $mode = rc ] && echo 1 || echo 2).2" "$r" "${dpids[@]}"
+		[ "$r" = "$REPS" ] && diagnose $mode
+		stop_all
+	done
 done
-for k in sendbw-RC sendbw-UD sendbw-RC-events tcp ipoibd-rc ipoibd-ud; do
+for k in sendbw-RC sendbw-UD sendbw-RC-events tcp ipoibd-rc-up ipoibd-rc ipoibd-ud-up ipoibd-ud; do
 	if [ "${okn[$k]:-0}" = "$REPS" ]; then pass "$k"; else fail "$k" "${okn[$k]:-0} of $REPS runs gave a figure"; fi
 done
-
-# --- diagnosis, then the daemons stop ------------------------------------------------
-
-echo "  | rxe counters before the rounds: $rx0"
-echo "  | rxe counters after:             $(rxe_counters)"
-for mode in rc ud; do
-	[ "${up[$mode]}" = 1 ] || continue
-	ip netns exec "v${mode}1" ipoibd conn --wide 2>&1 | show
-	ip netns exec "v${mode}1" ipoibd stats 2>&1 | show
-	ip netns exec "v${mode}2" ipoibd stats 2>&1 | show
-	# Octets per send on the sender's side: what each ibv_post_send
-	# carried (ib_send_bw's is its message size).
-	echo "BENCH ipoibd-$mode-sends $(ip netns exec "v${mode}1" ipoibd stats --json | tr ',{}' '\n' |
-		awk -F: '{ gsub(/[" ]/, "", $1); v[$1] = $2 } END { printf "tx_bytes=%d tx_packets=%d tx_connected=%d tx_ud=%d tx_super_packets=%d", v["tx_bytes"], v["tx_packets"], v["tx_connected"], v["tx_ud"], v["tx_super_packets"] }')"
-done
-stop_all
 for m in rc-1 rc-2 ud-1 ud-2; do
 	[ "$PROFILE" = 1 ] && [ -s "$log/$m.prof" ] || continue # nothing to send
-	# The host turns these back into the file (base64 in lines).
+	# The host turns these back into the file (base64 in lines; the
+	# last round's daemons).
 	{ base64 -w 0 "$log/$m.prof"; echo; } | fold -w 200 | sed "s/^/BENCHFILE $m.prof /"
 done
 for ns in vrc1 vrc2 vud1 vud2; do ip netns del "$ns" 2>/dev/null; done
