@@ -154,15 +154,19 @@ section=$tmp/section.md
 	echo "guest's initial namespace with the test bed's policy routing, so all traffic crosses the"
 	echo "veth. The two ipoibd daemons (\`--provider verbs\`, one per device, \`--cm kernel --peers"
 	echo "ipoibd-only --cm-modes rc\` for RC, \`--mode datagram\` for UD) put their interfaces in two"
-	echo "namespaces; both pairs run for the whole measure. ${reps} rounds, each running every path once"
-	echo "in the table's order, so that the host's changing load spreads over all paths: iperf3 TCP,"
-	echo "1 stream, ${secs} s per run; ib_send_bw: messages completed on rxe0's receive queue"
-	echo "(its \`rdma_recvs\` counter) over ${secs} s of the guest's clock, from 2 s into the run (perftest's"
-	echo "own bandwidth figure converts TSC cycles with a CPU frequency TCG does not keep; it is in the"
-	echo "console log); the median of the ${reps} runs (all runs in brackets). Ping: 50 × 0.05 s after"
-	echo "three warm-up pings, avg / mdev in ms. Everything is emulated instruction by instruction, on"
-	echo "a host busy with other work, so the absolute figures are small and only the ratios within"
-	echo "this one run mean anything."
+	echo "namespaces; one pair at a time, started for its own measure in each round and stopped after"
+	echo "it (idle pairs left running beside perftest took most of the guest, see the idle row)."
+	echo "${reps} rounds, each running every path once in the table's order, so that the host's changing"
+	echo "load spreads over all paths: iperf3 TCP, 1 stream, ${secs} s per run; ib_send_bw (RC and UD"
+	echo "for $((secs + 2)) s, -D; on events 300 messages, perftest has no duration mode with events): the"
+	echo "messages completed on rxe0's receive queue (its \`rdma_recvs\` counter, read every 0.2 s)"
+	echo "from the first read that saw them move to the last, over the guest-clock time between those"
+	echo "reads, so the set-up, seconds under this load, is left out (perftest's own figure converts"
+	echo "TSC cycles with a CPU frequency TCG does not keep, and in duration mode printed 0 for runs"
+	echo "of 900 messages; it is in the console log); the median of the ${reps} runs (all runs in"
+	echo "brackets). Ping: 50 × 0.05 s after three warm-up pings, avg / mdev in ms. Everything is"
+	echo "emulated instruction by instruction, on a host busy with other work, so the absolute"
+	echo "figures are small and only the ratios within this one run mean anything."
 	echo
 	echo "CPU per byte: *daemons*, the two ipoibd processes' utime + stime (/proc/PID/stat, every"
 	echo "thread) per GB iperf3 received; rxe does its sending work in the system call that rings"
@@ -192,14 +196,17 @@ section=$tmp/section.md
 	echo "  ipoibd RC ÷ kernel TCP: $(ratio "${bcpu[ipoibd-rc]}" "${bcpu[tcp]}"); the daemons' share of the guest's CPU in RC:"
 	echo "  $(ratio "${dcpu[ipoibd-rc]}" "${bcpu[ipoibd-rc]}"), in UD: $(ratio "${dcpu[ipoibd-ud]}" "${bcpu[ipoibd-ud]}")"
 	echo
-	echo "Where the guest's CPU went (round 1, sampled from 1 s (ib_send_bw: 2 s) into each run for"
-	echo "its last seconds but one: each command's utime + stime, both ends summed, as a share of the"
-	echo "guest's busy time; kernel threads by name):"
+	echo "Where the guest's CPU went (round 1, from 1 s into each iperf3 run to 1 s before its end,"
+	echo "ib_send_bw's from its first messages for $((secs - 1)) s: each command's utime + stime, both ends"
+	echo "summed, as a share of the guest's busy time, 200 % for both vCPUs; kernel threads by name):"
 	echo
 	for k in "${order[@]}"; do
 		t=$(awk -v k="$k-top" '$1 == "BENCH" && $2 == k { $1 = ""; $2 = ""; sub(/^ +/, ""); print; exit }' "$console")
 		echo "- ${label[$k]}: ${t:-n/a}"
 	done
+	echo
+	echo "An idle pair (3 s after it came up, before the first ping): the two ipoibd processes' utime +"
+	echo "stime over wall time, RC **$(one ipoibd-rc-idle cpu_pct) %**, UD **$(one ipoibd-ud-idle cpu_pct) %** of one vCPU."
 	echo
 	txb=$(one ipoibd-rc-sends tx_bytes) txp=$(one ipoibd-rc-sends tx_packets)
 	echo "What one send carried on the sending side (pings and iperf3 runs together): ib_send_bw"

@@ -104,19 +104,22 @@ echo "BENCH guest kernel=$(uname -r) cpus=$(nproc) mem_kib=$(awk '/^MemTotal/ {p
 # --- perftest ----------------------------------------------------------------
 
 # perf NAME TOOL WINDOW ARGS...: server on A, client on B (to IPA), the
-# client's output in $log/NAME.cli. WINDOW > 0: the client runs in the
-# background and, 2 s after it started, the script samples for WINDOW
-# seconds: messages that completed on A's receive queue (rxe0's
-# rdma_recvs) per second of the guest's own clock (win_msgs, win_s), the
-# guest's busy time (busy_s) and its busiest commands (top_line). perftest's
-# own bandwidth figure converts TSC cycles with a CPU frequency that TCG
-# does not keep (-F: go on despite the mismatch), and in duration mode
-# (-D) it printed 0 for runs with 900 messages: the counter is the figure.
-# WINDOW 0: the client's wall time (wall_s).
+# client's output in $log/NAME.cli. WINDOW > 0: while the client runs, the
+# script reads the messages completed on A's receive queue (rxe0's
+# rdma_recvs) every 0.2 s: the figure is the messages from the first read
+# that saw them move to the last one, over the guest-clock time between
+# those reads (win_msgs, win_s), with the guest's busy time over the same
+# reads (busy_s) and its busiest commands over the first WINDOW - 1 s
+# (top_line). So the client's set-up, which takes seconds under load, is
+# left out. perftest's own bandwidth figure converts TSC cycles with a
+# CPU frequency that TCG does not keep (-F: go on despite the mismatch),
+# and in duration mode (-D) it printed 0 for runs of 900 messages.
+# WINDOW 0: only the client's wall time (wall_s).
 perf() {
-	local name=$1 tool=$2 win=$3 spid cpid port=$((18600 + RANDOM % 100)) b0 b1 m0 m1 t0 t1 rc
+	local name=$1 tool=$2 win=$3 spid cpid port=$((18600 + RANDOM % 100)) t0 rc m mp t b
+	local m0="" t0w="" b0="" m1="" t1w="" b1="" snapped=0
 	shift 3
-	timeout $((SECS * 3 + 60)) "$tool" -d "$A" -x "$GA" -p $port -F "$@" >"$log/$name.srv" 2>&1 &
+	timeout $((SECS * 4 + 60)) "$tool" -d "$A" -x "$GA" -p $port -F "$@" >"$log/$name.srv" 2>&1 &
 	spid=$!
 	for _ in $(seq 100); do
 		[ -n "$(ss -Hltn "sport = :$port")" ] && break
@@ -124,19 +127,31 @@ perf() {
 		sleep 0.1
 	done
 	t0=$EPOCHREALTIME
-	timeout $((SECS * 3 + 60)) "$tool" -d "$B" -x "$GB" -p $port -F "$@" "$IPA" >"$log/$name.cli" 2>&1 &
+	timeout $((SECS * 4 + 60)) "$tool" -d "$B" -x "$GB" -p $port -F "$@" "$IPA" >"$log/$name.cli" 2>&1 &
 	cpid=$!
+	win_msgs=0 win_s=0 busy_s=0 top_line=""
 	if [ "$win" -gt 0 ]; then
-		sleep 2
-		cpu_snap "$log/snap0"
-		b0=$(busy) m0=$(ctr "$A" rdma_recvs) t0=$EPOCHREALTIME
-		sleep "$win"
-		b1=$(busy) m1=$(ctr "$A" rdma_recvs) t1=$EPOCHREALTIME
-		cpu_snap "$log/snap1"
-		top_line=$(cpu_top "$log/snap0" "$log/snap1" $((b1 - b0)))
-		win_msgs=$((m1 - m0))
-		win_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-		busy_s=$(awk -v t=$((b1 - b0)) -v hz="$hz" 'BEGIN { printf "%.2f", t / hz }')
+		mp=$(ctr "$A" rdma_recvs)
+		while kill -0 $cpid 2>/dev/null; do
+			m=$(ctr "$A" rdma_recvs) t=$EPOCHREALTIME b=$(busy)
+			if [ -z "$m0" ] && ((m > mp)); then
+				m0=$m t0w=$t b0=$b m1=$m t1w=$t b1=$b
+				cpu_snap "$log/snap0"
+			elif [ -n "$m0" ] && ((m > m1)); then
+				m1=$m t1w=$t b1=$b
+				if [ $snapped = 0 ] && awk -v a="$t0w" -v b="$t" -v w="$win" 'BEGIN { exit !(b - a >= w - 1) }'; then
+					cpu_snap "$log/snap1"
+					top_line=$(cpu_top "$log/snap0" "$log/snap1" $((b - b0)))
+					snapped=1
+				fi
+			fi
+			sleep 0.2
+		done
+		if [ -n "$m0" ]; then
+			win_msgs=$((m1 - m0))
+			win_s=$(awk -v a="$t0w" -v b="$t1w" 'BEGIN { printf "%.3f", b - a }')
+			busy_s=$(awk -v t=$((b1 - b0)) -v hz="$hz" 'BEGIN { printf "%.2f", t / hz }')
+		fi
 	fi
 	wait $cpid
 	rc=$?
@@ -250,16 +265,16 @@ done
 # --- throughput: REPS rounds, each path once per round ------------------------------
 
 # sendbw MODE R: ib_send_bw, RC with 64 KiB messages, UD with IB-MTU
-# ones, or RC-events (RC sleeping on completion events, -e, as ipoibd
-# does, instead of polling); the window of perf is SECS seconds.
+# ones (both for SECS + 2 s, -D), or RC-events (RC sleeping on completion
+# events, -e, as ipoibd does, instead of polling; perftest has no duration
+# mode with events: 300 messages).
 ibmtu=$(ibv_devinfo -d "$A" | awk '/active_mtu/ { print $2; exit }')
 sendbw() {
-	local mode=$1 r=$2 size=65536 ev=() c0 bytes sz it peak avg
+	local mode=$1 r=$2 size=65536 run=(-D $((SECS + 2))) c0 bytes sz it peak avg
 	[ "$mode" = UD ] && size=$ibmtu
-	[ "$mode" = RC-events ] && ev=(-e)
+	[ "$mode" = RC-events ] && run=(-e -n 300)
 	c0=$(ctr "$A" rcvd_pkts)
-	# 2 s warm-up, the window, 2 s to spare.
-	if perf "sendbw-$mode-$r" ib_send_bw "$SECS" -c "${mode%-events}" "${ev[@]}" -s "$size" -D $((SECS + 4)) &&
+	if perf "sendbw-$mode-$r" ib_send_bw "$SECS" -c "${mode%-events}" -s "$size" "${run[@]}" &&
 		((win_msgs > 0)); then
 		# perftest's own row: #bytes #iterations BW-peak BW-average MsgRate
 		read -r sz it peak avg _ <<<"$(perf_row "$log/sendbw-$mode-$r.cli")"
