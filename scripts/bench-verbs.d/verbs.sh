@@ -49,6 +49,14 @@ rxe_counters() {
 # TCG), so that a path with no daemon has a cost too.
 ncpu=$(nproc)
 busy() { awk -v n="$ncpu" -v hz="$hz" '{ printf "%.0f\n", (n * $1 - $2) * hz }' /proc/uptime; }
+# busy_now: the same into BUSY, with builtins only (/proc/uptime has two
+# decimals: centiseconds).
+busy_now() {
+	local u i
+	read -r u i </proc/uptime
+	u=${u/./} i=${i/./}
+	BUSY=$(((ncpu * 10#$u - 10#$i) * hz / 100))
+}
 # cpu_snap FILE: pid, command and utime + stime of every process.
 cpu_snap() {
 	local f l c v
@@ -145,25 +153,34 @@ perf() {
 	cpid=$!
 	win_msgs=0 win_s=0 busy_s=0 top_line=""
 	if [ "$win" -gt 0 ]; then
-		mp=$(ctr "$A" rdma_recvs)
-		while kill -0 $cpid 2>/dev/null; do
-			m=$(ctr "$A" rdma_recvs) t=$EPOCHREALTIME b=$(busy)
+		# Builtins only in this loop (no forks: a loop that forks took
+		# seconds a turn at host load 30 and missed a whole short run).
+		local cf=/sys/class/infiniband/$A/ports/1/hw_counters/rdma_recvs slp
+		# A pipe nobody writes to: read -t on it is a sleep without a fork.
+		exec {slp}<> <(:)
+		read -r mp <"$cf"
+		while [ -e "/proc/$cpid" ]; do
+			read -r m <"$cf"
+			t=${EPOCHREALTIME/./}
+			busy_now
+			b=$BUSY
 			if [ -z "$m0" ] && ((m > mp)); then
 				m0=$m t0w=$t b0=$b m1=$m t1w=$t b1=$b
 				cpu_snap "$log/snap0"
 			elif [ -n "$m0" ] && ((m > m1)); then
 				m1=$m t1w=$t b1=$b
-				if [ $snapped = 0 ] && awk -v a="$t0w" -v b="$t" -v w="$win" 'BEGIN { exit !(b - a >= w - 1) }'; then
+				if [ $snapped = 0 ] && ((t - t0w >= (win - 1) * 1000000)); then
 					cpu_snap "$log/snap1"
 					top_line=$(cpu_top "$log/snap0" "$log/snap1" $((b - b0)))
 					snapped=1
 				fi
 			fi
-			sleep 0.2
+			read -rt 0.2 -u "$slp" || true
 		done
+		exec {slp}>&-
 		if [ -n "$m0" ]; then
 			win_msgs=$((m1 - m0))
-			win_s=$(awk -v a="$t0w" -v b="$t1w" 'BEGIN { printf "%.3f", b - a }')
+			win_s=$(awk -v a="$t0w" -v b="$t1w" 'BEGIN { printf "%.3f", (b - a) / 1e6 }')
 			busy_s=$(awk -v t=$((b1 - b0)) -v hz="$hz" 'BEGIN { printf "%.2f", t / hz }')
 		fi
 	fi
