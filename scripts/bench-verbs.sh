@@ -62,7 +62,13 @@ fi
 [ -s "$console" ] || die "no console log from the guest (scripts/rxe-testbed.sh exit $st)"
 [ "$console" -ef "$keep" ] || cp "$console" "$keep"
 say "the guest's console: $keep"
-grep -q '^BENCH done' "$console" || say "the guest did not finish its measures (exit $st): the report has what it got"
+finished=1
+if ! grep -q '^BENCH done' "$console"; then
+	# A broken run does not replace the last good section: its report goes
+	# beside the console log.
+	finished=0 out=$keep.md
+	say "the guest did not finish its measures (exit $st): the report of what it got goes to $out, not BENCHMARKS.md"
+fi
 
 # --- the guest's figures ---------------------------------------------------------
 
@@ -260,4 +266,5 @@ mv "$tmp/out.md" "$out"
 say "ipoibd RC ${tput[ipoibd-rc]} Gbit/s, UD ${tput[ipoibd-ud]}, ib_send_bw RC ${tput[sendbw-RC]}, UD ${tput[sendbw-UD]}, kernel TCP ${tput[tcp]}"
 say "ipoibd RC ÷ ib_send_bw RC $(ratio "${tput[ipoibd-rc]}" "${tput[sendbw-RC]}") (target ≥ 0.7); ipoibd UD ÷ ib_send_bw UD $(ratio "${tput[ipoibd-ud]}" "${tput[sendbw-UD]}"); ipoibd RC ÷ kernel TCP $(ratio "${tput[ipoibd-rc]}" "${tput[tcp]}")"
 say "wrote the section to $out"
+[ "$finished" = 1 ] || die "the guest did not finish (test bed exit $st); nothing written to BENCHMARKS.md"
 [ "$st" = 0 ] || die "the test bed reported failures (exit $st); see the section's guest results"

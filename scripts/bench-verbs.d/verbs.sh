@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # make bench-verbs, in the test bed's guest (scripts/bench-verbs.sh boots it
-# through scripts/rxe-testbed.sh with this directory as its hooks): on the
-# pair rxe0 (va) / rxe1 (vb), one after the other,
-#   - perftest's ib_send_bw (RC, 64 KiB messages; also UD at the IB MTU,
-#     and RC sleeping on completion events) and ib_send_lat (RC, 2 octets,
-#     polling and on events),
-#   - ipoibd --provider verbs, connected mode over RC (MTU 65520) and
-#     datagram mode (UD): iperf3 and ping between two namespaces,
-#   - the kernel's TCP between va and vb (the link the rxe devices sit on).
+# through scripts/rxe-testbed.sh with this directory as its hooks), on the
+# pair rxe0 (va) / rxe1 (vb): first latency (ping over the veth, perftest's
+# ib_send_lat with RC and 2 octets, polling and on events), then REPS
+# rounds, each running every path once so that the host's changing load
+# spreads over all of them:
+#   - perftest's ib_send_bw: RC with 64 KiB messages, UD with IB-MTU ones,
+#     RC sleeping on completion events (-e);
+#   - the kernel's TCP between va and vb (the link the rxe devices sit on);
+#   - ipoibd --provider verbs, a pair in connected mode over RC (MTU 65520),
+#     then one in datagram mode (UD), each started for its iperf3 run and
+#     stopped after it (in round 1 also its idle CPU and its ping).
 # It only measures: every figure goes out as one line
 #   BENCH KEY field=value ...
 # which scripts/bench-verbs.sh reads from the console and turns into the
@@ -15,8 +18,8 @@
 # Diagnosis (counters, the daemons' stats) is printed indented.
 #
 # Environment (the host's TESTBED_HOOK_ENV): SECS (seconds per iperf3 and
-# ib_send_bw run), REPS (runs per measure), PROFILE=1 (CPU profiles of the
-# daemons, printed as BENCHFILE lines for the host to decode).
+# ib_send_bw run), REPS (rounds), PROFILE=1 (CPU profiles of the last
+# round's daemons, printed as BENCHFILE lines for the host to decode).
 set -uo pipefail
 
 SECS=${SECS:-5} REPS=${REPS:-3} PROFILE=${PROFILE:-0}
@@ -156,8 +159,10 @@ perf() {
 		# Builtins only in this loop (no forks: a loop that forks took
 		# seconds a turn at host load 30 and missed a whole short run).
 		local cf=/sys/class/infiniband/$A/ports/1/hw_counters/rdma_recvs slp
-		# A pipe nobody writes to: read -t on it is a sleep without a fork.
-		exec {slp}<> <(:)
+		# A FIFO nobody writes to: read -t on it is a sleep without a
+		# fork (the guest has no /dev/fd for a process substitution).
+		[ -p "$log/sleep.fifo" ] || mkfifo "$log/sleep.fifo"
+		exec {slp}<>"$log/sleep.fifo"
 		read -r mp <"$cf"
 		while [ -e "/proc/$cpid" ]; do
 			read -r m <"$cf"
