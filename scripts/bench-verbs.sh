@@ -78,7 +78,9 @@ one() { get "$1" "$2" | head -n 1; }
 median() { awk '/^[0-9.e+-]+$/' | sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "n/a"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
 med() { get "$1" "$2" | median; }
 runs() { get "$1" "$2" | tr '\n' ' ' | sed 's/ $//'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 > 0 && a+0 > 0) printf "%.2f", a/b; else print "n/a" }'; }
+# ratio A B: A / B, n/a unless both are finite numbers above 0 (perftest
+# prints inf when its TSC clock fails it).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { n = "^[0-9]+([.][0-9]+)?(e[+-]?[0-9]+)?$"; if (a ~ n && b ~ n && a+0 > 0 && b+0 > 0) printf "%.2f", a/b; else print "n/a" }'; }
 r2() { awk -v a="$1" 'BEGIN { if (a ~ /^[0-9.e+-]+$/) printf "%.3f", a; else print "n/a" }'; }
 
 declare -A label mtu tput truns dcpu dcpuruns bcpu bcpuruns ping
@@ -113,7 +115,7 @@ for k in tcp ipoibd-rc ipoibd-ud; do
 	[ -z "$a" ] || ping[$k]="$a / $(one "$k-ping" mdev) (loss $(one "$k-ping" loss))"
 done
 # perftest's latency is half the round trip: twice it is ping's figure.
-rtt_of() { awk -v t="$(one "$1" t_avg)" 'BEGIN { if (t+0 > 0) printf "%.3f", 2 * t / 1000; else print "n/a" }'; }
+rtt_of() { awk -v t="$(one "$1" t_avg)" 'BEGIN { if (t ~ /^[0-9]+([.][0-9]+)?$/ && t+0 > 0) printf "%.3f", 2 * t / 1000; else print "n/a" }'; }
 lat_text() { echo "ib_send_lat RC 2 octets$2: 2 × t_avg = **$(rtt_of "$1")** (t_min $(one "$1" t_min), t_typical $(one "$1" t_typical), t_avg $(one "$1" t_avg), 99 % $(one "$1" p99) µs; $(one "$1" iters) iterations, client ran $(one "$1" wall_s) s)"; }
 lat_rtt=$(rtt_of sendlat)
 lat_rtt_ev=$(rtt_of sendlat-events)

@@ -75,9 +75,10 @@ GO=${GO:-go}
 MODE=${1:-run}
 
 # What the guest rootfs carries. perftest: ib_send_bw and ib_send_lat for
-# make bench-verbs (scripts/bench-verbs.sh). libibumad3: the daemon's SA client (umadsa) links it. systemd and udev: the
-# second boot, with systemd as PID 1 (networkd waits for udev to initialise a
-# link before it configures it).
+# make bench-verbs (scripts/bench-verbs.sh). libibumad3: the daemon's SA
+# client (umadsa) links it. systemd and udev: the second boot, with systemd
+# as PID 1 (networkd waits for udev to initialise a link before it
+# configures it).
 GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers libibumad3 perftest iproute2 kmod procps iputils-ping iperf3 systemd udev)
 # Packages whose versions matter beyond the list above: the Go binaries built on
 # the host link against these.
