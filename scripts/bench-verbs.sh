@@ -235,7 +235,7 @@ section=$tmp/section.md
 	echo "ipoibd UD $(runs ipoibd-ud retransmits)."
 	if ((${#prof[@]} > 1)); then
 		echo
-		echo "CPU profiles of the daemons (IPOIBD_CPUPROFILE, over each daemon's life; cum shares:"
+		echo "CPU profiles of the last round's daemons (IPOIBD_CPUPROFILE, over each one's life; cum shares:"
 		echo "a cgo call's share holds the kernel's work in its system call, which for rxe's"
 		echo "ibv_post_send is the whole transmit, and, as the two devices share the guest, the"
 		echo "receive that runs in the same softirq):"
