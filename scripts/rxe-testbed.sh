@@ -688,11 +688,10 @@ boot() {
 	local name=$1 args=$2 log="$SCRATCH/console-$1.log" tb last line qrc=0
 	tb=$(now)
 	say "[$name] booting $KVER under QEMU (TCG, timeout ${TIMEOUT}s)"
-	# Not no_timer_check, though a guest at host load 30 once panicked in
-	# the kernel's early timer check ("IO-APIC + timer doesn't work!"): with
-	# it the systemd boot's first checks failed in 3 of 12 boots, one 10 s
-	# wait ending 0.5 s later by the host's clock (the guest's ran ahead);
-	# without it they had passed in every boot before.
+	# Not no_timer_check (a guest at host load 30 once panicked in the
+	# kernel's early timer check, "IO-APIC + timer doesn't work!"): it was
+	# suspected of the systemd boot's failing first checks, whose cause was
+	# the daemon missing networkd's address; it is not needed on a quiet host.
 	timeout -k 10 "$TIMEOUT" qemu-system-x86_64 -accel tcg -m 2G -smp 2 -nographic -no-reboot \
 		-nic none -kernel "$IMAGE/vmlinuz" -initrd "$SCRATCH/initrd.cpio" \
 		-append "console=ttyS0 $args panic=-1 quiet loglevel=3" </dev/null >"$log" 2>&1 &
