@@ -96,7 +96,7 @@ func (i *Interface) controlLoop() {
 	defer close(stop)
 	linkEvents := i.netdev.Watch(stop)
 	// Read the addresses again now that changes are watched: one added
-	// between the first read (in New) and the subscription, as networkd
+	// between the first read (control.init) and the subscription, as networkd
 	// does to a new link at boot, would otherwise go unseen until the
 	// next change, and we would answer no ARP for it.
 	c.now = time.Now()
