@@ -29,7 +29,7 @@ else
 CNI_BIN_DIR ?= $(PREFIX)/libexec/cni
 endif
 
-.PHONY: build test testbed testbed-systemd lint fuzz bench bench-ab demo deps deps-proof install uninstall unit man soak
+.PHONY: build test testbed testbed-systemd lint fuzz bench bench-verbs bench-ab demo deps deps-proof install uninstall unit man soak
 
 build:
 	$(GO) build ./...
@@ -88,6 +88,13 @@ fuzz:
 bench: build
 	scripts/deps.sh runtime
 	scripts/bench.sh
+
+# The verbs provider on the real kernel: in the rxe test bed's guest (QEMU,
+# TCG), ipoibd --provider verbs (RC and UD) beside perftest's ib_send_bw and
+# ib_send_lat and the kernel's TCP on the same devices (root; not part of
+# test; about 10 minutes); writes its section of BENCHMARKS.md.
+bench-verbs:
+	GO=$(GO) scripts/bench-verbs.sh
 
 # Did a change make the datapath slower? The daemon of revision OLD against
 # the working tree's, runs interleaved (root; not part of test).

@@ -95,6 +95,12 @@ func (i *Interface) controlLoop() {
 	stop := make(chan struct{})
 	defer close(stop)
 	linkEvents := i.netdev.Watch(stop)
+	// Read the addresses again now that changes are watched: one added
+	// between the first read (control.init) and the subscription, as networkd
+	// does to a new link at boot, would otherwise go unseen until the
+	// next change, and we would answer no ARP for it.
+	c.now = time.Now()
+	c.refreshAddrs()
 	// The connection service: its input (MADs, the kernel CM's events)
 	// wakes the loop, and its timers run when its Next says.
 	var cmWake <-chan struct{}

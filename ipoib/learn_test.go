@@ -1,11 +1,16 @@
 package ipoib
 
 import (
+	"io"
+	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibtest"
+	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
 )
 
@@ -124,4 +129,30 @@ func TestFirstPacketToLearnedNeighborConnects(t *testing.T) {
 		n, _ := b.neighbor(a.ip4)
 		return n.Via == "RC"
 	})
+}
+
+// TestAddressAddedBeforeWatchIsSeen: an address added after the interface
+// first read its addresses and before its control loop watched (networkd
+// configures ib0 the moment the TUN appears) is ours once the loop runs.
+func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
+	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	nd := netdevtest.New()
+	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Queues: 1,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer i.Close()
+	late := netip.MustParsePrefix("192.168.9.1/24")
+	nd.BeforeWatch(func() { nd.AddAddrUnseen(late) })
+	i.Start()
+	var ours []netip.Prefix
+	i.do(func() { ours = slices.Clone(i.ctl.addrs) })
+	if !slices.Contains(ours, late) {
+		t.Errorf("addresses %v after start, want %v among them", ours, late)
+	}
 }

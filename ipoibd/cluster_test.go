@@ -44,7 +44,8 @@ func TestMain(m *testing.M) {
 // tests never see each other's hosts: numbers 40 to 79 in turn. Numbers
 // are what testnet kills stray daemons by (their --underlay), so no other
 // user takes one of these blocks: the cni tests take 240-249, bench.sh
-// 250, bench-ab.sh 251, soak.sh 252, the demo 77 (never beside the tests).
+// 250, bench-ab.sh 251, soak.sh 252, testnet's own tests 31-35, the demo
+// 77 (never beside the tests).
 var clusterNet atomic.Int32
 
 // testSlot lets up to five checkouts run these tests on one machine at

@@ -13,7 +13,8 @@
 # processes that carry each path (/proc/PID/stat); the first-packet
 # latency to a fresh peer; CM connection setups per second (in process and over softib,
 # with internal/cmload); the daemon's memory with many connections; and the
-# Go micro-benchmarks. Writes BENCHMARKS.md and prints the ratios.
+# Go micro-benchmarks. Writes BENCHMARKS.md (keeping the section of make
+# bench-verbs, which only scripts/bench-verbs.sh writes) and prints the ratios.
 #
 #   BENCH_SECONDS  iperf3 duration of each run (default 10)
 #   BENCH_REPS     runs per configuration, the median is reported (default 3)
@@ -594,6 +595,12 @@ NOTES
 	echo "  (other work on the machine during the run shows here and widens the spread)"
 	echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 	echo "- command: \`$cmdline\`"
+	# make bench-verbs's section (scripts/bench-verbs.sh: the verbs
+	# provider in the test bed's guest) stays as its last run wrote it.
+	if [ -f "$out" ] && grep -q '^<!-- bench-verbs: ' "$out"; then
+		echo
+		awk '/^<!-- bench-verbs: / { s = 1 } s { print } /^<!-- bench-verbs end -->/ { s = 0 }' "$out"
+	fi
 } >"$tmp/report.md"
 mv "$tmp/report.md" "$out"
 

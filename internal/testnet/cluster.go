@@ -41,8 +41,8 @@ type Cluster struct {
 	Env func(k int) []string
 	Dir string
 	dir string
-	// ends holds, per host, how the last daemon Start ran ended (an
-	// *os.ProcessState): what a test reports when its daemon is gone.
+	// ends holds, per host, how the daemons Start ran ended (a
+	// daemonEnd): what a test reports when its daemon is gone.
 	ends sync.Map
 }
 

@@ -64,7 +64,9 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// upFake makes a cluster whose daemon is this test binary.
+// upFake makes a cluster whose daemon is this test binary. Its numbers
+// (31-35) are below the blocks of the ipoibd end-to-end tests (40-239),
+// since Down kills stray daemons by their underlay address.
 func upFake(t *testing.T, name string, hosts, number int) *Cluster {
 	t.Helper()
 	needRoot(t)
@@ -99,7 +101,7 @@ func log(t *testing.T, c *Cluster, k int) string {
 // host's addresses unless given others; Stop waits for the exit; Down
 // ends what is left and removes every namespace.
 func TestClusterDaemons(t *testing.T) {
-	c := upFake(t, "tntd", 2, 201)
+	c := upFake(t, "tntd", 2, 31)
 	t.Setenv("FAKE_IPOIBD", "serve")
 	if err := c.Start(1, "--mode", "connected"); err != nil {
 		t.Fatal(err)
@@ -108,8 +110,8 @@ func TestClusterDaemons(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, want := range map[int]string{
-		1: "fake ipoibd: --underlay 10.201.0.1 --addr 192.168.201.1/24 --addr fd00:201::1/64 --mode connected\n",
-		2: "fake ipoibd: --underlay 10.201.0.2 --addr 192.168.9.9/24\n",
+		1: "fake ipoibd: --underlay 10.31.0.1 --addr 192.168.31.1/24 --addr fd00:31::1/64 --mode connected\n",
+		2: "fake ipoibd: --underlay 10.31.0.2 --addr 192.168.9.9/24\n",
 	} {
 		if got := log(t, c, k); got != want {
 			t.Errorf("h%d's log %q, want %q", k, got, want)
@@ -156,10 +158,49 @@ func TestClusterDaemons(t *testing.T) {
 	}
 }
 
+// TestClusterEnded: a daemon that dies on its own is reported with how it
+// ended; one stopped by Stop, or running, is not.
+func TestClusterEnded(t *testing.T) {
+	c := upFake(t, "tnte", 1, 35)
+	t.Setenv("FAKE_IPOIBD", "serve")
+	if err := c.Start(1); err != nil {
+		t.Fatal(err)
+	}
+	if e := c.Ended(1); e != "" {
+		t.Errorf("Ended of a running daemon: %q", e)
+	}
+	pid, err := c.Pid(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ended(1) == "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // the reaper's record has no event to wait on
+	}
+	if e := c.Ended(1); !strings.HasPrefix(e, "signal: killed at ") {
+		t.Errorf("Ended after SIGKILL: %q, want signal: killed at …", e)
+	}
+	if err := c.Start(1); err != nil {
+		t.Fatal(err)
+	}
+	if e := c.Ended(1); e != "" {
+		t.Errorf("Ended after a new Start: %q (the old daemon's)", e)
+	}
+	if err := c.Stop(1, unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if e := c.Ended(1); e != "" {
+		t.Errorf("Ended after Stop: %q, want nothing", e)
+	}
+}
+
 // TestClusterStartFails: a daemon that exits at once fails Start with its
 // log, a missing binary with a hint.
 func TestClusterStartFails(t *testing.T) {
-	c := upFake(t, "tntf", 1, 202)
+	c := upFake(t, "tntf", 1, 32)
 	t.Setenv("FAKE_IPOIBD", "die")
 	err := c.Start(1)
 	if err == nil || !strings.Contains(err.Error(), "exited before it answered") || !strings.Contains(err.Error(), "broken flag") {
@@ -174,16 +215,16 @@ func TestClusterStartFails(t *testing.T) {
 // TestClusterUp: the hosts reach each other over the bridge at MTU 9000,
 // and Open sees the cluster Up made; a second Up of the name fails.
 func TestClusterUp(t *testing.T) {
-	c := upFake(t, "tntu", 3, 203)
+	c := upFake(t, "tntu", 3, 33)
 	out, err := c.Command(3, "ping", "-c", "1", "-W", "2", "-M", "do", "-s", "8972", c.Underlay(1).String()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ping at MTU 9000 from h3 to h1: %v\n%s", err, out)
 	}
 	o, err := Open(c.Name)
-	if err != nil || o.Net != 203 || o.Host(2) != "tntu-h2" || o.Port(2) != "tntu-v2" || o.Switch() != "tntu-br" {
+	if err != nil || o.Net != 33 || o.Host(2) != "tntu-h2" || o.Port(2) != "tntu-v2" || o.Switch() != "tntu-br" {
 		t.Errorf("Open: %+v, %v", o, err)
 	}
-	if _, err := Up(c.Name, 1, 203); err == nil {
+	if _, err := Up(c.Name, 1, 33); err == nil {
 		t.Error("a second Up of the same name succeeds")
 	}
 }
@@ -191,7 +232,7 @@ func TestClusterUp(t *testing.T) {
 // TestClusterLoss: Loss 100 drops every fabric datagram host 2 receives,
 // Loss 0 none.
 func TestClusterLoss(t *testing.T) {
-	c := upFake(t, "tntl", 2, 204)
+	c := upFake(t, "tntl", 2, 34)
 	var rx, tx *net.UDPConn
 	InNamed(t, c.Host(2), func() {
 		var err error

@@ -32,13 +32,15 @@ type Netdev struct {
 	closed chan struct{}
 	once   sync.Once
 
-	mu       sync.Mutex
-	addrs    []netip.Prefix
-	mtu      int
-	carrier  bool
-	gateways map[netip.Prefix]netip.Addr // the kernel's routes via a gateway on the link
-	groups   []netip.Addr
-	routes   map[netip.Addr]int // host routes with their MTU
+	mu    sync.Mutex
+	addrs []netip.Prefix
+	// beforeWatch runs in Watch (BeforeWatch).
+	beforeWatch func()
+	mtu         int
+	carrier     bool
+	gateways    map[netip.Prefix]netip.Addr // the kernel's routes via a gateway on the link
+	groups      []netip.Addr
+	routes      map[netip.Addr]int // host routes with their MTU
 }
 
 var _ netdev.Netdev = (*Netdev)(nil)
@@ -198,7 +200,24 @@ func (f *Netdev) SetGroups(gs []netip.Addr) {
 
 func (f *Netdev) Routes() netdev.Routes { return routes{f} }
 
-func (f *Netdev) Watch(stop <-chan struct{}) <-chan netdev.LinkEvent { return f.Events }
+// Watch returns Events, after running the function BeforeWatch set.
+func (f *Netdev) Watch(stop <-chan struct{}) <-chan netdev.LinkEvent {
+	f.mu.Lock()
+	before := f.beforeWatch
+	f.mu.Unlock()
+	if before != nil {
+		before()
+	}
+	return f.Events
+}
+
+// BeforeWatch sets what Watch does before it returns: a change the
+// interface's first read of the link missed and no notice will tell.
+func (f *Netdev) BeforeWatch(fn func()) {
+	f.mu.Lock()
+	f.beforeWatch = fn
+	f.mu.Unlock()
+}
 
 // AddAddr adds an address as `ip addr add` would, with its notification.
 func (f *Netdev) AddAddr(p netip.Prefix) {
@@ -206,6 +225,14 @@ func (f *Netdev) AddAddr(p netip.Prefix) {
 	f.addrs = append(f.addrs, p)
 	f.mu.Unlock()
 	f.Events <- netdev.LinkEvent{Change: netdev.AddrsChanged}
+}
+
+// AddAddrUnseen adds an address whose notification went out before the
+// interface watched (networkd configuring a new link at boot): none comes.
+func (f *Netdev) AddAddrUnseen(p netip.Prefix) {
+	f.mu.Lock()
+	f.addrs = append(f.addrs, p)
+	f.mu.Unlock()
 }
 
 // LinkDown takes the link down as `ip link set down` does: the kernel
