@@ -105,9 +105,18 @@ func (e *end) ud(t *testing.T, qkey ib.QKey) ib.QP {
 	return q
 }
 
-// connect makes a connected pair of typ; a's sends give up after one
-// retry of a 4 ms ACK timeout.
-func connect(t *testing.T, typ ib.QPType, a, b *end) (qa, qb ib.QP) {
+// Send retry settings of connect's pairs. patient rides out a loaded
+// machine (seven retries of a 67 ms ACK timeout): with one retry of 4 ms
+// a GC pause or a busy CPU between the last packet and its ACK failed a
+// 60,000-octet RC send now and then. impatient gives up within about
+// 8 ms, for the scenario whose peer is gone.
+var (
+	patient   = ib.QPModify{State: ib.StateRTS, Timeout: 14, RetryCount: 7, RNRRetry: 7}
+	impatient = ib.QPModify{State: ib.StateRTS, Timeout: 10, RetryCount: 1, RNRRetry: 7}
+)
+
+// connect makes a connected pair of typ whose RTS settings are rts.
+func connect(t *testing.T, typ ib.QPType, a, b *end, rts ib.QPModify) (qa, qb ib.QP) {
 	t.Helper()
 	mk := func(e *end) ib.QP {
 		q, err := e.dev.CreateQP(ib.QPAttr{Type: typ, SendCQ: e.scq, RecvCQ: e.rcq, MaxSend: 8, MaxRecv: 8})
@@ -128,7 +137,7 @@ func connect(t *testing.T, typ ib.QPType, a, b *end) (qa, qb ib.QP) {
 		if err := x.q.Modify(ib.QPModify{State: ib.StateRTR, DestGID: x.pe.dev.Port().GID, DestQPN: x.peer.Num(), PathMTU: ib.MTU1024}); err != nil {
 			t.Fatal(err)
 		}
-		if err := x.q.Modify(ib.QPModify{State: ib.StateRTS, Timeout: 10, RetryCount: 1, RNRRetry: 7}); err != nil {
+		if err := x.q.Modify(rts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -261,7 +270,7 @@ var scenario = []struct {
 	}},
 	{"RC and UC messages", func(t *testing.T, a, b *end) {
 		for _, typ := range []ib.QPType{ib.RC, ib.UC} {
-			qa, qb := connect(t, typ, a, b)
+			qa, qb := connect(t, typ, a, b, patient)
 			msg := bytes.Repeat([]byte(typ.String()), 30000)
 			copy(a.mem(), msg)
 			qb.PostRecv([]ib.RecvWR{{ID: 5, SGE: b.sge(0, 65536)}})
@@ -276,7 +285,7 @@ var scenario = []struct {
 		}
 	}},
 	{"RC retry exceeded when the peer is gone", func(t *testing.T, a, b *end) {
-		qa, qb := connect(t, ib.RC, a, b)
+		qa, qb := connect(t, ib.RC, a, b, impatient)
 		qb.Close()
 		qa.PostSend([]ib.SendWR{{ID: 1, SGE: a.sge(0, 100)}, {ID: 2, SGE: a.sge(0, 100)}})
 		if wc := wait(t, a.scq); wc.ID != 1 || wc.Status != ib.WCRetryExceeded {
