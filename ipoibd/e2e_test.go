@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -103,17 +104,8 @@ type iperf3Result struct {
 // runIperf3 runs a TCP test from host a to host b.
 func runIperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) iperf3Result {
 	t.Helper()
-	c.on(b, "iperf3", "-s", "-1", "-D", "-B", dst)
-	var out string
-	var err error
-	// The server binds asynchronously after daemonizing; a refused first
-	// connection is retried (the only race here, bounded).
-	for try := 0; try < 20; try++ {
-		if out, err = c.try(a, "iperf3", "-c", dst, "-t", fmt.Sprint(seconds), "-J"); err == nil || !strings.Contains(out, "refused") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	iperf3Server(t, c, b, dst, "-1")
+	out, err := c.try(a, "iperf3", "-c", dst, "-t", fmt.Sprint(seconds), "-J")
 	if err != nil {
 		t.Fatalf("iperf3 to %s: %v\n%s", dst, err, out)
 	}
@@ -135,6 +127,39 @@ func runIperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) iper
 		t.Fatalf("iperf3 to %s moved nothing (error %q):\n%s", dst, r.Error, out)
 	}
 	return iperf3Result{sent: r.End.SumSent.Bytes, received: r.End.SumReceived.Bytes, gbps: r.End.SumReceived.BitsPerSecond / 1e9}
+}
+
+// iperf3Server starts an iperf3 server on host k bound to addr (with
+// extra flags, such as -1 for one test) and returns once it listens: its
+// "Server listening" line comes after the bind, and --forceflush sends it
+// at once. (A daemonized server binds after its parent exits, and a
+// client started then was refused now and then, with iperf3 -J still
+// exiting 0.) The test's cleanup ends the server.
+func iperf3Server(t *testing.T, c *cluster, k int, addr string, extra ...string) {
+	t.Helper()
+	srv := c.command(k, "iperf3", append([]string{"-s", "-B", addr, "--forceflush"}, extra...)...)
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stderr = srv.Stdout
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	lines := bufio.NewScanner(out)
+	var said []string
+	for lines.Scan() {
+		if strings.Contains(lines.Text(), "Server listening") {
+			go func() { // keep reading, so that the server never blocks on a full pipe
+				for lines.Scan() {
+				}
+			}()
+			return
+		}
+		said = append(said, lines.Text())
+	}
+	t.Fatalf("h%d: iperf3 server on %s did not start:\n%s", k, addr, strings.Join(said, "\n"))
 }
 
 // TestIperf3 moves TCP through an RC connection at MTU 65520 and through

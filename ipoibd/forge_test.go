@@ -758,11 +758,7 @@ func iperfRates(runs []iperfRun) string {
 // carried nothing (a stall).
 func (e *forgeEnv) iperf3Loop(t *testing.T) (stop func() []iperfRun, done <-chan struct{}) {
 	c := e.c
-	srv := c.command(fh2, "iperf3", "-s", "-B", c.ip4(fh2))
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	iperf3Server(t, c, fh2, c.ip4(fh2))
 	var mu sync.Mutex
 	var runs []iperfRun
 	var stopping atomic.Bool
@@ -771,10 +767,6 @@ func (e *forgeEnv) iperf3Loop(t *testing.T) (stop func() []iperfRun, done <-chan
 		defer close(fin)
 		for !stopping.Load() {
 			out, err := c.try(fh1, "iperf3", "-c", c.ip4(fh2), "-t", "3", "-i", "0.5", "-b", "1G", "-J")
-			if strings.Contains(out, "refused") && len(runs) == 0 {
-				time.Sleep(50 * time.Millisecond) // the server is not listening yet
-				continue
-			}
 			r := judgeIperf(out, err)
 			mu.Lock()
 			runs = append(runs, r)

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"golang.org/x/sys/unix"
@@ -36,18 +35,11 @@ func TestOffloadedTrafficIsStandardOnTheWire(t *testing.T) {
 	var udpGot [][]byte
 	file := capture(t, c, 1, func() {
 		for _, dst := range []string{c.ip4(2), c.ip6(2)} {
-			c.on(2, "iperf3", "-s", "-1", "-D", "-B", dst)
-			for try := 0; try < 20; try++ { // the server binds after daemonizing
-				out, err := c.try(1, "iperf3", "-c", dst, "-n", "4M")
-				if err == nil {
-					sent[dst]++
-					break
-				}
-				if !strings.Contains(out, "refused") {
-					t.Fatalf("iperf3 to %s: %v\n%s", dst, err, out)
-				}
-				time.Sleep(50 * time.Millisecond)
+			iperf3Server(t, c, 2, dst, "-1")
+			if out, err := c.try(1, "iperf3", "-c", dst, "-n", "4M"); err != nil {
+				t.Fatalf("iperf3 to %s: %v\n%s", dst, err, out)
 			}
+			sent[dst]++
 		}
 		udpGot = udpGSOBurst(t, c, 1, 2)
 	})

@@ -80,6 +80,9 @@ await() {
 }
 
 # ibsim binds its sockets after it says it is ready: wait for its UDP port.
+# listening K PORT: host K has a TCP socket listening on PORT (a daemonized
+# iperf3 server binds after its parent returned).
+listening() { on "$1" ss -Hltn "sport = :$2" | grep -q .; }
 ibsim_up() { "$testnet" exec "$name" "$fab" cat /proc/net/udp | grep -q ':1B9E '; }
 
 ib_subnet() {
@@ -181,12 +184,12 @@ done
 
 step "iperf3 h1 -> h2 over RC at MTU 65520 (5 s)"
 on 2 iperf3 -s -1 -D
-sleep 0.2
+await "h2's iperf3 server listening" listening 2 5201
 on 1 iperf3 -c "192.168.$net.2" -t 5 -f g | grep -E 'sender|receiver'
 
 step "iperf3 h1 -> h3, the datagram-only host, over UD (3 s)"
 on 3 iperf3 -s -1 -D
-sleep 0.2
+await "h3's iperf3 server listening" listening 3 5201
 on 1 iperf3 -c "192.168.$net.3" -t 3 -f g | grep -E 'sender|receiver'
 
 step "h1: ipoibd show"

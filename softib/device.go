@@ -36,6 +36,11 @@ type Config struct {
 	LinkLayer string
 	// IB places the port on its InfiniBand subnet (LinkInfiniBand only).
 	IB IBConfig
+	// RxBatch is how many datagrams (or GRO trains of up to 64 KiB) one
+	// receive call takes (default 16, the most). Each costs a 68 KiB
+	// buffer; a device that only exchanges MADs, such as each of a load
+	// generator's thousands of simulated peers, needs 1.
+	RxBatch int
 }
 
 // Device is a software InfiniBand adapter with one port. It implements
@@ -86,6 +91,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.Name == "" {
 		cfg.Name = "softib0"
+	}
+	if cfg.RxBatch <= 0 || cfg.RxBatch > maxRxBatch {
+		cfg.RxBatch = maxRxBatch
 	}
 	if cfg.Port == 0 {
 		cfg.Port = UDPPort
@@ -172,7 +180,7 @@ func Open(cfg Config) (*Device, error) {
 	d.addQP(d.gsi)
 	go func() {
 		defer close(d.rxDone)
-		fab.run(d)
+		fab.run(d, cfg.RxBatch)
 	}()
 	return d, nil
 }

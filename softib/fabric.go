@@ -404,18 +404,19 @@ func putPort(p *uint16, port uint16) {
 	b[0], b[1] = byte(port>>8), byte(port)
 }
 
-// rxBatch is the receive loop's reusable recvmmsg state.
+// rxBatch is the receive loop's reusable recvmmsg state, one entry per
+// datagram a call may return.
 type rxBatch struct {
-	hdrs  [rxBatchSize]mmsghdr
-	iov   [rxBatchSize]unix.Iovec
-	names [rxBatchSize]unix.RawSockaddrInet6
-	cmsg  [rxBatchSize][128]byte
-	bufs  [rxBatchSize][]byte
+	hdrs  []mmsghdr
+	iov   []unix.Iovec
+	names []unix.RawSockaddrInet6
+	cmsg  [][128]byte
+	bufs  [][]byte
 }
 
 const (
-	rxBatchSize = 16
-	rxBufSize   = 65536 + 4096
+	maxRxBatch = 16
+	rxBufSize  = 65536 + 4096
 )
 
 type mmsghdr struct {
@@ -435,8 +436,9 @@ type rxHandler interface {
 	endBatch()
 }
 
-func newRxBatch() *rxBatch {
-	r := &rxBatch{}
+func newRxBatch(n int) *rxBatch {
+	r := &rxBatch{hdrs: make([]mmsghdr, n), iov: make([]unix.Iovec, n), names: make([]unix.RawSockaddrInet6, n),
+		cmsg: make([][128]byte, n), bufs: make([][]byte, n)}
 	for i := range r.bufs {
 		r.bufs[i] = make([]byte, rxBufSize)
 	}
@@ -444,9 +446,10 @@ func newRxBatch() *rxBatch {
 }
 
 // run is the device's one receive goroutine: wait for any socket, drain it
-// with recvmmsg, hand each datagram to h. It returns when wake is called.
-func (f *fabric) run(h rxHandler) {
-	r := newRxBatch()
+// with recvmmsg, batch datagrams a call, hand each to h. It returns when
+// wake is called.
+func (f *fabric) run(h rxHandler, batch int) {
+	r := newRxBatch(batch)
 	var events [4]unix.EpollEvent
 	for {
 		n, err := unix.EpollWait(f.epfd, events[:], -1)
@@ -476,7 +479,7 @@ func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
 			*m = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&r.names[i])), Namelen: unix.SizeofSockaddrInet6, Iov: &r.iov[i], Iovlen: 1, Control: &r.cmsg[i][0]}
 			m.SetControllen(len(r.cmsg[i]))
 		}
-		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&r.hdrs[0])), rxBatchSize, unix.MSG_DONTWAIT, 0, 0)
+		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(len(r.hdrs)), unix.MSG_DONTWAIT, 0, 0)
 		if errno == unix.EINTR {
 			continue
 		}
@@ -504,7 +507,7 @@ func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
 			h.endTrain()
 		}
 		h.endBatch()
-		if int(n) < rxBatchSize {
+		if int(n) < len(r.hdrs) {
 			return
 		}
 	}
