@@ -133,6 +133,7 @@ var table = []Entry{
 	{"tx_unreachable_limited", true, "", "Packets whose neighbor failed that got no ICMP unreachable because of its rate limit."},
 	{"tx_super_packets", false, "", "TSO/USO super-packets from the TUN, cut into standard IPoIB packets."},
 	{"tx_drop_offload", true, "", "Super-packets or checksum requests from the TUN that do not parse, dropped."},
+	{"tx_slot_waits", false, "", "Times a TUN reader found all its transmit slots in flight and waited for send completions before reading on (RC holds a slot until the peer acknowledges)."},
 	{"rx_coalesced", false, "", "Super-packets written to the TUN, each made of several received TCP segments (receive coalescing)."},
 	{"sa_joins", false, ib, "Multicast joins the subnet administrator granted (the broadcast group's not counted)."},
 	{"sa_join_failures", true, ib, "Multicast joins the subnet administrator refused or did not answer."},

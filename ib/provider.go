@@ -167,7 +167,7 @@ type QPAttr struct {
 	SendCQ  CQ
 	RecvCQ  CQ
 	SRQ     SRQ // optional: receives come from the SRQ instead of the QP's own queue
-	MaxSend int // send queue depth
+	MaxSend int // send queue depth asked for (QP.MaxSend: what was granted)
 	MaxRecv int // receive queue depth (ignored with an SRQ)
 }
 
@@ -207,6 +207,10 @@ type QP interface {
 	// PostSend queues sends; the memory they name belongs to the provider until
 	// their completion. It returns how many were queued.
 	PostSend(wrs []SendWR) (int, error)
+	// MaxSend returns the send queue depth the provider granted: the sends
+	// that may be outstanding at once. It may be fewer than QPAttr.MaxSend
+	// asked for (a verbs device grants at most its max_qp_wr), or more.
+	MaxSend() int
 	// PostRecv queues receive buffers (QPs without an SRQ); the memory belongs
 	// to the provider until its completion.
 	PostRecv(wrs []RecvWR) (int, error)

@@ -64,6 +64,7 @@ const (
 	learnLIDMismatch     // InfiniBand ARP/ND whose claimed GID's path has another LID than the datagram's source: not learned
 	learnGRHMismatch     // InfiniBand ARP/ND whose GRH source GID's path has another LID than the datagram's source: not learned
 	learnNoPath          // InfiniBand ARP/ND from a GRH-less source whose claim has no path yet to check it against: not learned
+	txSlotWaits          // times a TUN reader found all its transmit slots in flight and waited for send completions
 	numCounters
 )
 
@@ -87,7 +88,7 @@ var counterNames = [numCounters]string{
 	subnetJoins: "sa_joins", subnetJoinFailures: "sa_join_failures", txDropJoining: "tx_drop_joining",
 	txDropNoPath: "tx_drop_no_path", subnetBcastChanges: "sa_bcast_changes", udReinits: "ud_qp_reinits",
 	pkeyIndexChanges: "pkey_index_changes", learnLIDMismatch: "learn_lid_mismatch",
-	learnGRHMismatch: "learn_grh_lid_mismatch", learnNoPath: "learn_no_path",
+	learnGRHMismatch: "learn_grh_lid_mismatch", learnNoPath: "learn_no_path", txSlotWaits: "tx_slot_waits",
 }
 
 type counters [numCounters]atomic.Uint64

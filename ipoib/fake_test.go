@@ -37,10 +37,16 @@ type fakeHost struct {
 // configured by mods[k] if there is one.
 func newFakeHosts(t *testing.T, n int, mods ...func(*Config)) []*fakeHost {
 	t.Helper()
+	return newFakeHostsOn(t, ibtest.Config{}, n, mods...)
+}
+
+// newFakeHostsOn is newFakeHosts with devices opened as dev says.
+func newFakeHostsOn(t *testing.T, dev0 ibtest.Config, n int, mods ...func(*Config)) []*fakeHost {
+	t.Helper()
 	fab := ibtest.NewFabric()
 	hosts := make([]*fakeHost, n)
 	for k := range n {
-		dev, err := fab.Open(ibtest.Config{})
+		dev, err := fab.Open(dev0)
 		if err != nil {
 			t.Fatal(err)
 		}

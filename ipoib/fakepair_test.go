@@ -1,11 +1,17 @@
 package ipoib
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/ipoibd/ipoibd/encap"
+	"github.com/ipoibd/ipoibd/ib/ibtest"
+	"github.com/ipoibd/ipoibd/offload"
 )
 
 // newFakePair is newPair as an ordinary user: the two interfaces are fake
@@ -13,6 +19,12 @@ import (
 // fd00:9::k/64, a connected to b for the sink. Its ping goes through the
 // fake netdevs, with b's test answering in place of b's kernel.
 func newFakePair(t *testing.T) *pair {
+	t.Helper()
+	return newFakePairOn(t, ibtest.Config{})
+}
+
+// newFakePairOn is newFakePair with devices opened as dev says.
+func newFakePairOn(t *testing.T, dev ibtest.Config) *pair {
 	t.Helper()
 	logA := &syncBuffer{}
 	addrs := func(k int, log *slog.Logger) func(*Config) {
@@ -23,7 +35,7 @@ func newFakePair(t *testing.T) *pair {
 			}
 		}
 	}
-	h := newFakeHosts(t, 2, addrs(1, slog.New(slog.NewTextHandler(logA, nil))), addrs(2, nil))
+	h := newFakeHostsOn(t, dev, 2, addrs(1, slog.New(slog.NewTextHandler(logA, nil))), addrs(2, nil))
 	for k, x := range h {
 		x.ip4 = netip.AddrFrom4([4]byte{192, 168, 9, byte(k + 1)})
 		x.ip6 = netip.MustParseAddr(fmt.Sprintf("fd00:9::%d", k+1))
@@ -55,4 +67,118 @@ func (p *pair) fakePing(dst string, seq byte, wait time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// TestFakeSegmentsShareSlots: the segments of a super-packet to a connected
+// neighbor go packed into as few transmit slots as hold them (RC holds a
+// slot until the peer acknowledges), arrive as the segments a NIC would
+// have sent, in order, and every slot comes back once they completed.
+func TestFakeSegmentsShareSlots(t *testing.T) {
+	const payload = 65535 - 40
+	for _, tc := range []struct {
+		mss, slots int
+	}{
+		{1460, 1}, // 45 segments of 1504 octets with the IPoIB header
+		{536, 2},  // 123 segments, 119 to a slot
+		{8948, 2}, // 8 segments, 7 to a slot
+	} {
+		t.Run(fmt.Sprint(tc.mss), func(t *testing.T) {
+			p := newFakePair(t)
+			pool := p.r.slots
+			slot := p.txSlot()
+			n, h := p.superPacket(slot, payload, tc.mss)
+			sp := p.a.slots.bytes(slot)[encap.HeaderLen : encap.HeaderLen+n]
+			for k := 40; k < n; k++ {
+				sp[k] = byte(k * 7)
+			}
+			// The segments as offload cuts them, from a copy.
+			segs, err := offload.Split(h, slices.Clone(sp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([][]byte, segs.Len())
+			for k := range want {
+				b := make([]byte, segs.MaxLen())
+				want[k] = b[:segs.Put(k, b)]
+			}
+			before := pool.freeCount() + 1 // with the super-packet's slot
+			p.r.hdr = h
+			p.a.transmitSegments(p.r, slot, n)
+			p.a.postBatch(&p.r.sends)
+			// Nothing reaps in between: the reader of a waits in Read.
+			if used := before - pool.freeCount(); used > tc.slots {
+				t.Errorf("%d segments held %d transmit slots, want at most %d", len(want), used, tc.slots)
+			}
+			for k := range want {
+				if got := p.fb.next(t); !bytes.Equal(got, want[k]) {
+					t.Fatalf("segment %d of %d: got %d octets that differ from the %d cut", k, len(want), len(got), len(want[k]))
+				}
+			}
+			if got := p.fa.count(txConnected); got < uint64(len(want)) {
+				t.Errorf("tx_connected %d, want at least %d", got, len(want))
+			}
+			// All but the one a's reader holds for its next Read.
+			waitFor(t, "every transmit slot back in its pool", func() bool {
+				p.a.reapSends(&p.r.wc)
+				return pool.freeCount() == before
+			})
+		})
+	}
+}
+
+// TestFakeSegmentsWithinGrantedDepth: on a device that grants a QP fewer
+// send work requests than ipoib asks for (a verbs device's max_qp_wr), the
+// segments packed into shared slots never overfill a send queue: every one
+// of several super-packets' segments arrives, in order, and none is
+// refused (tx_drop_post) or tears the connection down. ibtest refuses an
+// RC send beyond the granted depth, as a device does.
+func TestFakeSegmentsWithinGrantedDepth(t *testing.T) {
+	const payload, mss, rounds = 65535 - 40, 1460, 4
+	for _, maxWR := range []int{48, 100} {
+		t.Run(fmt.Sprint(maxWR), func(t *testing.T) {
+			p := newFakePairOn(t, ibtest.Config{MaxQPWR: maxWR})
+			if b := int(p.a.slots.budget.Load()); b > maxWR {
+				t.Fatalf("a budget of %d sends with QPs granted %d", b, maxWR)
+			}
+			var want [][]byte
+			for r := range rounds {
+				slot := p.txSlot()
+				n, h := p.superPacket(slot, payload, mss)
+				sp := p.a.slots.bytes(slot)[encap.HeaderLen : encap.HeaderLen+n]
+				for k := 40; k < n; k++ {
+					sp[k] = byte(k*7 + r)
+				}
+				segs, err := offload.Split(h, slices.Clone(sp))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k := range segs.Len() {
+					b := make([]byte, segs.MaxLen())
+					want = append(want, b[:segs.Put(k, b)])
+				}
+				p.r.hdr = h
+				p.a.transmitSegments(p.r, slot, n)
+				p.a.postBatch(&p.r.sends)
+			}
+			for k := range want {
+				if got := p.fb.next(t); !bytes.Equal(got, want[k]) {
+					t.Fatalf("segment %d of %d: got %d octets that differ from the %d cut", k, len(want), len(got), len(want[k]))
+				}
+			}
+			for _, c := range []counter{txDropPost, txConnErrors, txErrors} {
+				if got := p.fa.count(c); got != 0 {
+					t.Errorf("%s %d, want 0", counterNames[c], got)
+				}
+			}
+			// The connection's own figures count every packed segment.
+			octets := 0
+			for _, w := range want {
+				octets += len(w)
+			}
+			path := p.a.neigh.Lookup(p.sink).Path()
+			if got := path.Bytes.Load(); got < uint64(octets) {
+				t.Errorf("the connection counts %d octets sent, want at least the %d of the segments", got, octets)
+			}
+		})
+	}
 }

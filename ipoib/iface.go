@@ -463,6 +463,8 @@ func (i *Interface) openQueues() error {
 	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.recvCQ, MaxSend: numTx + numNeighTx, MaxRecv: numUDRx}); err != nil {
 		return err
 	}
+	// The control goroutine's ARP and ND sends share the UD send queue.
+	i.slots.bound(i.udQP.MaxSend() - numNeighTx)
 	if err := i.readyUD(i.qKey()); err != nil {
 		return err
 	}
@@ -493,7 +495,12 @@ func (i *Interface) openQueues() error {
 type qpFactory struct{ i *Interface }
 
 func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
-	return f.i.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: f.i.sendCQ, RecvCQ: f.i.recvCQ, SRQ: f.i.srq, MaxSend: numTx})
+	qp, err := f.i.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: f.i.sendCQ, RecvCQ: f.i.recvCQ, SRQ: f.i.srq, MaxSend: connSendDepth})
+	if err == nil {
+		// A device may grant fewer work requests than asked.
+		f.i.slots.bound(qp.MaxSend())
+	}
+	return qp, err
 }
 
 // Start runs the datapath and the control goroutine.

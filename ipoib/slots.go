@@ -2,6 +2,7 @@ package ipoib
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
@@ -28,6 +29,12 @@ const (
 	numNeighTx = 32
 	numSRQRx   = 256
 	numUDRx    = 2048
+	// connSendDepth is the send queue depth a connection's QP asks for:
+	// one send a transmit slot, as before slots were shared. On verbs each
+	// work request is device memory, reserved per connection whether it
+	// sends or idles, so the segments packed into shared slots
+	// (sendPacked) do not deepen it: they take from it (slots.budget).
+	connSendDepth = numTx
 )
 
 const (
@@ -44,6 +51,18 @@ type slots struct {
 	tx    []pool // one per TUN queue: its reader takes only from its own
 	txPer uint32 // slots in each
 	neigh pool   // ARP and ND sends of the control goroutine
+	// extra counts the sends beyond the first that share a transmit slot
+	// (share): the slot goes back to its pool with its last completion.
+	extra [numTx]atomic.Int32
+	// inflight counts the sends the transmit slots may make: one for each
+	// slot taken (in a TUN read, pending, or posted) and one for each
+	// send packed beyond the first into a shared slot. It never exceeds
+	// budget, the smallest send queue depth a QP these sends go to was
+	// granted (bound), so that no QP's send queue can overflow. The
+	// budget is the interface's, not a reader's: one busy TCP flow may
+	// keep all of it in flight.
+	inflight atomic.Int32
+	budget   atomic.Int32
 }
 
 // newSlots makes the slab with the transmit slots split among queues.
@@ -57,12 +76,66 @@ func newSlots(dev ib.Device, queues int) (*slots, error) {
 		_ = slab.Close()
 		return nil, err
 	}
-	s := &slots{slab: slab, mr: mr, tx: make([]pool, queues), txPer: numTx / uint32(queues)}
+	s := &slots{slab: slab, mr: mr}
+	s.init(queues)
+	return s, nil
+}
+
+// init splits the transmit slots among queues, with the budget of
+// connSendDepth sends until a QP says it got fewer (bound).
+func (s *slots) init(queues int) {
+	s.tx, s.txPer = make([]pool, queues), numTx/uint32(queues)
 	for q := range s.tx {
 		s.tx[q].init(uint32(q)*s.txPer, s.txPer)
 	}
 	s.neigh.init(firstNeighTx, numNeighTx)
-	return s, nil
+	s.budget.Store(connSendDepth)
+}
+
+// bound lowers the budget of sends in flight to depth, the send queue
+// depth a QP the transmit slots send on was granted. Sends already in
+// flight above it drain; new ones wait for them. The budget stays above
+// one slot a reader: each may hold a super-packet's slot while it waits
+// for room to cut it, and a device that grants fewer work requests than
+// that (none known does) gets refused posts (tx_drop_post), not a hang.
+func (s *slots) bound(depth int) {
+	d := int32(max(len(s.tx)+1, min(depth, connSendDepth)))
+	for {
+		b := s.budget.Load()
+		if d >= b || s.budget.CompareAndSwap(b, d) {
+			return
+		}
+	}
+}
+
+// get takes a free transmit slot of p, if p has one and a send more
+// fits the budget; the slot counts as one send until it is freed.
+func (s *slots) get(p *pool) (uint32, bool) {
+	for {
+		n := s.inflight.Load()
+		if n >= s.budget.Load() {
+			return 0, false
+		}
+		if s.inflight.CompareAndSwap(n, n+1) {
+			break
+		}
+	}
+	i, ok := p.tryGet()
+	if !ok {
+		s.release()
+	}
+	return i, ok
+}
+
+// release gives back one send of the budget. When the budget was spent,
+// every reader is told (its pool's refilled): the one that waits for
+// room may not be the one that reaped the completion.
+func (s *slots) release() {
+	if s.inflight.Add(-1) == s.budget.Load()-1 {
+		for k := range s.tx {
+			s.tx[k].signal()
+		}
+	}
 }
 
 // place returns where slot i starts in the slab and how long it is.
@@ -81,8 +154,36 @@ func (s *slots) bytes(i uint32) []byte {
 
 // sge names the first n octets of slot i.
 func (s *slots) sge(i uint32, n int) ib.SGE {
+	return s.sgeAt(i, 0, n)
+}
+
+// sgeAt names n octets at offset at in slot i.
+func (s *slots) sgeAt(i uint32, at, n int) ib.SGE {
 	off, _ := place(i)
-	return ib.SGE{MR: s.mr, Offset: off, Length: n}
+	return ib.SGE{MR: s.mr, Offset: off + at, Length: n}
+}
+
+// share makes transmit slot i (taken with get) the buffer of up to n
+// sends (n >= 1), each of which frees it once, and returns how many it
+// may carry: the sends beyond the first take from the budget, and with
+// none left the slot carries one. Called by the slot's reader before the
+// first of the sends is posted.
+func (s *slots) share(i uint32, n int) int {
+	k := int32(0)
+	for n > 1 {
+		cur := s.inflight.Load()
+		k = max(0, min(int32(n-1), s.budget.Load()-cur))
+		if k == 0 || s.inflight.CompareAndSwap(cur, cur+k) {
+			break
+		}
+	}
+	s.extra[i].Store(k)
+	return int(k) + 1
+}
+
+// poolOf returns the pool transmit slot i belongs to.
+func (s *slots) poolOf(i uint32) *pool {
+	return &s.tx[min(i/s.txPer, uint32(len(s.tx)-1))]
 }
 
 // recvSGE names all of slot i, for a receive.
@@ -91,10 +192,17 @@ func (s *slots) recvSGE(i uint32) ib.SGE {
 	return ib.SGE{MR: s.mr, Offset: off, Length: size}
 }
 
-// free returns a sent slot to its pool.
+// free returns a sent, dropped or unused transmit slot to its pool (a
+// shared one, share, with the last of its sends) and its send to the
+// budget.
 func (s *slots) free(i uint32) {
 	if i < firstNeighTx {
-		s.tx[min(i/s.txPer, uint32(len(s.tx)-1))].put(i)
+		// Always the one atomic add: completions of a shared slot race.
+		if s.extra[i].Add(-1) < 0 {
+			s.extra[i].Store(0)
+			s.poolOf(i).put(i)
+		}
+		s.release()
 	} else if i < firstSRQRx {
 		s.neigh.put(i)
 	}
@@ -141,9 +249,14 @@ func (p *pool) put(i uint32) {
 	wasEmpty := len(p.free) == 1
 	p.mu.Unlock()
 	if wasEmpty {
-		select {
-		case p.refilled <- struct{}{}:
-		default:
-		}
+		p.signal()
+	}
+}
+
+// signal wakes p's reader if it waits for a slot or for the budget.
+func (p *pool) signal() {
+	select {
+	case p.refilled <- struct{}{}:
+	default:
 	}
 }

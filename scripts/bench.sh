@@ -483,6 +483,56 @@ relay_of() { if [ "${1%-1460}" != "$1" ]; then echo relay-1460; else echo relay;
 		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" "$(relay_of "$k")") | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) | $(cpu_ratios "$k" "$(relay_of "$k")") | $(cpu_ratios "$k" wg) |"
 	done
 	echo
+	cat <<'NOTES'
+### Why RC with 1460-octet segments trailed UD with the same segments
+
+Found on 2026-11-25 (issue #26) from the daemons' counters (`ipoibd stats`) over 5 s runs of
+`iperf3 -M 1460`, on a machine loaded by other work (load average 11–18 on 2 CPUs), so the
+counts per super-packet and per MB are the evidence, not the throughput. On both modes
+the sender cuts each TSO super-packet (44 segments) into wire packets and posts them as one
+list, softib sends them as GSO trains (about 20 packets a sendmsg on either mode), and the
+receiver coalesces them again (about 27 segments a TUN write on either). What differed:
+
+- An RC send completes only when the peer acknowledges it, a UD send as it leaves. Each
+  segment took a 68 KiB transmit slot of its own, so a TUN reader's 128 slots held 128
+  segments (190 KB) in flight and the reader waited for acknowledgements 0.82–0.89 times
+  per super-packet (`tx_slot_waits`); UD never waits.
+- The receiver answers with RC ACKs, 10–12 per MB, each a sendmsg on the receiving daemon
+  (14–21 sendmsg per MB in all, against 2–12 with UD) and a wake-up on the sender's.
+
+Since then the segments to a connected neighbor share slots (up to 46 of 1460 octets in
+one). With a first version whose connection send queues held 1024 sends: 0.13–0.15 waits
+per super-packet in the same runs, and RC with 1460-octet segments above UD with them in
+both rounds (1.65 against 1.00 and 1.45 against 1.14 Gbit/s; before, 1.41 against 1.69 and
+0.85 against 1.18).
+Keeping more in flight first emptied the receiver's shared receive queue (256 buffers of
+68 KiB, one to each message) inside one recvmmsg batch of 16 GRO trains: RNR NAKs and
+go-back-N retransmissions of about 10 % of the packets. softib now gives the buffers back
+after any train that leaves a receive queue half empty. The ACKs remain: fewer would need
+a still deeper window, and receive buffers that do not cost 68 KiB for a 1.5 KB message.
+
+The version merged keeps a connection's send queue at 256 work requests (a send queue is
+reserved per connection, busy or idle, and on verbs each work request is memory the driver
+pins: docs/design.md, "Send queue depth") and counts every send against the smallest depth
+a QP was granted; one flow may use the interface's whole budget of 256 sends, where its
+TUN reader's share of the slots held 128. Interleaved A/B runs of the daemons
+(`scripts/bench-ab.sh`, 5 s iperf3 runs, 5–7 a side in a round; path rc1460 is iperf3 -M
+1460), on a machine loaded by other work (load average 20–47 on 2 CPUs, so that one side's
+runs within a round spread up to 4×), new ÷ old of the medians pooled over the rounds: RC
+with 1460-octet segments 1.19× the daemon without shared slots (5 rounds, 33 runs a side;
+the rounds 0.91–1.28) and 1.03× the 1024-deep version (2 rounds, 14 runs; 0.91 and 1.05);
+RC 1.15×, UC 1.18×, UD 1.04×, UD with 1460-octet segments 0.96× (3, 3, 2 and 2 rounds; the
+rounds 0.81–1.34): no path slower beyond the noise. RC with 1460-octet segments still
+trailed UD with them in the one round that ran both (medians 1.51 and 1.88 Gbit/s). The
+daemon's memory (VmRSS above idle per connection, cmload as below, one run each): 2.12 KiB
+at 10,000 connections before, 2.38 KiB after (main had moved on by three commits between
+the two builds); at 1,000, two pairs of runs with both builds side by side, 3.32 and 3.67
+KiB with main, 3.57 and 3.57 KiB with this change (the second after 8 octets more in
+softib's QP struct, which crossed a Go size class, were undone): run to run the figure
+moves by more than the builds differ. softib's send ring grows only on a busy connection,
+so the send queue depth costs an idle connection nothing here.
+NOTES
+	echo
 	echo "## First packet to a fresh peer"
 	echo
 	echo "RTT of the first ping between two daemons that were just started (address resolution"

@@ -127,14 +127,15 @@ func (q *recvQueue) post(wrs []ib.RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
-// take removes the oldest posted buffer.
-func (q *recvQueue) take() (ib.RecvWR, bool) {
+// take removes the oldest posted buffer; low: half the ring or less is
+// left posted.
+func (q *recvQueue) take() (wr ib.RecvWR, ok, low bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n == 0 || q.closed {
-		return ib.RecvWR{}, false
+		return ib.RecvWR{}, false, true
 	}
-	wr := q.ring[q.head]
+	wr = q.ring[q.head]
 	q.ring[q.head] = ib.RecvWR{}
 	q.head = (q.head + 1) % len(q.ring)
 	q.n--
@@ -145,7 +146,7 @@ func (q *recvQueue) take() (ib.RecvWR, bool) {
 		default:
 		}
 	}
-	return wr, true
+	return wr, true, 2*q.n <= len(q.ring)
 }
 
 // untake puts a buffer back at the head (a message that did not land).

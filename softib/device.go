@@ -67,6 +67,9 @@ type Device struct {
 	rxFrom  rxSource // InfiniBand link: its sender, from LRH and GRH
 	acks    []*qp    // responders owing an ACK at the end of this batch
 	touched []*cq    // CQs to signal at the end of this batch
+	// recvLow: a receive queue is half empty or less (takeRecv); the
+	// consumers that run here run before the batch ends (endTrain).
+	recvLow atomic.Bool
 	ackTx   txMsg
 
 	ctr    deviceCounters

@@ -428,9 +428,11 @@ type mmsghdr struct {
 // rxHandler gets every received datagram (GRO trains already cut into
 // their segments; seg is the index in the train) with the sender's
 // address and UDP port, which may be any (rxe sends from 0xC000 + a hash
-// of the QPN), and a call after each batch.
+// of the QPN), a call after each train (or lone datagram) and one after
+// each batch.
 type rxHandler interface {
 	datagram(b []byte, src netip.AddrPort, dst netip.Addr, seg int)
+	endTrain()
 	endBatch()
 }
 
@@ -502,6 +504,7 @@ func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
 				h.datagram(data[:k], src, dst, j)
 				data = data[k:]
 			}
+			h.endTrain()
 		}
 		h.endBatch()
 		if int(n) < len(r.hdrs) {

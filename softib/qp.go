@@ -61,6 +61,14 @@ func (q *qp) Num() ib.QPN            { return q.num }
 func (q *qp) Type() ib.QPType        { return q.typ }
 func (q *qp) Counters() []ib.Counter { return q.ctr.snapshot() }
 
+// MaxSend is the depth asked for, at least 1: the ring grows to it on
+// demand. (No field of its own: a QP is kept per connection.)
+func (q *qp) MaxSend() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.req.depth
+}
+
 func (q *qp) State() ib.QPState {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -143,10 +151,17 @@ func (q *qp) PostRecv(wrs []ib.RecvWR) (int, error) {
 
 // takeRecv returns the next receive buffer for this QP.
 func (q *qp) takeRecv() (ib.RecvWR, bool) {
+	var wr ib.RecvWR
+	var ok, low bool
 	if q.srq != nil {
-		return q.srq.q.take()
+		wr, ok, low = q.srq.q.take()
+	} else {
+		wr, ok, low = q.rq.take()
 	}
-	return q.rq.take()
+	if low {
+		q.dev.recvLow.Store(true)
+	}
+	return wr, ok
 }
 
 func (q *qp) untakeRecv(wr ib.RecvWR) {

@@ -381,6 +381,24 @@ func (d *Device) touch(c *cq) {
 	d.touched = append(d.touched, c)
 }
 
+// endTrain runs the consumers that run here (ib.CQHandler) after a train
+// that left a receive queue half empty or less: they take the completions
+// and post the buffers again. A batch holds up to 16 trains of up to 64
+// messages, and a shared receive queue of 256 buffers ran dry within one
+// batch of 1460-octet TCP segments (RNR NAKs, go-back-N retransmissions)
+// once the sender kept more than 256 messages in flight. Only then: a
+// consumer run after each train of a multi-packet message would see one
+// completion at a time and coalesce none. The ACKs wait for the batch's end.
+func (d *Device) endTrain() {
+	if !d.recvLow.Load() {
+		return
+	}
+	d.recvLow.Store(false)
+	for _, c := range d.touched {
+		c.runHandler()
+	}
+}
+
 // endBatch sends the coalesced ACKs and wakes the consumers of every CQ
 // that got completions (receive goroutine).
 func (d *Device) endBatch() {

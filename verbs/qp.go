@@ -37,6 +37,7 @@ type qp struct {
 	rq     *recvQueue // own receive queue; nil with an SRQ
 	pkey   atomic.Uint32
 
+	maxSend    int        // send queue depth granted (ibv_create_qp's cap.max_send_wr)
 	sendMu     sync.Mutex // serialises sends: send, stage, sendClosed
 	send       *wrTable
 	stage      *sendStage
@@ -94,6 +95,7 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 	}
 	q.qp, q.num = h, ib.QPN(h.qp_num)
 	// ia.cap now holds the depths the adapter granted.
+	q.maxSend = int(ia.cap.max_send_wr)
 	if err := q.setup(int(ia.cap.max_send_wr), int(ia.cap.max_recv_wr)); err != nil {
 		q.destroy()
 		return nil, err
@@ -175,6 +177,7 @@ func (q *qp) destroy() {
 
 func (q *qp) Num() ib.QPN     { return q.num }
 func (q *qp) Type() ib.QPType { return q.typ }
+func (q *qp) MaxSend() int    { return q.maxSend }
 
 // State returns the adapter's view of the state (it moves a QP to ERROR
 // on its own when a transport error ends the connection).

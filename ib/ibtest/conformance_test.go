@@ -255,6 +255,19 @@ var scenario = []struct {
 			t.Error("the detached QP received")
 		}
 	}},
+	{"MaxSend is the send queue depth granted", func(t *testing.T, a, b *end) {
+		// Neither fake device caps the depth: as asked, at least one.
+		for _, asked := range []int{0, 1, 8, 1024} {
+			q, err := a.dev.CreateQP(ib.QPAttr{Type: ib.RC, SendCQ: a.scq, RecvCQ: a.rcq, MaxSend: asked, MaxRecv: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := q.MaxSend(); got != max(asked, 1) {
+				t.Errorf("asked %d: MaxSend %d, want %d", asked, got, max(asked, 1))
+			}
+			q.Close()
+		}
+	}},
 	{"RC and UC messages", func(t *testing.T, a, b *end) {
 		for _, typ := range []ib.QPType{ib.RC, ib.UC} {
 			qa, qb := connect(t, typ, a, b, patient)

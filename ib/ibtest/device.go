@@ -15,6 +15,8 @@ type Device struct {
 	fab  *Fabric
 	name string
 	port ib.PortAttr
+	// maxWR caps the send queue depth granted (Config.MaxQPWR; 0: none).
+	maxWR int
 
 	mu      sync.Mutex
 	qps     map[ib.QPN]*qp
@@ -410,6 +412,9 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 	}
 	q := &qp{dev: d, num: d.fab.newQPN(), typ: attr.Type, sendCQ: sc, recvCQ: rc, srq: s,
 		depth: max(attr.MaxSend, 1), state: ib.StateReset}
+	if d.maxWR > 0 {
+		q.depth = min(q.depth, d.maxWR)
+	}
 	if s == nil {
 		q.rq = newRecvQueue(max(attr.MaxRecv, 1))
 	}

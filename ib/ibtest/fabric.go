@@ -110,6 +110,9 @@ type Config struct {
 	// LID is the port's LID on a LID-routed fabric (0: none, the port is
 	// reached by GID alone, as on RoCE).
 	LID uint16
+	// MaxQPWR caps the send queue depth a QP is granted, as a verbs
+	// device's max_qp_wr does (0: as asked).
+	MaxQPWR int
 }
 
 // Open brings up a device on the fabric.
@@ -162,6 +165,7 @@ func (f *Fabric) Open(cfg Config) (*Device, error) {
 		name: cfg.Name,
 		port: ib.PortAttr{GID: cfg.GID, PKeys: slices.Clone(cfg.PKeys), ActiveMTU: cfg.ActiveMTU,
 			LinkLayer: cfg.LinkLayer, GUID: cfg.GUID, LID: cfg.LID},
+		maxWR:  cfg.MaxQPWR,
 		qps:    map[ib.QPN]*qp{},
 		groups: map[ib.GID][]*qp{},
 		wake:   make(chan struct{}, 1),

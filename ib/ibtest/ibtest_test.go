@@ -588,3 +588,27 @@ func TestNoGoroutinesAfterClose(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// TestMaxQPWRCapsSendQueue: a device opened with MaxQPWR grants a QP no
+// deeper a send queue than that, as a verbs device's max_qp_wr, and says
+// so (MaxSend); RC sends beyond the grant are refused while the first
+// ones await their acknowledgement (the peer has no receive buffer).
+func TestMaxQPWRCapsSendQueue(t *testing.T) {
+	for _, tc := range []struct {
+		maxWR, want int
+	}{{0, 16}, {4, 4}, {16, 16}, {100, 16}} {
+		f := NewFabric()
+		a, b := newEnd(t, f, Config{MaxQPWR: tc.maxWR}), newEnd(t, f, Config{MaxQPWR: tc.maxWR})
+		qa, _ := connect(t, ib.RC, a, b, nil, 7) // asks 16
+		if got := qa.MaxSend(); got != tc.want {
+			t.Errorf("MaxQPWR %d: MaxSend %d, want %d", tc.maxWR, got, tc.want)
+		}
+		wrs := make([]ib.SendWR, tc.want+1)
+		for k := range wrs {
+			wrs[k] = ib.SendWR{ID: uint64(k), SGE: a.sge(0, 8)}
+		}
+		if n, _ := qa.PostSend(wrs); n != tc.want {
+			t.Errorf("MaxQPWR %d: %d of %d sends posted, want the %d granted", tc.maxWR, n, len(wrs), tc.want)
+		}
+	}
+}

@@ -18,7 +18,7 @@ type qp struct {
 	recvCQ *cq
 	srq    *srq
 	rq     *recvQueue // own receive queue when there is no SRQ
-	depth  int        // MaxSend: RC messages awaiting their outcome
+	depth  int        // MaxSend granted: RC messages awaiting their outcome
 	ctr    [numQPCounters]atomic.Uint64
 
 	mu    sync.Mutex
@@ -62,6 +62,7 @@ var qpCounterNames = [numQPCounters]string{
 }
 
 func (q *qp) Num() ib.QPN     { return q.num }
+func (q *qp) MaxSend() int    { return q.depth }
 func (q *qp) Type() ib.QPType { return q.typ }
 
 func (q *qp) Counters() []ib.Counter {

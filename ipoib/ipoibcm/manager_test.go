@@ -30,6 +30,7 @@ func (q *fakeQP) Num() ib.QPN                       { return q.num }
 func (q *fakeQP) Type() ib.QPType                   { return q.typ }
 func (q *fakeQP) State() ib.QPState                 { return q.state }
 func (q *fakeQP) PostSend([]ib.SendWR) (int, error) { return 0, errors.New("fake QP: no datapath") }
+func (q *fakeQP) MaxSend() int                      { return 1 }
 func (q *fakeQP) PostRecv([]ib.RecvWR) (int, error) { return 0, errors.New("fake QP: no datapath") }
 
 func (q *fakeQP) Counters() []ib.Counter {

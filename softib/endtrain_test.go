@@ -1,0 +1,57 @@
+package softib
+
+import (
+	"testing"
+
+	"github.com/ipoibd/ipoibd/ib"
+)
+
+// A receive queue reports itself low once half its buffers or more are
+// taken, and empty is low too.
+func TestRecvQueueLow(t *testing.T) {
+	q := newRecvQueue(8)
+	for k := range q.ring { // as post leaves them, without memory to check
+		q.ring[k] = ib.RecvWR{ID: uint64(k)}
+	}
+	q.n = len(q.ring)
+	for k, want := range []bool{false, false, false, true, true, true, true, true} {
+		wr, ok, low := q.take()
+		if !ok || wr.ID != uint64(k) {
+			t.Fatalf("take %d: %v, %v", k, wr.ID, ok)
+		}
+		if low != want {
+			t.Errorf("take %d leaves %d of 8 posted: low %v, want %v", k, 7-k, low, want)
+		}
+	}
+	if _, ok, low := q.take(); ok || !low {
+		t.Errorf("empty queue: ok %v low %v, want false, true", ok, low)
+	}
+}
+
+// endTrain runs the CQ handlers of the batch so far only when a receive
+// queue ran low (they post buffers again before the next train lands),
+// once, and leaves the batch's signals to endBatch.
+func TestEndTrainRunsHandlersWhenLow(t *testing.T) {
+	for _, tc := range []struct {
+		low  bool
+		runs int
+	}{{false, 0}, {true, 1}} {
+		d := &Device{}
+		c := newCQ(d, 4)
+		runs := 0
+		c.SetHandler(func() { runs++ })
+		d.touched = []*cq{c}
+		d.recvLow.Store(tc.low)
+		d.endTrain()
+		d.endTrain()
+		if runs != tc.runs {
+			t.Errorf("low %v: the handler ran %d times over two trains, want %d", tc.low, runs, tc.runs)
+		}
+		if d.recvLow.Load() {
+			t.Errorf("low %v: still low after endTrain", tc.low)
+		}
+		if len(d.touched) != 1 {
+			t.Errorf("low %v: endTrain changed the batch's CQs (%d)", tc.low, len(d.touched))
+		}
+	}
+}
