@@ -24,6 +24,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/ipoibd/ipoibd/internal/testnet"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
@@ -130,7 +131,7 @@ func netConf(t *testing.T, conf map[string]any, dir string, edit func(top, ipam 
 // next), outside the ipoibd tests' blocks (40-239): testnet kills stray
 // daemons by their underlay address, so two runs must never share one.
 var testSlot, slotNet = func() (string, int) {
-	if n, err := strconv.Atoi(os.Getenv("IPOIBD_TEST_SLOT")); err == nil && n >= 1 && n <= 4 {
+	if n := testutil.Slot; n > 0 {
 		return strconv.Itoa(n), 240 + 2*n
 	}
 	return "", 240

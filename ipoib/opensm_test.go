@@ -19,6 +19,7 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/ibsim"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/softib"
@@ -53,7 +54,7 @@ func subnetChild(k string) error {
 		return err
 	}
 	defer sub.Close()
-	dev, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.0.0." + k), Port: 24810})
+	dev, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.0.0." + k), Port: testutil.Port(24810)})
 	if err != nil {
 		return err
 	}

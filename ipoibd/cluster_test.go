@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/internal/testnet"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
@@ -52,13 +53,7 @@ var clusterNet atomic.Int32
 // once: IPOIBD_TEST_SLOT=1..4 moves the cluster numbers to a block of
 // their own (80, 120, 160, 200) and puts the digit after every cluster
 // name, so that no run takes down or kills another's hosts.
-var testSlot = func() int {
-	n, err := strconv.Atoi(os.Getenv("IPOIBD_TEST_SLOT"))
-	if err != nil || n < 1 || n > 4 {
-		return 0
-	}
-	return n
-}()
+var testSlot = testutil.Slot
 
 // nextNet is the next cluster number of this run's block.
 func nextNet() int { return 40*(testSlot+1) + int(clusterNet.Add(1)-1)%40 }

@@ -33,8 +33,8 @@ func udQPIn(t *testing.T, h *host, pkey ib.PKey, qkey ib.QKey) ib.QP {
 }
 
 func TestUDUnicastAndQKeyCheck(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14792)
-	b := newHost(t, "127.0.0.2", 14792)
+	a := newHost(t, "127.0.0.1", testutil.Port(14792))
+	b := newHost(t, "127.0.0.2", testutil.Port(14792))
 	qa, qb := udQP(t, a, 0x0b1b), udQP(t, b, 0x0b1b)
 	for i := range 4 {
 		qb.PostRecv([]ib.RecvWR{{ID: uint64(i), SGE: b.slot(i, 4096+ib.GRHLen)}})
@@ -74,8 +74,8 @@ func TestUDUnicastAndQKeyCheck(t *testing.T) {
 }
 
 func TestPartitionIsolation(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14793)
-	dev, err := Open(Config{Addr: netip.MustParseAddr("127.0.0.3"), Port: 14793, PKeys: []ib.PKey{0x8001}})
+	a := newHost(t, "127.0.0.1", testutil.Port(14793))
+	dev, err := Open(Config{Addr: netip.MustParseAddr("127.0.0.3"), Port: testutil.Port(14793), PKeys: []ib.PKey{0x8001}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +106,8 @@ func TestPartitionIsolation(t *testing.T) {
 // A port with two partitions in its table: each QP takes only its own
 // partition's packets, and a QP cannot join a partition the table lacks.
 func TestPartitionsOnOnePort(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14795, ib.DefaultPKey, 0x8001)
-	b := newHost(t, "127.0.0.2", 14795, ib.DefaultPKey, 0x8001)
+	a := newHost(t, "127.0.0.1", testutil.Port(14795), ib.DefaultPKey, 0x8001)
+	b := newHost(t, "127.0.0.2", testutil.Port(14795), ib.DefaultPKey, 0x8001)
 	if got := b.dev.Port().PKeys; len(got) != 2 || got[0] != ib.DefaultPKey || got[1] != 0x8001 {
 		t.Fatalf("P_Key table %v", got)
 	}
@@ -144,8 +144,8 @@ func TestPartitionsOnOnePort(t *testing.T) {
 }
 
 func TestRNRRecovery(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14794)
-	b := newHost(t, "127.0.0.2", 14794)
+	a := newHost(t, "127.0.0.1", testutil.Port(14794))
+	b := newHost(t, "127.0.0.2", testutil.Port(14794))
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
 	s := a.slot(0, 10000)
 	testutil.Fill(a.bytes(s), 9)
@@ -170,8 +170,8 @@ func TestRNRRecovery(t *testing.T) {
 }
 
 func TestRNRRetryExceeded(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14795)
-	b := newHost(t, "127.0.0.2", 14795)
+	a := newHost(t, "127.0.0.1", testutil.Port(14795))
+	b := newHost(t, "127.0.0.2", testutil.Port(14795))
 	qa, _ := connect(t, ib.RC, a, b, 7, 2) // three tries, never a buffer
 	s := a.slot(0, 100)
 	qa.PostSend([]ib.SendWR{{ID: 1, SGE: s}, {ID: 2, SGE: s}})
@@ -183,8 +183,8 @@ func TestRNRRetryExceeded(t *testing.T) {
 
 func TestVanishedPeerRetryExceeded(t *testing.T) {
 	before := runtime.NumGoroutine()
-	a := newHost(t, "127.0.0.1", 14796)
-	b := newHost(t, "127.0.0.2", 14796)
+	a := newHost(t, "127.0.0.1", testutil.Port(14796))
+	b := newHost(t, "127.0.0.2", testutil.Port(14796))
 	qa, _ := connect(t, ib.RC, a, b, 3, 7)
 	b.dev.Close()
 	s := a.slot(0, 30000)
@@ -213,8 +213,8 @@ func TestVanishedPeerRetryExceeded(t *testing.T) {
 }
 
 func TestUCDelivers(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14797)
-	b := newHost(t, "127.0.0.2", 14797)
+	a := newHost(t, "127.0.0.1", testutil.Port(14797))
+	b := newHost(t, "127.0.0.2", testutil.Port(14797))
 	qa, qb := connect(t, ib.UC, a, b, 0, 0)
 	for i := range 8 {
 		qb.PostRecv([]ib.RecvWR{{ID: uint64(i), SGE: b.slot(i, 65536)}})
@@ -238,15 +238,16 @@ func TestUCDelivers(t *testing.T) {
 // transfer runs: every bad datagram is dropped and counted, the transfer
 // completes intact.
 func TestBadInputDuringTransfer(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14798)
-	b := newHost(t, "127.0.0.2", 14798)
+	port := testutil.Port(14798)
+	a := newHost(t, "127.0.0.1", port)
+	b := newHost(t, "127.0.0.2", port)
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
 	// The injector sends from the fabric port, so its ICRCs are valid.
 	// SO_REUSEADDR: the devices' multicast sockets hold the wildcard port.
-	d := net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 9), Port: 14798}, Control: func(_, _ string, c syscall.RawConn) error {
+	d := net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 9), Port: int(port)}, Control: func(_, _ string, c syscall.RawConn) error {
 		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) })
 	}}
-	conn, err := d.Dial("udp4", "127.0.0.2:14798")
+	conn, err := d.Dial("udp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port).String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestBadInputDuringTransfer(t *testing.T) {
 	packet := func(bth BTH, icrcOK bool) []byte {
 		b := make([]byte, BTHLen+8+ICRCLen)
 		bth.Encode(b)
-		crc := checkICRCValue(b, netip.MustParseAddrPort("127.0.0.9:14798"), netip.MustParseAddr("127.0.0.2"), 14798)
+		crc := checkICRCValue(b, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.9"), port), netip.MustParseAddr("127.0.0.2"), port)
 		if !icrcOK {
 			crc++
 		}
@@ -306,8 +307,8 @@ func TestBadInputDuringTransfer(t *testing.T) {
 // packet must not cancel the RNR wait. It once stopped the QP's only timer,
 // and the requester stalled for good with work outstanding.
 func TestRNRWaitSurvivesAnACK(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14799)
-	b := newHost(t, "127.0.0.2", 14799)
+	a := newHost(t, "127.0.0.1", testutil.Port(14799))
+	b := newHost(t, "127.0.0.2", testutil.Port(14799))
 	qa, _ := connect(t, ib.RC, a, b, 1, 7)
 	b.dev.Close() // no real ACKs: the test plays the responder
 	s := a.slot(0, 100)

@@ -120,8 +120,8 @@ func pollFor(c ib.CQ, d time.Duration) []ib.Completion {
 }
 
 func TestRCMessagesInOrder(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14791)
-	b := newHost(t, "127.0.0.2", 14791)
+	a := newHost(t, "127.0.0.1", testutil.Port(14791))
+	b := newHost(t, "127.0.0.2", testutil.Port(14791))
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
 	sizes := []int{1, 3, 4, 255, 4095, 4096, 4097, 8192, 12345, 61440, 65536}
 	const rounds = 20

@@ -3,6 +3,7 @@ package softib
 import (
 	"errors"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // still share it (the multicast sockets), and a closed device frees its
 // address.
 func TestSecondDeviceOnAnAddressIsRefused(t *testing.T) {
-	const port = 14850
+	port := testutil.Port(14850)
 	a := newHost(t, "127.0.0.1", port)
 	b := newHost(t, "127.0.0.2", port)
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
@@ -28,7 +29,7 @@ func TestSecondDeviceOnAnAddressIsRefused(t *testing.T) {
 			d.Close()
 			t.Fatalf("a second device on %s:%d opened", addr, port)
 		}
-		if !errors.Is(err, ErrInUse) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), addr+":14850") {
+		if !errors.Is(err, ErrInUse) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), addr+":"+strconv.Itoa(int(port))) {
 			t.Fatalf("second device on %s: %q, want one line naming the address and ErrInUse", addr, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // madTally drains a MAD service's queue and counts its MADs by source.
@@ -140,7 +141,7 @@ func TestMADQueueSourceShareIB(t *testing.T) {
 // underlay takes little more than half of QP1's queue; a second host's
 // MAD after it is queued, and nothing is lost to a full queue.
 func TestMADQueueSourceShareRoCE(t *testing.T) {
-	const port = 14871
+	port := testutil.Port(14871)
 	victim := newHost(t, "127.0.0.1", port)
 	flooder := newHost(t, "127.0.0.2", port)
 	other := newHost(t, "127.0.0.3", port)

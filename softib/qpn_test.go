@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // QPNs are unpredictable: no two in a row are neighbours (a connection QP
@@ -12,7 +13,7 @@ import (
 // among live QPs, and a freed one is not handed out again soon. 10,000 of
 // them come quickly.
 func TestQPNsUnpredictable(t *testing.T) {
-	h := newHost(t, "127.0.0.1", 14840)
+	h := newHost(t, "127.0.0.1", testutil.Port(14840))
 	const n = 10000
 	start := time.Now()
 	qps := make([]ib.QP, 0, n)

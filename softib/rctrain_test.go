@@ -12,8 +12,8 @@ import (
 // length, but for a shorter last" allows, across message boundaries, and
 // every message still arrives whole and in order.
 func TestRCTrains(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14861)
-	b := newHost(t, "127.0.0.2", 14861)
+	a := newHost(t, "127.0.0.1", testutil.Port(14861))
+	b := newHost(t, "127.0.0.2", testutil.Port(14861))
 	qa, qb := connect(t, ib.RC, a, b, 7, 7)
 	repeat := func(n, size int) []int {
 		out := make([]int, n)

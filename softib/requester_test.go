@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 )
 
 // scriptedPeer is the far end of an RC QP played by the test: a UDP socket
@@ -37,6 +38,7 @@ func reusePort(_, _ string, c syscall.RawConn) error {
 // peer is the test.
 func newScriptedPeer(t *testing.T, port uint16, retry, rnrRetry uint8) *scriptedPeer {
 	t.Helper()
+	port = testutil.Port(port)
 	a := newHost(t, "127.0.0.1", port)
 	// SO_REUSEADDR: the device's multicast socket holds the wildcard port.
 	lc := net.ListenConfig{Control: reusePort}

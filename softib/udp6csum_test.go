@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,7 +16,8 @@ import (
 // IPv6 packet from rxe vanished. Here a zero-checksum datagram (what
 // UDP_NO_CHECK6_TX sends) must reach a UD QP.
 func TestIPv6ZeroUDPChecksumAccepted(t *testing.T) {
-	const port, qkey = 14840, 0x11111111
+	const qkey = 0x11111111
+	port := testutil.Port(14840)
 	h := newHost(t, "::1", port)
 	q := udQP(t, h, qkey)
 	if _, err := q.PostRecv([]ib.RecvWR{{ID: 7, SGE: h.slot(0, 64+ib.GRHLen)}}); err != nil {
@@ -61,7 +63,7 @@ func TestIPv6ZeroUDPChecksumAccepted(t *testing.T) {
 	}
 	pkt = append(pkt, 0, 0, 0, 0)
 	PutICRC(pkt[len(pkt)-ICRCLen:], crc)
-	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet6{Addr: lo.As16(), Port: port}); err != nil {
+	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet6{Addr: lo.As16(), Port: int(port)}); err != nil {
 		t.Fatal(err)
 	}
 

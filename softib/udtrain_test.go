@@ -11,9 +11,9 @@ import (
 // A burst of UD sends leaves in as few underlay sends as GSO allows, and
 // every datagram still arrives whole, in order, at its own destination.
 func TestUDTrains(t *testing.T) {
-	a := newHost(t, "127.0.0.1", 14860)
-	b := newHost(t, "127.0.0.2", 14860)
-	c := newHost(t, "127.0.0.3", 14860)
+	a := newHost(t, "127.0.0.1", testutil.Port(14860))
+	b := newHost(t, "127.0.0.2", testutil.Port(14860))
+	c := newHost(t, "127.0.0.3", testutil.Port(14860))
 	const qkey = 0x0b1b
 	qa, qb, qc := udQP(t, a, qkey), udQP(t, b, qkey), udQP(t, c, qkey)
 	toB, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.dev.Port().GID})

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -163,3 +164,18 @@ func Fill(b []byte, seed int) {
 		b[i] = byte(seed*7 + i*13)
 	}
 }
+
+// Slot is IPOIBD_TEST_SLOT (1..4), or 0 when it is unset or out of range:
+// the tests of up to five checkouts run on one machine at once, each slot
+// with cluster numbers, names and fixed ports of its own.
+var Slot = func() int {
+	n, err := strconv.Atoi(os.Getenv("IPOIBD_TEST_SLOT"))
+	if err != nil || n < 1 || n > 4 {
+		return 0
+	}
+	return n
+}()
+
+// Port moves a fixed test port by 1000 a slot, so that checkouts testing
+// at once do not open the same sockets in the root namespace (127.x).
+func Port(p uint16) uint16 { return p + uint16(1000*Slot) }

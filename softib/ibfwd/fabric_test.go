@@ -84,7 +84,7 @@ func (s *subnet) addPort(t *testing.T, net8, host int, cfg softib.IBConfig, pk [
 	t.Helper()
 	addr := netip.MustParseAddr(fmt.Sprintf("127.88.%d.%d", net8, host))
 	dev, err := softib.Open(softib.Config{
-		Name: fmt.Sprintf("softib%d", host), Addr: addr, Port: 14791, PKeys: pk,
+		Name: fmt.Sprintf("softib%d", host), Addr: addr, Port: testutil.Port(14791), PKeys: pk,
 		LinkLayer: softib.LinkInfiniBand, IB: cfg,
 	})
 	if err != nil {
@@ -102,7 +102,7 @@ func (s *subnet) addPort(t *testing.T, net8, host int, cfg softib.IBConfig, pk [
 		slab.Close()
 	})
 	nd := &node{dev: dev, lid: cfg.LID, guid: dev.Port().GUID, mr: mr, scq: scq, rcq: rcq}
-	if err := s.fwd.Register(Port{GUID: nd.guid, LID: cfg.LID, LMC: cfg.LMC, Addr: netip.AddrPortFrom(addr, 14791)}); err != nil {
+	if err := s.fwd.Register(Port{GUID: nd.guid, LID: cfg.LID, LMC: cfg.LMC, Addr: netip.AddrPortFrom(addr, testutil.Port(14791))}); err != nil {
 		t.Fatal(err)
 	}
 	s.nodes = append(s.nodes, nd)
@@ -514,7 +514,7 @@ func TestDropCauses(t *testing.T) {
 	}
 	// Past the switch: from the forwarder's socket straight to B, and
 	// from the stranger to B.
-	bAddr := netip.AddrPortFrom(netip.MustParseAddr("127.88.9.2"), 14791)
+	bAddr := netip.AddrPortFrom(netip.MustParseAddr("127.88.9.2"), testutil.Port(14791))
 	for _, f := range [][]byte{badVCRC, badICRC, raw, dlid0} {
 		if _, err := s.fwd.conn.WriteToUDPAddrPort(f, bAddr); err != nil {
 			t.Fatal(err)
@@ -631,7 +631,7 @@ func TestLMC(t *testing.T) {
 			t.Fatalf("path bits %d: %+v", bits, wc)
 		}
 	}
-	if _, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.88.11.3"), Port: 14791, LinkLayer: softib.LinkInfiniBand,
+	if _, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.88.11.3"), Port: testutil.Port(14791), LinkLayer: softib.LinkInfiniBand,
 		IB: softib.IBConfig{LID: 0x21, LMC: 1, Forwarder: s.fwd.Addr()}}); err == nil {
 		t.Fatal("a LID not aligned to its LMC was taken")
 	}
@@ -651,7 +651,7 @@ func TestConnectedTakesOnlyItsPeersLID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.fwd.conn.WriteToUDPAddrPort(raw, netip.MustParseAddrPort("127.88.12.2:14791")); err != nil {
+		if _, err := s.fwd.conn.WriteToUDPAddrPort(raw, netip.AddrPortFrom(netip.MustParseAddr("127.88.12.2"), testutil.Port(14791))); err != nil {
 			t.Fatal(err)
 		}
 	}
