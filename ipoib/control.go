@@ -98,8 +98,12 @@ func (i *Interface) controlLoop() {
 	// Read the addresses again now that changes are watched: one added
 	// between the first read (control.init) and the subscription, as networkd
 	// does to a new link at boot, would otherwise go unseen until the
-	// next change, and we would answer no ARP for it.
+	// next change, and we would answer no ARP for it. Ours go back first:
+	// one that vanished in that window stays gone otherwise (the systemd
+	// boot once had ib0 without its link-local after networkd configured
+	// it; a down and up, which drops IPv6 addresses, is one way).
 	c.now = time.Now()
+	c.restoreOwnAddrs("before watching the link")
 	c.refreshAddrs()
 	// The connection service: its input (MADs, the kernel CM's events)
 	// wakes the loop, and its timers run when its Next says.

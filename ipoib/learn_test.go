@@ -156,3 +156,35 @@ func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
 		t.Errorf("addresses %v after start, want %v among them", ours, late)
 	}
 }
+
+// TestOwnAddressesBackAfterUnseenFlap: a down and up of the link before the
+// control loop watched (networkd's at boot) took the kernel's IPv6
+// addresses, our RFC 4391 link-local among them, and said nothing the loop
+// could hear: the loop puts them back when it starts.
+func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
+	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	nd := netdevtest.New()
+	own := netip.MustParsePrefix("fd00:9::1/64")
+	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Queues: 1, Addrs: []netip.Prefix{own},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer i.Close()
+	if !i.linkLocal.IsValid() {
+		t.Fatal("no RFC 4391 link-local address")
+	}
+	nd.BeforeWatch(nd.LinkFlapUnseen)
+	i.Start()
+	var ours []netip.Prefix
+	i.do(func() { ours = slices.Clone(i.ctl.addrs) })
+	for _, p := range []netip.Prefix{i.linkLocal, own} {
+		if !slices.Contains(ours, p) {
+			t.Errorf("addresses %v after start, want %v among them", ours, p)
+		}
+	}
+}

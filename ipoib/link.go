@@ -76,18 +76,25 @@ func (c *control) linkChanged(u LinkEvent) {
 		i.log.Info("IPv6 on again: addresses restored", "mtu", u.MTU, "added", n)
 	}
 	if up && !c.linkUp {
-		n, err := i.netdev.EnsureAddrs(i.ownAddrs())
-		if err != nil {
-			i.log.Warn("restoring addresses after link up", "err", err)
-		}
-		if n > 0 {
-			i.log.Info("link up again: addresses restored", "added", n)
-		}
+		c.restoreOwnAddrs("link up again")
 		republish = true
 	}
 	c.linkUp = up
 	if republish && up {
 		c.republish()
+	}
+}
+
+// restoreOwnAddrs puts back those of our own addresses the interface lost
+// (the kernel drops IPv6 addresses when a link goes down); why says when.
+func (c *control) restoreOwnAddrs(why string) {
+	i := c.i
+	n, err := i.netdev.EnsureAddrs(i.ownAddrs())
+	if err != nil {
+		i.log.Warn("restoring addresses", "when", why, "err", err)
+	}
+	if n > 0 {
+		i.log.Info("addresses restored", "when", why, "added", n)
 	}
 }
 

@@ -359,9 +359,15 @@ func (f *Fabric) Run(host string, cmd *exec.Cmd) (stdout, stderr string, err err
 	if err := cmd.Start(); err != nil {
 		return "", "", err
 	}
-	kill := time.AfterFunc(runTimeout, func() { cmd.Process.Kill() })
+	// A node past its time is asked for its goroutines first (SIGQUIT: a
+	// Go node prints them to stderr and exits), so that a hang says where
+	// it hung; SIGKILL follows for one that does not exit.
+	quit := time.AfterFunc(runTimeout, func() {
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		time.AfterFunc(2*time.Second, func() { _ = cmd.Process.Kill() })
+	})
 	err = cmd.Wait()
-	kill.Stop()
+	quit.Stop()
 	return out.String(), errb.String(), err
 }
 

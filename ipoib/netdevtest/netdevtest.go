@@ -235,6 +235,15 @@ func (f *Netdev) AddAddrUnseen(p netip.Prefix) {
 	f.mu.Unlock()
 }
 
+// LinkFlapUnseen takes the link down and up again with notices that went
+// out before anyone watched (networkd may do so to a new link at boot): the
+// kernel's IPv6 addresses are gone, and nothing says so.
+func (f *Netdev) LinkFlapUnseen() {
+	f.mu.Lock()
+	f.addrs = slices.DeleteFunc(f.addrs, func(p netip.Prefix) bool { return p.Addr().Is6() })
+	f.mu.Unlock()
+}
+
 // LinkDown takes the link down as `ip link set down` does: the kernel
 // removes its IPv6 addresses and says so.
 func (f *Netdev) LinkDown() {
