@@ -157,10 +157,10 @@ func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
 	}
 }
 
-// TestOwnAddressesBackAfterUnseenFlap: a down and up of the link before the
-// control loop watched (networkd's at boot) took the kernel's IPv6
-// addresses, our RFC 4391 link-local among them, and said nothing the loop
-// could hear: the loop puts them back when it starts.
+// TestOwnAddressesBackAfterUnseenFlap: our addresses lost before the
+// control loop watched (here by a down and up of the link, which takes the
+// kernel's IPv6 addresses, our RFC 4391 link-local among them), with no
+// notice the loop could hear, are back once it runs.
 func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
 	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
 	if err != nil {

@@ -236,8 +236,8 @@ func (f *Netdev) AddAddrUnseen(p netip.Prefix) {
 }
 
 // LinkFlapUnseen takes the link down and up again with notices that went
-// out before anyone watched (networkd may do so to a new link at boot): the
-// kernel's IPv6 addresses are gone, and nothing says so.
+// out before anyone watched: the kernel's IPv6 addresses are gone, and
+// nothing says so.
 func (f *Netdev) LinkFlapUnseen() {
 	f.mu.Lock()
 	f.addrs = slices.DeleteFunc(f.addrs, func(p netip.Prefix) bool { return p.Addr().Is6() })
