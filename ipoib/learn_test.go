@@ -135,21 +135,8 @@ func TestFirstPacketToLearnedNeighborConnects(t *testing.T) {
 // first read its addresses and before its control loop watched (networkd
 // configures ib0 the moment the TUN appears) is ours once the loop runs.
 func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
-	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	nd := netdevtest.New()
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Queues: 1,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer i.Close()
 	late := netip.MustParsePrefix("192.168.9.1/24")
-	nd.BeforeWatch(func() { nd.AddAddrUnseen(late) })
-	i.Start()
+	i := startWatching(t, nil, func(nd *netdevtest.Netdev) { nd.AddAddrUnseen(late) })
 	var ours []netip.Prefix
 	i.do(func() { ours = slices.Clone(i.ctl.addrs) })
 	if !slices.Contains(ours, late) {
@@ -162,24 +149,11 @@ func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
 // kernel's IPv6 addresses, our RFC 4391 link-local among them), with no
 // notice the loop could hear, are back once it runs.
 func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
-	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	nd := netdevtest.New()
 	own := netip.MustParsePrefix("fd00:9::1/64")
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Queues: 1, Addrs: []netip.Prefix{own},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer i.Close()
+	i := startWatching(t, []netip.Prefix{own}, (*netdevtest.Netdev).LinkFlapUnseen)
 	if !i.linkLocal.IsValid() {
 		t.Fatal("no RFC 4391 link-local address")
 	}
-	nd.BeforeWatch(nd.LinkFlapUnseen)
-	i.Start()
 	var ours []netip.Prefix
 	i.do(func() { ours = slices.Clone(i.ctl.addrs) })
 	for _, p := range []netip.Prefix{i.linkLocal, own} {
@@ -187,4 +161,25 @@ func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
 			t.Errorf("addresses %v after start, want %v among them", ours, p)
 		}
 	}
+}
+
+// startWatching starts an interface with addrs on a fake device and netdev
+// whose Watch first runs unseen: a change no notice will tell of.
+func startWatching(t *testing.T, addrs []netip.Prefix, unseen func(*netdevtest.Netdev)) *Interface {
+	t.Helper()
+	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	nd := netdevtest.New()
+	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Queues: 1, Addrs: addrs,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { i.Close() })
+	nd.BeforeWatch(func() { unseen(nd) })
+	i.Start()
+	return i
 }
