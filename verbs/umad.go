@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/madqueue"
@@ -194,4 +195,20 @@ func (s *umadService) Counters() []ib.Counter {
 		{Name: "umad_rx_drop_queue_full", Value: s.dropQueue.Load()},
 		{Name: "umad_rx_drop_source_share", Value: s.dropShare.Load()},
 	}
+}
+
+// umadRecvAgain tells a umad_recv failure worth another call from one
+// that means the port is gone. libibumad turns a poll interrupted by a
+// signal into EIO but leaves poll's EINTR in errno, and a Go program's
+// threads take signals: the runtime's preemption, SIGCHLD, SIGHUP. An EIO
+// from the read itself (errno EIO too) is ib_umad saying the file's agents
+// are dead.
+func umadRecvAgain(ret, errno error) bool {
+	switch {
+	case ret == syscall.ETIMEDOUT, ret == syscall.EAGAIN, ret == syscall.EINTR:
+		return true
+	case ret == syscall.EIO && errno == syscall.EINTR:
+		return true
+	}
+	return false
 }

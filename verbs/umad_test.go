@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -452,4 +453,25 @@ func counter(cs []ib.Counter, name string) uint64 {
 		}
 	}
 	return 0
+}
+
+func TestUMADRecvAgain(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		ret, errno error
+		again      bool
+	}{
+		{"poll timed out", syscall.ETIMEDOUT, nil, true},
+		{"nothing to read", syscall.EAGAIN, syscall.EAGAIN, true},
+		{"read interrupted", syscall.EINTR, syscall.EINTR, true},
+		{"poll interrupted: libibumad says EIO, errno says EINTR", syscall.EIO, syscall.EINTR, true},
+		{"agents dead: the read's own EIO", syscall.EIO, syscall.EIO, false},
+		{"EIO with no errno", syscall.EIO, nil, false},
+		{"buffer too small", syscall.ENOSPC, syscall.ENOSPC, false},
+		{"port closed", syscall.EBADF, syscall.EBADF, false},
+	} {
+		if got := umadRecvAgain(c.ret, c.errno); got != c.again {
+			t.Errorf("%s: umadRecvAgain(%v, %v) = %v, want %v", c.name, c.ret, c.errno, got, c.again)
+		}
+	}
 }

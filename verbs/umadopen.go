@@ -154,17 +154,16 @@ func (s *umadService) readLoop(u *libUMAD) {
 	var msg [umadMsgLen]byte
 	for !u.stop.Load() {
 		n := C.int(256)
-		rc := C.umad_recv(u.portID, u.rbuf, &n, umadRecvPollMs)
+		rc, cerr := C.umad_recv(u.portID, u.rbuf, &n, umadRecvPollMs)
 		if rc < 0 {
-			switch err := syscall.Errno(-rc); err {
-			case syscall.ETIMEDOUT, syscall.EAGAIN, syscall.EINTR:
+			err := syscall.Errno(-rc)
+			if umadRecvAgain(err, cerr) {
 				continue
-			default:
-				// The device went away (module unloaded): Recv's close
-				// tells the owner.
-				slog.Error("verbs: umad_recv failed; no more CM MADs", "device", s.cfg.device, "port", s.cfg.port, "err", err)
-				return
 			}
+			// The device went away (module unloaded, port removed):
+			// Recv's close tells the owner.
+			slog.Error("verbs: umad_recv failed; no more CM MADs", "device", s.cfg.device, "port", s.cfg.port, "err", err, "errno", cerr)
+			return
 		}
 		// ibsim hands over only the octets its sender filled; a MAD is
 		// 256 on the wire, the rest zero.

@@ -150,6 +150,22 @@ for cmmode in rc uc; do
 		else
 			fail "$mode-iperf3" "$(echo "$out" | tail -n 2 | tr '\n' ' ')"
 		fi
+		# Signals interrupt the CM receiver's wait in umad_recv, which
+		# libibumad reports as EIO: that once ended a daemon's CM 14 s
+		# after start. SIGURG (Go's own preemption signal, harmless) to
+		# each thread of both daemons, 100 rounds; kill(2) with a thread's
+		# ID hands the signal to that thread when it can take it. Both
+		# CMs are then at work in the restarts below.
+		for _ in $(seq 100); do
+			for k in 1 2; do
+				for t in /proc/${pid[$k]}/task/*; do kill -URG "${t##*/}" 2>/dev/null; done
+			done
+		done
+		if grep -h "umad_recv failed" "$log/$NA.log" "$log/$NB.log"; then
+			fail "$mode-cm-outlives-signals" "a daemon's CM receiver ended"
+		else
+			pass "$mode-cm-outlives-signals"
+		fi
 		# SIGKILL of either side: no DREQ, the peer's connection is stale.
 		# The restarted daemon has a new UD QPN; traffic must find it.
 		for k in 2 1; do
