@@ -36,6 +36,10 @@ static int smp_self_get(int portid, int agent, void *umad, uint16_t attr, uint32
 	for (int tries = 0; tries < 8; tries++) {
 		int len = 256;
 		int rc = umad_recv(portid, umad, &len, timeout_ms);
+		// libibumad's EIO with poll's EINTR left in errno: a signal
+		// interrupted the wait (Go's runtime sends them), not an error.
+		if (rc == -EIO && errno == EINTR)
+			continue;
 		if (rc < 0)
 			return rc == -ETIMEDOUT || rc == -EWOULDBLOCK ? -ETIMEDOUT : rc;
 		if (umad_status(umad))

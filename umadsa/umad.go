@@ -176,9 +176,14 @@ func (u *UMAD) Recv(buf []byte, timeout time.Duration) (int, int, error) {
 	if ms < 1 {
 		ms = 1
 	}
-	rc := C.umad_recv(u.portID, u.rbuf, &n, C.int(ms))
+	rc, cerr := C.umad_recv(u.portID, u.rbuf, &n, C.int(ms))
 	if rc < 0 {
 		if e := syscall.Errno(-rc); e == syscall.ETIMEDOUT || e == syscall.EAGAIN {
+			return 0, 0, ErrRecvTimeout
+		}
+		// libibumad's EIO with poll's EINTR left in errno: a signal cut
+		// the wait short (Go's runtime sends them) before anything came.
+		if syscall.Errno(-rc) == syscall.EIO && cerr == syscall.EINTR {
 			return 0, 0, ErrRecvTimeout
 		}
 		return 0, 0, fmt.Errorf("umad_recv: %w", syscall.Errno(-rc))
