@@ -523,14 +523,15 @@ with 1460-octet segments 1.19× the daemon without shared slots (5 rounds, 33 ru
 the rounds 0.91–1.28) and 1.03× the 1024-deep version (2 rounds, 14 runs; 0.91 and 1.05);
 RC 1.15×, UC 1.18×, UD 1.04×, UD with 1460-octet segments 0.96× (3, 3, 2 and 2 rounds; the
 rounds 0.81–1.34): no path slower beyond the noise. RC with 1460-octet segments still
-trailed UD with them in the one round that ran both (medians 1.51 and 1.88 Gbit/s). The
-daemon's memory (VmRSS above idle per connection, cmload as below, one run each): 2.12 KiB
-at 10,000 connections before, 2.38 KiB after (main had moved on by three commits between
-the two builds); at 1,000, two pairs of runs with both builds side by side, 3.32 and 3.67
-KiB with main, 3.57 and 3.57 KiB with this change (the second after 8 octets more in
-softib's QP struct, which crossed a Go size class, were undone): run to run the figure
-moves by more than the builds differ. softib's send ring grows only on a busy connection,
-so the send queue depth costs an idle connection nothing here.
+trailed UD with them in the one round that ran both (medians 1.51 and 1.88 Gbit/s). In
+the first `make bench` after the merge (2026-11-26, a quiet machine) the two were level
+with 1 stream (2.18 and 2.15 Gbit/s) and RC behind with 4 (2.04 and 2.56). The daemon's
+memory (VmRSS above idle per connection, cmload as below) in two pairs of runs at 10,000
+connections with both builds taking turns (2026-11-26, beside a `make test`): 2.28 and 2.35
+KiB with shared slots (the second with 9,317 connections up), 2.42 and 2.39 KiB without.
+Shared slots cost no memory per connection; the figure moves by about 0.1 KiB from run to
+run (when the garbage collector last ran). softib's send ring grows only on a busy
+connection, so the send queue depth costs an idle connection nothing here.
 NOTES
 	echo
 	echo "## First packet to a fresh peer"
