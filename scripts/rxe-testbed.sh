@@ -36,6 +36,7 @@
 #    (rxe0/rxe1), TESTBED_NETDEV_A/B (va/vb), TESTBED_IP_A/B (192.0.2.1/.2, /24),
 #    TESTBED_GID_INDEX_A/B (the RoCEv2 IPv4-mapped GID), IPOIBD_VERBS_DEVICES,
 #    PATH with /opt/ipoibd. The guest has iproute2, iperf3, ping, rdma-core tools.
+#    Hooks of either boot source scripts/testbed-lib.sh (copied beside them).
 #
 # A second boot of the same image has systemd as PID 1 (rdinit=/lib/systemd/systemd)
 # and ipoibd installed as a user would: the unit made by `make unit` (PREFIX=/usr),
@@ -308,6 +309,10 @@ done
 for h in scripts/testbed.systemd.d/${TESTBED_HOOKS:-*}.sh; do
 	booted systemd && [ -f "$h" ] && [ -x "$h" ] && sdhooks+=("$h")
 done
+if ((${#hooks[@]} + ${#sdhooks[@]})); then
+	mkdir -p "$OV/opt/ipoibd"
+	cp scripts/testbed-lib.sh "$OV/opt/ipoibd/" # what the hooks source
+fi
 if ((${#hooks[@]})); then
 	mkdir -p "$OV/opt/ipoibd/testbed.d"
 	cp "${hooks[@]}" "$OV/opt/ipoibd/testbed.d/"

@@ -21,6 +21,7 @@
 # ib_send_bw run), REPS (rounds), PROFILE=1 (CPU profiles of the last
 # round's daemons, printed as BENCHFILE lines for the host to decode).
 set -uo pipefail
+. "$(dirname "$0")/../testbed-lib.sh"
 
 SECS=${SECS:-5} REPS=${REPS:-3} PROFILE=${PROFILE:-0}
 A=${TESTBED_DEV_A:-rxe0} B=${TESTBED_DEV_B:-rxe1}
@@ -215,12 +216,7 @@ start() {
 		--addr "192.168.$net.$k/24" "$@" >>"$log/$name.log" 2>&1 &
 	started=$!
 	pids+=("$started")
-	for _ in $(seq 300); do
-		ip netns exec "$ns" ipoibd show >/dev/null 2>&1 && return 0
-		kill -0 "$started" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
+	answering "$started" "$ns" 30
 }
 # pair MODE: the two daemons of MODE (rc: connected mode over RC through
 # the kernel CM; ud: datagram mode), one per device, interfaces in the

@@ -9,6 +9,7 @@
 # pinging at the same instant (crossing REQs); SIGKILL and restart of
 # either side; nothing left behind. One RESULT line per check.
 set -uo pipefail
+. "$(dirname "$0")/../testbed-lib.sh"
 
 A=${TESTBED_DEV_A:-rxe0} B=${TESTBED_DEV_B:-rxe1}
 NA=oca NB=ocb NET=192.168.62 NET6=fd00:62
@@ -34,12 +35,7 @@ start() {
 	ipoibd --provider verbs --device "$dev" --netns "$ns" --cm own \
 		--addr "$NET.$k/24" --addr "$NET6::$k/64" "$@" >>"$log/$ns.log" 2>&1 &
 	pid[$k]=$!
-	for _ in $(seq 200); do
-		ip netns exec "$ns" ipoibd show >/dev/null 2>&1 && return 0
-		kill -0 "${pid[$k]}" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
+	answering "${pid[$k]}" "$ns"
 }
 stop() { # stop K SIGNAL: end daemon K; status is the daemon's
 	local k=$1 st=0
@@ -58,15 +54,6 @@ stop_all() {
 reload() { modprobe -a rdma_ucm >/dev/null 2>&1; }
 trap 'stop_all; reload; for ns in $NA $NB; do ip netns del $ns 2>/dev/null; done' EXIT
 
-# until_ok SECONDS CMD...: retry CMD each half second until it succeeds.
-until_ok() {
-	local end=$((SECONDS + $1))
-	shift
-	until "$@" >/dev/null 2>&1; do
-		((SECONDS < end)) || return 1
-		sleep 0.5
-	done
-}
 
 for ns in $NA $NB; do ip netns del "$ns" 2>/dev/null; ip netns add "$ns"; done
 
@@ -127,7 +114,7 @@ for cmmode in rc uc; do
 	# awaited first. After the crossing REQs it was once not up yet when
 	# the pings above ended (at a quiet host); a bound, not an expectation.
 	t=$SECONDS
-	until_ok 15 sh -c "ip netns exec $NA ipoibd conn --wide | grep -w $upper | grep -q established" ||
+	within 15 sh -c "ip netns exec $NA ipoibd conn --wide | grep -w $upper | grep -q established" ||
 		echo "NOTE $mode: no established connection 15 s after the pings"
 	echo "NOTE $mode: connection established $((SECONDS - t)) s after the pings"
 	if out=$(ip netns exec $NA ping -c 5 -i 0.2 -W 3 -M "do" -s 65000 "$NET.2" 2>&1); then
@@ -143,7 +130,7 @@ for cmmode in rc uc; do
 	fi
 	if [ $cmmode = rc ]; then
 		ip netns exec $NB iperf3 -s -D -1 >/dev/null 2>&1
-		until_ok 5 sh -c "ip netns exec $NB ss -ltn | grep -q ':5201 '"
+		within 5 sh -c "ip netns exec $NB ss -ltn | grep -q ':5201 '"
 		if out=$(ip netns exec $NA iperf3 -c "$NET.2" -t 3 2>&1); then
 			pass "$mode-iperf3"
 			echo "$out" | grep -E 'sender|receiver'
@@ -178,8 +165,8 @@ for cmmode in rc uc; do
 			# The survivor reaches the new daemon over UD first (its
 			# announcement), then over a new RC connection: both within
 			# the bound, then large packets over RC.
-			if until_ok 40 ip netns exec $other ping -c 1 -W 1 "$dst" &&
-				until_ok 40 sh -c "ip netns exec $other ipoibd conn --wide | grep -w RC | grep -q established" &&
+			if within 40 ip netns exec $other ping -c 1 -W 1 "$dst" &&
+				within 40 sh -c "ip netns exec $other ipoibd conn --wide | grep -w RC | grep -q established" &&
 				ip netns exec $other ping -c 3 -i 0.2 -W 3 -s 20000 "$dst" >/dev/null 2>&1; then
 				pass "$mode-sigkill-$k-restart"
 			else
@@ -224,7 +211,7 @@ if ip netns add $SNS && ip netns add $VNS &&
 	pid[1]=$!
 	ip netns exec $SNS ipoibd --provider softib --underlay $U2 --addr "$N3.2/24" --addr "$N6::2/64" >>"$log/$SNS.log" 2>&1 &
 	pid[2]=$!
-	if until_ok 20 ip netns exec $VNS ipoibd show && until_ok 20 ip netns exec $SNS ipoibd show; then
+	if within 20 ip netns exec $VNS ipoibd show && within 20 ip netns exec $SNS ipoibd show; then
 		pass softib-up
 		ip netns exec $VNS ping -c 3 -i 0.2 -W 3 "$N3.2" >"$log/x-a" 2>&1 &
 		pa=$!
@@ -236,7 +223,7 @@ if ip netns add $SNS && ip netns add $VNS &&
 		check softib-ping-65000 ip netns exec $VNS ping -c 3 -i 0.2 -W 3 -M "do" -s 65000 "$N3.2"
 		check softib-conn sh -c "ip netns exec $VNS ipoibd conn --wide | grep -w RC | grep -q established"
 		ip netns exec $SNS iperf3 -s -D -1 >/dev/null 2>&1
-		until_ok 5 sh -c "ip netns exec $SNS ss -ltn | grep -q ':5201 '"
+		within 5 sh -c "ip netns exec $SNS ss -ltn | grep -q ':5201 '"
 		if out=$(ip netns exec $VNS iperf3 -c "$N3.2" -t 3 2>&1); then
 			pass softib-iperf3
 			echo "$out" | grep -E 'sender|receiver'

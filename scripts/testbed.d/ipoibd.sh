@@ -4,6 +4,7 @@
 # devices themselves must stay in the initial one), first in datagram mode,
 # then in connected mode over RC and UC. Prints one RESULT line per check.
 set -uo pipefail
+. "$(dirname "$0")/../testbed-lib.sh"
 
 A=${TESTBED_DEV_A:-rxe0} B=${TESTBED_DEV_B:-rxe1}
 log=/tmp/ipoibd-hook
@@ -29,12 +30,7 @@ start() {
 	ipoibd --provider verbs --device "$dev" --netns "$ns" \
 		--addr "192.168.60.$k/24" --addr "fd00:60::$k/64" "$@" >"$log/$ns.log" 2>&1 &
 	pids+=($!)
-	for _ in $(seq 200); do
-		ip netns exec "$ns" ipoibd show >/dev/null 2>&1 && return 0
-		kill -0 "${pids[-1]}" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
+	answering "${pids[-1]}" "$ns"
 }
 # stop_all ends the daemons (SIGTERM: DREQs, groups left, interface removed)
 # and fails if one did not exit cleanly.

@@ -7,6 +7,7 @@
 # No pipefail: a grep -q that matches early would fail its pipeline (the
 # writer's SIGPIPE).
 set -u
+. "$(dirname "$0")/../testbed-lib.sh"
 
 U=ipoibd@ib0.service
 log=/tmp/systemd-hook
@@ -21,17 +22,6 @@ fail() {
 }
 note() { echo "NOTE $*"; }
 prop() { systemctl show --property="$2" --value "$1"; }
-# within SECONDS CMD...: CMD until it succeeds, polled every 0.2 s (under
-# TCG a poll's own processes slow what it waits for); fails after SECONDS.
-within() {
-	local end=$((SECONDS + $1))
-	shift
-	until "$@" >/dev/null 2>&1; do
-		((SECONDS < end)) || return 1
-		sleep 0.2
-	done
-}
-elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 # The journal's position now, and what the unit logged after one.
 mark() { journalctl -q -n 1 --show-cursor -o cat | sed -n 's/^-- cursor: //p'; }
 logged() { journalctl -q -u "$U" --after-cursor="$1" -o cat; }

@@ -18,6 +18,7 @@
 # per check.
 # No pipefail: a grep -q that matches early would fail its pipeline.
 set -u
+. "$(dirname "$0")/../testbed-lib.sh"
 
 U=ipoibd@ib0.service
 log=/tmp/unmanaged-hook
@@ -31,17 +32,6 @@ fail() {
 	snap | sed 's/^/  ib0| /'
 }
 note() { echo "NOTE $*"; }
-# within SECONDS CMD...: CMD until it succeeds, polled every 0.2 s; fails
-# after SECONDS.
-within() {
-	local end=$((SECONDS + $1))
-	shift
-	until "$@" >/dev/null 2>&1; do
-		((SECONDS < end)) || return 1
-		sleep 0.2
-	done
-}
-elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", b - a }'; }
 cleanup() { systemctl stop NetworkManager.service "$U" 2>/dev/null; }
 trap cleanup EXIT
 
