@@ -54,7 +54,6 @@ stop_all() {
 reload() { modprobe -a rdma_ucm >/dev/null 2>&1; }
 trap 'stop_all; reload; for ns in $NA $NB; do ip netns del $ns 2>/dev/null; done' EXIT
 
-
 for ns in $NA $NB; do ip netns del "$ns" 2>/dev/null; ip netns add "$ns"; done
 
 # --- while ib_cm is loaded: --cm own refuses in one line naming its users
