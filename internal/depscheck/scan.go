@@ -43,6 +43,10 @@ var shellRunners = map[string]int{"on": 1, "node": 1, "await": 1}
 // scripts/rxe-testbed.sh) and what is not source.
 var skipDirs = map[string]bool{".git": true, "internal/testbed": true, "bin": true, "testdata": true, "vendor": true}
 
+// guestScripts are the scripts/*.sh that run only in the test bed's guest:
+// the helpers its hooks source.
+var guestScripts = map[string]bool{"scripts/testbed-lib.sh": true}
+
 // scan finds every command and C header that the host scripts
 // (scripts/*.sh, not scripts/testbed.d/* which run in the guest), .ci/run,
 // the Makefile and the Go code under root use. errs are wrappers the scan
@@ -55,12 +59,15 @@ func scan(root string) (uses []use, errs []string, err error) {
 	scripts, _ := filepath.Glob(filepath.Join(root, "scripts", "*.sh"))
 	scripts = append(scripts, filepath.Join(root, ".ci", "run"))
 	for _, f := range scripts {
+		rel, _ := filepath.Rel(root, f)
+		rel = filepath.ToSlash(rel)
+		if guestScripts[rel] {
+			continue
+		}
 		src, err := os.ReadFile(f)
 		if err != nil {
 			return nil, nil, err
 		}
-		rel, _ := filepath.Rel(root, f)
-		rel = filepath.ToSlash(rel)
 		us, es := scanScript(rel, string(src), 1)
 		for i := range us {
 			us[i].runtime = runtimeScripts[rel]
