@@ -2,6 +2,7 @@ package ipoib
 
 import (
 	"net/netip"
+	"strconv"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
@@ -69,11 +70,7 @@ func (c *control) linkChanged(u LinkEvent) {
 	}
 	up := u.Up
 	if up && ipv6Back && c.linkUp {
-		n, err := i.netdev.EnsureAddrs(i.ownAddrs())
-		if err != nil {
-			i.log.Warn("restoring IPv6 addresses after the MTU change", "err", err)
-		}
-		i.log.Info("IPv6 on again: addresses restored", "mtu", u.MTU, "added", n)
+		c.restoreOwnAddrs("IPv6 on again: the MTU is " + strconv.Itoa(u.MTU))
 	}
 	if up && !c.linkUp {
 		c.restoreOwnAddrs("link up again")
