@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -117,9 +118,12 @@ type Comm struct {
 	source sourceKey
 	srcLID uint16
 
-	tid        uint64
-	last       [MADLen]byte // the last request or reply we sent, for retries and duplicates
-	lastValid  bool
+	tid uint64
+	// last is the last request or reply we sent while it may be sent
+	// again (retries, duplicates): a REQ, REP or DREQ. nil once the
+	// connection is established or over, so that an established one does
+	// not carry a MAD's 256 octets; its RTU is small to build again.
+	last       *[MADLen]byte
 	retries    int
 	maxRetries int
 	timeout    time.Duration
@@ -370,10 +374,10 @@ func (e *Engine) Connect(now time.Time, p ConnectParams) (*Comm, error) {
 	c.LocalCommID = e.newCommID()
 	req.LocalCommID = c.LocalCommID
 	c.tid = e.newTID()
-	if err := req.MarshalMAD(c.last[:], c.tid); err != nil {
+	if err := req.MarshalMAD(keepLast(c), c.tid); err != nil {
+		dropLast(c)
 		return nil, fmt.Errorf("cm: REQ: %w", err)
 	}
-	c.lastValid = true
 	e.byLocal[c.LocalCommID] = c
 	e.setState(c, StateREQSent)
 	e.arm(now, c, TimeoutDuration(e.cfg.ResponseTimeout), int(e.cfg.MaxRetries))
@@ -404,10 +408,10 @@ func (e *Engine) Accept(now time.Time, c *Comm, p AcceptParams) error {
 		StartingPSN: c.RecvPSN, RNRRetryCount: p.RNRRetry, SRQ: true, LocalCAGUID: e.cfg.GUID,
 	}
 	copy(rep.PrivateData[:], p.PrivateData)
-	if err := rep.MarshalMAD(c.last[:], c.tid); err != nil {
+	if err := rep.MarshalMAD(keepLast(c), c.tid); err != nil {
+		dropLast(c)
 		return fmt.Errorf("cm: REP: %w", err)
 	}
-	c.lastValid = true
 	e.setState(c, StateREPSent)
 	e.arm(now, c, TimeoutDuration(c.repTimeout), int(c.repRetries))
 	e.sendLast(c)
@@ -430,14 +434,22 @@ func (e *Engine) Ready(c *Comm) error {
 	if c.State != StateREPRcvd {
 		return ErrBadState
 	}
-	rtu := RTU{LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID}
-	if err := rtu.MarshalMAD(c.last[:], c.tid); err != nil {
-		return fmt.Errorf("cm: RTU: %w", err)
+	if err := e.sendRTU(c); err != nil {
+		return err
 	}
-	c.lastValid = true // a duplicate REP gets this RTU again
 	e.establish(c)
 	c.deadline = time.Time{}
-	e.sendLast(c)
+	return nil
+}
+
+// sendRTU sends the RTU of the active side, the first time (Ready) and
+// again for a duplicate REP: its RTU was lost.
+func (e *Engine) sendRTU(c *Comm) error {
+	rtu := RTU{LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID}
+	if err := rtu.MarshalMAD(e.buf[:], c.tid); err != nil {
+		return fmt.Errorf("cm: RTU: %w", err)
+	}
+	e.send(c.to, e.buf[:])
 	return nil
 }
 
@@ -569,7 +581,7 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		switch c.State {
 		case StateREQRcvd:
 			e.sendMRA(e.responseTo(from), c, MsgREQ)
-		case StateREPSent, StateEstablished:
+		case StateREPSent:
 			e.sendLast(c)
 		case StateTimewait:
 			e.sendREJ(e.responseTo(from), tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejStaleConnection, nil, nil)
@@ -678,7 +690,7 @@ func (e *Engine) handleREP(now time.Time, from ib.MADAddr, rep *REP) {
 	if c.State != StateREQSent {
 		e.Stats.Duplicate++
 		if c.State == StateEstablished && c.RemoteCommID == rep.LocalCommID {
-			e.sendLast(c) // our RTU was lost
+			_ = e.sendRTU(c) // our RTU was lost
 		}
 		return
 	}
@@ -825,6 +837,7 @@ func (e *Engine) stale(now time.Time, old *Comm) {
 }
 
 func (e *Engine) establish(c *Comm) {
+	dropLast(c)
 	e.setState(c, StateEstablished)
 	e.byQP[remoteQP{c.RemoteGUID, c.RemoteQPN}] = c
 }
@@ -833,8 +846,8 @@ func (e *Engine) sendDREQ(now time.Time, c *Comm) {
 	delete(e.byQP, remoteQP{c.RemoteGUID, c.RemoteQPN})
 	dreq := DREQ{LocalCommID: c.LocalCommID, RemoteCommID: c.RemoteCommID, RemoteQPN: c.RemoteQPN}
 	c.tid = e.newTID()
-	if err := dreq.MarshalMAD(c.last[:], c.tid); err != nil {
-		c.lastValid = false
+	if err := dreq.MarshalMAD(keepLast(c), c.tid); err != nil {
+		dropLast(c)
 	}
 	e.setState(c, StateDREQSent)
 	e.arm(now, c, TimeoutDuration(e.cfg.ResponseTimeout), int(e.cfg.MaxRetries))
@@ -844,13 +857,14 @@ func (e *Engine) sendDREQ(now time.Time, c *Comm) {
 func (e *Engine) timewait(now time.Time, c *Comm) {
 	delete(e.byQP, remoteQP{c.RemoteGUID, c.RemoteQPN})
 	e.setState(c, StateTimewait)
-	c.lastValid = false
+	dropLast(c)
 	c.deadline = now.Add(e.cfg.Timewait)
 }
 
 // forget drops a connection that never got to timewait (rejected, timed
 // out while being set up).
 func (e *Engine) forget(c *Comm) {
+	dropLast(c)
 	delete(e.byLocal, c.LocalCommID)
 	if r := (remoteID{c.RemoteGUID, c.RemoteCommID}); e.byRemote[r] == c {
 		delete(e.byRemote, r)
@@ -973,8 +987,30 @@ func (e *Engine) arm(now time.Time, c *Comm, timeout time.Duration, retries int)
 }
 
 func (e *Engine) sendLast(c *Comm) {
-	if c.lastValid {
+	if c.last != nil {
 		e.send(c.to, c.last[:])
+	}
+}
+
+// lastMADs recycles the buffers of Comm.last: at most the connections in
+// setup or disconnecting hold one.
+var lastMADs = sync.Pool{New: func() any { return new([MADLen]byte) }}
+
+// keepLast returns c's buffer for the MAD it is about to send, taking
+// one if it holds none.
+func keepLast(c *Comm) []byte {
+	if c.last == nil {
+		c.last = lastMADs.Get().(*[MADLen]byte)
+	}
+	return c.last[:]
+}
+
+// dropLast gives c's buffer back. MADService.Send copies what it sends,
+// so nothing else refers to it.
+func dropLast(c *Comm) {
+	if c.last != nil {
+		lastMADs.Put(c.last)
+		c.last = nil
 	}
 }
 

@@ -283,12 +283,16 @@ func TestEngineLoss(t *testing.T) {
 	const all = -1
 	ev := func(ts ...EventType) []EventType { return ts }
 	type want struct {
-		a, b         []EventType // events after the scenario
-		connsA       int         // after everything settled
-		connsB       int
-		retransA     uint64 // exact Stats.Retransmitted
-		retransB     uint64
-		sentOfAttr   int // how many MADs of attr were sent in all
+		a, b       []EventType // events after the scenario
+		connsA     int         // after everything settled
+		connsB     int
+		retransA   uint64 // exact Stats.Retransmitted
+		retransB   uint64
+		sentOfAttr int // how many MADs of attr were sent in all
+		// sentLIFO, when not 0, is sentOfAttr in LIFO order: a
+		// retransmission may then arrive after the exchange it repeats
+		// has finished.
+		sentLIFO     int
 		bEstablished bool
 	}
 	cases := []struct {
@@ -301,8 +305,10 @@ func TestEngineLoss(t *testing.T) {
 		{AttrREQ, 2, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 2, sentOfAttr: 3, bEstablished: true}},
 		{AttrREQ, all, false, want{a: ev(EvTimeout), b: nil, retransA: 3, sentOfAttr: 4}},
 		// A lost REP: the passive side resends it, and the active side's
-		// REQ retransmission draws it again.
-		{AttrREP, 1, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 1, retransB: 1, sentOfAttr: 3, bEstablished: true}},
+		// REQ retransmission draws it again, unless (LIFO) it arrives
+		// once the connection is established: the kernel's CM answers
+		// such a REQ with nothing, and so do we.
+		{AttrREP, 1, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 1, retransB: 1, sentOfAttr: 3, sentLIFO: 2, bEstablished: true}},
 		{AttrREP, 2, false, want{a: ev(EvReply), b: ev(EvRequest, EvEstablished), connsA: 1, connsB: 1, retransA: 1, retransB: 1, sentOfAttr: 3, bEstablished: true}},
 		{AttrREP, all, false, want{a: ev(EvTimeout), b: ev(EvRequest, EvTimeout), retransA: 3, retransB: 3, sentOfAttr: 7}},
 		// A lost RTU: the passive side resends the REP, the active side
@@ -366,8 +372,12 @@ func TestEngineLoss(t *testing.T) {
 				if a.e.Stats.Retransmitted != w.retransA || b.e.Stats.Retransmitted != w.retransB {
 					t.Errorf("retransmitted active %d passive %d, want %d %d", a.e.Stats.Retransmitted, b.e.Stats.Retransmitted, w.retransA, w.retransB)
 				}
-				if got := f.Count[tc.attr]; got != w.sentOfAttr {
-					t.Errorf("%d %v sent, want %d", got, tc.attr, w.sentOfAttr)
+				sent := w.sentOfAttr
+				if lifo && w.sentLIFO != 0 {
+					sent = w.sentLIFO
+				}
+				if got := f.Count[tc.attr]; got != sent {
+					t.Errorf("%d %v sent, want %d", got, tc.attr, sent)
 				}
 				if a.e.halfOpen != 0 || b.e.halfOpen != 0 {
 					t.Errorf("half-open %d %d", a.e.halfOpen, b.e.halfOpen)
@@ -501,12 +511,21 @@ func TestEngineDuplicates(t *testing.T) {
 		if a.e.Stats.Duplicate != 1 || b.e.Stats.Duplicate != 3 {
 			t.Errorf("duplicates active %d passive %d, want 1 3", a.e.Stats.Duplicate, b.e.Stats.Duplicate)
 		}
-		// Once established, an old REQ still gets the REP, not a new
-		// connection.
+		// The RTU sent again for the duplicate REP is the first one.
+		if rtus := f.Sent(a.gid, AttrRTU, false); len(rtus) == 2 && rtus[0].Data != rtus[1].Data {
+			t.Errorf("resent RTU differs from the first")
+		}
+		// Once established, neither side keeps a MAD to send again.
+		ac, bc := onlyComm(t, a.e), onlyComm(t, b.e)
+		if ac.last != nil || bc.last != nil {
+			t.Errorf("established connections keep their last MADs: %v %v", ac.last != nil, bc.last != nil)
+		}
+		// An old REQ then gets nothing, as from the kernel's CM: no REP,
+		// no new connection.
 		f.Deliver(req)
 		f.Drain()
-		if b.e.Conns() != 1 || len(b.events) != 2 {
-			t.Errorf("old REQ after establishment: %d conns, events %v", b.e.Conns(), b.types())
+		if b.e.Conns() != 1 || len(b.events) != 2 || len(f.Sent(b.gid, AttrREP, true)) != 3 {
+			t.Errorf("old REQ after establishment: %d conns, events %v, %d REPs", b.e.Conns(), b.types(), len(f.Sent(b.gid, AttrREP, true)))
 		}
 	})
 	t.Run("RTU and DREP duplicates are ignored", func(t *testing.T) {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"time"
@@ -92,7 +93,10 @@ func startHeapProfile(path string) (func(), error) {
 
 // writeHeapProfile replaces path with the heap profile as of now, whole:
 // written beside it and renamed, so a reader never sees half a profile.
+// The runtime's heap profile is as of the last garbage collection, which
+// an idle daemon may have run long ago: one runs first.
 func writeHeapProfile(path string) error {
+	runtime.GC()
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
