@@ -31,6 +31,11 @@ type daemon struct {
 	changing sync.Mutex // one child add or del at a time: checks hold until done
 	mu       sync.Mutex
 	ifaces   []*served // the first, then the children in the order made
+	// ready is closed once the command line's interfaces (the first and
+	// the --child ones) are all made or the daemon failed to make them.
+	// Control sockets answer only then, so that a script which waits for
+	// `ipoibd show` to answer may use every one of them.
+	ready chan struct{}
 }
 
 // served is one interface and its control socket.
@@ -58,7 +63,7 @@ func (d *daemon) closeCtl(s *served) {
 // newDaemon opens the first interface on dev and starts serving it; on
 // error it closes dev.
 func newDaemon(cfg ipoib.Config, dev ib.Device, choice connServiceChoice, pkeyHint string) (*daemon, error) {
-	d := &daemon{dev: dev, choice: choice, base: cfg, pkeyHint: pkeyHint}
+	d := &daemon{dev: dev, choice: choice, base: cfg, pkeyHint: pkeyHint, ready: make(chan struct{})}
 	if choice.Service == connServiceOwn && cfg.Mode == ipoib.Connected {
 		var err error
 		if d.mads, d.base.ConnService, err = ownConnService(dev); err != nil {

@@ -83,6 +83,7 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer close(d.ready)
 	for _, c := range s.children {
 		if _, err := d.addChild(c.req); err != nil {
 			_ = d.Close()

@@ -66,6 +66,8 @@ func listenControl(ifname string, iface *ipoib.Interface, d *daemon) (*controlSe
 func (s *controlServer) Close() error { return s.ln.Close() }
 
 func (s *controlServer) serve() {
+	// A client that connects earlier waits in the listen backlog.
+	<-s.d.ready
 	for {
 		conn, err := s.ln.AcceptUnix()
 		if err != nil {
