@@ -532,6 +532,23 @@ KiB with shared slots (the second with 9,317 connections up), 2.42 and 2.39 KiB 
 Shared slots cost no memory per connection; the figure moves by about 0.1 KiB from run to
 run (when the garbage collector last ran). softib's send ring grows only on a busy
 connection, so the send queue depth costs an idle connection nothing here.
+
+Where RC's CPU per byte goes (2026-11-26, perf on both daemons of one RC iperf3 run, quiet
+machine, 3.1 Gbit/s): the kernel 71 % of the sender's samples and 65 % of the receiver's,
+of which its copies (TUN read and UDP send; UDP receive and TUN write) are 20 and 19 %; in
+ipoibd, the ICRC 8 and 11 %, the TCP checksum of each TUN super-packet 4 % (sender), the
+copy into the posted receive buffer 7 % (receiver), and the kernel's TCP checksum check
+after the TUN write 3 %. The relay, at 1.54 CPU s/GB against ipoibd's 3.1 in the same
+`perf stat` windows, makes only the four kernel copies: a conforming softib path also
+reads every byte for the ICRC on both sides and for the checksums. `perf stat` counted
+169,000 system calls and 69,000 context switches per GB for ipoibd against 144,000 and
+52,000 for the relay: the calls alone do not double the CPU; the extra passes over the
+data do more, and the copies cost more where they land in cold memory. softib's shared receive queue handed its 256 buffers of 68 KiB
+out in posting order, so every message was copied into cold memory; it now hands out the
+buffer posted last first (still warm: ipoib posts a buffer again as soon as it drained
+it). In three interleaved pairs of runs (internal/testnet, 8 s of iperf3, `perf stat
+task-clock` over 6 s of it): 2,964, 3,064 and 3,570 CPU ms per GB before, 2,759, 2,793
+and 2,853 after (median −9 %), and 3.46–3.75 against 3.92–4.16 Gbit/s.
 NOTES
 	echo
 	echo "## First packet to a fresh peer"

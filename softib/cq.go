@@ -90,7 +90,7 @@ func (c *cq) Close() error {
 	return nil
 }
 
-// recvQueue is a FIFO of posted receive buffers, used both as a QP's own
+// recvQueue is a queue of posted receive buffers, used both as a QP's own
 // receive queue and as an SRQ.
 type recvQueue struct {
 	mu      sync.Mutex
@@ -99,13 +99,20 @@ type recvQueue struct {
 	limit   int // SRQ low watermark; 0 = disarmed
 	limitCh chan struct{}
 	closed  bool
+	// lifo: take the buffer posted last first (a shared receive queue).
+	// Its consumer posts a buffer again right after it drained it, so
+	// that buffer is still in the CPU's caches; taken in posting order,
+	// 256 buffers of 68 KiB walk 17 MB and every message lands in cold
+	// memory. A QP's own receive queue stays in order, as verbs
+	// consumers expect of one.
+	lifo bool
 }
 
-func newRecvQueue(depth int) *recvQueue {
+func newRecvQueue(depth int, lifo bool) *recvQueue {
 	if depth < 1 {
 		depth = 1
 	}
-	return &recvQueue{ring: make([]ib.RecvWR, depth), limitCh: make(chan struct{}, 1)}
+	return &recvQueue{ring: make([]ib.RecvWR, depth), limitCh: make(chan struct{}, 1), lifo: lifo}
 }
 
 func (q *recvQueue) post(wrs []ib.RecvWR) (int, error) {
@@ -127,17 +134,23 @@ func (q *recvQueue) post(wrs []ib.RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
-// take removes the oldest posted buffer; low: half the ring or less is
-// left posted.
+// take removes the oldest posted buffer (the newest if lifo); low: half
+// the ring or less is left posted.
 func (q *recvQueue) take() (wr ib.RecvWR, ok, low bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n == 0 || q.closed {
 		return ib.RecvWR{}, false, true
 	}
-	wr = q.ring[q.head]
-	q.ring[q.head] = ib.RecvWR{}
-	q.head = (q.head + 1) % len(q.ring)
+	if q.lifo {
+		top := (q.head + q.n - 1) % len(q.ring)
+		wr = q.ring[top]
+		q.ring[top] = ib.RecvWR{}
+	} else {
+		wr = q.ring[q.head]
+		q.ring[q.head] = ib.RecvWR{}
+		q.head = (q.head + 1) % len(q.ring)
+	}
 	q.n--
 	if q.limit > 0 && q.n < q.limit {
 		q.limit = 0 // one signal per Arm, as verbs does
@@ -149,11 +162,17 @@ func (q *recvQueue) take() (wr ib.RecvWR, ok, low bool) {
 	return wr, true, 2*q.n <= len(q.ring)
 }
 
-// untake puts a buffer back at the head (a message that did not land).
+// untake puts a buffer back where take took it (a message that did not
+// land).
 func (q *recvQueue) untake(wr ib.RecvWR) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n == len(q.ring) {
+		return
+	}
+	if q.lifo {
+		q.ring[(q.head+q.n)%len(q.ring)] = wr
+		q.n++
 		return
 	}
 	q.head = (q.head - 1 + len(q.ring)) % len(q.ring)

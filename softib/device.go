@@ -259,7 +259,7 @@ func (d *Device) CreateSRQ(attr ib.SRQAttr) (ib.SRQ, error) {
 	if attr.MaxWR < 1 {
 		return nil, fmt.Errorf("softib: SRQ depth %d", attr.MaxWR)
 	}
-	s := &srq{q: newRecvQueue(attr.MaxWR), dev: d}
+	s := &srq{q: newRecvQueue(attr.MaxWR, true), dev: d}
 	s.q.limit = attr.Limit
 	return s, nil
 }

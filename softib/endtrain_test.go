@@ -1,6 +1,7 @@
 package softib
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -9,7 +10,7 @@ import (
 // A receive queue reports itself low once half its buffers or more are
 // taken, and empty is low too.
 func TestRecvQueueLow(t *testing.T) {
-	q := newRecvQueue(8)
+	q := newRecvQueue(8, false)
 	for k := range q.ring { // as post leaves them, without memory to check
 		q.ring[k] = ib.RecvWR{ID: uint64(k)}
 	}
@@ -25,6 +26,40 @@ func TestRecvQueueLow(t *testing.T) {
 	}
 	if _, ok, low := q.take(); ok || !low {
 		t.Errorf("empty queue: ok %v low %v, want false, true", ok, low)
+	}
+}
+
+// A QP's own receive queue hands out buffers in posting order; a shared
+// one the last posted first (its warm buffer), and either takes back a
+// buffer that did not land where it came from. The ring wraps here.
+func TestRecvQueueOrder(t *testing.T) {
+	for _, tc := range []struct {
+		lifo bool
+		want []uint64 // take, take, untake the second, then take until empty
+	}{
+		{false, []uint64{0, 1, 1, 2, 3}},
+		{true, []uint64{3, 2, 2, 1, 0}},
+	} {
+		q := newRecvQueue(6, tc.lifo)
+		q.head = 4
+		for k := range 4 { // as post leaves them, without memory to check
+			q.ring[(q.head+k)%len(q.ring)] = ib.RecvWR{ID: uint64(k)}
+		}
+		q.n = 4
+		var got []uint64
+		for k := 0; ; k++ {
+			wr, ok, _ := q.take()
+			if !ok {
+				break
+			}
+			got = append(got, wr.ID)
+			if k == 1 {
+				q.untake(wr)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("lifo %v: taken %v, want %v", tc.lifo, got, tc.want)
+		}
 	}
 }
 

@@ -51,7 +51,7 @@ func (d *Device) newQP(num ib.QPN, attr ib.QPAttr) *qp {
 	if s, ok := attr.SRQ.(*srq); ok {
 		q.srq = s
 	} else {
-		q.rq = newRecvQueue(max(attr.MaxRecv, 1))
+		q.rq = newRecvQueue(max(attr.MaxRecv, 1), false)
 	}
 	q.req.depth = max(attr.MaxSend, 1)
 	return q
