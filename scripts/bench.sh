@@ -543,10 +543,10 @@ after the TUN write 3 %. The relay, at 1.54 CPU s/GB against ipoibd's 3.1 in the
 reads every byte for the ICRC on both sides and for the checksums. `perf stat` counted
 169,000 system calls and 69,000 context switches per GB for ipoibd against 144,000 and
 52,000 for the relay: the calls alone do not double the CPU; the extra passes over the
-data do more, and the copies cost more where they land in cold memory. softib's shared receive queue handed its 256 buffers of 68 KiB
-out in posting order, so every message was copied into cold memory; it now hands out the
-buffer posted last first (still warm: ipoib posts a buffer again as soon as it drained
-it). In three interleaved pairs of runs (internal/testnet, 8 s of iperf3, `perf stat
+data do more, and the copies cost more where they land in cold memory. softib's shared
+receive queue handed its 256 buffers of 68 KiB out in posting order, so every message was
+copied into cold memory; it now hands out the buffer posted last first (still warm: ipoib
+posts a buffer again as soon as it drained it). In three interleaved pairs of runs (internal/testnet, 8 s of iperf3, `perf stat
 task-clock` over 6 s of it): 2,964, 3,064 and 3,570 CPU ms per GB before, 2,759, 2,793
 and 2,853 after (median −9 %), and 3.46–3.75 against 3.92–4.16 Gbit/s.
 NOTES

@@ -11,10 +11,10 @@
 # framing, key or RNR error on either side, and a sequence NAK in at most
 # one run (one packet the guest lost or reordered); in a run where neither
 # side's ACK timer fired and nothing was lost, rxe (which counts a packet
-# only after its ICRC check) must have received exactly the packets softib sent and sent
-# exactly those softib received (srq, which ends with messages in flight
-# to QPs already gone, within one message and ACK per QP); and dmesg has
-# no rxe warning.
+# only after its ICRC check) must have received exactly the packets softib
+# sent and sent exactly those softib received (srq, which ends with
+# messages in flight to QPs already gone, within one message and ACK per
+# QP); and dmesg has no rxe warning.
 #
 # PINGPONG_QUICK=1 runs one small case per pingpong, role and IP version.
 set -uo pipefail
@@ -121,8 +121,9 @@ listening() {
 	return 1
 }
 
-# within A B SLACK: A and B differ by at most SLACK.
-within() { local d=$(($1 - $2)); ((d < 0)) && d=$((-d)); ((d <= $3)); }
+# close_to A B SLACK: A and B differ by at most SLACK. (Not testbed-lib.sh's
+# within, a poll with a deadline.)
+close_to() { local d=$(($1 - $2)); ((d < 0)) && d=$((-d)); ((d <= $3)); }
 
 # run V KIND ROLE SIZE ITERS MTU: one pingpong; ROLE is which side softib
 # plays (sib-server: rdma-core is the client).
@@ -254,8 +255,8 @@ run() {
 	local slack=0
 	[ "$k" = srq ] && slack=$((16 * ((size + mtu - 1) / mtu + 1)))
 	if ((timing == 0 && seqok == 0)); then
-		within "${r1[rcvd_pkts]:-0}" "${sc[tx_packets]:-0}" $slack || bad+="rxe received ${r1[rcvd_pkts]:-0} packets, softib sent ${sc[tx_packets]:-0} (slack $slack); "
-		within "${r1[sent_pkts]:-0}" "${sc[rx_packets]:-0}" $slack || bad+="rxe sent ${r1[sent_pkts]:-0} packets, softib received ${sc[rx_packets]:-0} (slack $slack); "
+		close_to "${r1[rcvd_pkts]:-0}" "${sc[tx_packets]:-0}" $slack || bad+="rxe received ${r1[rcvd_pkts]:-0} packets, softib sent ${sc[tx_packets]:-0} (slack $slack); "
+		close_to "${r1[sent_pkts]:-0}" "${sc[rx_packets]:-0}" $slack || bad+="rxe sent ${r1[sent_pkts]:-0} packets, softib received ${sc[rx_packets]:-0} (slack $slack); "
 		[ -z "$sd" ] || bad+="softib $sd; "
 		for n in duplicate_request out_of_seq_request; do
 			((${r1[$n]:-0} == 0)) || bad+="rxe $n +${r1[$n]}; "
