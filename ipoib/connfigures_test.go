@@ -50,10 +50,10 @@ func TestConnectionCounters(t *testing.T) {
 		{"over a's connection", a, b, b.ip4, 60000, 3, false, map[string]uint64{
 			"a/out/tx_packets": 3, "a/out/tx_bytes": 180000, "b/in/rx_packets": 3, "b/in/rx_bytes": 180000}},
 		// b learned a from its solicitation: no resolution, but its
-		// connection comes only now. The first packet, sent by the
-		// control goroutine as it takes up what it learned, starts none;
-		// the second, over UD from the datapath, asks for it.
-		{"b's first packets, over UD", b, a, a.ip4, 100, 2, true, map[string]uint64{"b/ud_fallbacks": 2}},
+		// connection comes only now. The first packet goes over UD, sent
+		// by the control goroutine as it takes up what it learned, and
+		// asks for the connection.
+		{"b's first packet, over UD", b, a, a.ip4, 100, 1, true, map[string]uint64{"b/ud_fallbacks": 1}},
 		{"over b's connection", b, a, a.ip4, 5000, 2, false, map[string]uint64{
 			"b/out/tx_packets": 2, "b/out/tx_bytes": 10000, "a/in/rx_packets": 2, "a/in/rx_bytes": 10000}},
 		// A second address of a connected node takes its connection at

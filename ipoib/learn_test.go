@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
@@ -116,6 +117,17 @@ func TestFirstPacketToLearnedNeighborConnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.do(func() { b.ctl.handleNeighPacket(&pkt) })
+	// The packet leaves before the host route is set: the route is
+	// netlink round trips the packet need not wait for.
+	sentAtRoute := make(chan uint64, 1)
+	b.nd.OnRouteSet(func(dst netip.Addr) {
+		if dst == a.ip4 {
+			select {
+			case sentAtRoute <- b.count(txUD):
+			default:
+			}
+		}
+	})
 
 	out := packetTo(b.ip4, a.ip4, 84, 1)
 	b.send(out)
@@ -124,6 +136,14 @@ func TestFirstPacketToLearnedNeighborConnects(t *testing.T) {
 	}
 	if b.count(learnUsed) != 1 || b.count(txQueued) != 0 {
 		t.Errorf("b: learn_used %d, tx_queued %d; want the candidate used and nothing queued", b.count(learnUsed), b.count(txQueued))
+	}
+	select {
+	case n := <-sentAtRoute:
+		if n != 1 {
+			t.Errorf("b had sent %d packets over UD when it set a's host route, want the first one sent", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("b set no host route to a within 10 s of the first packet")
 	}
 	waitFor(t, "b's connection to a after one packet", func() bool {
 		n, _ := b.neighbor(a.ip4)

@@ -25,17 +25,28 @@ func (c *control) handlePending(p pendingPacket) {
 		i.drop(p.slot, txDropNoNeigh)
 		return
 	}
-	if act != 0 {
-		// Made from what a solicitation taught: now it costs a route.
-		i.ctr.inc(learnUsed)
-		c.apply(e, act, ib.LinkAddr{})
-	}
 	if hop != p.dst && !c.noViaCache && !i.neigh.SetVia(p.dst, e) {
 		i.drop(p.slot, txDropNoNeigh)
 		return
 	}
 	if c.failedRecently(e) {
 		c.unreachable(p.slot, p.n)
+		return
+	}
+	if act != 0 {
+		// Made from what a solicitation taught: now it costs a route. The
+		// packet waits on the entry while that is applied, so that it
+		// leaves first (resolved sends what waits, then installs the
+		// route: netlink round trips that cost a first ping ~0.3 ms).
+		i.ctr.inc(learnUsed)
+		if !i.neigh.Queue(e, neigh.Pending{Slot: p.slot, Len: p.n}) {
+			i.drop(p.slot, txDropQueueFull)
+			return
+		}
+		c.apply(e, act, ib.LinkAddr{})
+		if e.Path() == nil {
+			c.apply(e, e.Wanted(c.now), e.Link) // no path was made: resolve
+		}
 		return
 	}
 	if path := e.Path(); path != nil {

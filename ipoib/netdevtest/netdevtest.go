@@ -36,11 +36,13 @@ type Netdev struct {
 	addrs []netip.Prefix
 	// beforeWatch runs in Watch (BeforeWatch).
 	beforeWatch func()
-	mtu         int
-	carrier     bool
-	gateways    map[netip.Prefix]netip.Addr // the kernel's routes via a gateway on the link
-	groups      []netip.Addr
-	routes      map[netip.Addr]int // host routes with their MTU
+	// onRouteSet runs as a host route is set (OnRouteSet).
+	onRouteSet func(dst netip.Addr)
+	mtu        int
+	carrier    bool
+	gateways   map[netip.Prefix]netip.Addr // the kernel's routes via a gateway on the link
+	groups     []netip.Addr
+	routes     map[netip.Addr]int // host routes with their MTU
 }
 
 var _ netdev.Netdev = (*Netdev)(nil)
@@ -261,6 +263,15 @@ func (f *Netdev) SetGateway(p netip.Prefix, gw netip.Addr) {
 	f.gateways[p] = gw
 }
 
+// OnRouteSet makes fn run each time the interface sets a host route (on
+// the interface's goroutine, as the netlink round trip would): a test sees
+// what was done before.
+func (f *Netdev) OnRouteSet(fn func(dst netip.Addr)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onRouteSet = fn
+}
+
 // Route returns the MTU of the host route to dst, if there is one.
 func (f *Netdev) Route(dst netip.Addr) (int, bool) {
 	f.mu.Lock()
@@ -275,11 +286,15 @@ type routes struct{ f *Netdev }
 
 func (r routes) Set(dst netip.Addr, m int) (bool, error) {
 	r.f.mu.Lock()
-	defer r.f.mu.Unlock()
 	if m < r.f.mtu {
 		r.f.routes[dst] = m
 	} else {
 		delete(r.f.routes, dst)
+	}
+	hook := r.f.onRouteSet
+	r.f.mu.Unlock()
+	if hook != nil {
+		hook(dst)
 	}
 	return true, nil
 }
