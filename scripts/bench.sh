@@ -8,8 +8,10 @@
 # the latest version the module proxy has), Debian's wireguard-go, the TUN
 # relay limit (bench/relay: TUN → UDP GSO → UDP GRO → TUN with the TUN's
 # offloads and no protocol, the bound of a TUN-based driver here; also with
-# 1460-octet segments, the ceiling of those rows) and the bare veth
-# underlay, each also as a ratio to the veth, with the CPU per byte of the
+# 1460-octet segments, the ceiling of those rows), the conforming relay
+# (bench/relay -conform: the same plus the checksums, segments and CRCs a
+# driver with IPoIB's wire in software cannot leave out, ipoibd on
+# softib's ceiling) and the bare veth underlay, each also as a ratio to the veth, with the CPU per byte of the
 # processes that carry each path (/proc/PID/stat); the first-packet
 # latency to a fresh peer; CM connection setups per second (in process and over softib,
 # with internal/cmload); the daemon's memory with many connections; and the
@@ -208,28 +210,45 @@ say "bare veth underlay (${secs}s × $reps × {1,4} streams per configuration)"
 fresh
 measure veth "bare veth underlay (the ceiling)" 9000 "10.$net.0.2"
 
+# relays FLAGS...: fresh hosts with bench/relay (and FLAGS) on each, rl0
+# addressed 172.29.N.k, the path's processes the relays.
+relays() {
+	local k o
+	fresh
+	for k in 1 2; do
+		o=$((3 - k))
+		(exec "$testnet" exec "$name" $k "$tmp/relay" "$@" -tun rl0 -mtu 65520 \
+			-local "10.$net.0.$k:5556" -remote "10.$net.0.$o:5556") 2>"$tmp/relay$k.log" &
+		pids+=($!)
+	done
+	for k in 1 2; do
+		for _ in $(seq 100); do grep -q '^relay: ready' "$tmp/relay$k.log" && break; sleep 0.05; done
+		on $k ip addr add "172.29.$net.$k/24" dev rl0 || { cat "$tmp/relay$k.log" >&2; die "the relay on h$k did not make rl0"; }
+	done
+	cpu_pids=("${pids[@]}")
+}
+
 # The TUN relay limit: bench/relay moves each TUN read (virtio-net header
 # and packet, TSO and checksum offloads on) as one UDP GSO train of
 # 4096-octet datagrams to the peer's UDP_GRO socket and writes it to the
 # peer's TUN as it came, at ipoibd RC's MTU: the same bytes through the same
 # kernel interfaces as any TUN-based driver, with no protocol work.
 say "TUN relay limit, MTU 65520"
-fresh
-for k in 1 2; do
-	o=$((3 - k))
-	(exec "$testnet" exec "$name" $k "$tmp/relay" -tun rl0 -mtu 65520 \
-		-local "10.$net.0.$k:5556" -remote "10.$net.0.$o:5556") 2>"$tmp/relay$k.log" &
-	pids+=($!)
-done
-for k in 1 2; do
-	for _ in $(seq 100); do grep -q '^relay: ready' "$tmp/relay$k.log" && break; sleep 0.05; done
-	on $k ip addr add "172.29.$net.$k/24" dev rl0 || { cat "$tmp/relay$k.log" >&2; die "the relay on h$k did not make rl0"; }
-done
-cpu_pids=("${pids[@]}")
+relays
 measure relay "TUN relay limit (bench/relay: TUN offloads, UDP GSO/GRO, no protocol)" 65520 "172.29.$net.2"
 # The ceiling of the 1460 rows below: the relay passes the super-packet of
 # 1460-octet segments whole, as it passes any; a driver must cut it.
 measure relay-1460 "TUN relay limit, 1460-octet TCP segments (iperf3 -M 1460)" 65520 "172.29.$net.2" -M 1460
+
+# The conforming relay: the same with the passes over the data that a
+# driver with IPoIB's wire in software cannot leave out (standard IP
+# packets with complete checksums, super-packets cut into segments and
+# merged again, a CRC of every datagram both ways), the ceiling of ipoibd
+# on softib.
+say "conforming relay limit, MTU 65520"
+relays -conform
+measure conform "conforming relay limit (bench/relay -conform: standard IP packets, checksums, a CRC per datagram, no protocol)" 65520 "172.29.$net.2"
+measure conform-1460 "conforming relay limit, 1460-octet TCP segments (iperf3 -M 1460)" 65520 "172.29.$net.2" -M 1460
 
 # The 1460 rows: the same daemons, TCP segments of a 1500-octet Ethernet
 # packet (iperf3 -M 1460), what an application behind a 1500 MTU sends.
@@ -439,6 +458,7 @@ ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}"
 cpu_ratios() { echo "$(ratio "${cpu1[$1]}" "${cpu1[$2]}") / $(ratio "${cpu4[$1]}" "${cpu4[$2]}")"; }   # the same for CPU per byte
 # relay_of KEY: the relay row with KEY's TCP segments, its own ceiling.
 relay_of() { if [ "${1%-1460}" != "$1" ]; then echo relay-1460; else echo relay; fi; }
+conform_of() { if [ "${1%-1460}" != "$1" ]; then echo conform-1460; else echo conform; fi; } # and the conforming one
 {
 	echo "# Benchmarks"
 	echo
@@ -459,6 +479,16 @@ relay_of() { if [ "${1%-1460}" != "$1" ]; then echo relay-1460; else echo relay;
 	echo "segments the relay still passes each super-packet whole (its row is the ceiling of the"
 	echo "1460 rows); a driver whose wire carries IP packets, as IPoIB's, must cut it into segments."
 	echo
+	echo "The conforming relay limit is bench/relay -conform: the same relay, doing only the passes"
+	echo "over the data that a driver with IPoIB's wire in software (ipoibd on softib) cannot leave"
+	echo "out, with ipoibd's own code for them: standard IP packets on the wire (the checksum the"
+	echo "kernel left partial completed; a TSO super-packet cut into its segments, each a datagram"
+	echo "of the train), a CRC-32 of every datagram when it is sent and when it is received (softib's"
+	echo "ICRC), and on the receiving side TCP segments merged again after their checksums are"
+	echo "verified, a lone packet written with its checksum for the kernel to verify. No headers,"
+	echo "acknowledgements or ordering: it is the ceiling of ipoibd on softib. On InfiniBand"
+	echo "hardware the adapter takes the CRCs, and only the checksums and segments remain."
+	echo
 	echo "CPU per byte: the user + system CPU seconds (/proc/PID/stat utime + stime, every thread)"
 	echo "of the processes that carry the path, both hosts' summed (ipoibd's daemons, the relays,"
 	echo "socat, wireguard-go), over each iperf3 run, per GB (10^9 octets) iperf3 received; median"
@@ -474,13 +504,14 @@ relay_of() { if [ "${1%-1460}" != "$1" ]; then echo relay-1460; else echo relay;
 	echo
 	echo "Ratios of the medians, 1 stream / 4 streams (the newest wireguard-go: $wg_new_ver; Debian's: $wg_deb_ver);"
 	echo "\"same segments\": the 1460-octet rows ÷ the relay's 1460-octet row, the others ÷ the relay's"
-	echo "first row. CPU per byte: below 1 is less CPU per byte than the other path."
+	echo "first row (the same for the conforming relay). CPU per byte: below 1 is less CPU per byte"
+	echo "than the other path."
 	echo
-	echo "| | ÷ veth | ÷ TUN relay limit | ÷ TUN relay limit, same segments | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go | CPU per byte ÷ the relay's, same segments | CPU per byte ÷ the newest wireguard-go's |"
-	echo "|---|---|---|---|---|---|---|---|---|"
+	echo "| | ÷ veth | ÷ TUN relay limit | ÷ TUN relay limit, same segments | ÷ conforming relay limit, same segments | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go | CPU per byte ÷ the relay's, same segments | CPU per byte ÷ the conforming relay's, same segments | CPU per byte ÷ the newest wireguard-go's |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 	for k in "${order[@]}"; do
 		[ "$k" != veth ] || continue
-		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" "$(relay_of "$k")") | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) | $(cpu_ratios "$k" "$(relay_of "$k")") | $(cpu_ratios "$k" wg) |"
+		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" "$(relay_of "$k")") | $(ratios "$k" "$(conform_of "$k")") | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) | $(cpu_ratios "$k" "$(relay_of "$k")") | $(cpu_ratios "$k" "$(conform_of "$k")") | $(cpu_ratios "$k" wg) |"
 	done
 	echo
 	cat <<'NOTES'
@@ -623,10 +654,11 @@ NOTES
 mv "$tmp/report.md" "$out"
 
 echo
-say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the TUN relay limit with the same segments, ÷ the newest wireguard-go $wg_new_ver; CPU per byte ÷ the same):"
+say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the TUN relay limit and the conforming one with the same segments, ÷ the newest wireguard-go $wg_new_ver; CPU per byte ÷ the same):"
 for k in "${order[@]}"; do
-	printf '  %-75s ÷ veth %-11s ÷ relay %-11s ÷ wireguard-go %-11s CPU/byte ÷ relay %-11s ÷ wireguard-go %s\n' "${labels[$k]}" \
-		"$(ratios "$k" veth)" "$(ratios "$k" "$(relay_of "$k")")" "$(ratios "$k" wg)" "$(cpu_ratios "$k" "$(relay_of "$k")")" "$(cpu_ratios "$k" wg)"
+	printf '  %-75s ÷ veth %-11s ÷ relay %-11s ÷ conforming %-11s ÷ wireguard-go %-11s CPU/byte ÷ relay %-11s ÷ conforming %-11s ÷ wireguard-go %s\n' "${labels[$k]}" \
+		"$(ratios "$k" veth)" "$(ratios "$k" "$(relay_of "$k")")" "$(ratios "$k" "$(conform_of "$k")")" "$(ratios "$k" wg)" \
+		"$(cpu_ratios "$k" "$(relay_of "$k")")" "$(cpu_ratios "$k" "$(conform_of "$k")")" "$(cpu_ratios "$k" wg)"
 done
 say "wrote $out"
 [ $gostatus = 0 ] || die "go test -bench failed: $gofailed (see $out)"

@@ -22,6 +22,10 @@
 // One thread per direction, blocking syscalls: no poller wake-ups on the
 // per-packet path. There is no reliability, no ordering and no security.
 //
+// With -conform it is instead the least work a driver with IPoIB's wire
+// can do (conform.go): standard IP packets with complete checksums on the
+// wire, and a CRC over every datagram, as softib's ICRC.
+//
 //	relay -tun rl0 -mtu 65520 -local 10.79.0.1:5556 -remote 10.79.0.2:5556
 package main
 
@@ -60,6 +64,7 @@ func main() {
 	mtu := flag.Int("mtu", 65520, "the TUN's MTU")
 	local := flag.String("local", "", "IPv4 UDP address to bind (addr:port)")
 	remote := flag.String("remote", "", "the peer relay's IPv4 UDP address (addr:port)")
+	conform := flag.Bool("conform", false, "carry standard IP packets with complete checksums, each datagram CRC'd, as an IPoIB driver on softib must (conform.go)")
 	flag.Parse()
 	la, err1 := netip.ParseAddrPort(*local)
 	ra, err2 := netip.ParseAddrPort(*remote)
@@ -75,6 +80,11 @@ func main() {
 		fatal(err)
 	}
 	fmt.Fprintf(os.Stderr, "relay: ready: %s MTU %d offloads %#x, %s → %s\n", *name, *mtu, offloads, la, ra)
+	if *conform {
+		go conformTUNToUDP(tun, sock)
+		conformUDPToTUN(sock, tun)
+		return
+	}
 	go tunToUDP(tun, sock)
 	udpToTUN(sock, tun)
 }
