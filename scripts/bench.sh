@@ -584,6 +584,24 @@ copied into cold memory; it now hands out the buffer posted last first (still wa
 posts a buffer again as soon as it drained it). In three interleaved pairs of runs (internal/testnet, 8 s of iperf3, `perf stat
 task-clock` over 6 s of it): 2,964, 3,064 and 3,570 CPU ms per GB before, 2,759, 2,793
 and 2,853 after (median −9 %), and 3.46–3.75 against 3.92–4.16 Gbit/s.
+
+The ceiling of a conforming path (2026-11-26, issue #26): the TUN relay limit moves bytes
+and nothing else, so no driver that must put standard IPoIB packets with a CRC on the wire
+can reach it. The conforming relay (bench/relay -conform) adds exactly those passes, with
+ipoibd's own checksum, segmentation and merging code and Go's CRC-32 (softib's ICRC), and
+no protocol: no headers, no acknowledgements, no reordering. Against the plain relay it
+costs about twice the CPU per byte and moves half to two thirds of its throughput; perf
+on its two processes puts the CRC at 10–11 % of the samples on each side, the checksum at
+6 % of the sender's, the kernel's copy out of the UDP socket at 30 % of the receiver's.
+In 6 interleaved runs each (internal/testnet, 10 s of iperf3, 1 stream, a quiet machine):
+relay 8.1–10.1 Gbit/s and 1.04–1.30 CPU s/GB, conforming relay 4.0–6.1 Gbit/s and
+1.92–2.78 s/GB, ipoibd RC 4.2–5.9 Gbit/s and 1.99–2.87 s/GB. At MTU 65520 ipoibd RC is
+within the noise of the conforming relay, in this report too: the targets "RC ≥ 0.9× the
+relay" and "CPU per byte ≤ 1.3× the relay's" lie beyond what softib can reach here. With
+1460-octet segments it is not: the conforming relay cuts and merges the same segments at
+well above RC's rate, and the gap is ipoibd's cost per wire packet (a work request, IB
+headers, a completion and a receive slot each, and the ACKs). On InfiniBand hardware the
+adapter takes the CRCs and the transport; the checksums and segments remain.
 NOTES
 	echo
 	echo "## First packet to a fresh peer"
