@@ -83,8 +83,10 @@ func TestCrossREQs(t *testing.T) {
 				}
 				waitCounter(t, func() uint64 { return counter(s.fwd.Counters(), "rx_frames") }, uint64(k+1), "rx_frames")
 				// The frame is held (or a crossing released) right after
-				// rx_frames counted it, in the same goroutine.
-				waitCounter(t, func() uint64 { return uint64(s.fwd.heldREQs()) }, uint64(tc.held[k]), "directions held")
+				// rx_frames counted it, in the same goroutine: for a moment
+				// the count may still be the one before, above the one
+				// wanted when a crossing releases.
+				waitHeld(t, s.fwd, tc.held[k])
 			}
 			for k, want := range tc.got {
 				for range want {
@@ -181,5 +183,17 @@ func TestCrossREQsOffAndClosed(t *testing.T) {
 	}
 	if c := counter(s.fwd.Counters(), "reqs_held_alone"); c != 0 {
 		t.Fatalf("reqs_held_alone %d after Close", c)
+	}
+}
+
+// waitHeld waits until the forwarder holds REQs in want directions.
+func waitHeld(t *testing.T, f *Forwarder, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.heldREQs() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("directions held = %d, want %d", f.heldREQs(), want)
+		}
+		time.Sleep(time.Millisecond) // polling: there is no event to wait on
 	}
 }
