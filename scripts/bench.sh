@@ -590,7 +590,8 @@ and nothing else, so no driver that must put standard IPoIB packets with a CRC o
 can reach it. The conforming relay (bench/relay -conform) adds exactly those passes, with
 ipoibd's own checksum, segmentation and merging code and Go's CRC-32 (softib's ICRC), and
 no protocol: no headers, no acknowledgements, no reordering. Against the plain relay it
-costs about twice the CPU per byte and moves half to two thirds of its throughput; perf
+costs 1.7–2.5 times the CPU per byte and moves 0.45–0.7 times its throughput (two `make
+bench` runs on 2026-11-26 and the interleaved runs below); perf
 on its two processes puts the CRC at 10–11 % of the samples on each side, the checksum at
 6 % of the sender's, the kernel's copy out of the UDP socket at 30 % of the receiver's.
 In 6 interleaved runs each (internal/testnet, 10 s of iperf3, 1 stream, a quiet machine):
@@ -601,7 +602,12 @@ relay" and "CPU per byte ≤ 1.3× the relay's" lie beyond what softib can reach
 1460-octet segments it is not: the conforming relay cuts and merges the same segments at
 well above RC's rate, and the gap is ipoibd's cost per wire packet (a work request, IB
 headers, a completion and a receive slot each, and the ACKs). On InfiniBand hardware the
-adapter takes the CRCs and the transport; the checksums and segments remain.
+adapter takes the CRCs and the transport; the checksums and segments remain. socat can
+move more than the conforming relay: its TUN has no offloads, so the kernel computes its
+TCP checksums inside iperf3's system calls, fused with the copies, where CPU per byte does
+not count them. ipoibd RC with `--tun-offload=false` (at MTU 65520 a TCP packet needs no
+segmenting) gains nothing measurable: 1.90–2.19 CPU s/GB against 1.94–2.15 with offloads,
+5.5–6.5 Gbit/s either way (3 interleaved pairs).
 NOTES
 	echo
 	echo "## First packet to a fresh peer"
