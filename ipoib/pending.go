@@ -36,8 +36,8 @@ func (c *control) handlePending(p pendingPacket) {
 	if act != 0 {
 		// Made from what a solicitation taught: now it costs a route. The
 		// packet waits on the entry while that is applied, so that it
-		// leaves first (resolved sends what waits, then installs the
-		// route: netlink round trips that cost a first ping ~0.3 ms).
+		// leaves first: resolved sends what waits, then installs the
+		// route (netlink round trips the packet need not wait for).
 		i.ctr.inc(learnUsed)
 		if !i.neigh.Queue(e, neigh.Pending{Slot: p.slot, Len: p.n}) {
 			i.drop(p.slot, txDropQueueFull)

@@ -11,10 +11,11 @@
 # 1460-octet segments, the ceiling of those rows), the conforming relay
 # (bench/relay -conform: the same plus the checksums, segments and CRCs a
 # driver with IPoIB's wire in software cannot leave out, ipoibd on
-# softib's ceiling) and the bare veth underlay, each also as a ratio to the veth, with the CPU per byte of the
-# processes that carry each path (/proc/PID/stat); the first-packet
-# latency to a fresh peer; CM connection setups per second (in process and over softib,
-# with internal/cmload); the daemon's memory with many connections; and the
+# softib's ceiling) and the bare veth underlay, each also as a ratio to
+# the veth, with the CPU per byte of the processes that carry each path
+# (/proc/PID/stat); the first-packet latency to a fresh peer; CM
+# connection setups per second (in process and over softib, with
+# internal/cmload); the daemon's memory with many connections; and the
 # Go micro-benchmarks. Writes BENCHMARKS.md (keeping the section of make
 # bench-verbs, which only scripts/bench-verbs.sh writes) and prints the ratios.
 #
