@@ -105,22 +105,31 @@ func conformTUNToUDP(tun, sock int) {
 // maxSegments is the kernel's UDP_MAX_SEGMENTS (64 since Linux 5.1).
 const maxSegments = 64
 
-// gsoSender sends GSO trains with their segment size in a control message.
-type gsoSender struct {
+// udpMsg is one sendmsg or recvmsg on sock: a header with one buffer and
+// room for control messages.
+type udpMsg struct {
 	sock int
 	msg  unix.Msghdr
 	iov  unix.Iovec
 	cmsg [64]byte
 }
 
+func (m *udpMsg) init(sock int) {
+	m.sock = sock
+	m.msg.Iov = &m.iov
+	m.msg.SetIovlen(1)
+}
+
+// gsoSender sends GSO trains with their segment size in a control message.
+type gsoSender struct{ udpMsg }
+
 func newGSOSender(sock int) *gsoSender {
-	s := &gsoSender{sock: sock}
+	s := &gsoSender{}
+	s.init(sock)
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&s.cmsg[0]))
 	h.Level = unix.SOL_UDP
 	h.Type = unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))
-	s.msg.Iov = &s.iov
-	s.msg.SetIovlen(1)
 	s.msg.Control = &s.cmsg[0]
 	s.msg.SetControllen(unix.CmsgSpace(2))
 	return s
@@ -218,17 +227,11 @@ func ipLen(b []byte) int {
 }
 
 // groReceiver reads GRO trains and their segment size.
-type groReceiver struct {
-	sock int
-	msg  unix.Msghdr
-	iov  unix.Iovec
-	cmsg [64]byte
-}
+type groReceiver struct{ udpMsg }
 
 func newGROReceiver(sock int) *groReceiver {
-	r := &groReceiver{sock: sock}
-	r.msg.Iov = &r.iov
-	r.msg.SetIovlen(1)
+	r := &groReceiver{}
+	r.init(sock)
 	return r
 }
 
