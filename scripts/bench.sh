@@ -461,9 +461,9 @@ udp_line=$(gb BenchmarkRawUDPNetns)
 gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
 ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}" "${tput4[$2]}")"; } # ratios KEY BASE: 1 / 4 streams
 cpu_ratios() { echo "$(ratio "${cpu1[$1]}" "${cpu1[$2]}") / $(ratio "${cpu4[$1]}" "${cpu4[$2]}")"; }   # the same for CPU per byte
-# relay_of KEY: the relay row with KEY's TCP segments, its own ceiling.
-relay_of() { if [ "${1%-1460}" != "$1" ]; then echo relay-1460; else echo relay; fi; }
-conform_of() { if [ "${1%-1460}" != "$1" ]; then echo conform-1460; else echo conform; fi; } # and the conforming one
+# same_segments CEILING KEY: the row of CEILING (relay, conform) with KEY's
+# TCP segments, KEY's own ceiling.
+same_segments() { if [ "${2%-1460}" != "$2" ]; then echo "$1-1460"; else echo "$1"; fi; }
 {
 	echo "# Benchmarks"
 	echo
@@ -516,7 +516,7 @@ conform_of() { if [ "${1%-1460}" != "$1" ]; then echo conform-1460; else echo co
 	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 	for k in "${order[@]}"; do
 		[ "$k" != veth ] || continue
-		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" "$(relay_of "$k")") | $(ratios "$k" "$(conform_of "$k")") | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) | $(cpu_ratios "$k" "$(relay_of "$k")") | $(cpu_ratios "$k" "$(conform_of "$k")") | $(cpu_ratios "$k" wg) |"
+		echo "| ${labels[$k]} | $(ratios "$k" veth) | $(ratios "$k" relay) | $(ratios "$k" "$(same_segments relay "$k")") | $(ratios "$k" "$(same_segments conform "$k")") | $(ratios "$k" socat) | $(ratios "$k" wg) | $(ratios "$k" wgdeb) | $(cpu_ratios "$k" "$(same_segments relay "$k")") | $(cpu_ratios "$k" "$(same_segments conform "$k")") | $(cpu_ratios "$k" wg) |"
 	done
 	echo
 	cat <<'NOTES'
@@ -686,8 +686,8 @@ echo
 say "ratios of the medians, 1 stream / 4 streams (÷ veth, ÷ the TUN relay limit and the conforming one with the same segments, ÷ the newest wireguard-go $wg_new_ver; CPU per byte ÷ the same):"
 for k in "${order[@]}"; do
 	printf '  %-75s ÷ veth %-11s ÷ relay %-11s ÷ conforming %-11s ÷ wireguard-go %-11s CPU/byte ÷ relay %-11s ÷ conforming %-11s ÷ wireguard-go %s\n' "${labels[$k]}" \
-		"$(ratios "$k" veth)" "$(ratios "$k" "$(relay_of "$k")")" "$(ratios "$k" "$(conform_of "$k")")" "$(ratios "$k" wg)" \
-		"$(cpu_ratios "$k" "$(relay_of "$k")")" "$(cpu_ratios "$k" "$(conform_of "$k")")" "$(cpu_ratios "$k" wg)"
+		"$(ratios "$k" veth)" "$(ratios "$k" "$(same_segments relay "$k")")" "$(ratios "$k" "$(same_segments conform "$k")")" "$(ratios "$k" wg)" \
+		"$(cpu_ratios "$k" "$(same_segments relay "$k")")" "$(cpu_ratios "$k" "$(same_segments conform "$k")")" "$(cpu_ratios "$k" wg)"
 done
 say "wrote $out"
 [ $gostatus = 0 ] || die "go test -bench failed: $gofailed (see $out)"

@@ -22,7 +22,6 @@ package main
 // length.
 
 import (
-	"encoding/binary"
 	"hash/crc32"
 	"runtime"
 	"sync/atomic"
@@ -160,10 +159,7 @@ func conformUDPToTUN(sock, tun int) {
 	r := newGROReceiver(sock)
 	w := newTUNWriter(tun)
 	var gro offload.Coalescer
-	// buf keeps vnetHdrLen octets in front of the data for the header of
-	// a packet written alone (zero: no offload asked of the kernel).
-	buf := make([]byte, vnetHdrLen+bufSize)
-	data := buf[vnetHdrLen:]
+	data := make([]byte, bufSize)
 	have := 0 // the first train of a packet, held until its end arrives
 	for {
 		n, seg := r.recv(data[have:])
@@ -173,7 +169,7 @@ func conformUDPToTUN(sock, tun int) {
 		crcEach(data[have:have+n], seg)
 		if have > 0 {
 			if have+n == ipLen(data[:have]) {
-				w.write(buf[:vnetHdrLen+have+n])
+				w.writePacket(data[:have+n])
 				have = 0
 				continue
 			}
@@ -183,7 +179,7 @@ func conformUDPToTUN(sock, tun int) {
 		}
 		switch want := ipLen(data[:n]); {
 		case want == n:
-			w.write(buf[:vnetHdrLen+n])
+			w.writePacket(data[:n])
 		case want > n && n == maxTrain && seg == segment:
 			have = n
 		case want == min(seg, n):
@@ -207,23 +203,6 @@ func conformUDPToTUN(sock, tun int) {
 			dropped("train that starts no packet (its first part was lost?)")
 		}
 	}
-}
-
-// ipLen is the length of the IP packet b starts with, by its header (0 if
-// b does not start with one).
-func ipLen(b []byte) int {
-	if len(b) < 20 {
-		return 0
-	}
-	switch b[0] >> 4 {
-	case 4:
-		return int(binary.BigEndian.Uint16(b[2:4]))
-	case 6:
-		if len(b) >= 40 {
-			return 40 + int(binary.BigEndian.Uint16(b[4:6]))
-		}
-	}
-	return 0
 }
 
 // groReceiver reads GRO trains and their segment size.
@@ -273,13 +252,8 @@ type tunWriter struct {
 
 func newTUNWriter(tun int) *tunWriter { return &tunWriter{tun: tun} }
 
-// write writes a frame whose first vnetHdrLen octets are zero.
-func (w *tunWriter) write(frame []byte) {
-	clear(frame[:vnetHdrLen])
-	write(w.tun, frame)
-}
-
-// writePacket writes one packet, its checksum complete.
+// writePacket writes one packet, its checksum complete (a zero header:
+// no offload asked of the kernel).
 func (w *tunWriter) writePacket(p []byte) {
 	w.hdr = [vnetHdrLen]byte{}
 	w.writev(p)

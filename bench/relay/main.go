@@ -231,16 +231,27 @@ func udpToTUN(sock, tun int) {
 // frameLen is the length of the virtio-net header and IP packet that b
 // starts with, by the IP header (0 if b does not start with one).
 func frameLen(b []byte) int {
-	if len(b) < vnetHdrLen+20 {
+	if len(b) < vnetHdrLen {
 		return 0
 	}
-	ip := b[vnetHdrLen:]
-	switch ip[0] >> 4 {
+	if l := ipLen(b[vnetHdrLen:]); l > 0 {
+		return vnetHdrLen + l
+	}
+	return 0
+}
+
+// ipLen is the length of the IP packet b starts with, by its header (0 if
+// b does not start with one).
+func ipLen(b []byte) int {
+	if len(b) < 20 {
+		return 0
+	}
+	switch b[0] >> 4 {
 	case 4:
-		return vnetHdrLen + int(binary.BigEndian.Uint16(ip[2:4]))
+		return int(binary.BigEndian.Uint16(b[2:4]))
 	case 6:
-		if len(ip) >= 40 {
-			return vnetHdrLen + 40 + int(binary.BigEndian.Uint16(ip[4:6]))
+		if len(b) >= 40 {
+			return 40 + int(binary.BigEndian.Uint16(b[4:6]))
 		}
 	}
 	return 0
