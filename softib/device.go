@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -61,12 +62,12 @@ type Device struct {
 	mads   *madService
 
 	// Owned by the receive goroutine.
-	rxPkt   Packet
-	rxID    uint16   // IPv4 ID of the last packet received (checkICRC)
-	rxFrame IBFrame  // InfiniBand link: the frame being received
-	rxFrom  rxSource // InfiniBand link: its sender, from LRH and GRH
-	acks    []*qp    // responders owing an ACK at the end of this batch
-	touched []*cq    // CQs to signal at the end of this batch
+	rxPkt   wire.Packet
+	rxID    uint16       // IPv4 ID of the last packet received (wire.CheckDatagramICRC)
+	rxFrame wire.IBFrame // InfiniBand link: the frame being received
+	rxFrom  rxSource     // InfiniBand link: its sender, from LRH and GRH
+	acks    []*qp        // responders owing an ACK at the end of this batch
+	touched []*cq        // CQs to signal at the end of this batch
 	// recvLow: a receive queue is half empty or less (takeRecv); the
 	// consumers that run here run before the batch ends (endTrain).
 	recvLow atomic.Bool
@@ -96,7 +97,7 @@ func Open(cfg Config) (*Device, error) {
 		cfg.RxBatch = maxRxBatch
 	}
 	if cfg.Port == 0 {
-		cfg.Port = UDPPort
+		cfg.Port = wire.UDPPort
 	}
 	if len(cfg.PKeys) == 0 {
 		cfg.PKeys = []ib.PKey{ib.DefaultPKey}
@@ -120,7 +121,7 @@ func Open(cfg Config) (*Device, error) {
 		}
 		cfg.IB = ibp.cfg
 		gid = ibp.gid()
-		overhead += LRHLen + ib.GRHLen + VCRCLen
+		overhead += wire.LRHLen + ib.GRHLen + wire.VCRCLen
 	default:
 		return nil, fmt.Errorf("softib: link layer %q: want %q or %q", cfg.LinkLayer, LinkEthernet, LinkInfiniBand)
 	}
@@ -303,7 +304,7 @@ func (d *Device) CreateAH(attr ib.AHAttr) (ib.AH, error) {
 	if d.ibp != nil {
 		// Addressed by the path's DLID, which may be anything: a DLID
 		// nobody has is the fabric's to drop, as on hardware.
-		return &ah{attr: attr, to: d.ibp.cfg.Forwarder.Addr(), route: d.route(attr.Path, attr.DestGID), multicast: IsMulticastLID(attr.Path.DLID)}, nil
+		return &ah{attr: attr, to: d.ibp.cfg.Forwarder.Addr(), route: d.route(attr.Path, attr.DestGID), multicast: wire.IsMulticastLID(attr.Path.DLID)}, nil
 	}
 	a := attr.DestGID.Addr()
 	if !a.IsValid() {
