@@ -87,43 +87,13 @@ const ibOverhead = 12 + 8 + 4
 
 // Open brings up a device on the underlay address.
 func Open(cfg Config) (*Device, error) {
-	if !cfg.Addr.IsValid() {
-		return nil, errors.New("softib: no underlay address")
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Name == "" {
-		cfg.Name = "softib0"
-	}
-	if cfg.RxBatch <= 0 || cfg.RxBatch > maxRxBatch {
-		cfg.RxBatch = maxRxBatch
-	}
-	if cfg.Port == 0 {
-		cfg.Port = wire.UDPPort
-	}
-	if len(cfg.PKeys) == 0 {
-		cfg.PKeys = []ib.PKey{ib.DefaultPKey}
-	}
-	for _, p := range cfg.PKeys {
-		if !p.Valid() {
-			return nil, fmt.Errorf("softib: P_Key %v names no partition", p)
-		}
-	}
-	cfg.PKeys = slices.Clone(cfg.PKeys)
-	gid := ib.GIDFromAddr(cfg.Addr)
-	var ibp *ibPort
-	overhead := ibOverhead
-	switch cfg.LinkLayer {
-	case "", LinkEthernet:
-		cfg.LinkLayer = LinkEthernet
-	case LinkInfiniBand:
-		var err error
-		if ibp, err = newIBPort(cfg.IB, gid); err != nil {
-			return nil, err
-		}
-		cfg.IB = ibp.cfg
-		gid = ibp.gid()
-		overhead += wire.LRHLen + ib.GRHLen + wire.VCRCLen
-	default:
-		return nil, fmt.Errorf("softib: link layer %q: want %q or %q", cfg.LinkLayer, LinkEthernet, LinkInfiniBand)
+	ibp, gid, overhead, err := openLinkLayer(&cfg)
+	if err != nil {
+		return nil, err
 	}
 	fab, err := openFabric(cfg.Addr, cfg.Port)
 	if err != nil {
@@ -132,19 +102,10 @@ func Open(cfg Config) (*Device, error) {
 	if ibp != nil {
 		fab.fwd = ibp.cfg.Forwarder
 	}
-	mtu := ib.MTU(0)
-	for m := ib.MTU4096; m >= ib.MTU256; m-- {
-		if m.Bytes()+overhead+fab.ipUDPOverhead() <= fab.mtu {
-			mtu = m
-			break
-		}
-	}
-	if mtu == 0 {
+	mtu, err := activeMTU(fab, overhead, cfg.MaxMTU)
+	if err != nil {
 		fab.close()
-		return nil, fmt.Errorf("softib: underlay MTU %d is too small for a 256-octet IB MTU", fab.mtu)
-	}
-	if cfg.MaxMTU.Valid() && cfg.MaxMTU < mtu {
-		mtu = cfg.MaxMTU
+		return nil, err
 	}
 	// Made now, in the underlay's network namespace; PortActive may be
 	// called from a thread in another.
@@ -173,17 +134,92 @@ func Open(cfg Config) (*Device, error) {
 		ibp.start(cfg.PKeys)
 	}
 	d.groups.Store(&map[netip.Addr][]*qp{})
-	// QP1's datagrams go to the MAD service, never to a CQ; its CQs only
-	// exist so that it is a QP like any other.
-	d.gsi = d.newQP(ib.QP1, ib.QPAttr{Type: ib.UD, SendCQ: newCQ(d, 1), RecvCQ: newCQ(d, 1), MaxSend: 1, MaxRecv: 1})
-	d.gsi.qkey = ib.GSIQKey
-	d.gsi.state = ib.StateRTS
-	d.addQP(d.gsi)
+	d.openGSI()
 	go func() {
 		defer close(d.rxDone)
 		fab.run(d, cfg.RxBatch)
 	}()
 	return d, nil
+}
+
+// withDefaults checks cfg and fills in what it leaves out: the name, the
+// receive batch, RoCEv2's port and the default P_Key. The P_Keys are
+// copied, so the caller's slice is not the device's.
+func (cfg Config) withDefaults() (Config, error) {
+	if !cfg.Addr.IsValid() {
+		return cfg, errors.New("softib: no underlay address")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "softib0"
+	}
+	if cfg.RxBatch <= 0 || cfg.RxBatch > maxRxBatch {
+		cfg.RxBatch = maxRxBatch
+	}
+	if cfg.Port == 0 {
+		cfg.Port = wire.UDPPort
+	}
+	if len(cfg.PKeys) == 0 {
+		cfg.PKeys = []ib.PKey{ib.DefaultPKey}
+	}
+	for _, p := range cfg.PKeys {
+		if !p.Valid() {
+			return cfg, fmt.Errorf("softib: P_Key %v names no partition", p)
+		}
+	}
+	cfg.PKeys = slices.Clone(cfg.PKeys)
+	return cfg, nil
+}
+
+// openLinkLayer sets cfg.LinkLayer and, on an InfiniBand link, makes the
+// port (cfg.IB as the port completed it). It returns the port's GID and
+// the octets each packet carries beyond its payload on the underlay.
+func openLinkLayer(cfg *Config) (ibp *ibPort, gid ib.GID, overhead int, err error) {
+	gid = ib.GIDFromAddr(cfg.Addr)
+	overhead = ibOverhead
+	switch cfg.LinkLayer {
+	case "", LinkEthernet:
+		cfg.LinkLayer = LinkEthernet
+	case LinkInfiniBand:
+		if ibp, err = newIBPort(cfg.IB, gid); err != nil {
+			return nil, ib.GID{}, 0, err
+		}
+		cfg.IB = ibp.cfg
+		gid = ibp.gid()
+		overhead += wire.LRHLen + ib.GRHLen + wire.VCRCLen
+	default:
+		return nil, ib.GID{}, 0, fmt.Errorf("softib: link layer %q: want %q or %q", cfg.LinkLayer, LinkEthernet, LinkInfiniBand)
+	}
+	return ibp, gid, overhead, nil
+}
+
+// activeMTU is the largest IB MTU whose packets, overhead octets beyond
+// their payload, fit the underlay's MTU, capped at maxMTU when that is
+// valid.
+func activeMTU(fab *fabric, overhead int, maxMTU ib.MTU) (ib.MTU, error) {
+	mtu := ib.MTU(0)
+	for m := ib.MTU4096; m >= ib.MTU256; m-- {
+		if m.Bytes()+overhead+fab.ipUDPOverhead() <= fab.mtu {
+			mtu = m
+			break
+		}
+	}
+	if mtu == 0 {
+		return 0, fmt.Errorf("softib: underlay MTU %d is too small for a 256-octet IB MTU", fab.mtu)
+	}
+	if maxMTU.Valid() && maxMTU < mtu {
+		mtu = maxMTU
+	}
+	return mtu, nil
+}
+
+// openGSI makes QP1, in RTS with the GSI Q_Key. Its datagrams go to the
+// MAD service, never to a CQ; its CQs only exist so that it is a QP like
+// any other.
+func (d *Device) openGSI() {
+	d.gsi = d.newQP(ib.QP1, ib.QPAttr{Type: ib.UD, SendCQ: newCQ(d, 1), RecvCQ: newCQ(d, 1), MaxSend: 1, MaxRecv: 1})
+	d.gsi.qkey = ib.GSIQKey
+	d.gsi.state = ib.StateRTS
+	d.addQP(d.gsi)
 }
 
 // Name returns the device name.
