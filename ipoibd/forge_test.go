@@ -18,7 +18,7 @@ import (
 	"github.com/ipoibd/ipoibd/internal/forge"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/ipoib"
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -192,14 +192,14 @@ func forgeRows() []forgeRow {
 	var rows []forgeRow
 	acks := []struct {
 		name string
-		aeth softib.AETH
+		aeth wire.AETH
 	}{
-		{"nak-sequence", softib.NAK(softib.NAKPSNSequenceError, 0)},
-		{"nak-invalid-request", softib.NAK(softib.NAKInvalidRequest, 0)},
-		{"nak-remote-access", softib.NAK(softib.NAKRemoteAccessError, 0)},
-		{"nak-remote-operational", softib.NAK(softib.NAKRemoteOperational, 0)},
-		{"rnr-nak", softib.RNRNAK(31, 0)},
-		{"ack", softib.ACK(0)},
+		{"nak-sequence", wire.NAK(wire.NAKPSNSequenceError, 0)},
+		{"nak-invalid-request", wire.NAK(wire.NAKInvalidRequest, 0)},
+		{"nak-remote-access", wire.NAK(wire.NAKRemoteAccessError, 0)},
+		{"nak-remote-operational", wire.NAK(wire.NAKRemoteOperational, 0)},
+		{"rnr-nak", wire.RNRNAK(31, 0)},
+		{"ack", wire.ACK(0)},
 	}
 	// perKind packets far from the live PSNs; nearLive across them.
 	const perKind, nearLive = 4, 1024
@@ -265,7 +265,7 @@ func forgeRows() []forgeRow {
 			send: func(t *testing.T, e *forgeEnv) int {
 				qpn := e.sendQP[v]
 				for i := range sweep {
-					e.sendTo(t, e.own, v, forge.Ack(qpn, softib.PSN(i*4096+i%4096), softib.NAK(softib.NAKRemoteOperational, 0)))
+					e.sendTo(t, e.own, v, forge.Ack(qpn, wire.PSN(i*4096+i%4096), wire.NAK(wire.NAKRemoteOperational, 0)))
 					pace(i)
 				}
 				return sweep
@@ -279,7 +279,7 @@ func forgeRows() []forgeRow {
 				qpn := e.sendQP[v]
 				for i := range sweep {
 					psn := live.ack.Add(1<<20 + uint32(i)*3584)
-					e.sendTo(t, e.spoof[peerOf(v)], v, forge.Ack(qpn, psn, softib.NAK(softib.NAKRemoteOperational, 0)))
+					e.sendTo(t, e.spoof[peerOf(v)], v, forge.Ack(qpn, psn, wire.NAK(wire.NAKRemoteOperational, 0)))
 					pace(i)
 				}
 				return sweep
@@ -587,7 +587,7 @@ func (e *forgeEnv) pair(t *testing.T, k, p int) []ipoib.ConnInfo {
 // livePSNs are what a sniffer on victim v's switch port sees arriving at
 // its connection QP: the PSN of the last ACK (v's requester is at or
 // just past it) and of the last SEND (v's responder expects the next).
-type livePSNs struct{ ack, send softib.PSN }
+type livePSNs struct{ ack, send wire.PSN }
 
 func (e *forgeEnv) livePSNs(t *testing.T, v int) livePSNs {
 	t.Helper()
@@ -603,20 +603,20 @@ func (e *forgeEnv) livePSNs(t *testing.T, v int) livePSNs {
 	go e.c.try(peerOf(v), "ping", "-c", "3", "-i", "0.05", "-W", "1", e.c.ip4(v))
 	var live livePSNs
 	deadline := time.Now().Add(3 * time.Second)
-	for _, op := range []softib.Opcode{softib.OpRCAck, softib.OpRCSendOnly} {
+	for _, op := range []wire.Opcode{wire.OpRCAck, wire.OpRCSendOnly} {
 		p, err := sn.Await(deadline, func(p forge.Seen) bool {
 			if p.Dst != e.addr(v) {
 				return false
 			}
-			if op == softib.OpRCAck {
-				return p.BTH.DestQP == e.sendQP[v] && p.BTH.Opcode == softib.OpRCAck && p.AETH.Kind() == softib.AckKindACK
+			if op == wire.OpRCAck {
+				return p.BTH.DestQP == e.sendQP[v] && p.BTH.Opcode == wire.OpRCAck && p.AETH.Kind() == wire.AckKindACK
 			}
 			return p.BTH.DestQP == e.recvQP[v] && p.BTH.Opcode.Transport() == ib.RC && p.BTH.Opcode.HasPayload()
 		})
 		if err != nil {
 			t.Fatalf("sniffing h%d's port for %v to QP %v/%v: %v", v, op, e.sendQP[v], e.recvQP[v], err)
 		}
-		if op == softib.OpRCAck {
+		if op == wire.OpRCAck {
 			live.ack = p.BTH.PSN
 		} else {
 			live.send = p.BTH.PSN
@@ -625,7 +625,7 @@ func (e *forgeEnv) livePSNs(t *testing.T, v int) livePSNs {
 	return live
 }
 
-func (e *forgeEnv) sendTo(t *testing.T, s *forge.Sender, v int, p *softib.Packet) {
+func (e *forgeEnv) sendTo(t *testing.T, s *forge.Sender, v int, p *wire.Packet) {
 	t.Helper()
 	if err := s.Send(e.addr(v), p); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"github.com/spf13/pflag"
 )
 
@@ -62,7 +63,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
 	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
 	fs.DurationVar(&o.underWait, "underlay-wait", 60*time.Second, "softib: wait this long at start for the --underlay address to appear on an interface (a unit started before its network), then give up; 0: fail at once")
-	fs.Uint16Var(&o.softibPort, "softib-port", softib.UDPPort, "softib: UDP port of the fabric")
+	fs.Uint16Var(&o.softibPort, "softib-port", wire.UDPPort, "softib: UDP port of the fabric")
 	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, `PKEY[,PKEY...]` in hex (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
 	fs.StringVar(&o.softibLink, "softib-link", "ethernet", "softib: link layer, ethernet (RoCEv2 framing, peers at their underlay addresses) or ib (native InfiniBand framing through the fabric forwarder softib-ibfwd, on a subnet OpenSM runs under ibsim: LID, LMC, SM LID, GID and P_Key table are read through libibumad, run under ibsim's libumad2sim.so, and the SA's joins and paths are used as on an InfiniBand adapter; needs a binary built with -tags rdma)")
 	fs.StringVar(&o.softibFab, "softib-fabric", "", "softib --softib-link ib: the fabric forwarder's underlay `ADDR:PORT` (required with ib)")

@@ -13,6 +13,7 @@ import (
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // softibDefaults are the settings of `ipoibd --underlay 10.0.0.1`.
@@ -22,7 +23,7 @@ func softibDefaults() settings {
 		iface: ipoib.Config{Name: "ib0", Mode: ipoib.Connected, RC: true, Policy: ipoibcm.PolicyLinux,
 			PKey: 0xffff, MaxConns: 4096},
 		provider:     providerSoftib,
-		softib:       softib.Config{Name: "softib0", Addr: netip.MustParseAddr("10.0.0.1"), Port: softib.UDPPort, PKeys: []ib.PKey{0xffff}},
+		softib:       softib.Config{Name: "softib0", Addr: netip.MustParseAddr("10.0.0.1"), Port: wire.UDPPort, PKeys: []ib.PKey{0xffff}},
 		underlayWait: time.Minute,
 		connService:  "auto",
 		peers:        "any",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 func udQP(t *testing.T, h *host, qkey ib.QKey) ib.QP {
@@ -252,17 +253,17 @@ func TestBadInputDuringTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	packet := func(bth BTH, icrcOK bool) []byte {
-		b := make([]byte, BTHLen+8+ICRCLen)
+	packet := func(bth wire.BTH, icrcOK bool) []byte {
+		b := make([]byte, wire.BTHLen+8+wire.ICRCLen)
 		bth.Encode(b)
-		crc := checkICRCValue(b, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.9"), port), netip.MustParseAddr("127.0.0.2"), port)
+		crc := wire.DatagramICRC(b, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.9"), port), netip.MustParseAddr("127.0.0.2"), port)
 		if !icrcOK {
 			crc++
 		}
 		b[len(b)-4], b[len(b)-3], b[len(b)-2], b[len(b)-1] = byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24)
 		return b
 	}
-	ok := BTH{Opcode: OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num(), PSN: 0x100}
+	ok := wire.BTH{Opcode: wire.OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num(), PSN: 0x100}
 	wrongPKey, unknownQP, otherPartition := ok, ok, ok
 	wrongPKey.PKey = 0x8005
 	otherPartition.PKey = 0x7fff & 0x7005
@@ -316,10 +317,10 @@ func TestRNRWaitSurvivesAnACK(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := qa.(*qp)
-	first := PSN(0xfffff0) // connect's send PSN for a
+	first := wire.PSN(0xfffff0) // connect's send PSN for a
 	peer, local := q.destAddr, a.dev.fab.local
-	q.onAck(ib.DefaultPKey, first.Add(1), RNRNAK(1, 0), peer, local) // the second message found no receive
-	q.onAck(ib.DefaultPKey, first, ACK(1), peer, local)              // ...and the first one is acknowledged
+	q.onAck(ib.DefaultPKey, first.Add(1), wire.RNRNAK(1, 0), peer, local) // the second message found no receive
+	q.onAck(ib.DefaultPKey, first, wire.ACK(1), peer, local)              // ...and the first one is acknowledged
 	// The second message must be sent again after the RNR wait; the peer
 	// is gone, so it ends in a retry-exceeded error, not in silence.
 	wcs := poll(t, a.scq, 2, 3*time.Second)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testnet"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // BenchmarkRC64KNetns moves 64 KiB RC messages between two namespaces over
@@ -16,8 +17,8 @@ import (
 func BenchmarkRC64KNetns(b *testing.B) {
 	n := testnet.New(b, testnet.Config{Hosts: 2})
 	var ha, hb *host
-	n.In(0, func() { ha = newHost(b, n.Hosts[0].Addr.String(), UDPPort) })
-	n.In(1, func() { hb = newHost(b, n.Hosts[1].Addr.String(), UDPPort) })
+	n.In(0, func() { ha = newHost(b, n.Hosts[0].Addr.String(), wire.UDPPort) })
+	n.In(1, func() { hb = newHost(b, n.Hosts[1].Addr.String(), wire.UDPPort) })
 	qa, qb := connect(b, ib.RC, ha, hb, 7, 7)
 	const window = 128
 	for i := range window {

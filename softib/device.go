@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -61,12 +62,12 @@ type Device struct {
 	mads   *madService
 
 	// Owned by the receive goroutine.
-	rxPkt   Packet
-	rxID    uint16   // IPv4 ID of the last packet received (checkICRC)
-	rxFrame IBFrame  // InfiniBand link: the frame being received
-	rxFrom  rxSource // InfiniBand link: its sender, from LRH and GRH
-	acks    []*qp    // responders owing an ACK at the end of this batch
-	touched []*cq    // CQs to signal at the end of this batch
+	rxPkt   wire.Packet
+	rxID    uint16       // IPv4 ID of the last packet received (wire.CheckDatagramICRC)
+	rxFrame wire.IBFrame // InfiniBand link: the frame being received
+	rxFrom  rxSource     // InfiniBand link: its sender, from LRH and GRH
+	acks    []*qp        // responders owing an ACK at the end of this batch
+	touched []*cq        // CQs to signal at the end of this batch
 	// recvLow: a receive queue is half empty or less (takeRecv); the
 	// consumers that run here run before the batch ends (endTrain).
 	recvLow atomic.Bool
@@ -86,43 +87,13 @@ const ibOverhead = 12 + 8 + 4
 
 // Open brings up a device on the underlay address.
 func Open(cfg Config) (*Device, error) {
-	if !cfg.Addr.IsValid() {
-		return nil, errors.New("softib: no underlay address")
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Name == "" {
-		cfg.Name = "softib0"
-	}
-	if cfg.RxBatch <= 0 || cfg.RxBatch > maxRxBatch {
-		cfg.RxBatch = maxRxBatch
-	}
-	if cfg.Port == 0 {
-		cfg.Port = UDPPort
-	}
-	if len(cfg.PKeys) == 0 {
-		cfg.PKeys = []ib.PKey{ib.DefaultPKey}
-	}
-	for _, p := range cfg.PKeys {
-		if !p.Valid() {
-			return nil, fmt.Errorf("softib: P_Key %v names no partition", p)
-		}
-	}
-	cfg.PKeys = slices.Clone(cfg.PKeys)
-	gid := ib.GIDFromAddr(cfg.Addr)
-	var ibp *ibPort
-	overhead := ibOverhead
-	switch cfg.LinkLayer {
-	case "", LinkEthernet:
-		cfg.LinkLayer = LinkEthernet
-	case LinkInfiniBand:
-		var err error
-		if ibp, err = newIBPort(cfg.IB, gid); err != nil {
-			return nil, err
-		}
-		cfg.IB = ibp.cfg
-		gid = ibp.gid()
-		overhead += LRHLen + ib.GRHLen + VCRCLen
-	default:
-		return nil, fmt.Errorf("softib: link layer %q: want %q or %q", cfg.LinkLayer, LinkEthernet, LinkInfiniBand)
+	ibp, gid, overhead, err := openLinkLayer(&cfg)
+	if err != nil {
+		return nil, err
 	}
 	fab, err := openFabric(cfg.Addr, cfg.Port)
 	if err != nil {
@@ -131,19 +102,10 @@ func Open(cfg Config) (*Device, error) {
 	if ibp != nil {
 		fab.fwd = ibp.cfg.Forwarder
 	}
-	mtu := ib.MTU(0)
-	for m := ib.MTU4096; m >= ib.MTU256; m-- {
-		if m.Bytes()+overhead+fab.ipUDPOverhead() <= fab.mtu {
-			mtu = m
-			break
-		}
-	}
-	if mtu == 0 {
+	mtu, err := activeMTU(fab, overhead, cfg.MaxMTU)
+	if err != nil {
 		fab.close()
-		return nil, fmt.Errorf("softib: underlay MTU %d is too small for a 256-octet IB MTU", fab.mtu)
-	}
-	if cfg.MaxMTU.Valid() && cfg.MaxMTU < mtu {
-		mtu = cfg.MaxMTU
+		return nil, err
 	}
 	// Made now, in the underlay's network namespace; PortActive may be
 	// called from a thread in another.
@@ -172,17 +134,92 @@ func Open(cfg Config) (*Device, error) {
 		ibp.start(cfg.PKeys)
 	}
 	d.groups.Store(&map[netip.Addr][]*qp{})
-	// QP1's datagrams go to the MAD service, never to a CQ; its CQs only
-	// exist so that it is a QP like any other.
-	d.gsi = d.newQP(ib.QP1, ib.QPAttr{Type: ib.UD, SendCQ: newCQ(d, 1), RecvCQ: newCQ(d, 1), MaxSend: 1, MaxRecv: 1})
-	d.gsi.qkey = ib.GSIQKey
-	d.gsi.state = ib.StateRTS
-	d.addQP(d.gsi)
+	d.openGSI()
 	go func() {
 		defer close(d.rxDone)
 		fab.run(d, cfg.RxBatch)
 	}()
 	return d, nil
+}
+
+// withDefaults checks cfg and fills in what it leaves out: the name, the
+// receive batch, RoCEv2's port and the default P_Key. The P_Keys are
+// copied, so the caller's slice is not the device's.
+func (cfg Config) withDefaults() (Config, error) {
+	if !cfg.Addr.IsValid() {
+		return cfg, errors.New("softib: no underlay address")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "softib0"
+	}
+	if cfg.RxBatch <= 0 || cfg.RxBatch > maxRxBatch {
+		cfg.RxBatch = maxRxBatch
+	}
+	if cfg.Port == 0 {
+		cfg.Port = wire.UDPPort
+	}
+	if len(cfg.PKeys) == 0 {
+		cfg.PKeys = []ib.PKey{ib.DefaultPKey}
+	}
+	for _, p := range cfg.PKeys {
+		if !p.Valid() {
+			return cfg, fmt.Errorf("softib: P_Key %v names no partition", p)
+		}
+	}
+	cfg.PKeys = slices.Clone(cfg.PKeys)
+	return cfg, nil
+}
+
+// openLinkLayer sets cfg.LinkLayer and, on an InfiniBand link, makes the
+// port (cfg.IB as the port completed it). It returns the port's GID and
+// the octets each packet carries beyond its payload on the underlay.
+func openLinkLayer(cfg *Config) (ibp *ibPort, gid ib.GID, overhead int, err error) {
+	gid = ib.GIDFromAddr(cfg.Addr)
+	overhead = ibOverhead
+	switch cfg.LinkLayer {
+	case "", LinkEthernet:
+		cfg.LinkLayer = LinkEthernet
+	case LinkInfiniBand:
+		if ibp, err = newIBPort(cfg.IB, gid); err != nil {
+			return nil, ib.GID{}, 0, err
+		}
+		cfg.IB = ibp.cfg
+		gid = ibp.gid()
+		overhead += wire.LRHLen + ib.GRHLen + wire.VCRCLen
+	default:
+		return nil, ib.GID{}, 0, fmt.Errorf("softib: link layer %q: want %q or %q", cfg.LinkLayer, LinkEthernet, LinkInfiniBand)
+	}
+	return ibp, gid, overhead, nil
+}
+
+// activeMTU is the largest IB MTU whose packets, overhead octets beyond
+// their payload, fit the underlay's MTU, capped at maxMTU when that is
+// valid.
+func activeMTU(fab *fabric, overhead int, maxMTU ib.MTU) (ib.MTU, error) {
+	mtu := ib.MTU(0)
+	for m := ib.MTU4096; m >= ib.MTU256; m-- {
+		if m.Bytes()+overhead+fab.ipUDPOverhead() <= fab.mtu {
+			mtu = m
+			break
+		}
+	}
+	if mtu == 0 {
+		return 0, fmt.Errorf("softib: underlay MTU %d is too small for a 256-octet IB MTU", fab.mtu)
+	}
+	if maxMTU.Valid() && maxMTU < mtu {
+		mtu = maxMTU
+	}
+	return mtu, nil
+}
+
+// openGSI makes QP1, in RTS with the GSI Q_Key. Its datagrams go to the
+// MAD service, never to a CQ; its CQs only exist so that it is a QP like
+// any other.
+func (d *Device) openGSI() {
+	d.gsi = d.newQP(ib.QP1, ib.QPAttr{Type: ib.UD, SendCQ: newCQ(d, 1), RecvCQ: newCQ(d, 1), MaxSend: 1, MaxRecv: 1})
+	d.gsi.qkey = ib.GSIQKey
+	d.gsi.state = ib.StateRTS
+	d.addQP(d.gsi)
 }
 
 // Name returns the device name.
@@ -303,7 +340,7 @@ func (d *Device) CreateAH(attr ib.AHAttr) (ib.AH, error) {
 	if d.ibp != nil {
 		// Addressed by the path's DLID, which may be anything: a DLID
 		// nobody has is the fabric's to drop, as on hardware.
-		return &ah{attr: attr, to: d.ibp.cfg.Forwarder.Addr(), route: d.route(attr.Path, attr.DestGID), multicast: IsMulticastLID(attr.Path.DLID)}, nil
+		return &ah{attr: attr, to: d.ibp.cfg.Forwarder.Addr(), route: d.route(attr.Path, attr.DestGID), multicast: wire.IsMulticastLID(attr.Path.DLID)}, nil
 	}
 	a := attr.DestGID.Addr()
 	if !a.IsValid() {

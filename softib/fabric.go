@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // fabric is the UDP underlay of one device: a unicast socket bound to the
@@ -326,7 +328,7 @@ type txMsg struct {
 	msg      unix.Msghdr
 	iov      [3 * maxTrainSegments]unix.Iovec
 	niov     int
-	hdr      [maxTrainSegments][maxHeaderLen + AETHLen]byte
+	hdr      [maxTrainSegments][maxHeaderLen + wire.AETHLen]byte
 	trl      [maxTrainSegments][maxTrailerLen]byte
 	segments int // packets in the train
 	bytes    int // IB octets in the train

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Link layers a softib port can have (Config.LinkLayer, and what
@@ -63,15 +64,15 @@ type ibAddr struct {
 // checkLIDs checks a LID, LMC and SM LID as a port would take them.
 func checkLIDs(lid uint16, lmc uint8, smLID uint16) error {
 	switch {
-	case !IsUnicastLID(lid):
+	case !wire.IsUnicastLID(lid):
 		return fmt.Errorf("softib: LID %#x is not a unicast LID", lid)
 	case lmc > 7:
 		return fmt.Errorf("softib: LMC %d exceeds 7", lmc)
 	case lid&(1<<lmc-1) != 0:
 		return fmt.Errorf("softib: LID %#x is not aligned to its LMC %d", lid, lmc)
-	case !IsUnicastLID(lid + 1<<lmc - 1):
+	case !wire.IsUnicastLID(lid + 1<<lmc - 1):
 		return fmt.Errorf("softib: LIDs %#x+%d leave the unicast range", lid, 1<<lmc)
-	case smLID != 0 && !IsUnicastLID(smLID):
+	case smLID != 0 && !wire.IsUnicastLID(smLID):
 		return fmt.Errorf("softib: SM LID %#x is not a unicast LID", smLID)
 	}
 	return nil
@@ -113,7 +114,7 @@ func (p *ibPort) gid() (g ib.GID) {
 // ours reports whether a unicast DLID names this port: its base LID with
 // any path bits, or the permissive LID.
 func (a *ibAddr) ours(dlid uint16) bool {
-	return dlid == PermissiveLID || dlid&^a.mask == a.lid
+	return dlid == wire.PermissiveLID || dlid&^a.mask == a.lid
 }
 
 // ibRoute is how an InfiniBand-link packet is addressed: its LRH and,
@@ -148,42 +149,42 @@ func (d *Device) linkOverhead(r *ibRoute) int {
 		return 0
 	}
 	if r.grh {
-		return LRHLen + ib.GRHLen + VCRCLen
+		return wire.LRHLen + ib.GRHLen + wire.VCRCLen
 	}
-	return LRHLen + VCRCLen
+	return wire.LRHLen + wire.VCRCLen
 }
 
 // frameIB adds one native IB frame to tx as its seg-th datagram: LRH, GRH
 // if the route has one, the transport headers of p, the payload straight
 // from registered memory, pad, ICRC and VCRC, each CRC computed over the
 // pieces where they lie.
-func (d *Device) frameIB(tx *txMsg, seg int, r *ibRoute, p *Packet, payload []byte) {
+func (d *Device) frameIB(tx *txMsg, seg int, r *ibRoute, p *wire.Packet, payload []byte) {
 	a := d.ibp.addr.Load()
-	f := IBFrame{LRH: LRH{SL: r.sl, DLID: r.dlid, SLID: a.lid | r.pathBits&a.mask}, HasGRH: r.grh, Packet: *p}
+	f := wire.IBFrame{LRH: wire.LRH{SL: r.sl, DLID: r.dlid, SLID: a.lid | r.pathBits&a.mask}, HasGRH: r.grh, Packet: *p}
 	if r.grh {
-		f.GRH = GRH{TClass: r.tclass, FlowLabel: r.flow, HopLmt: r.hopLmt, SGID: d.port.GID, DGID: r.dgid}
+		f.GRH = wire.GRH{TClass: r.tclass, FlowLabel: r.flow, HopLmt: r.hopLmt, SGID: d.port.GID, DGID: r.dgid}
 	}
-	n, _ := PutIBHeaders(tx.hdr[seg][:], &f, len(payload)) // fields were range-checked when posted
+	n, _ := wire.PutIBHeaders(tx.hdr[seg][:], &f, len(payload)) // fields were range-checked when posted
 	hdr := tx.hdr[seg][:n]
-	pad := PadCount(len(payload))
-	trl := tx.trl[seg][:int(pad)+ICRCLen+VCRCLen]
+	pad := wire.PadCount(len(payload))
+	trl := tx.trl[seg][:int(pad)+wire.ICRCLen+wire.VCRCLen]
 	clear(trl[:pad])
 	var grh []byte
-	off := LRHLen
+	off := wire.LRHLen
 	if r.grh {
-		grh = hdr[LRHLen : LRHLen+ib.GRHLen]
+		grh = hdr[wire.LRHLen : wire.LRHLen+ib.GRHLen]
 		off += ib.GRHLen
 	}
-	ic, _ := StartIBICRC(hdr[:LRHLen], grh)
+	ic, _ := wire.StartIBICRC(hdr[:wire.LRHLen], grh)
 	ic.Update(hdr[off:])
 	ic.Update(payload)
 	ic.Update(trl[:pad])
-	PutICRC(trl[pad:], ic.Sum32())
-	vc := StartVCRC()
+	wire.PutICRC(trl[pad:], ic.Sum32())
+	vc := wire.StartVCRC()
 	vc.Update(hdr)
 	vc.Update(payload)
-	vc.Update(trl[:int(pad)+ICRCLen])
-	PutVCRC(trl[int(pad)+ICRCLen:], vc.Sum16())
+	vc.Update(trl[:int(pad)+wire.ICRCLen])
+	wire.PutVCRC(trl[int(pad)+wire.ICRCLen:], vc.Sum16())
 	tx.add(hdr)
 	tx.add(payload)
 	tx.add(trl)
@@ -216,11 +217,11 @@ func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
 		return
 	}
 	f := &d.rxFrame
-	if err := ParseIBFrame(b, f); err != nil {
+	if err := wire.ParseIBFrame(b, f); err != nil {
 		d.count(dropMalformed)
 		return
 	}
-	vcrcOK, icrcOK := CheckIBCRCs(b, f.HasGRH)
+	vcrcOK, icrcOK := wire.CheckIBCRCs(b, f.HasGRH)
 	switch {
 	case !vcrcOK:
 		d.count(dropBadVCRC)
@@ -230,7 +231,7 @@ func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
 		return
 	}
 	dlid := f.LRH.DLID
-	multicast := IsMulticastLID(dlid)
+	multicast := wire.IsMulticastLID(dlid)
 	switch {
 	case dlid == 0:
 		d.count(dropDLIDZero)
@@ -248,7 +249,7 @@ func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
 		tclass: f.GRH.TClass, flow: f.GRH.FlowLabel, hopLimit: f.GRH.HopLmt}
 	if multicast || pkt.BTH.DestQP == ib.MulticastQPN {
 		members := (*p.mlids.Load())[dlid]
-		if !multicast || len(members) == 0 || pkt.BTH.DestQP != ib.MulticastQPN || pkt.BTH.Opcode != OpUDSendOnly {
+		if !multicast || len(members) == 0 || pkt.BTH.DestQP != ib.MulticastQPN || pkt.BTH.Opcode != wire.OpUDSendOnly {
 			d.count(dropNotMember)
 			return
 		}
@@ -264,7 +265,7 @@ func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
 // underlay group to join: the forwarder's multicast table decides who
 // gets the group's packets, as a switch's MFT does.
 func (d *Device) attachMLID(q *qp, mgid ib.GID, mlid uint16) error {
-	if !IsMulticastLID(mlid) {
+	if !wire.IsMulticastLID(mlid) {
 		return fmt.Errorf("softib: %#x is not a multicast LID", mlid)
 	}
 	p := d.ibp

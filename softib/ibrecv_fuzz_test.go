@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // FuzzIBReceive feeds frames to an InfiniBand port's receive path as if
@@ -57,14 +58,14 @@ func FuzzIBReceive(f *testing.F) {
 		ud.PostRecv([]ib.RecvWR{{ID: 1, SGE: ib.SGE{MR: mr, Offset: 0, Length: 4096 + ib.GRHLen}}})
 		rc.PostRecv([]ib.RecvWR{{ID: 2, SGE: ib.SGE{MR: mr, Offset: 1 << 16, Length: 1 << 16}}})
 	}
-	for _, fr := range []IBFrame{
-		{LRH: LRH{DLID: 0x21, SLID: 0x30}, Packet: Packet{BTH: BTH{Opcode: OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ud.Num()}, DETH: DETH{QKey: 0x0b1b, SrcQP: 5}, Payload: make([]byte, 40)}},
-		{LRH: LRH{DLID: 0xc001, SLID: 0x30}, HasGRH: true, Packet: Packet{BTH: BTH{Opcode: OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.MulticastQPN}, DETH: DETH{QKey: 0x0b1b, SrcQP: 5}, Payload: make([]byte, 8)}},
-		{LRH: LRH{DLID: 0x20, SLID: 0x30}, Packet: Packet{BTH: BTH{Opcode: OpRCSendFirst, PKey: ib.DefaultPKey, DestQP: rc.Num()}, Payload: make([]byte, 1024)}},
-		{LRH: LRH{DLID: 0x20, SLID: 0x30}, Packet: Packet{BTH: BTH{Opcode: OpRCAck, PKey: ib.DefaultPKey, DestQP: rc.Num()}, AETH: ACK(0)}},
-		{LRH: LRH{DLID: 0x20, SLID: 0x30}, Packet: Packet{BTH: BTH{Opcode: OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.QP1}, DETH: DETH{QKey: ib.GSIQKey, SrcQP: 1}, Payload: make([]byte, 256)}},
+	for _, fr := range []wire.IBFrame{
+		{LRH: wire.LRH{DLID: 0x21, SLID: 0x30}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ud.Num()}, DETH: wire.DETH{QKey: 0x0b1b, SrcQP: 5}, Payload: make([]byte, 40)}},
+		{LRH: wire.LRH{DLID: 0xc001, SLID: 0x30}, HasGRH: true, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.MulticastQPN}, DETH: wire.DETH{QKey: 0x0b1b, SrcQP: 5}, Payload: make([]byte, 8)}},
+		{LRH: wire.LRH{DLID: 0x20, SLID: 0x30}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpRCSendFirst, PKey: ib.DefaultPKey, DestQP: rc.Num()}, Payload: make([]byte, 1024)}},
+		{LRH: wire.LRH{DLID: 0x20, SLID: 0x30}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpRCAck, PKey: ib.DefaultPKey, DestQP: rc.Num()}, AETH: wire.ACK(0)}},
+		{LRH: wire.LRH{DLID: 0x20, SLID: 0x30}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.QP1}, DETH: wire.DETH{QKey: ib.GSIQKey, SrcQP: 1}, Payload: make([]byte, 256)}},
 	} {
-		b, err := AppendIBFrame(nil, &fr)
+		b, err := wire.AppendIBFrame(nil, &fr)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -76,9 +77,9 @@ func FuzzIBReceive(f *testing.F) {
 		}
 		b := in[1:]
 		if in[0]&1 != 0 {
-			var fr IBFrame
-			if ParseIBFrame(b, &fr) == nil {
-				SealIBFrame(b, fr.HasGRH)
+			var fr wire.IBFrame
+			if wire.ParseIBFrame(b, &fr) == nil {
+				wire.SealIBFrame(b, fr.HasGRH)
 			}
 		}
 		repost()

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Impairment makes a device's receive path misbehave like a bad underlay:
@@ -71,11 +72,11 @@ func (im *impairer) pass(d *Device, b []byte, src netip.AddrPort, dst netip.Addr
 		im.stats.Duplicated.Add(1)
 		d.receive(b, src, dst, seg)
 	}
-	if len(b) >= BTHLen+ICRCLen && im.roll(im.cfg.FarPSNPercent) {
+	if len(b) >= wire.BTHLen+wire.ICRCLen && im.roll(im.cfg.FarPSNPercent) {
 		im.far = append(im.far[:0], b...)
 		psn := ib.Get24(im.far[9:12]) // BTH octets 9-11
-		ib.Put24(im.far[9:12], (psn+1<<23)&uint32(psnMask))
-		PutICRC(im.far[len(im.far)-ICRCLen:], checkICRCValue(im.far, src, dst, d.fab.port))
+		ib.Put24(im.far[9:12], (psn+1<<23)&uint32(wire.PSNMask))
+		wire.PutICRC(im.far[len(im.far)-wire.ICRCLen:], wire.DatagramICRC(im.far, src, dst, d.fab.port))
 		im.stats.FarPSN.Add(1)
 		d.receive(im.far, src, dst, 0)
 	}

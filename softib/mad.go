@@ -8,6 +8,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/madqueue"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // madLen is the size of every management datagram.
@@ -79,9 +80,9 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	q := d.gsi
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	bth := BTH{Opcode: OpUDSendOnly, PKey: pkey, DestQP: qpn, PSN: q.req.next, SE: true}
+	bth := wire.BTH{Opcode: wire.OpUDSendOnly, PKey: pkey, DestQP: qpn, PSN: q.req.next, SE: true}
 	q.req.next = q.req.next.Add(1)
-	deth := DETH{QKey: ib.GSIQKey, SrcQP: ib.QP1}
+	deth := wire.DETH{QKey: ib.GSIQKey, SrcQP: ib.QP1}
 	tx := txPool.Get().(*txMsg)
 	defer txPool.Put(tx)
 	tx.reset()

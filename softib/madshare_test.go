@@ -5,6 +5,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // madTally drains a MAD service's queue and counts its MADs by source.
@@ -93,10 +94,10 @@ func TestMADQueueSourceShareIB(t *testing.T) {
 					madTally(t, mads, func(ib.MADAddr) int { return 0 })
 				}
 				for _, x := range s.send {
-					fr := IBFrame{LRH: LRH{DLID: 0x20, SLID: x.slid}, HasGRH: x.grh,
-						GRH:    GRH{HopLmt: 1, SGID: ib.GID{0xfe, 0x80, 15: byte(x.slid)}, DGID: d.Port().GID},
-						Packet: Packet{BTH: BTH{Opcode: OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.QP1}, DETH: DETH{QKey: ib.GSIQKey, SrcQP: ib.QP1}, Payload: make([]byte, madLen)}}
-					b, err := AppendIBFrame(nil, &fr)
+					fr := wire.IBFrame{LRH: wire.LRH{DLID: 0x20, SLID: x.slid}, HasGRH: x.grh,
+						GRH:    wire.GRH{HopLmt: 1, SGID: ib.GID{0xfe, 0x80, 15: byte(x.slid)}, DGID: d.Port().GID},
+						Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.QP1}, DETH: wire.DETH{QKey: ib.GSIQKey, SrcQP: ib.QP1}, Payload: make([]byte, madLen)}}
+					b, err := wire.AppendIBFrame(nil, &fr)
 					if err != nil {
 						t.Fatal(err)
 					}

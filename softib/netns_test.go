@@ -8,13 +8,14 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // hostIn opens a test adapter inside host i of a namespace network.
 func hostIn(t *testing.T, n *testnet.Net, i int) *host {
 	t.Helper()
 	var h *host
-	n.In(i, func() { h = newHost(t, n.Hosts[i].Addr.String(), UDPPort) })
+	n.In(i, func() { h = newHost(t, n.Hosts[i].Addr.String(), wire.UDPPort) })
 	return h
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // noiseRecord is one forged response, decoded from four fuzz octets:
@@ -22,7 +23,7 @@ import (
 //	         the longest timer has its own test)
 //	octets 2-3: PSN offset
 type noiseRecord struct {
-	aeth     AETH
+	aeth     wire.AETH
 	fromPeer bool
 	near     bool
 	offset   uint16
@@ -34,11 +35,11 @@ func decodeNoise(b []byte) []noiseRecord {
 		r := noiseRecord{fromPeer: b[0]&0x20 != 0, near: b[0]&0x40 != 0, offset: binary.BigEndian.Uint16(b[2:4])}
 		switch b[0] & 3 {
 		case 0:
-			r.aeth = ACK(uint32(r.offset))
+			r.aeth = wire.ACK(uint32(r.offset))
 		case 1:
-			r.aeth = RNRNAK(1+b[1]%23, 0)
+			r.aeth = wire.RNRNAK(1+b[1]%23, 0)
 		default:
-			r.aeth = NAK(b[0]>>2&7, 0)
+			r.aeth = wire.NAK(b[0]>>2&7, 0)
 		}
 		out = append(out, r)
 		b = b[4:]
@@ -147,21 +148,21 @@ func FuzzRCResponseNoise(f *testing.F) {
 		}
 		inject := func(r noiseRecord) {
 			q.mu.Lock()
-			psn := q.req.acked.Add(uint32(r.offset) % (Distance(q.req.acked, q.req.hi) + 2)).Prev()
+			psn := q.req.acked.Add(uint32(r.offset) % (wire.Distance(q.req.acked, q.req.hi) + 2)).Prev()
 			if !r.near {
 				psn = q.req.acked.Add(1<<22 + uint32(r.offset))
 			}
 			q.mu.Unlock()
-			pkt := make([]byte, BTHLen+AETHLen+ICRCLen)
-			(&BTH{Opcode: OpRCAck, PKey: ib.DefaultPKey, DestQP: q.num, PSN: psn}).Encode(pkt)
-			r.aeth.Encode(pkt[BTHLen:])
+			pkt := make([]byte, wire.BTHLen+wire.AETHLen+wire.ICRCLen)
+			(&wire.BTH{Opcode: wire.OpRCAck, PKey: ib.DefaultPKey, DestQP: q.num, PSN: psn}).Encode(pkt)
+			r.aeth.Encode(pkt[wire.BTHLen:])
 			c := stranger
 			if r.fromPeer {
 				c = spoofer
 			}
 			src := c.LocalAddr().(*net.UDPAddr).AddrPort()
 			src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-			PutICRC(pkt[len(pkt)-ICRCLen:], checkICRCValue(pkt, src, netip.MustParseAddr("127.0.0.1"), noisePort))
+			wire.PutICRC(pkt[len(pkt)-wire.ICRCLen:], wire.DatagramICRC(pkt, src, netip.MustParseAddr("127.0.0.1"), noisePort))
 			if _, err := c.WriteToUDP(pkt, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(noisePort)}); err != nil {
 				t.Fatal(err)
 			}

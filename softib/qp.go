@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // qp is one queue pair. Its lock is taken by posting goroutines (sends), by
@@ -100,7 +101,7 @@ func (q *qp) Modify(m ib.QPModify) error {
 			}
 			a := m.DestGID.Addr()
 			if q.dev.ibp != nil {
-				if !IsUnicastLID(m.Path.DLID) {
+				if !wire.IsUnicastLID(m.Path.DLID) {
 					return errorf("modify QP %v to RTR: destination LID %#x is not a unicast LID", q.num, m.Path.DLID)
 				}
 				q.route, a = q.dev.route(m.Path, m.DestGID), q.dev.ibp.cfg.Forwarder.Addr()
@@ -110,15 +111,15 @@ func (q *qp) Modify(m ib.QPModify) error {
 			q.destGID, q.destAddr, q.destQPN = m.DestGID, a, m.DestQPN
 			q.pmtu = min(m.PathMTU, q.dev.port.ActiveMTU).Bytes()
 			q.minRNR = m.MinRNRTmr & 31
-			q.resp.epsn = PSN(m.RecvPSN) & psnMask
+			q.resp.epsn = wire.PSN(m.RecvPSN) & wire.PSNMask
 		}
 	case ib.StateRTS:
 		if q.state != ib.StateRTR && q.state != ib.StateRTS {
 			return ib.ErrBadState
 		}
-		q.timeout = LocalACKTimeout(m.Timeout)
+		q.timeout = wire.LocalACKTimeout(m.Timeout)
 		q.retryCnt, q.rnrRetry = min(m.RetryCount, 7), min(m.RNRRetry, 7)
-		q.req.start(PSN(m.SendPSN) & psnMask)
+		q.req.start(wire.PSN(m.SendPSN) & wire.PSNMask)
 	case ib.StateError:
 		q.fail(ib.WCFlushError)
 		return nil

@@ -4,11 +4,12 @@ import (
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // responder is the receiving half of a connected QP.
 type responder struct {
-	epsn    PSN // next expected PSN
+	epsn    wire.PSN // next expected PSN
 	msn     uint32
 	cur     ib.RecvWR
 	curBuf  []byte
@@ -36,7 +37,7 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 	d.ctr.rxPackets.Add(1)
 	d.ctr.rxBytes.Add(uint64(len(b)))
 	p := &d.rxPkt
-	if err := ParsePacket(b, p); err != nil {
+	if err := wire.ParsePacket(b, p); err != nil {
 		d.count(dropMalformed)
 		return
 	}
@@ -46,7 +47,7 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 	if seg > 0 {
 		hint = d.rxID + 1
 	}
-	id, ok := checkICRC(b, srcAP, dst, d.fab.port, hint)
+	id, ok := wire.CheckDatagramICRC(b, srcAP, dst, d.fab.port, hint)
 	if !ok {
 		d.count(dropBadICRC)
 		return
@@ -65,7 +66,7 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 }
 
 // deliver hands a checked unicast packet to its QP.
-func (d *Device) deliver(p *Packet, src, dst netip.Addr) {
+func (d *Device) deliver(p *wire.Packet, src, dst netip.Addr) {
 	q, ok := d.qps.get(p.BTH.DestQP)
 	if !ok {
 		d.count(dropUnknownQP)
@@ -76,7 +77,7 @@ func (d *Device) deliver(p *Packet, src, dst netip.Addr) {
 		d.recvMAD(p, src)
 	case q.typ == ib.UD && p.BTH.Opcode.Transport() == ib.UD:
 		q.recvUD(p, src)
-	case p.BTH.Opcode == OpRCAck && q.typ == ib.RC:
+	case p.BTH.Opcode == wire.OpRCAck && q.typ == ib.RC:
 		q.onAck(p.BTH.PKey, p.BTH.PSN, p.AETH, src, dst)
 	case p.BTH.Opcode.Transport() == q.typ:
 		q.recvConnected(p, src, dst)
@@ -86,8 +87,8 @@ func (d *Device) deliver(p *Packet, src, dst netip.Addr) {
 }
 
 // recvMAD passes a datagram for QP1 to the MAD service, if one is open.
-func (d *Device) recvMAD(p *Packet, src netip.Addr) {
-	if p.BTH.Opcode != OpUDSendOnly || p.DETH.QKey != ib.GSIQKey {
+func (d *Device) recvMAD(p *wire.Packet, src netip.Addr) {
+	if p.BTH.Opcode != wire.OpUDSendOnly || p.DETH.QKey != ib.GSIQKey {
 		d.count(dropQKey)
 		return
 	}
@@ -115,9 +116,9 @@ func (d *Device) recvMAD(p *Packet, src netip.Addr) {
 }
 
 // multicast delivers a datagram to every QP attached to its group.
-func (d *Device) multicast(p *Packet, src, dst netip.Addr) {
+func (d *Device) multicast(p *wire.Packet, src, dst netip.Addr) {
 	members := (*d.groups.Load())[dst]
-	if len(members) == 0 || p.BTH.Opcode != OpUDSendOnly {
+	if len(members) == 0 || p.BTH.Opcode != wire.OpUDSendOnly {
 		d.count(dropNotMember)
 		return
 	}
@@ -143,7 +144,7 @@ func (q *qp) receiving(pkey ib.PKey) bool {
 
 // recvUD lands a datagram in the next posted buffer, behind a GRH as verbs
 // does.
-func (q *qp) recvUD(p *Packet, src netip.Addr) {
+func (q *qp) recvUD(p *wire.Packet, src netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	d := q.dev
@@ -221,7 +222,7 @@ func (q *qp) fromPeer(src, dst netip.Addr) bool {
 }
 
 // recvConnected handles RC and UC data packets.
-func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
+func (q *qp) recvConnected(p *wire.Packet, src, dst netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	d := q.dev
@@ -237,7 +238,7 @@ func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 		return
 	}
 	r := &q.resp
-	switch c := Compare(p.BTH.PSN, r.epsn); {
+	switch c := wire.Compare(p.BTH.PSN, r.epsn); {
 	case c < 0:
 		// A duplicate: the ACK for it was lost. Acknowledge again.
 		q.ctr.duplicates.Add(1)
@@ -245,15 +246,15 @@ func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 		return
 	case c > 0:
 		d.count(dropPSN)
-		if !r.nakSent && Distance(r.epsn, p.BTH.PSN) < psnWindow {
+		if !r.nakSent && wire.Distance(r.epsn, p.BTH.PSN) < wire.PSNWindow {
 			r.nakSent = true
 			q.ctr.seqNAKsSent.Add(1)
-			d.sendAck(q, r.epsn, NAK(NAKPSNSequenceError, r.msn))
+			d.sendAck(q, r.epsn, wire.NAK(wire.NAKPSNSequenceError, r.msn))
 		}
 		return
 	}
 	pos := p.BTH.Opcode.Position()
-	if pos == PosFirst || pos == PosOnly {
+	if pos == wire.PosFirst || pos == wire.PosOnly {
 		if r.haveCur {
 			q.protocolError()
 			return
@@ -261,7 +262,7 @@ func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 		wr, ok := q.takeRecv()
 		if !ok {
 			q.ctr.rnrNAKsSent.Add(1)
-			d.sendAck(q, p.BTH.PSN, RNRNAK(q.minRNR, r.msn))
+			d.sendAck(q, p.BTH.PSN, wire.RNRNAK(q.minRNR, r.msn))
 			return
 		}
 		buf, _ := wr.SGE.Bytes()
@@ -274,7 +275,7 @@ func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 		d.count(dropTooLong)
 		q.recvCQ.push(&ib.Completion{ID: r.cur.ID, Status: ib.WCLocalLengthError, Opcode: ib.WCRecv, QPN: q.num})
 		r.haveCur = false
-		d.sendAck(q, p.BTH.PSN, NAK(NAKInvalidRequest, r.msn))
+		d.sendAck(q, p.BTH.PSN, wire.NAK(wire.NAKInvalidRequest, r.msn))
 		q.fail(ib.WCFlushError)
 		return
 	}
@@ -283,8 +284,8 @@ func (q *qp) recvConnected(p *Packet, src, dst netip.Addr) {
 	q.ctr.rxBytes.Add(uint64(len(p.Payload)))
 	r.epsn = r.epsn.Add(1)
 	r.nakSent = false
-	if pos == PosLast || pos == PosOnly {
-		r.msn = (r.msn + 1) & uint32(psnMask)
+	if pos == wire.PosLast || pos == wire.PosOnly {
+		r.msn = (r.msn + 1) & uint32(wire.PSNMask)
 		q.complete()
 	}
 	q.oweAck()
@@ -303,7 +304,7 @@ func (q *qp) complete() {
 // error, as the IBA requires of a responder.
 func (q *qp) protocolError() {
 	q.dev.count(dropMalformed)
-	q.dev.sendAck(q, q.resp.epsn, NAK(NAKInvalidRequest, q.resp.msn))
+	q.dev.sendAck(q, q.resp.epsn, wire.NAK(wire.NAKInvalidRequest, q.resp.msn))
 	q.fail(ib.WCFlushError)
 }
 
@@ -313,10 +314,10 @@ func (q *qp) protocolError() {
 // taken for a duplicate rather than for the sender having moved on.
 const ucDuplicateWindow = 1 << 16
 
-func (q *qp) recvUC(p *Packet) {
+func (q *qp) recvUC(p *wire.Packet) {
 	r := &q.resp
 	d := q.dev
-	if behind := Distance(p.BTH.PSN, r.epsn); behind >= 1 && behind <= ucDuplicateWindow {
+	if behind := wire.Distance(p.BTH.PSN, r.epsn); behind >= 1 && behind <= ucDuplicateWindow {
 		// Just behind what we expect: a duplicate or an overtaken packet.
 		// Taking it would deliver an old message late or break the
 		// current one. Anything further off is a resync after loss, which
@@ -326,7 +327,7 @@ func (q *qp) recvUC(p *Packet) {
 		return
 	}
 	pos := p.BTH.Opcode.Position()
-	if p.BTH.PSN != r.epsn || pos == PosFirst || pos == PosOnly {
+	if p.BTH.PSN != r.epsn || pos == wire.PosFirst || pos == wire.PosOnly {
 		if r.haveCur {
 			// A packet went missing (or a new message began early): the
 			// partial message is dropped and its buffer reused.
@@ -336,7 +337,7 @@ func (q *qp) recvUC(p *Packet) {
 		}
 	}
 	r.epsn = p.BTH.PSN.Add(1)
-	if pos == PosFirst || pos == PosOnly {
+	if pos == wire.PosFirst || pos == wire.PosOnly {
 		wr, ok := q.takeRecv()
 		if !ok {
 			d.count(dropNoRecv)
@@ -357,7 +358,7 @@ func (q *qp) recvUC(p *Packet) {
 	copy(r.curBuf[r.curLen:], p.Payload)
 	r.curLen += len(p.Payload)
 	q.ctr.rxBytes.Add(uint64(len(p.Payload)))
-	if pos == PosLast || pos == PosOnly {
+	if pos == wire.PosLast || pos == wire.PosOnly {
 		q.complete()
 	}
 }
@@ -415,7 +416,7 @@ func (d *Device) endBatch() {
 		q.mu.Lock()
 		if q.resp.ackOwed && q.state != ib.StateError {
 			q.resp.ackOwed = false
-			d.sendAck(q, q.resp.epsn.Prev(), ACK(q.resp.msn))
+			d.sendAck(q, q.resp.epsn.Prev(), wire.ACK(q.resp.msn))
 		}
 		q.mu.Unlock()
 		d.acks[i] = nil
@@ -434,8 +435,8 @@ func (d *Device) endBatch() {
 
 // sendAck sends an ACK or NAK on a connected QP (receive goroutine; q.mu
 // is held).
-func (d *Device) sendAck(q *qp, psn PSN, aeth AETH) {
-	bth := BTH{Opcode: OpRCAck, PKey: q.pkey, DestQP: q.destQPN, PSN: psn}
+func (d *Device) sendAck(q *qp, psn wire.PSN, aeth wire.AETH) {
+	bth := wire.BTH{Opcode: wire.OpRCAck, PKey: q.pkey, DestQP: q.destQPN, PSN: psn}
 	tx := &d.ackTx
 	tx.reset()
 	d.frameAck(tx, &bth, aeth, q.destAddr, &q.route)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // scriptedPeer is the far end of an RC QP played by the test: a UDP socket
@@ -22,12 +23,12 @@ type scriptedPeer struct {
 	port     uint16
 	conn     *net.UDPConn // 127.0.0.2:port, the QP's peer
 	stranger *net.UDPConn // 127.0.0.9, anyone else on the underlay
-	first    PSN          // the QP's first send PSN
+	first    wire.PSN     // the QP's first send PSN
 }
 
 const (
 	scriptedPeerQPN = 0x4d4d4d
-	scriptedFirst   = PSN(0xfffffe) // wraps during the tests
+	scriptedFirst   = wire.PSN(0xfffffe) // wraps during the tests
 )
 
 func reusePort(_, _ string, c syscall.RawConn) error {
@@ -80,7 +81,7 @@ func (p *scriptedPeer) post(sizes ...int) {
 }
 
 // read returns the PSN of the next packet the QP sent.
-func (p *scriptedPeer) read() PSN {
+func (p *scriptedPeer) read() wire.PSN {
 	p.t.Helper()
 	buf := make([]byte, 65536)
 	_ = p.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -88,15 +89,15 @@ func (p *scriptedPeer) read() PSN {
 	if err != nil {
 		p.t.Fatalf("waiting for the QP's packet: %v", err)
 	}
-	var pkt Packet
-	if err := ParsePacket(buf[:n], &pkt); err != nil {
+	var pkt wire.Packet
+	if err := wire.ParsePacket(buf[:n], &pkt); err != nil {
 		p.t.Fatal(err)
 	}
 	return pkt.BTH.PSN
 }
 
 // readUntil reads the QP's packets until one carries psn.
-func (p *scriptedPeer) readUntil(psn PSN) {
+func (p *scriptedPeer) readUntil(psn wire.PSN) {
 	p.t.Helper()
 	for p.read() != psn {
 	}
@@ -104,18 +105,18 @@ func (p *scriptedPeer) readUntil(psn PSN) {
 
 // respond sends an ACK/NAK for psn to the QP, from the peer or from the
 // stranger.
-func (p *scriptedPeer) respond(fromStranger bool, psn PSN, aeth AETH) {
+func (p *scriptedPeer) respond(fromStranger bool, psn wire.PSN, aeth wire.AETH) {
 	p.t.Helper()
-	b := make([]byte, BTHLen+AETHLen+ICRCLen)
-	(&BTH{Opcode: OpRCAck, PKey: ib.DefaultPKey, DestQP: p.q.num, PSN: psn & PSNMask}).Encode(b)
-	aeth.Encode(b[BTHLen:])
+	b := make([]byte, wire.BTHLen+wire.AETHLen+wire.ICRCLen)
+	(&wire.BTH{Opcode: wire.OpRCAck, PKey: ib.DefaultPKey, DestQP: p.q.num, PSN: psn & wire.PSNMask}).Encode(b)
+	aeth.Encode(b[wire.BTHLen:])
 	c := p.conn
 	if fromStranger {
 		c = p.stranger
 	}
 	src := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	PutICRC(b[len(b)-ICRCLen:], checkICRCValue(b, src, netip.MustParseAddr("127.0.0.1"), p.port))
+	wire.PutICRC(b[len(b)-wire.ICRCLen:], wire.DatagramICRC(b, src, netip.MustParseAddr("127.0.0.1"), p.port))
 	if _, err := c.WriteToUDP(b, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(p.port)}); err != nil {
 		p.t.Fatal(err)
 	}
@@ -160,27 +161,27 @@ func TestForgedAndStaleResponsesIgnored(t *testing.T) {
 	tests := []struct {
 		name     string
 		stranger bool
-		psn      PSN
-		aeth     AETH
+		psn      wire.PSN
+		aeth     wire.AETH
 		counter  string
 	}{
-		{"stranger ACK", true, f.Add(2), ACK(2), "rx_drop_wrong_source"},
-		{"stranger NAK invalid request", true, f, NAK(NAKInvalidRequest, 0), "rx_drop_wrong_source"},
-		{"stranger NAK remote access", true, f, NAK(NAKRemoteAccessError, 0), "rx_drop_wrong_source"},
-		{"stranger NAK remote operational", true, f, NAK(NAKRemoteOperational, 0), "rx_drop_wrong_source"},
-		{"stranger RNR NAK", true, f, RNRNAK(0, 0), "rx_drop_wrong_source"},
-		{"stranger sequence NAK", true, f.Add(1), NAK(NAKPSNSequenceError, 0), "rx_drop_wrong_source"},
-		{"ACK acked-1", false, f.Prev(), ACK(0), "rx_stale_acks"},
-		{"ACK beyond sent", false, f.Add(3), ACK(2), "rx_stale_acks"},
-		{"ACK half the space away", false, f.Add(1 << 23), ACK(2), "rx_stale_acks"},
-		{"NAK invalid request, acked PSN", false, f.Prev(), NAK(NAKInvalidRequest, 0), "rx_stale_acks"},
-		{"NAK remote access, far PSN", false, f.Add(1000), NAK(NAKRemoteAccessError, 0), "rx_stale_acks"},
-		{"NAK remote operational, next PSN", false, f.Add(3), NAK(NAKRemoteOperational, 0), "rx_stale_acks"},
-		{"RNR NAK acked PSN", false, f.Add(-5 & 0xffffff), RNRNAK(0, 0), "rx_stale_acks"},
-		{"RNR NAK mid-message", false, f.Add(1), RNRNAK(0, 0), "rx_stale_acks"},
-		{"sequence NAK beyond sent", false, f.Add(3), NAK(NAKPSNSequenceError, 0), "rx_stale_acks"},
-		{"sequence NAK acked PSN", false, f.Prev(), NAK(NAKPSNSequenceError, 0), "rx_stale_acks"},
-		{"reserved NAK code", false, f, NAK(7, 0), "rx_drop_malformed"},
+		{"stranger ACK", true, f.Add(2), wire.ACK(2), "rx_drop_wrong_source"},
+		{"stranger NAK invalid request", true, f, wire.NAK(wire.NAKInvalidRequest, 0), "rx_drop_wrong_source"},
+		{"stranger NAK remote access", true, f, wire.NAK(wire.NAKRemoteAccessError, 0), "rx_drop_wrong_source"},
+		{"stranger NAK remote operational", true, f, wire.NAK(wire.NAKRemoteOperational, 0), "rx_drop_wrong_source"},
+		{"stranger RNR NAK", true, f, wire.RNRNAK(0, 0), "rx_drop_wrong_source"},
+		{"stranger sequence NAK", true, f.Add(1), wire.NAK(wire.NAKPSNSequenceError, 0), "rx_drop_wrong_source"},
+		{"ACK acked-1", false, f.Prev(), wire.ACK(0), "rx_stale_acks"},
+		{"ACK beyond sent", false, f.Add(3), wire.ACK(2), "rx_stale_acks"},
+		{"ACK half the space away", false, f.Add(1 << 23), wire.ACK(2), "rx_stale_acks"},
+		{"NAK invalid request, acked PSN", false, f.Prev(), wire.NAK(wire.NAKInvalidRequest, 0), "rx_stale_acks"},
+		{"NAK remote access, far PSN", false, f.Add(1000), wire.NAK(wire.NAKRemoteAccessError, 0), "rx_stale_acks"},
+		{"NAK remote operational, next PSN", false, f.Add(3), wire.NAK(wire.NAKRemoteOperational, 0), "rx_stale_acks"},
+		{"RNR NAK acked PSN", false, f.Add(-5 & 0xffffff), wire.RNRNAK(0, 0), "rx_stale_acks"},
+		{"RNR NAK mid-message", false, f.Add(1), wire.RNRNAK(0, 0), "rx_stale_acks"},
+		{"sequence NAK beyond sent", false, f.Add(3), wire.NAK(wire.NAKPSNSequenceError, 0), "rx_stale_acks"},
+		{"sequence NAK acked PSN", false, f.Prev(), wire.NAK(wire.NAKPSNSequenceError, 0), "rx_stale_acks"},
+		{"reserved NAK code", false, f, wire.NAK(7, 0), "rx_drop_malformed"},
 	}
 	want := map[string]uint64{}
 	for _, tc := range tests {
@@ -192,7 +193,7 @@ func TestForgedAndStaleResponsesIgnored(t *testing.T) {
 	if v := CounterValue(p.q.Counters(), "retransmits"); v != 0 {
 		t.Errorf("retransmits = %d: a dropped response moved the requester", v)
 	}
-	p.respond(false, f.Add(2), ACK(2))
+	p.respond(false, f.Add(2), wire.ACK(2))
 	p.wantCompletions(ib.WCSuccess, ib.WCSuccess)
 }
 
@@ -203,9 +204,9 @@ func TestFatalNAK(t *testing.T) {
 		code uint8
 		want ib.WCStatus
 	}{
-		{NAKInvalidRequest, ib.WCRemoteInvalidRequest},
-		{NAKRemoteAccessError, ib.WCRemoteAccessError},
-		{NAKRemoteOperational, ib.WCRemoteOperationalError},
+		{wire.NAKInvalidRequest, ib.WCRemoteInvalidRequest},
+		{wire.NAKRemoteAccessError, ib.WCRemoteAccessError},
+		{wire.NAKRemoteOperational, ib.WCRemoteOperationalError},
 	}
 	for i, tc := range tests {
 		t.Run(tc.want.String(), func(t *testing.T) {
@@ -213,14 +214,14 @@ func TestFatalNAK(t *testing.T) {
 			p.post(100, 100, 100)
 			f := p.first
 			p.readUntil(f.Add(2))
-			p.respond(false, f, ACK(1))
+			p.respond(false, f, wire.ACK(1))
 			p.wantCompletions(ib.WCSuccess)
-			p.respond(false, f, NAK(tc.code, 1)) // f is acknowledged: stale
+			p.respond(false, f, wire.NAK(tc.code, 1)) // f is acknowledged: stale
 			waitCounter(t, p.a.dev, "rx_stale_acks", 1)
 			if st := p.q.State(); st != ib.StateRTS {
 				t.Fatalf("stale NAK moved the QP to %v", st)
 			}
-			p.respond(false, f.Add(1), NAK(tc.code, 1))
+			p.respond(false, f.Add(1), wire.NAK(tc.code, 1))
 			wcs := poll(t, p.a.scq, 2, 5*time.Second)
 			if wcs[0].ID != 1 || wcs[0].Status != tc.want || wcs[1].ID != 2 || wcs[1].Status != ib.WCFlushError {
 				t.Fatalf("completions %+v, want 1 %v, 2 flushed", wcs, tc.want)
@@ -241,10 +242,10 @@ func TestRNRNAKOnlyDelays(t *testing.T) {
 		p.post(100, 100)
 		f := p.first
 		p.readUntil(f.Add(1))
-		p.respond(false, f.Add(1), RNRNAK(0, 1)) // and it implies f arrived
+		p.respond(false, f.Add(1), wire.RNRNAK(0, 1)) // and it implies f arrived
 		p.wantCompletions(ib.WCSuccess)
 		p.readUntil(f.Add(1)) // sent again once the wait is over
-		p.respond(false, f.Add(1), ACK(2))
+		p.respond(false, f.Add(1), wire.ACK(2))
 		if wc := poll(t, p.a.scq, 1, 5*time.Second)[0]; wc.Status != ib.WCSuccess || wc.ID != 1 {
 			t.Fatalf("completion %+v", wc)
 		}
@@ -256,7 +257,7 @@ func TestRNRNAKOnlyDelays(t *testing.T) {
 		p.readUntil(f)
 		const storm = 300
 		for i := range storm {
-			p.respond(false, f, RNRNAK(uint8(i%32), 0))
+			p.respond(false, f, wire.RNRNAK(uint8(i%32), 0))
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for CounterValue(p.q.Counters(), "rnr_naks_received") < storm {
@@ -269,7 +270,7 @@ func TestRNRNAKOnlyDelays(t *testing.T) {
 		// The last timer (code 299%32 = 11, 480 µs) runs out and the
 		// message goes again.
 		p.readUntil(f)
-		p.respond(false, f, ACK(1))
+		p.respond(false, f, wire.ACK(1))
 		p.wantCompletions(ib.WCSuccess)
 	})
 	t.Run("storm with a finite RNR retry count", func(t *testing.T) {
@@ -278,7 +279,7 @@ func TestRNRNAKOnlyDelays(t *testing.T) {
 		f := p.first
 		p.readUntil(f.Add(1))
 		for range 4 {
-			p.respond(false, f, RNRNAK(1, 0))
+			p.respond(false, f, wire.RNRNAK(1, 0))
 		}
 		p.wantCompletions(ib.WCRNRRetryExceeded, ib.WCFlushError)
 	})
@@ -292,17 +293,17 @@ func TestSequenceNAKOnlyDelays(t *testing.T) {
 	p.post(100, 100, 100)
 	f := p.first
 	p.readUntil(f.Add(2))
-	p.respond(false, f.Add(1), NAK(NAKPSNSequenceError, 1))
+	p.respond(false, f.Add(1), wire.NAK(wire.NAKPSNSequenceError, 1))
 	p.wantCompletions(ib.WCSuccess)
 	p.readUntil(f.Add(2)) // f+1 and f+2 again
-	p.respond(false, f.Add(1), NAK(NAKPSNSequenceError, 1))
+	p.respond(false, f.Add(1), wire.NAK(wire.NAKPSNSequenceError, 1))
 	p.readUntil(f.Add(2)) // and again
-	p.respond(false, f.Add(2), ACK(3))
+	p.respond(false, f.Add(2), wire.ACK(3))
 	wcs := poll(t, p.a.scq, 2, 5*time.Second)
 	if wcs[0].ID != 1 || wcs[0].Status != ib.WCSuccess || wcs[1].ID != 2 || wcs[1].Status != ib.WCSuccess {
 		t.Fatalf("completions %+v", wcs)
 	}
-	p.respond(false, f.Add(1), NAK(NAKPSNSequenceError, 3))
+	p.respond(false, f.Add(1), wire.NAK(wire.NAKPSNSequenceError, 3))
 	waitCounter(t, p.a.dev, "rx_stale_acks", 1)
 	if v := CounterValue(p.q.Counters(), "seq_naks_received"); v != 2 {
 		t.Errorf("seq_naks_received = %d, want 2", v)

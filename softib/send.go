@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // maxOutstanding bounds the packets an RC requester has in flight before
@@ -16,7 +17,7 @@ const maxOutstanding = 1024
 type sendEntry struct {
 	wr    ib.SendWR
 	buf   []byte
-	first PSN
+	first wire.PSN
 	npkts uint32
 }
 
@@ -26,17 +27,17 @@ type requester struct {
 	sq      []sendEntry // ring; grows on demand up to depth
 	depth   int         // MaxSend
 	head, n int
-	next    PSN // PSN for the next posted message
-	sent    PSN // next PSN to transmit
-	hi      PSN // one past the highest PSN ever transmitted (sent goes back on retries)
-	acked   PSN // oldest unacknowledged PSN: [acked, hi) is outstanding
+	next    wire.PSN // PSN for the next posted message
+	sent    wire.PSN // next PSN to transmit
+	hi      wire.PSN // one past the highest PSN ever transmitted (sent goes back on retries)
+	acked   wire.PSN // oldest unacknowledged PSN: [acked, hi) is outstanding
 	retries uint8
 	rnrs    uint8
 	rnrWait bool // waiting out an RNR NAK timer
 	timer   *time.Timer
 }
 
-func (r *requester) start(psn PSN) {
+func (r *requester) start(psn wire.PSN) {
 	if r.n == 0 {
 		r.next, r.sent, r.hi, r.acked = psn, psn, psn, psn
 	}
@@ -135,13 +136,13 @@ func (q *qp) pump() {
 	for i := 0; i < r.n; i++ {
 		e := r.at(i)
 		end := e.first.Add(e.npkts)
-		if Compare(r.sent, end) >= 0 {
+		if wire.Compare(r.sent, end) >= 0 {
 			continue
 		}
-		if q.typ == ib.RC && Distance(r.acked, r.sent) >= maxOutstanding {
+		if q.typ == ib.RC && wire.Distance(r.acked, r.sent) >= maxOutstanding {
 			break
 		}
-		for Compare(r.sent, end) < 0 {
+		for wire.Compare(r.sent, end) < 0 {
 			k := q.sendTrain(tx, i, r.sent)
 			if k == 0 {
 				break
@@ -149,12 +150,12 @@ func (q *qp) pump() {
 			r.sent = r.sent.Add(k)
 		}
 	}
-	if Compare(r.sent, r.hi) > 0 {
+	if wire.Compare(r.sent, r.hi) > 0 {
 		r.hi = r.sent
 	}
 	if q.typ == ib.UC {
 		// UC has no acknowledgements: a message is done once it left.
-		for r.n > 0 && Compare(r.sent, r.sq[r.head].first.Add(r.sq[r.head].npkts)) >= 0 {
+		for r.n > 0 && wire.Compare(r.sent, r.sq[r.head].first.Add(r.sq[r.head].npkts)) >= 0 {
 			e := r.pop()
 			q.ctr.txMessages.Add(1)
 			q.sendCQ.push(&ib.Completion{ID: e.wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
@@ -163,7 +164,7 @@ func (q *qp) pump() {
 		q.sendCQ.signal()
 		return
 	}
-	if Compare(r.acked, r.sent) != 0 {
+	if wire.Compare(r.acked, r.sent) != 0 {
 		q.armTimer(q.timeout)
 	}
 }
@@ -173,28 +174,28 @@ func (q *qp) pump() {
 // holds packets of one length but for a shorter last one, as GSO wants: the
 // full packets of a large message, or many small messages of one size (TCP
 // segments of one MSS), which would otherwise cost a send each.
-func (q *qp) sendTrain(tx *txMsg, i int, psn PSN) uint32 {
+func (q *qp) sendTrain(tx *txMsg, i int, psn wire.PSN) uint32 {
 	r := &q.req
 	limit := uint32(maxTrainSegments)
 	if q.typ == ib.RC {
-		limit = min(limit, uint32(max(1, maxOutstanding-int(Distance(r.acked, psn)))))
+		limit = min(limit, uint32(max(1, maxOutstanding-int(wire.Distance(r.acked, psn)))))
 	}
 	maxBytes := q.dev.fab.maxUDPPayload()
 	tx.reset()
 	count, segLen := uint32(0), 0
 	for ; i < r.n && count < limit; i++ {
 		e := r.at(i)
-		idx := Distance(e.first, psn.Add(count)) // packet index inside the message
+		idx := wire.Distance(e.first, psn.Add(count)) // packet index inside the message
 		for idx < e.npkts {
 			off := int(idx) * q.pmtu
 			payload := e.buf[off:min(off+q.pmtu, len(e.buf))]
 			// BTH, payload, pad, ICRC (and the link's LRH, GRH, VCRC): the same for every SEND
-			l := PacketLen(OpRCSendOnly, len(payload)) + q.dev.linkOverhead(&q.route)
+			l := wire.PacketLen(wire.OpRCSendOnly, len(payload)) + q.dev.linkOverhead(&q.route)
 			if count > 0 && (l > segLen || tx.bytes+l > maxBytes) {
 				return q.sendTrainNow(tx, count, segLen)
 			}
 			first, last := idx == 0, idx == e.npkts-1
-			bth := BTH{
+			bth := wire.BTH{
 				Opcode: sendOpcode(q.typ, first, last),
 				PKey:   q.pkey,
 				DestQP: q.destQPN,
@@ -310,12 +311,12 @@ func (q *qp) extendTrain(tx *txMsg, wrs []ib.SendWR, dest *ah, size, mtu, limit 
 
 // frameUD adds one UD SEND Only packet to tx as its seg-th datagram.
 func (q *qp) frameUD(tx *txMsg, seg int, wr *ib.SendWR, dest *ah, buf []byte) {
-	bth := BTH{Opcode: OpUDSendOnly, PKey: q.pkey, DestQP: wr.RemoteQPN & ib.QPNMask, PSN: q.req.next, SE: true}
+	bth := wire.BTH{Opcode: wire.OpUDSendOnly, PKey: q.pkey, DestQP: wr.RemoteQPN & ib.QPNMask, PSN: q.req.next, SE: true}
 	if dest.multicast {
 		bth.DestQP = ib.MulticastQPN
 	}
 	q.req.next = q.req.next.Add(1)
-	deth := DETH{QKey: wr.RemoteQKey, SrcQP: q.num}
+	deth := wire.DETH{QKey: wr.RemoteQKey, SrcQP: q.num}
 	q.dev.frame(tx, seg, &bth, &deth, buf, dest.to, &dest.route)
 }
 
@@ -337,17 +338,17 @@ func (d *Device) countTx(tx *txMsg, err error) {
 }
 
 // sendOpcode is the SEND opcode for a packet's place in its message.
-func sendOpcode(t ib.QPType, first, last bool) Opcode {
-	var op Opcode
+func sendOpcode(t ib.QPType, first, last bool) wire.Opcode {
+	var op wire.Opcode
 	switch {
 	case first && last:
-		op = OpRCSendOnly
+		op = wire.OpRCSendOnly
 	case first:
-		op = OpRCSendFirst
+		op = wire.OpRCSendFirst
 	case last:
-		op = OpRCSendLast
+		op = wire.OpRCSendLast
 	default:
-		op = OpRCSendMiddle
+		op = wire.OpRCSendMiddle
 	}
 	if t == ib.UC {
 		op |= 0x20 // the UC opcodes are the RC ones in the UC transport range
@@ -380,7 +381,7 @@ func (q *qp) onTimer() {
 		q.pump()
 		return
 	}
-	if Compare(r.acked, r.sent) == 0 {
+	if wire.Compare(r.acked, r.sent) == 0 {
 		return // everything was acknowledged meanwhile
 	}
 	q.ctr.timeouts.Add(1)
@@ -393,8 +394,8 @@ func (q *qp) onTimer() {
 }
 
 // retransmitFrom goes back to psn and sends again from there (go-back-N).
-func (q *qp) retransmitFrom(psn PSN) {
-	q.ctr.retransmits.Add(uint64(Distance(psn, q.req.sent)))
+func (q *qp) retransmitFrom(psn wire.PSN) {
+	q.ctr.retransmits.Add(uint64(wire.Distance(psn, q.req.sent)))
 	q.req.sent = psn
 	q.pump()
 }
@@ -404,7 +405,7 @@ func (q *qp) retransmitFrom(psn PSN) {
 // outstanding, [acked, hi), means anything; others are stale (or forged)
 // and ignored. An RNR NAK or a sequence NAK only delays the QP; a fatal
 // NAK fails it.
-func (q *qp) onAck(pkey ib.PKey, psn PSN, aeth AETH, src, dst netip.Addr) {
+func (q *qp) onAck(pkey ib.PKey, psn wire.PSN, aeth wire.AETH, src, dst netip.Addr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r := &q.req
@@ -424,14 +425,14 @@ func (q *qp) onAck(pkey ib.PKey, psn PSN, aeth AETH, src, dst netip.Addr) {
 		return
 	}
 	switch aeth.Kind() {
-	case AckKindACK:
+	case wire.AckKindACK:
 		q.ackThrough(psn)
 		if r.rnrWait {
 			// The RNR timer runs the QP until it fires; an ACK for what
 			// came before the NAKed packet must not stop it.
 			return
 		}
-	case AckKindRNRNAK:
+	case wire.AckKindRNRNAK:
 		// A responder sends an RNR NAK only for the first packet of a
 		// message (it had no receive buffer for it).
 		if !r.startsMessage(psn) {
@@ -449,18 +450,18 @@ func (q *qp) onAck(pkey ib.PKey, psn PSN, aeth AETH, src, dst netip.Addr) {
 		r.rnrWait = true
 		q.armTimer(aeth.RNRTimer())
 		return
-	case AckKindNAK:
+	case wire.AckKindNAK:
 		switch aeth.NAKCode() {
-		case NAKPSNSequenceError:
+		case wire.NAKPSNSequenceError:
 			q.ctr.seqNAKsRcvd.Add(1)
 			q.ackThrough(psn.Prev())
 			q.retransmitFrom(psn)
 			return
-		case NAKInvalidRequest:
+		case wire.NAKInvalidRequest:
 			q.fail(ib.WCRemoteInvalidRequest)
-		case NAKRemoteAccessError:
+		case wire.NAKRemoteAccessError:
 			q.fail(ib.WCRemoteAccessError)
-		case NAKRemoteOperational:
+		case wire.NAKRemoteOperational:
 			q.fail(ib.WCRemoteOperationalError)
 		default:
 			q.dev.count(dropMalformed) // a reserved code (or RD's): means nothing here
@@ -470,7 +471,7 @@ func (q *qp) onAck(pkey ib.PKey, psn PSN, aeth AETH, src, dst netip.Addr) {
 		q.dev.count(dropMalformed) // the parser refuses the reserved kind
 		return
 	}
-	if Compare(r.acked, r.sent) == 0 {
+	if wire.Compare(r.acked, r.sent) == 0 {
 		r.stopTimer()
 	} else {
 		q.armTimer(q.timeout)
@@ -480,14 +481,14 @@ func (q *qp) onAck(pkey ib.PKey, psn PSN, aeth AETH, src, dst netip.Addr) {
 
 // outstanding reports whether psn was transmitted and not yet
 // acknowledged.
-func (r *requester) outstanding(psn PSN) bool {
-	return Compare(psn, r.acked) >= 0 && Compare(psn, r.hi) < 0
+func (r *requester) outstanding(psn wire.PSN) bool {
+	return wire.Compare(psn, r.acked) >= 0 && wire.Compare(psn, r.hi) < 0
 }
 
 // startsMessage reports whether psn is the first PSN of a posted message.
-func (r *requester) startsMessage(psn PSN) bool {
+func (r *requester) startsMessage(psn wire.PSN) bool {
 	for i := 0; i < r.n; i++ {
-		switch c := Compare(r.at(i).first, psn); {
+		switch c := wire.Compare(r.at(i).first, psn); {
 		case c == 0:
 			return true
 		case c > 0:
@@ -499,22 +500,22 @@ func (r *requester) startsMessage(psn PSN) bool {
 
 // ackThrough completes every message whose last packet is at or before
 // psn.
-func (q *qp) ackThrough(psn PSN) {
+func (q *qp) ackThrough(psn wire.PSN) {
 	r := &q.req
 	next := psn.Add(1)
-	if Compare(next, r.acked) <= 0 {
+	if wire.Compare(next, r.acked) <= 0 {
 		return
 	}
 	r.acked = next
 	r.retries, r.rnrs = 0, 0 // progress
-	if Compare(r.sent, next) < 0 {
+	if wire.Compare(r.sent, next) < 0 {
 		// An ACK for packets sent before a go-back: no need to send
 		// them again.
 		r.sent = next
 	}
 	completed := false
 	for r.n > 0 {
-		if e := r.at(0); Compare(e.first.Add(e.npkts), next) > 0 {
+		if e := r.at(0); wire.Compare(e.first.Add(e.npkts), next) > 0 {
 			break
 		}
 		e := r.pop()

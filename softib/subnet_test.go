@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // openIBPort opens an InfiniBand-link port at LID 0x20 (LMC 1, SM LID 1)
@@ -136,8 +137,8 @@ func TestSetSubnetDatapath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var f IBFrame
-		if err := ParseIBFrame(b[:n], &f); err != nil {
+		var f wire.IBFrame
+		if err := wire.ParseIBFrame(b[:n], &f); err != nil {
 			t.Fatal(err)
 		}
 		return f.LRH.SLID
@@ -162,9 +163,9 @@ func TestSetSubnetDatapath(t *testing.T) {
 		if _, err := ud.PostRecv([]ib.RecvWR{{ID: 2, SGE: ib.SGE{MR: mr, Offset: 4096, Length: 4096}}}); err != nil {
 			t.Fatal(err)
 		}
-		fr := IBFrame{LRH: LRH{DLID: tc.dlid, SLID: 0x30}, Packet: Packet{BTH: BTH{Opcode: OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ud.Num()},
-			DETH: DETH{QKey: 0x0b1b, SrcQP: 5}, Payload: make([]byte, 40)}}
-		b, err := AppendIBFrame(nil, &fr)
+		fr := wire.IBFrame{LRH: wire.LRH{DLID: tc.dlid, SLID: 0x30}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ud.Num()},
+			DETH: wire.DETH{QKey: 0x0b1b, SrcQP: 5}, Payload: make([]byte, 40)}}
+		b, err := wire.AppendIBFrame(nil, &fr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,27 +43,27 @@ func TestIPv6ZeroUDPChecksumAccepted(t *testing.T) {
 	srcPort := uint16(sa.(*unix.SockaddrInet6).Port)
 
 	payload := []byte("zero checksum") // 13 octets: 3 of pad
-	pad := PadCount(len(payload))
-	pkt := make([]byte, BTHLen+DETHLen, BTHLen+DETHLen+len(payload)+int(pad)+ICRCLen)
-	if err := (BTH{Opcode: OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: q.Num(), PSN: 1, PadCnt: pad}).Encode(pkt); err != nil {
+	pad := wire.PadCount(len(payload))
+	pkt := make([]byte, wire.BTHLen+wire.DETHLen, wire.BTHLen+wire.DETHLen+len(payload)+int(pad)+wire.ICRCLen)
+	if err := (wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: q.Num(), PSN: 1, PadCnt: pad}).Encode(pkt); err != nil {
 		t.Fatal(err)
 	}
-	if err := (DETH{QKey: qkey, SrcQP: 0x123}).Encode(pkt[BTHLen:]); err != nil {
+	if err := (wire.DETH{QKey: qkey, SrcQP: 0x123}).Encode(pkt[wire.BTHLen:]); err != nil {
 		t.Fatal(err)
 	}
 	pkt = append(pkt, payload...)
 	pkt = append(pkt, make([]byte, pad)...)
 	lo := netip.IPv6Loopback()
-	hdrs, err := AppendIPUDPHeaders(nil, lo, lo, srcPort, port, 64, len(pkt)+ICRCLen)
+	hdrs, err := wire.AppendIPUDPHeaders(nil, lo, lo, srcPort, port, 64, len(pkt)+wire.ICRCLen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	crc, err := ICRC(hdrs[:IPv6HeaderLen], hdrs[IPv6HeaderLen:], pkt)
+	crc, err := wire.ICRC(hdrs[:wire.IPv6HeaderLen], hdrs[wire.IPv6HeaderLen:], pkt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pkt = append(pkt, 0, 0, 0, 0)
-	PutICRC(pkt[len(pkt)-ICRCLen:], crc)
+	wire.PutICRC(pkt[len(pkt)-wire.ICRCLen:], crc)
 	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet6{Addr: lo.As16(), Port: int(port)}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package softib
 
 import (
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -10,8 +9,10 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/inetsum"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/internal/testutil"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,7 +57,7 @@ func newTunWire(t *testing.T) *tunWire {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	n.In(0, func() { w.h = newHost(t, w.self.String(), UDPPort) })
+	n.In(0, func() { w.h = newHost(t, w.self.String(), wire.UDPPort) })
 	return w
 }
 
@@ -73,7 +74,7 @@ func (w *tunWire) read() []byte {
 			w.t.Fatalf("reading the TUN: %v", err)
 		}
 		p := buf[:n]
-		if len(p) >= IPv4HeaderLen+UDPHeaderLen && p[0] == 0x45 && p[9] == unix.IPPROTO_UDP {
+		if len(p) >= wire.IPv4HeaderLen+wire.UDPHeaderLen && p[0] == 0x45 && p[9] == unix.IPPROTO_UDP {
 			return p
 		}
 		// Anything else (IPv6 router solicitations...) is not ours.
@@ -85,21 +86,21 @@ func (w *tunWire) read() []byte {
 // IPv4 Identification.
 func (w *tunWire) write(src netip.AddrPort, id uint16, ibp []byte, badICRC bool) {
 	w.t.Helper()
-	hdr, err := AppendIPUDPHeaders(nil, src.Addr(), w.self, src.Port(), UDPPort, 64, len(ibp))
+	hdr, err := wire.AppendIPUDPHeaders(nil, src.Addr(), w.self, src.Port(), wire.UDPPort, 64, len(ibp))
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	binary.BigEndian.PutUint16(hdr[4:6], id)
 	hdr[10], hdr[11] = 0, 0
-	binary.BigEndian.PutUint16(hdr[10:12], ipv4Checksum(hdr[:IPv4HeaderLen]))
-	crc, err := ICRC(hdr[:IPv4HeaderLen], hdr[IPv4HeaderLen:], ibp[:len(ibp)-ICRCLen])
+	binary.BigEndian.PutUint16(hdr[10:12], inetsum.Checksum(0, hdr[:wire.IPv4HeaderLen]))
+	crc, err := wire.ICRC(hdr[:wire.IPv4HeaderLen], hdr[wire.IPv4HeaderLen:], ibp[:len(ibp)-wire.ICRCLen])
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	if badICRC {
 		crc ^= 0x00100000
 	}
-	PutICRC(ibp[len(ibp)-ICRCLen:], crc)
+	wire.PutICRC(ibp[len(ibp)-wire.ICRCLen:], crc)
 	if _, err := w.tun.Write(append(hdr, ibp...)); err != nil {
 		w.t.Fatalf("writing the TUN: %v", err)
 	}
@@ -167,21 +168,21 @@ func TestGSOTrainICRCOnTheWire(t *testing.T) {
 		if ip[6]&0x40 == 0 {
 			t.Errorf("datagram %d: DF not set", i)
 		}
-		if port := binary.BigEndian.Uint16(udp[2:4]); port != UDPPort {
+		if port := binary.BigEndian.Uint16(udp[2:4]); port != wire.UDPPort {
 			t.Errorf("datagram %d: UDP destination port %d", i, port)
 		}
-		want, err := ICRC(ip, udp, ibp)
+		want, err := wire.ICRC(ip, udp, ibp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := GetICRC(icrc); got != want {
+		if got := wire.GetICRC(icrc); got != want {
 			t.Errorf("datagram %d (ID %d): ICRC %08x, the real headers give %08x", i, binary.BigEndian.Uint16(ip[4:6]), got, want)
 		}
-		var p Packet
-		if err := ParsePacket(pkt[IPv4HeaderLen+UDPHeaderLen:], &p); err != nil {
+		var p wire.Packet
+		if err := wire.ParsePacket(pkt[wire.IPv4HeaderLen+wire.UDPHeaderLen:], &p); err != nil {
 			t.Fatalf("datagram %d: %v", i, err)
 		}
-		if p.BTH.PSN != PSN(0x10+i) || p.BTH.DestQP != peerQPN {
+		if p.BTH.PSN != wire.PSN(0x10+i) || p.BTH.DestQP != peerQPN {
 			t.Errorf("datagram %d: PSN %#x to QP %#x", i, p.BTH.PSN, p.BTH.DestQP)
 		}
 		payload = append(payload, p.Payload...)
@@ -201,10 +202,10 @@ func TestForeignSenderAnySourcePortAndID(t *testing.T) {
 	if _, err := q.PostRecv([]ib.RecvWR{{ID: 7, SGE: w.h.slot(1, 4096)}}); err != nil {
 		t.Fatal(err)
 	}
-	send := func(psn PSN, payload string) []byte {
-		b := make([]byte, BTHLen+len(payload)+ICRCLen)
-		(&BTH{Opcode: OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: q.Num(), PSN: psn, AckReq: true}).Encode(b)
-		copy(b[BTHLen:], payload)
+	send := func(psn wire.PSN, payload string) []byte {
+		b := make([]byte, wire.BTHLen+len(payload)+wire.ICRCLen)
+		(&wire.BTH{Opcode: wire.OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: q.Num(), PSN: psn, AckReq: true}).Encode(b)
+		copy(b[wire.BTHLen:], payload)
 		return b
 	}
 	peer := func(port uint16) netip.AddrPort { return netip.AddrPortFrom(w.peer, port) }
@@ -221,8 +222,8 @@ func TestForeignSenderAnySourcePortAndID(t *testing.T) {
 	}
 	// The ACK goes back to the fabric port (softib sends from 4791).
 	ack := w.read()
-	var p Packet
-	if err := ParsePacket(ack[IPv4HeaderLen+UDPHeaderLen:], &p); err != nil || p.BTH.Opcode != OpRCAck || p.BTH.PSN != 0x200 || p.BTH.DestQP != peerQPN {
+	var p wire.Packet
+	if err := wire.ParsePacket(ack[wire.IPv4HeaderLen+wire.UDPHeaderLen:], &p); err != nil || p.BTH.Opcode != wire.OpRCAck || p.BTH.PSN != 0x200 || p.BTH.DestQP != peerQPN {
 		t.Fatalf("ACK %+v, %v", p.BTH, err)
 	}
 
@@ -231,13 +232,13 @@ func TestForeignSenderAnySourcePortAndID(t *testing.T) {
 	if _, err := q.PostSend([]ib.SendWR{{ID: 9, SGE: s}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ParsePacket(w.read()[IPv4HeaderLen+UDPHeaderLen:], &p); err != nil || p.BTH.PSN != 0x100 {
+	if err := wire.ParsePacket(w.read()[wire.IPv4HeaderLen+wire.UDPHeaderLen:], &p); err != nil || p.BTH.PSN != 0x100 {
 		t.Fatalf("send %+v, %v", p.BTH, err)
 	}
-	ackOf := func(psn PSN) []byte {
-		b := make([]byte, BTHLen+AETHLen+ICRCLen)
-		(&BTH{Opcode: OpRCAck, PKey: ib.DefaultPKey, DestQP: q.Num(), PSN: psn}).Encode(b)
-		ACK(1).Encode(b[BTHLen:])
+	ackOf := func(psn wire.PSN) []byte {
+		b := make([]byte, wire.BTHLen+wire.AETHLen+wire.ICRCLen)
+		(&wire.BTH{Opcode: wire.OpRCAck, PKey: ib.DefaultPKey, DestQP: q.Num(), PSN: psn}).Encode(b)
+		wire.ACK(1).Encode(b[wire.BTHLen:])
 		return b
 	}
 	w.write(stranger, 7, ackOf(0x100), false)
@@ -251,13 +252,13 @@ func TestForeignSenderAnySourcePortAndID(t *testing.T) {
 	}
 }
 
-var errNoSolution = errors.New("no ID")
-
-// solveID is checkICRC's answer as an error, for table tests.
-func solveID(b []byte, src netip.AddrPort, dst netip.Addr, hint uint16) (uint16, error) {
-	id, ok := checkICRC(b, src, dst, UDPPort, hint)
-	if !ok {
-		return 0, errNoSolution
+// splitIPUDP splits a captured packet into IP header, UDP header, IB
+// packet without ICRC and the ICRC octets.
+func splitIPUDP(t testing.TB, pkt []byte) (ip, udp, ibp, icrc []byte) {
+	t.Helper()
+	n := wire.IPv4HeaderLen
+	if pkt[0]>>4 == 6 {
+		n = wire.IPv6HeaderLen
 	}
-	return id, nil
+	return pkt[:n], pkt[n : n+wire.UDPHeaderLen], pkt[n+wire.UDPHeaderLen : len(pkt)-wire.ICRCLen], pkt[len(pkt)-wire.ICRCLen:]
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // TestBuildChecksAsSoftibDoes: what Build makes parses and carries the
@@ -18,10 +19,10 @@ func TestBuildChecksAsSoftibDoes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		src, dst string
-		p        *softib.Packet
+		p        *wire.Packet
 	}{
-		{"NAK v4", "10.1.0.3", "10.1.0.1", Ack(0x123456, 77, softib.NAK(softib.NAKRemoteAccessError, 5))},
-		{"RNR NAK v6", "fd00::3", "fd00::1", Ack(0x42, 0xffffff, softib.RNRNAK(3, 0))},
+		{"NAK v4", "10.1.0.3", "10.1.0.1", Ack(0x123456, 77, wire.NAK(wire.NAKRemoteAccessError, 5))},
+		{"RNR NAK v6", "fd00::3", "fd00::1", Ack(0x42, 0xffffff, wire.RNRNAK(3, 0))},
 		{"SEND with pad v4", "10.1.0.3", "10.1.0.2", RCSend(0x99, 1, []byte("odd"))},
 		{"MAD v6", "fd00::3", "fd00::2", MAD(make([]byte, cm.MADLen))},
 	} {
@@ -34,8 +35,8 @@ func TestBuildChecksAsSoftibDoes(t *testing.T) {
 			t.Fatalf("%s: Build overwrote what was in the buffer", tc.name)
 		}
 		pkt := b[6:]
-		var got softib.Packet
-		if err := softib.ParsePacket(pkt, &got); err != nil {
+		var got wire.Packet
+		if err := wire.ParsePacket(pkt, &got); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if got.BTH.Opcode != tc.p.BTH.Opcode || got.BTH.DestQP != tc.p.BTH.DestQP || got.BTH.PSN != tc.p.BTH.PSN ||
@@ -43,11 +44,11 @@ func TestBuildChecksAsSoftibDoes(t *testing.T) {
 			t.Errorf("%s: parsed %+v, built %+v", tc.name, got, *tc.p)
 		}
 		for _, from := range []netip.Addr{src, dst} {
-			var h [softib.IPv6HeaderLen + softib.UDPHeaderLen]byte
-			hdr, _ := softib.AppendIPUDPHeaders(h[:0], from, dst, Port, Port, 1, len(pkt))
-			ip := len(hdr) - softib.UDPHeaderLen
-			crc, _ := softib.ICRC(hdr[:ip], hdr[ip:], pkt[:len(pkt)-softib.ICRCLen])
-			if match := crc == softib.GetICRC(pkt[len(pkt)-softib.ICRCLen:]); match != (from == src) {
+			var h [wire.IPv6HeaderLen + wire.UDPHeaderLen]byte
+			hdr, _ := wire.AppendIPUDPHeaders(h[:0], from, dst, Port, Port, 1, len(pkt))
+			ip := len(hdr) - wire.UDPHeaderLen
+			crc, _ := wire.ICRC(hdr[:ip], hdr[ip:], pkt[:len(pkt)-wire.ICRCLen])
+			if match := crc == wire.GetICRC(pkt[len(pkt)-wire.ICRCLen:]); match != (from == src) {
 				t.Errorf("%s: ICRC as if from %v matches: %v", tc.name, from, match)
 			}
 		}
@@ -120,7 +121,7 @@ func TestSendersReachSoftib(t *testing.T) {
 		}
 		// An ACK for a QP that does not exist passes the ICRC check and
 		// is dropped by the QP lookup.
-		if err := spoofed.Send(victim, Ack(0xabcdef, 1, softib.ACK(0))); err != nil {
+		if err := spoofed.Send(victim, Ack(0xabcdef, 1, wire.ACK(0))); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
@@ -169,8 +170,8 @@ func checksumOK(h []byte) bool {
 // reads back as built.
 func FuzzParseSeen(f *testing.F) {
 	src, dst := netip.MustParseAddr("10.1.0.3"), netip.MustParseAddr("10.1.0.1")
-	for _, p := range []*softib.Packet{Ack(0x123, 5, softib.NAK(softib.NAKInvalidRequest, 1)), RCSend(7, 9, []byte("x")), MAD(make([]byte, cm.MADLen))} {
-		b, _ := softib.AppendIPUDPHeaders(nil, src, dst, Port, Port, 64, softib.PacketLen(p.BTH.Opcode, len(p.Payload)))
+	for _, p := range []*wire.Packet{Ack(0x123, 5, wire.NAK(wire.NAKInvalidRequest, 1)), RCSend(7, 9, []byte("x")), MAD(make([]byte, cm.MADLen))} {
+		b, _ := wire.AppendIPUDPHeaders(nil, src, dst, Port, Port, 64, wire.PacketLen(p.BTH.Opcode, len(p.Payload)))
 		b, _ = Build(b, src, dst, p)
 		f.Add(b)
 	}
@@ -185,11 +186,11 @@ func FuzzParseSeen(f *testing.F) {
 			t.Fatalf("parsed without addresses: %+v", s)
 		}
 		// What parsed re-encodes to the octets it came from.
-		var h [softib.BTHLen]byte
+		var h [wire.BTHLen]byte
 		if err := s.BTH.Encode(h[:]); err != nil {
 			t.Fatal(err)
 		}
-		again, err := softib.DecodeBTH(h[:])
+		again, err := wire.DecodeBTH(h[:])
 		if err != nil || again != s.BTH {
 			t.Fatalf("BTH %+v re-decodes as %+v, %v", s.BTH, again, err)
 		}
@@ -198,8 +199,8 @@ func FuzzParseSeen(f *testing.F) {
 
 func TestParseSeenReadsBuild(t *testing.T) {
 	src, dst := netip.MustParseAddr("fd00::3"), netip.MustParseAddr("fd00::1")
-	p := Ack(0x123456, 0xabcdef, softib.RNRNAK(7, 3))
-	b, _ := softib.AppendIPUDPHeaders(nil, src, dst, Port, Port, 64, softib.PacketLen(p.BTH.Opcode, 0))
+	p := Ack(0x123456, 0xabcdef, wire.RNRNAK(7, 3))
+	b, _ := wire.AppendIPUDPHeaders(nil, src, dst, Port, Port, 64, wire.PacketLen(p.BTH.Opcode, 0))
 	b, err := Build(b, src, dst, p)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +209,7 @@ func TestParseSeenReadsBuild(t *testing.T) {
 	if !ok || s.Src != src || s.Dst != dst || s.BTH.DestQP != p.BTH.DestQP || s.BTH.PSN != p.BTH.PSN || s.AETH != p.AETH {
 		t.Fatalf("parseSeen = %+v, %v; built %+v from %v to %v", s, ok, *p, src, dst)
 	}
-	b[softib.IPv6HeaderLen+2] = 0 // another UDP port: not RoCEv2
+	b[wire.IPv6HeaderLen+2] = 0 // another UDP port: not RoCEv2
 	if _, ok := parseSeen(b); ok {
 		t.Error("a datagram to another port parsed as RoCEv2")
 	}

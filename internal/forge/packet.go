@@ -3,8 +3,8 @@
 // NAKs, RNR NAKs) and CM MADs to QP1, sent from the host's own address or,
 // through a raw socket, from someone else's. It also watches a link for the
 // QPNs and PSNs such a host could sniff. It exists for the end-to-end tests
-// that prove forged packets do no harm; it uses softib's and cm's codecs
-// and adds nothing to them.
+// that prove forged packets do no harm; it uses the codecs of the IB wire
+// (softib/wire) and cm and adds nothing to them, and no adapter.
 package forge
 
 import (
@@ -14,61 +14,61 @@ import (
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Port is the UDP port forged packets come from and go to: RoCEv2's.
 // softib receivers rebuild the ICRC's UDP header with it as the source
 // port too, since their socket does not hand them the real header.
-const Port = softib.UDPPort
+const Port = wire.UDPPort
 
 // Build appends to dst the UDP payload of a RoCEv2 packet (BTH to ICRC)
 // carrying p from src to dst's address, with the ICRC a receiver at to
 // computes for a packet from src.
-func Build(b []byte, src, to netip.Addr, p *softib.Packet) ([]byte, error) {
+func Build(b []byte, src, to netip.Addr, p *wire.Packet) ([]byte, error) {
 	start := len(b)
-	b, err := softib.AppendPacket(b, p)
+	b, err := wire.AppendPacket(b, p)
 	if err != nil {
 		return b[:start], err
 	}
 	pkt := b[start:]
-	var hdr [softib.IPv6HeaderLen + softib.UDPHeaderLen]byte
-	h, err := softib.AppendIPUDPHeaders(hdr[:0], src, to, Port, Port, 64, len(pkt))
+	var hdr [wire.IPv6HeaderLen + wire.UDPHeaderLen]byte
+	h, err := wire.AppendIPUDPHeaders(hdr[:0], src, to, Port, Port, 64, len(pkt))
 	if err != nil {
 		return b[:start], err
 	}
-	ipLen := len(h) - softib.UDPHeaderLen
-	crc, err := softib.ICRC(h[:ipLen], h[ipLen:], pkt[:len(pkt)-softib.ICRCLen])
+	ipLen := len(h) - wire.UDPHeaderLen
+	crc, err := wire.ICRC(h[:ipLen], h[ipLen:], pkt[:len(pkt)-wire.ICRCLen])
 	if err != nil {
 		return b[:start], err
 	}
-	softib.PutICRC(pkt[len(pkt)-softib.ICRCLen:], crc)
+	wire.PutICRC(pkt[len(pkt)-wire.ICRCLen:], crc)
 	return b, nil
 }
 
 // Ack is an RC Acknowledge (ACK, NAK or RNR NAK, as aeth says) to qpn with
 // psn, on the default partition.
-func Ack(qpn ib.QPN, psn softib.PSN, aeth softib.AETH) *softib.Packet {
-	return &softib.Packet{
-		BTH:  softib.BTH{Opcode: softib.OpRCAck, PKey: ib.DefaultPKey, DestQP: qpn, PSN: psn},
+func Ack(qpn ib.QPN, psn wire.PSN, aeth wire.AETH) *wire.Packet {
+	return &wire.Packet{
+		BTH:  wire.BTH{Opcode: wire.OpRCAck, PKey: ib.DefaultPKey, DestQP: qpn, PSN: psn},
 		AETH: aeth,
 	}
 }
 
 // RCSend is an RC SEND Only carrying payload to qpn with psn.
-func RCSend(qpn ib.QPN, psn softib.PSN, payload []byte) *softib.Packet {
-	return &softib.Packet{
-		BTH:     softib.BTH{Opcode: softib.OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qpn, PSN: psn, AckReq: true},
+func RCSend(qpn ib.QPN, psn wire.PSN, payload []byte) *wire.Packet {
+	return &wire.Packet{
+		BTH:     wire.BTH{Opcode: wire.OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qpn, PSN: psn, AckReq: true},
 		Payload: payload,
 	}
 }
 
 // MAD is a UD SEND Only of a 256-octet management datagram to QP1, as a
 // CM sends it.
-func MAD(mad []byte) *softib.Packet {
-	return &softib.Packet{
-		BTH:     softib.BTH{Opcode: softib.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.QP1, SE: true},
-		DETH:    softib.DETH{QKey: ib.GSIQKey, SrcQP: ib.QP1},
+func MAD(mad []byte) *wire.Packet {
+	return &wire.Packet{
+		BTH:     wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: ib.QP1, SE: true},
+		DETH:    wire.DETH{QKey: ib.GSIQKey, SrcQP: ib.QP1},
 		Payload: mad,
 	}
 }
@@ -121,7 +121,7 @@ func IPoIBUDP(src, dst netip.Addr, port uint16, data []byte) ([]byte, error) {
 	if !src.Is4() || !dst.Is4() {
 		return nil, fmt.Errorf("forge: IPoIBUDP wants IPv4 addresses, have %v and %v", src, dst)
 	}
-	b := make([]byte, 4+softib.IPv4HeaderLen+softib.UDPHeaderLen+len(data))
+	b := make([]byte, 4+wire.IPv4HeaderLen+wire.UDPHeaderLen+len(data))
 	if err := encap.PutHeader(b, encap.EtherTypeIPv4); err != nil {
 		return nil, err
 	}
@@ -132,12 +132,12 @@ func IPoIBUDP(src, dst netip.Addr, port uint16, data []byte) ([]byte, error) {
 	s, d := src.As4(), dst.As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], d[:])
-	putChecksum(ip[10:12], ip[:softib.IPv4HeaderLen])
-	u := ip[softib.IPv4HeaderLen:]
+	putChecksum(ip[10:12], ip[:wire.IPv4HeaderLen])
+	u := ip[wire.IPv4HeaderLen:]
 	u[0], u[1] = byte(port>>8), byte(port)
 	u[2], u[3] = byte(port>>8), byte(port)
-	ul := softib.UDPHeaderLen + len(data)
+	ul := wire.UDPHeaderLen + len(data)
 	u[4], u[5] = byte(ul>>8), byte(ul)
-	copy(u[softib.UDPHeaderLen:], data)
+	copy(u[wire.UDPHeaderLen:], data)
 	return b, nil
 }

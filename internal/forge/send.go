@@ -5,7 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/inetsum"
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,7 +71,7 @@ func (s *Sender) Src() netip.Addr { return s.src }
 func (s *Sender) Close() error { return unix.Close(s.fd) }
 
 // Send builds p for dst (ICRC included) and sends it.
-func (s *Sender) Send(dst netip.Addr, p *softib.Packet) error {
+func (s *Sender) Send(dst netip.Addr, p *wire.Packet) error {
 	dst = dst.Unmap()
 	b := s.buf[:0]
 	var ipudp int
@@ -79,7 +79,7 @@ func (s *Sender) Send(dst netip.Addr, p *softib.Packet) error {
 		// The IP and UDP headers are ours to write; the length is fixed
 		// below once the IB packet is built.
 		var err error
-		if b, err = softib.AppendIPUDPHeaders(b, s.src, dst, Port, Port, 64, 0); err != nil {
+		if b, err = wire.AppendIPUDPHeaders(b, s.src, dst, Port, Port, 64, 0); err != nil {
 			return fmt.Errorf("forge: %w", err)
 		}
 		ipudp = len(b)
@@ -92,11 +92,11 @@ func (s *Sender) Send(dst netip.Addr, p *softib.Packet) error {
 	if s.raw {
 		// Headers again, now with the length; the ICRC masks the UDP
 		// checksum, so filling it (IPv6 demands one) changes nothing.
-		if _, err := softib.AppendIPUDPHeaders(b[:0], s.src, dst, Port, Port, 64, len(b)-ipudp); err != nil {
+		if _, err := wire.AppendIPUDPHeaders(b[:0], s.src, dst, Port, Port, 64, len(b)-ipudp); err != nil {
 			return fmt.Errorf("forge: %w", err)
 		}
 		if dst.Is6() {
-			u := b[softib.IPv6HeaderLen:]
+			u := b[wire.IPv6HeaderLen:]
 			sum := inetsum.PseudoIPv6(s.src, dst, len(u), unix.IPPROTO_UDP)
 			c := inetsum.Checksum(sum, u)
 			if c == 0 {

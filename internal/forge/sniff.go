@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,8 +16,8 @@ import (
 // segmentation-offload batch).
 type Seen struct {
 	Src, Dst netip.Addr
-	BTH      softib.BTH
-	AETH     softib.AETH // RC Acknowledge only
+	BTH      wire.BTH
+	AETH     wire.AETH // RC Acknowledge only
 }
 
 // Sniffer watches one link for RoCEv2 packets in both directions, as a
@@ -82,33 +82,33 @@ func parseSeen(b []byte) (Seen, bool) {
 	var s Seen
 	var udp []byte
 	switch {
-	case len(b) >= softib.IPv4HeaderLen && b[0]>>4 == 4:
+	case len(b) >= wire.IPv4HeaderLen && b[0]>>4 == 4:
 		ihl := int(b[0]&0xf) * 4
-		if b[9] != unix.IPPROTO_UDP || len(b) < ihl+softib.UDPHeaderLen {
+		if b[9] != unix.IPPROTO_UDP || len(b) < ihl+wire.UDPHeaderLen {
 			return s, false
 		}
 		s.Src, s.Dst = netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
 		udp = b[ihl:]
-	case len(b) >= softib.IPv6HeaderLen+softib.UDPHeaderLen && b[0]>>4 == 6:
+	case len(b) >= wire.IPv6HeaderLen+wire.UDPHeaderLen && b[0]>>4 == 6:
 		if b[6] != unix.IPPROTO_UDP {
 			return s, false
 		}
 		s.Src, s.Dst = netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40]))
-		udp = b[softib.IPv6HeaderLen:]
+		udp = b[wire.IPv6HeaderLen:]
 	default:
 		return s, false
 	}
 	if int(udp[2])<<8|int(udp[3]) != Port {
 		return s, false
 	}
-	ibp := udp[softib.UDPHeaderLen:]
-	bth, err := softib.DecodeBTH(ibp)
+	ibp := udp[wire.UDPHeaderLen:]
+	bth, err := wire.DecodeBTH(ibp)
 	if err != nil {
 		return s, false
 	}
 	s.BTH = bth
-	if bth.Opcode == softib.OpRCAck {
-		if s.AETH, err = softib.DecodeAETH(ibp[softib.BTHLen:]); err != nil {
+	if bth.Opcode == wire.OpRCAck {
+		if s.AETH, err = wire.DecodeAETH(ibp[wire.BTHLen:]); err != nil {
 			return s, false
 		}
 	}

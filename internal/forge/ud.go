@@ -9,12 +9,12 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/softib"
 )
 
 // UDSender sends IPoIB datagrams to one node from a UD QP of its own on a
-// softib device: for paced floods of what any node may send (neighbor
-// solicitations), where a Sender's packets would need a QP to come from.
+// device (a softib one in the tools that use it): for paced floods of what
+// any node may send (neighbor solicitations), where a Sender's packets
+// would need a QP to come from.
 type UDSender struct {
 	qp   ib.QP
 	cq   ib.CQ
@@ -32,7 +32,7 @@ const (
 )
 
 // NewUDSender makes a UD QP on dev that sends to the IPoIB node to.
-func NewUDSender(dev *softib.Device, to ib.LinkAddr) (*UDSender, error) {
+func NewUDSender(dev ib.Device, to ib.LinkAddr) (*UDSender, error) {
 	u := &UDSender{to: to}
 	var err error
 	if u.cq, err = dev.CreateCQ(1024); err != nil {

@@ -31,17 +31,19 @@ var allowed = map[string][]string{
 	"mtu":      {"inetsum"},
 	"tun":      {"offload"},
 	"sapath":   {"cm", "ib", "sa"},
+	// the IB wire: headers, ICRC and VCRC, RoCEv2 and native IB frames
+	"softib/wire": {"ib"},
 	// what the counters mean, for the man page, stats and metrics
 	"counterdoc": nil,
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
-	"softib":                        {"ib", "madqueue"},
+	"softib":                        {"ib", "madqueue", "softib/wire"},
 	"verbs":                         {"ib", "madqueue"},
 	"umadsa":                        {"ib", "sa"},
 	"rdmacm":                        {"cm", "ib", "verbs"},
 	"ib/ibtest":                     {"ib"},
-	"softib/ibfwd":                  {"ib", "softib"},
-	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib"}, // softib: -capture picks the MADs with its frame parser
+	"softib/ibfwd":                  {"ib", "softib/wire"},
+	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib/wire"}, // wire: -capture picks the MADs with its frame parser
 	// one interface and its kernel side: interfaces only, no transport
 	"ipoib/netdev":     {"mtu", "offload"},
 	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},
@@ -49,7 +51,7 @@ var allowed = map[string][]string{
 	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath", "tun"},
 	"metrics":          {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service
-	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
+	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "umadsa", "verbs"},
 	// the CNI plugin talks to a daemon over its control socket only
 	"cni":                {"ib"},
 	"cni/cmd/ipoibd-cni": {"cni"},
@@ -58,7 +60,7 @@ var allowed = map[string][]string{
 	"bench/relay":                  nil,
 	"internal/cmload":              {"cm", "ib", "ipoib/ipoibcm", "softib"},
 	"internal/depscheck":           nil,
-	"internal/forge":               {"cm", "encap", "ib", "inetsum", "neigh", "softib"},
+	"internal/forge":               {"cm", "encap", "ib", "inetsum", "neigh", "softib/wire"},
 	"internal/ibsim":               nil,
 	"internal/nsflood":             {"ib", "internal/forge", "softib"},
 	"internal/reqflood":            {"ib", "internal/forge"},

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Crossing REQs on demand. Two CM peers that connect to each other at
@@ -82,9 +82,9 @@ func (f *Forwarder) CrossREQs(hold time.Duration, report func(Crossing)) {
 }
 
 // isCMREQ reports whether fr, a frame the forwarder parsed, is a CM REQ.
-func isCMREQ(fr *softib.IBFrame) bool {
+func isCMREQ(fr *wire.IBFrame) bool {
 	m := fr.Packet.Payload
-	return fr.Packet.BTH.DestQP == 1 && fr.Packet.BTH.Opcode == softib.OpUDSendOnly && len(m) >= madHeaderLen &&
+	return fr.Packet.BTH.DestQP == 1 && fr.Packet.BTH.Opcode == wire.OpUDSendOnly && len(m) >= madHeaderLen &&
 		m[1] == madClassCM && binary.BigEndian.Uint16(m[16:18]) == madAttrREQ
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/testutil"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // node is one softib port on the InfiniBand link layer, with memory and
@@ -466,29 +467,29 @@ func TestDropCauses(t *testing.T) {
 
 	// Crafted frames. good is a valid frame from A to B's QP.
 	good := func() []byte {
-		f := softib.IBFrame{LRH: softib.LRH{DLID: b.lid, SLID: a.lid}, Packet: softib.Packet{
-			BTH:  softib.BTH{Opcode: softib.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num()},
-			DETH: softib.DETH{QKey: 0x0b1b, SrcQP: qa.Num()}, Payload: make([]byte, 32)}}
-		out, err := softib.AppendIBFrame(nil, &f)
+		f := wire.IBFrame{LRH: wire.LRH{DLID: b.lid, SLID: a.lid}, Packet: wire.Packet{
+			BTH:  wire.BTH{Opcode: wire.OpUDSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num()},
+			DETH: wire.DETH{QKey: 0x0b1b, SrcQP: qa.Num()}, Payload: make([]byte, 32)}}
+		out, err := wire.AppendIBFrame(nil, &f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out
 	}
 	reseal := func(b []byte) []byte { // a new VCRC, as a hop would write
-		n := len(b) - softib.VCRCLen
-		softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
+		n := len(b) - wire.VCRCLen
+		wire.PutVCRC(b[n:], wire.VCRC(b[:n]))
 		return b
 	}
 	badVCRC := good()
 	badVCRC[len(badVCRC)-1] ^= 1
 	badICRC := good()
-	badICRC[len(badICRC)-softib.VCRCLen-1] ^= 1
+	badICRC[len(badICRC)-wire.VCRCLen-1] ^= 1
 	reseal(badICRC)
 	raw := reseal(append(good()[:1], append([]byte{good()[1] &^ 3}, good()[2:]...)...)) // LNH raw
 	dlid0 := good()
 	dlid0[2], dlid0[3] = 0, 0
-	softib.SealIBFrame(dlid0, false) // the DLID is under the ICRC of a local packet
+	wire.SealIBFrame(dlid0, false) // the DLID is under the ICRC of a local packet
 
 	udp := func() *net.UDPConn {
 		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.88.9.100:0")))
@@ -645,9 +646,9 @@ func TestConnectedTakesOnlyItsPeersLID(t *testing.T) {
 	_, qb := connect(t, ib.RC, a, b, 0)
 	postRecvs(t, b, qb, 0, 2)
 	send := func(slid uint16) {
-		f := softib.IBFrame{LRH: softib.LRH{DLID: b.lid, SLID: slid}, Packet: softib.Packet{
-			BTH: softib.BTH{Opcode: softib.OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num(), PSN: 0xfffff0}, Payload: make([]byte, 64)}}
-		raw, err := softib.AppendIBFrame(nil, &f)
+		f := wire.IBFrame{LRH: wire.LRH{DLID: b.lid, SLID: slid}, Packet: wire.Packet{
+			BTH: wire.BTH{Opcode: wire.OpRCSendOnly, PKey: ib.DefaultPKey, DestQP: qb.Num(), PSN: 0xfffff0}, Payload: make([]byte, 64)}}
+		raw, err := wire.AppendIBFrame(nil, &f)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // FuzzForward feeds frames to the forwarder as if a registered port sent
@@ -62,15 +62,15 @@ func FuzzForward(f *testing.F) {
 	}
 	req := make([]byte, 256)
 	req[0], req[1], req[2], req[3], req[17] = 1, madClassCM, 2, 3, madAttrREQ
-	for _, fr := range []softib.IBFrame{
-		{LRH: softib.LRH{DLID: 0x20, SLID: 0x10}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 1}, Payload: req}},
-		{LRH: softib.LRH{DLID: lidH4, SLID: lidH1}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 1}, Payload: req}},
-		{LRH: softib.LRH{DLID: 0x20, SLID: 0x11}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
-		{LRH: softib.LRH{DLID: 0xc001, SL: 3, SLID: 0x10}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}}},
-		{LRH: softib.LRH{DLID: lidH4, SLID: lidH1}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
-		{LRH: softib.LRH{DLID: 0xc000, SLID: lidH1}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}}},
+	for _, fr := range []wire.IBFrame{
+		{LRH: wire.LRH{DLID: 0x20, SLID: 0x10}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 1}, Payload: req}},
+		{LRH: wire.LRH{DLID: lidH4, SLID: lidH1}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 1}, Payload: req}},
+		{LRH: wire.LRH{DLID: 0x20, SLID: 0x11}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
+		{LRH: wire.LRH{DLID: 0xc001, SL: 3, SLID: 0x10}, HasGRH: true, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 0xffffff}}},
+		{LRH: wire.LRH{DLID: lidH4, SLID: lidH1}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 12)}},
+		{LRH: wire.LRH{DLID: 0xc000, SLID: lidH1}, HasGRH: true, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 0xffffff}}},
 	} {
-		b, err := softib.AppendIBFrame(nil, &fr)
+		b, err := wire.AppendIBFrame(nil, &fr)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -82,9 +82,9 @@ func FuzzForward(f *testing.F) {
 			return
 		}
 		b := in[1:]
-		if in[0]&1 != 0 && len(b) >= softib.VCRCLen {
-			n := len(b) - softib.VCRCLen
-			softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
+		if in[0]&1 != 0 && len(b) >= wire.VCRCLen {
+			n := len(b) - wire.VCRCLen
+			wire.PutVCRC(b[n:], wire.VCRC(b[:n]))
 		}
 		if in[0]&2 != 0 {
 			fw.SetRoutes(subnet)

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Port is one softib port attached to the fabric: its port GUID, the LID
@@ -71,7 +71,7 @@ type Forwarder struct {
 	tap atomic.Pointer[func([]byte)]
 
 	// fr is the forwarding goroutine's parse of a frame, for CrossREQs.
-	fr      softib.IBFrame
+	fr      wire.IBFrame
 	cross   crossing
 	crossOn atomic.Bool
 	paths   paths
@@ -226,13 +226,13 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 		f.count(dropUnknownSource)
 		return
 	}
-	lrh, err := softib.DecodeLRH(b)
-	if err != nil || len(b) < softib.LRHLen+softib.VCRCLen || int(lrh.PktLen)*4 != len(b)-softib.VCRCLen {
+	lrh, err := wire.DecodeLRH(b)
+	if err != nil || len(b) < wire.LRHLen+wire.VCRCLen || int(lrh.PktLen)*4 != len(b)-wire.VCRCLen {
 		f.count(dropMalformed)
 		return
 	}
-	n := len(b) - softib.VCRCLen
-	if softib.VCRC(b[:n]) != softib.GetVCRC(b[n:]) {
+	n := len(b) - wire.VCRCLen
+	if wire.VCRC(b[:n]) != wire.GetVCRC(b[n:]) {
 		f.count(dropBadVCRC)
 		return
 	}
@@ -241,7 +241,7 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 	}
 	r := f.routes.Load().r
 	dlid := lrh.DLID
-	multicast := softib.IsMulticastLID(dlid)
+	multicast := wire.IsMulticastLID(dlid)
 	if dlid == 0 {
 		f.count(dropDLIDZero)
 		return
@@ -272,13 +272,13 @@ func (f *Forwarder) forward(b []byte, src netip.AddrPort) {
 		}
 		if b[0]>>4 != vl {
 			b[0] = vl<<4 | b[0]&0x0f
-			softib.PutVCRC(b[n:], softib.VCRC(b[:n]))
+			wire.PutVCRC(b[n:], wire.VCRC(b[:n]))
 		}
 		if !multicast {
 			if f.pathsOn.Load() {
 				f.notePath(r, lrh.SLID, dlid, from, g)
 			}
-			if f.crossOn.Load() && softib.ParseIBFrame(b, &f.fr) == nil && isCMREQ(&f.fr) && f.holdREQ(b, from, g, p.Addr, lrh.SLID, dlid) {
+			if f.crossOn.Load() && wire.ParseIBFrame(b, &f.fr) == nil && isCMREQ(&f.fr) && f.holdREQ(b, from, g, p.Addr, lrh.SLID, dlid) {
 				continue
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // pathsFabric is a forwarder on routes with h1-h4 of the fake
@@ -37,9 +37,9 @@ func pathsFabric(t *testing.T, routes Routes) (*Forwarder, map[uint64]netip.Addr
 
 func udFrame(t *testing.T, slid, dlid uint16) []byte {
 	t.Helper()
-	fr := softib.IBFrame{LRH: softib.LRH{DLID: dlid, SLID: slid}, HasGRH: softib.IsMulticastLID(dlid),
-		Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 64)}}
-	b, err := softib.AppendIBFrame(nil, &fr)
+	fr := wire.IBFrame{LRH: wire.LRH{DLID: dlid, SLID: slid}, HasGRH: wire.IsMulticastLID(dlid),
+		Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 64)}}
+	b, err := wire.AppendIBFrame(nil, &fr)
 	if err != nil {
 		t.Fatal(err)
 	}

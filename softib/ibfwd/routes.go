@@ -5,7 +5,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Routes are the forwarding tables of the subnet, as a subnet manager
@@ -93,7 +93,7 @@ func (s *Static) VL(sl uint8, _, _ uint64) uint8 { return s.SL2VL[sl&15] }
 // Route implements Routes: the ports of the tables, reached in one hop.
 func (s *Static) Route(out []Delivery, from uint64, dlid uint16, sl uint8) ([]Delivery, bool) {
 	vl := s.SL2VL[sl&15]
-	if softib.IsMulticastLID(dlid) {
+	if wire.IsMulticastLID(dlid) {
 		m := s.MFT[dlid]
 		for _, g := range m {
 			if g != from {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Subnet is the Routes of a subnet of any number of switches as its
@@ -355,7 +355,7 @@ func (sw *FabricSwitch) vls(in, out int) [16]uint8 { return sw.SL2VL[[2]int{in, 
 // a LID with no route.
 func (s *Subnet) Hops(from uint64, lid uint16) (_ []Hop, ok bool) {
 	ts := s.routes[routeKey{from, lid}]
-	if softib.IsMulticastLID(lid) || len(ts) != 1 {
+	if wire.IsMulticastLID(lid) || len(ts) != 1 {
 		return nil, false
 	}
 	return ts[0].hops, true
@@ -365,7 +365,7 @@ func (s *Subnet) Hops(from uint64, lid uint16) (_ []Hop, ok bool) {
 // reaches, for tests and tools (Route is what forwarding uses).
 func (s *Subnet) Unicast(from uint64, lid uint16) (uint64, bool) {
 	ts, ok := s.routes[routeKey{from, lid}]
-	if !ok || softib.IsMulticastLID(lid) || len(ts) != 1 {
+	if !ok || wire.IsMulticastLID(lid) || len(ts) != 1 {
 		return 0, false
 	}
 	return ts[0].to, true

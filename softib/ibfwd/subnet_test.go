@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // What infiniband-diags print for ibsim's TwoSwitches fabric under
@@ -328,11 +328,11 @@ func forwardDoesNotAllocate(t *testing.T, extras bool) {
 		}
 	}
 	var frames [][]byte
-	for _, fr := range []softib.IBFrame{
-		{LRH: softib.LRH{DLID: lidH4, SL: 1, SLID: lidH1}, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 256)}},
-		{LRH: softib.LRH{DLID: 0xc000, SL: 1, SLID: lidH1}, HasGRH: true, Packet: softib.Packet{BTH: softib.BTH{Opcode: softib.OpUDSendOnly, DestQP: 0xffffff}, Payload: make([]byte, 256)}},
+	for _, fr := range []wire.IBFrame{
+		{LRH: wire.LRH{DLID: lidH4, SL: 1, SLID: lidH1}, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 5}, Payload: make([]byte, 256)}},
+		{LRH: wire.LRH{DLID: 0xc000, SL: 1, SLID: lidH1}, HasGRH: true, Packet: wire.Packet{BTH: wire.BTH{Opcode: wire.OpUDSendOnly, DestQP: 0xffffff}, Payload: make([]byte, 256)}},
 	} {
-		b, err := softib.AppendIBFrame(nil, &fr)
+		b, err := wire.AppendIBFrame(nil, &fr)
 		if err != nil {
 			t.Fatal(err)
 		}

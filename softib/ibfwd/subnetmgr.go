@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // Switch is the Routes of a subnet of one switch as its subnet manager
@@ -70,7 +70,7 @@ func (s *Switch) Multicast(mlid uint16) []uint64 { return s.mcast[mlid] }
 
 // Route implements Routes: one switch, one hop.
 func (s *Switch) Route(out []Delivery, from uint64, dlid uint16, sl uint8) ([]Delivery, bool) {
-	if softib.IsMulticastLID(dlid) {
+	if wire.IsMulticastLID(dlid) {
 		m := s.mcast[dlid]
 		for _, g := range m {
 			if g != from {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // linkTypeInfiniBand is pcap's LINKTYPE_INFINIBAND: records from the LRH
@@ -20,7 +20,7 @@ type capture struct {
 	mu  sync.Mutex
 	f   *os.File
 	rec []byte
-	fr  softib.IBFrame
+	fr  wire.IBFrame
 	err error
 }
 
@@ -46,7 +46,7 @@ func newCapture(path string) (*capture, error) {
 func (c *capture) tap(b []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil || softib.ParseIBFrame(b, &c.fr) != nil || c.fr.Packet.BTH.DestQP != 1 {
+	if c.err != nil || wire.ParseIBFrame(b, &c.fr) != nil || c.fr.Packet.BTH.DestQP != 1 {
 		return
 	}
 	now := time.Now()

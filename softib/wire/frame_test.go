@@ -1,4 +1,4 @@
-package softib
+package wire
 
 import (
 	"net/netip"
@@ -21,7 +21,7 @@ func TestDatapathICRCMatchesRealHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := checkICRCValue(pkt, netip.AddrPortFrom(src, UDPPort), dst, UDPPort); got != want {
+	if got := DatagramICRC(pkt, netip.AddrPortFrom(src, UDPPort), dst, UDPPort); got != want {
 		t.Fatalf("datapath ICRC %08x, real-header ICRC %08x", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package softib
+package wire
 
 import "time"
 
@@ -8,10 +8,9 @@ type PSN uint32
 const (
 	// PSNMask keeps the 24 bits a PSN has on the wire.
 	PSNMask PSN = 0xffffff
-	psnMask     = PSNMask
-	// psnWindow is half the PSN space: a PSN further ahead than this is
+	// PSNWindow is half the PSN space: a PSN further ahead than this is
 	// taken to be behind (Compare).
-	psnWindow = 1 << 23
+	PSNWindow = 1 << 23
 )
 
 // Valid reports whether p fits in 24 bits.

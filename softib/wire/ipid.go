@@ -1,4 +1,4 @@
-package softib
+package wire
 
 import "hash/crc32"
 
@@ -31,7 +31,7 @@ func init() {
 	for i, e := range crc32.IEEETable {
 		top := uint8(e >> 24)
 		if seen[top] {
-			panic("softib: CRC table top octets are not a permutation")
+			panic("wire: CRC table top octets are not a permutation")
 		}
 		seen[top] = true
 		crcTopInv[top] = uint8(i)

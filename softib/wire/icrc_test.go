@@ -1,4 +1,4 @@
-package softib
+package wire
 
 import (
 	"bytes"
@@ -242,13 +242,13 @@ func TestICRCReceivePathAllocs(t *testing.T) {
 		t.Fatal("ICRC of the hand-built UD packet does not verify")
 	}
 	srcAP := netip.AddrPortFrom(src, UDPPort)
-	if _, ok := checkICRC(wire, srcAP, dst, UDPPort, 0); !ok {
+	if _, ok := CheckDatagramICRC(wire, srcAP, dst, UDPPort, 0); !ok {
 		t.Fatal("datapath ICRC check fails")
 	}
 	if n := testing.AllocsPerRun(100, func() { check() }); n != 0 {
 		t.Errorf("receive check: %v allocs", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { checkICRC(wire, srcAP, dst, UDPPort, 0) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { CheckDatagramICRC(wire, srcAP, dst, UDPPort, 0) }); n != 0 {
 		t.Errorf("datapath check: %v allocs", n)
 	}
 }

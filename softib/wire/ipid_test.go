@@ -1,7 +1,8 @@
-package softib
+package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -99,7 +100,7 @@ func TestICRCSolveAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	src, dst := netip.MustParseAddrPort("192.0.2.1:49733"), netip.MustParseAddr("192.0.2.2")
 	b := wirePacket(t, rng, src, dst, 0x4242, 4112)
-	if n := testing.AllocsPerRun(100, func() { checkICRC(b, src, dst, UDPPort, 0) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { CheckDatagramICRC(b, src, dst, UDPPort, 0) }); n != 0 {
 		t.Errorf("%v allocs", n)
 	}
 }
@@ -110,7 +111,7 @@ func BenchmarkICRCSolve4K(b *testing.B) {
 	p := wirePacket(b, rng, src, dst, 0x4242, 4112)
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
-		checkICRC(p, src, dst, UDPPort, 0)
+		CheckDatagramICRC(p, src, dst, UDPPort, 0)
 	}
 }
 
@@ -135,8 +136,19 @@ func FuzzICRCSolvesID(f *testing.F) {
 			t.Fatal(err)
 		}
 		PutICRC(b[len(b)-ICRCLen:], crc)
-		if got, ok := checkICRC(b, src, dst, UDPPort, hint); !ok || got != id {
+		if got, ok := CheckDatagramICRC(b, src, dst, UDPPort, hint); !ok || got != id {
 			t.Fatalf("ID %#x, hint %#x: got %#x, %v", id, hint, got, ok)
 		}
 	})
+}
+
+var errNoSolution = errors.New("no ID")
+
+// solveID is CheckDatagramICRC's answer as an error, for table tests.
+func solveID(b []byte, src netip.AddrPort, dst netip.Addr, hint uint16) (uint16, error) {
+	id, ok := CheckDatagramICRC(b, src, dst, UDPPort, hint)
+	if !ok {
+		return 0, errNoSolution
+	}
+	return id, nil
 }

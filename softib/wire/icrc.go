@@ -1,4 +1,4 @@
-package softib
+package wire
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package softib
+package wire
 
 import (
 	"encoding/binary"
@@ -22,8 +22,8 @@ import (
 
 // TestTsharkDecodesRoCEv2 is an independent wire check of the RoCEv2
 // framing: packets made by our encoders (AppendPacket, PutHeaders, the
-// BTH/DETH/AETH encoders, AppendIPUDPHeaders, the ICRC as frame computes
-// it, the cm MADs, the IPoIB header, ARP and ND) are written to a pcap as
+// BTH/DETH/AETH encoders, AppendIPUDPHeaders, the ICRC as softib's
+// sender computes it, the cm MADs, the IPoIB header, ARP and ND) are written to a pcap as
 // Ethernet/IPv4/UDP 4791 frames, and Wireshark's InfiniBand dissector must
 // read back every value we put in: BTH, DETH, AETH, the CM messages, and
 // the ARP and IPv6 ND packets inside IPoIB. For every frame each field of
@@ -355,18 +355,19 @@ func tsharkBool(b bool) string {
 
 // tsharkEthernet frames an IB packet as our sender puts it on the wire:
 // Ethernet, IPv4 and UDP headers (AppendIPUDPHeaders), the packet
-// (AppendPacket) and its ICRC (icrcStart, as frame computes it).
+// (AppendPacket) and its ICRC (StartDatagramICRC, as softib's sender
+// computes it).
 func tsharkEthernet(t *testing.T, p *Packet) []byte {
 	t.Helper()
 	pkt, err := AppendPacket(nil, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	crc, _ := icrcStart(tsharkSrc, tsharkDst, UDPPort, UDPPort, 0, len(pkt))
+	crc, _ := StartDatagramICRC(tsharkSrc, tsharkDst, UDPPort, UDPPort, 0, len(pkt))
 	crc.Update(pkt[:len(pkt)-ICRCLen])
 	PutICRC(pkt[len(pkt)-ICRCLen:], crc.Sum32())
-	if _, ok := checkICRC(pkt, netip.AddrPortFrom(tsharkSrc, UDPPort), tsharkDst, UDPPort, 0); !ok {
-		t.Fatal("checkICRC refuses our own packet")
+	if _, ok := CheckDatagramICRC(pkt, netip.AddrPortFrom(tsharkSrc, UDPPort), tsharkDst, UDPPort, 0); !ok {
+		t.Fatal("CheckDatagramICRC refuses our own packet")
 	}
 	var back Packet
 	if err := ParsePacket(pkt, &back); err != nil {
