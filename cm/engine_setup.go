@@ -134,13 +134,14 @@ func (e *Engine) sendRTU(c *Comm) error {
 	return nil
 }
 
+// handleREQ takes a REQ in steps: its claims checked against the MAD's
+// source, a duplicate answered, a stale connection ended, one nobody
+// listens for or over the setup limits refused; what passes becomes a
+// connection in REQ-received, reported as EvRequest.
 func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ) {
 	if !reqFromItsSource(from, req) {
-		// The REQ claims a port or adapter that did not send it. Tell the
-		// sender (REJ 12, our GID in the ARI as the kernel sends it) and
-		// believe nothing of it.
-		e.Stats.SourceMismatch++
-		e.sendREJ(e.responseTo(from), tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
+		// The REQ claims a port or adapter that did not send it.
+		e.refuseSourceMismatch(from, tid, req)
 		return
 	}
 	// The peer's GID: its MAD's source, or without one (a MAD without a
@@ -151,61 +152,107 @@ func (e *Engine) handleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ)
 		src = req.Primary.LocalGID
 	}
 	source := sourceOf(from, src)
-	if c := e.byRemote[remoteID{req.LocalCAGUID, req.LocalCommID}]; c != nil {
-		if !fromPeer(from, c) {
-			// Another peer's (CA GUID, comm ID): comm IDs are unique per
-			// adapter, so the sender claims an adapter it is not.
-			e.Stats.SourceMismatch++
-			e.sendREJ(e.responseTo(from), tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
-			return
-		}
-		// A retransmission: answer as before, or tell a slow consumer's
-		// peer to wait; in timewait the connection is over: REJ 10 naming
-		// both comm IDs, "other" message, as the kernel's
-		// cm_dup_req_handler formats it. Its MRA and REJ answer the
-		// duplicate where it came from, as the kernel's do; a REP sent
-		// again goes where the first one went.
-		e.Stats.Duplicate++
-		switch c.State {
-		case StateREQRcvd:
-			e.sendMRA(e.responseTo(from), c, MsgREQ)
-		case StateREPSent:
-			e.sendLast(c)
-		case StateTimewait:
-			e.sendREJ(e.responseTo(from), tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejStaleConnection, nil, nil)
-		}
+	if e.duplicateREQ(from, tid, req) || e.staleREQ(now, from, tid, req) ||
+		e.unservedREQ(from, tid, req) || e.overSetupLimits(now, from, tid, req, source) {
 		return
 	}
-	if old := e.byQP[remoteQP{req.LocalCAGUID, req.LocalQPN}]; old != nil {
-		if fromPeer(from, old) {
-			e.stale(now, old)
-		} else {
-			// Someone else names the remote QP of a live connection: the
-			// connection stays, only its own peer can declare it stale.
-			e.Stats.StaleForeign++
-		}
-		e.refuseREQ(from, tid, req, RejStaleConnection)
-		return
+	e.openPassive(from, tid, req, src, source)
+}
+
+// refuseSourceMismatch answers a REQ whose claims are not its sender's:
+// tell the sender (REJ 12, our GID in the ARI as the kernel sends it) and
+// believe nothing of it.
+func (e *Engine) refuseSourceMismatch(from ib.MADAddr, tid uint64, req *REQ) {
+	e.Stats.SourceMismatch++
+	e.sendREJ(e.responseTo(from), tid, 0, req.LocalCommID, MsgREQ, RejInvalidGID, e.cfg.GID[:], nil)
+}
+
+// duplicateREQ reports whether req names a (CA GUID, comm ID) we already
+// know, and answers it if so.
+func (e *Engine) duplicateREQ(from ib.MADAddr, tid uint64, req *REQ) bool {
+	c := e.byRemote[remoteID{req.LocalCAGUID, req.LocalCommID}]
+	if c == nil {
+		return false
 	}
+	if !fromPeer(from, c) {
+		// Another peer's (CA GUID, comm ID): comm IDs are unique per
+		// adapter, so the sender claims an adapter it is not.
+		e.refuseSourceMismatch(from, tid, req)
+		return true
+	}
+	// A retransmission: answer as before, or tell a slow consumer's
+	// peer to wait; in timewait the connection is over: REJ 10 naming
+	// both comm IDs, "other" message, as the kernel's
+	// cm_dup_req_handler formats it. Its MRA and REJ answer the
+	// duplicate where it came from, as the kernel's do; a REP sent
+	// again goes where the first one went.
+	e.Stats.Duplicate++
+	switch c.State {
+	case StateREQRcvd:
+		e.sendMRA(e.responseTo(from), c, MsgREQ)
+	case StateREPSent:
+		e.sendLast(c)
+	case StateTimewait:
+		e.sendREJ(e.responseTo(from), tid, c.LocalCommID, c.RemoteCommID, MsgOther, RejStaleConnection, nil, nil)
+	}
+	return true
+}
+
+// staleREQ reports whether req names the remote QP of an established
+// connection, and refuses it if so (REJ 10), ending that connection as
+// stale when the REQ comes from its own peer.
+func (e *Engine) staleREQ(now time.Time, from ib.MADAddr, tid uint64, req *REQ) bool {
+	old := e.byQP[remoteQP{req.LocalCAGUID, req.LocalQPN}]
+	if old == nil {
+		return false
+	}
+	if fromPeer(from, old) {
+		e.stale(now, old)
+	} else {
+		// Someone else names the remote QP of a live connection: the
+		// connection stays, only its own peer can declare it stale.
+		e.Stats.StaleForeign++
+	}
+	e.refuseREQ(from, tid, req, RejStaleConnection)
+	return true
+}
+
+// unservedREQ reports whether req asks for a service nobody listens on or
+// a transport we do not offer, and refuses it if so.
+func (e *Engine) unservedREQ(from ib.MADAddr, tid uint64, req *REQ) bool {
 	if !e.listening[req.ServiceID] {
 		e.refuseREQ(from, tid, req, RejInvalidServiceID)
-		return
+		return true
 	}
 	if req.TransportType != TransportRC && req.TransportType != TransportUC {
 		e.refuseREQ(from, tid, req, RejInvalidTransportType)
-		return
+		return true
 	}
+	return false
+}
+
+// overSetupLimits reports whether a new connection would exceed MaxConns
+// or MaxHalfOpen, or its source's MaxHalfOpenPerSource, and refuses req
+// (REJ "no resources") if so.
+func (e *Engine) overSetupLimits(now time.Time, from ib.MADAddr, tid uint64, req *REQ, source sourceKey) bool {
 	if e.full() {
 		e.Stats.Full++
 		e.refuseREQ(from, tid, req, RejNoResources)
-		return
+		return true
 	}
 	if e.halfOpenFrom[source] >= e.cfg.MaxHalfOpenPerSource {
 		e.Stats.BusySource++
 		e.flood.refuse(e.cfg.Log, now, source, e.cfg.MaxHalfOpenPerSource)
 		e.refuseREQ(from, tid, req, RejNoResources)
-		return
+		return true
 	}
+	return false
+}
+
+// openPassive makes the passive side's connection for a REQ that passed
+// every check, in REQ-received with the peer at src, and asks the consumer
+// (EvRequest) to Accept or Reject it.
+func (e *Engine) openPassive(from ib.MADAddr, tid uint64, req *REQ, src ib.GID, source sourceKey) {
 	c := &Comm{
 		RemoteCommID: req.LocalCommID, RemoteQPN: req.LocalQPN,
 		RemoteGID: src, RemoteGUID: req.LocalCAGUID, ServiceID: req.ServiceID,
