@@ -18,6 +18,9 @@
 //     through callbacks, never reading a clock, so its tests run on a
 //     fake clock over a lossy in-memory fabric: package cm/cmtest, which
 //     the tests of consumers such as ipoibcm drive their managers on too.
+//     Its core and MAD dispatch are in engine.go; its exchanges in
+//     engine_setup.go (REQ, MRA, REP, RTU), engine_teardown.go (DREQ,
+//     DREP, REJ, timewait) and engine_timers.go (retries, timeouts).
 //   - A ServiceMaker makes the connection service of one interface from
 //     ServiceParams: EngineOnQP1 on a device's QP1 alone, or
 //     EngineOnSharedQP1 on its share of a port's QP1.

@@ -103,7 +103,19 @@ func main() {
 	}
 }
 
-func run() error {
+// options are cmload's flags.
+type options struct {
+	dst      ib.LinkAddr
+	first    netip.Addr
+	n        int
+	inflight int
+	flags    ib.LinkFlags // ib.FlagRC or, with -uc, ib.FlagUC
+	pid      int
+	timeout  time.Duration
+	hold     time.Duration
+}
+
+func parseFlags() (options, error) {
 	target := flag.String("peer", "", "link address of the ipoibd to connect to (ipoibd show --json: link_addr)")
 	first := flag.String("first", "", "underlay address of the first simulated peer; the others follow it")
 	n := flag.Int("n", 1000, "number of simulated peers (one connection each)")
@@ -113,84 +125,120 @@ func run() error {
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up waiting for connections after this long")
 	hold := flag.Duration("hold", 0, "after reporting, keep the connections this long (0: until SIGINT/SIGTERM)")
 	flag.Parse()
+	o := options{n: *n, inflight: *inflight, flags: ib.FlagRC, pid: *pid, timeout: *timeout, hold: *hold}
 	if *target == "" || *first == "" || *n <= 0 || *inflight <= 0 {
 		flag.Usage()
-		return errors.New("-peer, -first and a positive -n are required")
+		return o, errors.New("-peer, -first and a positive -n are required")
 	}
-	dst, err := ib.ParseLinkAddr(*target)
-	if err != nil {
-		return fmt.Errorf("-peer: %w", err)
+	var err error
+	if o.dst, err = ib.ParseLinkAddr(*target); err != nil {
+		return o, fmt.Errorf("-peer: %w", err)
 	}
-	addr, err := netip.ParseAddr(*first)
+	if o.first, err = netip.ParseAddr(*first); err != nil {
+		return o, fmt.Errorf("-first: %w", err)
+	}
+	if *uc {
+		o.flags = ib.FlagUC
+	}
+	return o, nil
+}
+
+func run() error {
+	o, err := parseFlags()
 	if err != nil {
-		return fmt.Errorf("-first: %w", err)
+		return err
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 
-	l := &load{target: dst, slots: make(chan struct{}, *inflight), reasons: map[string]int{}, finished: make(chan struct{}), quit: make(chan struct{})}
-	l.left.Store(int64(*n))
-	res := result{Peers: *n}
+	l := &load{target: o.dst, slots: make(chan struct{}, o.inflight), reasons: map[string]int{}, finished: make(chan struct{}), quit: make(chan struct{})}
+	l.left.Store(int64(o.n))
+	res := result{Peers: o.n}
 
 	t0 := time.Now()
-	flags := ib.FlagRC
-	if *uc {
-		flags = ib.FlagUC
-	}
-	// Opening is slow with many addresses (softib looks its address up in
-	// the full address list), so it runs on every core.
-	addrs := make([]netip.Addr, *n)
-	for i := range addrs {
-		addrs[i], addr = addr, nextHost(addr)
-	}
-	l.peers = make([]*peer, *n)
-	errs := make([]error, *n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < *n; i = int(next.Add(1) - 1) {
-				l.peers[i], errs[i] = l.open(addrs[i], flags)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := l.openAll(o.first, o.n, o.flags); err != nil {
 		l.close()
 		return err
 	}
 	res.OpenSeconds = time.Since(t0).Seconds()
-	fmt.Fprintf(os.Stderr, "cmload: %d peers open in %.1fs; connecting\n", *n, res.OpenSeconds)
+	fmt.Fprintf(os.Stderr, "cmload: %d peers open in %.1fs; connecting\n", o.n, res.OpenSeconds)
 
 	stop := make(chan struct{})
 	go l.timers(stop)
 	start := time.Now()
-	go func() {
-		for _, p := range l.peers {
-			select {
-			case l.slots <- struct{}{}:
-			case <-stop:
-				return
-			}
-			p.mu.Lock()
-			p.start = time.Now()
-			if ok, err := p.mgr.Connect(p.start, l.target); !ok || err != nil {
-				l.fail(p, fmt.Sprintf("connect: ok=%v err=%v", ok, err))
-			}
-			p.mu.Unlock()
-		}
-	}()
+	go l.connectAll(stop)
 	select {
 	case <-l.finished:
-	case <-time.After(*timeout):
+	case <-time.After(o.timeout):
 		fmt.Fprintln(os.Stderr, "cmload: timed out waiting for connections")
 	case s := <-sig:
 		close(stop)
 		l.close()
 		return fmt.Errorf("interrupted by %v", s)
 	}
+	l.report(&res, start, o.pid)
+
+	if o.hold > 0 {
+		select {
+		case <-time.After(o.hold):
+		case <-sig:
+		}
+	} else {
+		<-sig
+	}
+	close(stop)
+	// No DREQs: the caller tears the daemon down with the namespaces, and
+	// 10,000 disconnects would only slow the exit.
+	l.close()
+	return nil
+}
+
+// openAll opens n peers on the underlay addresses from first on. Opening
+// is slow with many addresses (softib looks its address up in the full
+// address list), so it runs on every core.
+func (l *load) openAll(first netip.Addr, n int, flags ib.LinkFlags) error {
+	addrs := make([]netip.Addr, n)
+	for i, addr := 0, first; i < n; i++ {
+		addrs[i], addr = addr, nextHost(addr)
+	}
+	l.peers = make([]*peer, n)
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				l.peers[i], errs[i] = l.open(addrs[i], flags)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// connectAll connects every peer to the target, as setup slots come free,
+// until stop is closed.
+func (l *load) connectAll(stop chan struct{}) {
+	for _, p := range l.peers {
+		select {
+		case l.slots <- struct{}{}:
+		case <-stop:
+			return
+		}
+		p.mu.Lock()
+		p.start = time.Now()
+		if ok, err := p.mgr.Connect(p.start, l.target); !ok || err != nil {
+			l.fail(p, fmt.Sprintf("connect: ok=%v err=%v", ok, err))
+		}
+		p.mu.Unlock()
+	}
+}
+
+// report fills in res from the setups since start (and, with pid, the
+// daemon's memory) and prints it as one JSON line on stdout.
+func (l *load) report(res *result, start time.Time, pid int) {
 	res.Up, res.Refused = l.up.Load(), l.refused.Load()
 	if last := l.lastUp.Load(); last > 0 {
 		res.SetupSeconds = time.Unix(0, last).Sub(start).Seconds()
@@ -204,28 +252,14 @@ func run() error {
 	}
 	l.mu.Unlock()
 	res.RefusedWhy = strings.Join(why, "; ")
-	if *pid > 0 {
+	if pid > 0 {
 		time.Sleep(200 * time.Millisecond) // the daemon sees the last RTUs
-		res.DaemonHWMKiB, res.DaemonRSSKiB = memOf(*pid)
+		res.DaemonHWMKiB, res.DaemonRSSKiB = memOf(pid)
 	}
 	_, res.SelfRSSKiB = memOf(os.Getpid())
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
 	os.Stdout.Sync()
-
-	if *hold > 0 {
-		select {
-		case <-time.After(*hold):
-		case <-sig:
-		}
-	} else {
-		<-sig
-	}
-	close(stop)
-	// No DREQs: the caller tears the daemon down with the namespaces, and
-	// 10,000 disconnects would only slow the exit.
-	l.close()
-	return nil
 }
 
 // open makes one peer on the underlay address a.

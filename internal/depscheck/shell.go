@@ -96,9 +96,7 @@ func (p *shParser) list(sub bool) {
 		}
 		c := p.src[p.pos]
 		if c == '#' {
-			for p.pos < len(p.src) && p.src[p.pos] != '\n' {
-				p.pos++
-			}
+			p.comment()
 			continue
 		}
 		if c == '\n' {
@@ -108,88 +106,116 @@ func (p *shParser) list(sub bool) {
 			continue
 		}
 		if n := len(p.cases); n > 0 && p.cases[n-1] {
-			// Patterns of a case arm: nothing here is a command.
-			switch c {
-			case ')':
-				p.cases[n-1] = false
-				p.pos++
-			case '|', '(', ';':
-				p.pos++
-			default:
-				switch p.readWord().raw {
-				case "esac":
-					p.cases = p.cases[:n-1]
-				case "":
-					p.pos++ // an operator character no pattern has
-				}
-			}
+			p.pattern(c)
 			continue
 		}
-		switch {
-		case c == ';':
-			p.end()
-			switch {
-			case p.peek(";;&"):
-				p.pos += 3
-			case p.peek(";;"), p.peek(";&"):
-				p.pos += 2
-			default:
-				p.pos++
-				continue
-			}
-			if n := len(p.cases); n > 0 {
-				p.cases[n-1] = true
-			}
-		case p.peek("&>"):
-			p.pos += 2
-			if p.peek(">") {
-				p.pos++
-			}
-			p.target()
-		case c == '&' || c == '|':
-			if !p.test {
-				p.end()
-			}
-			p.pos++
-			if p.pos < len(p.src) && (p.src[p.pos] == c || p.src[p.pos] == '&') {
-				p.pos++
-			}
-		case p.peek("(("):
-			p.arith()
-			p.add(word{raw: "(( ))"}, p.pos)
-		case c == '(':
-			p.pos++
-			if p.test {
-				continue
-			}
-			if len(p.cur) == 1 && p.cur[0].ok && p.closeParen() {
-				// name() — a function definition; its body is the next { }.
-				p.fn = p.cur[0].lit
-				p.funcs[p.fn] = true
-				p.cur = nil
-				continue
-			}
-			p.end()
-			depth++
-		case c == ')':
-			p.pos++
-			if p.test {
-				continue
-			}
-			p.end()
-			if depth > 0 {
-				depth--
-			} else if sub {
-				return
-			}
-		case c == '<' || c == '>' || isRedirect(p.src[p.pos:]):
-			p.redirect()
-		default:
-			start := p.pos
-			p.add(p.readWord(), start)
+		if p.token(c, &depth) && sub {
+			return
 		}
 	}
 	p.end()
+}
+
+// comment skips a comment up to the end of its line.
+func (p *shParser) comment() {
+	for p.pos < len(p.src) && p.src[p.pos] != '\n' {
+		p.pos++
+	}
+}
+
+// pattern reads the patterns of a case arm, where c is: nothing here is a
+// command.
+func (p *shParser) pattern(c byte) {
+	n := len(p.cases)
+	switch c {
+	case ')':
+		p.cases[n-1] = false
+		p.pos++
+	case '|', '(', ';':
+		p.pos++
+	default:
+		switch p.readWord().raw {
+		case "esac":
+			p.cases = p.cases[:n-1]
+		case "":
+			p.pos++ // an operator character no pattern has
+		}
+	}
+}
+
+// token reads the operator or word at p.pos, whose first character is c,
+// keeping depth, the subshells open in the list. It reports whether it
+// read a ')' that closes none of them.
+func (p *shParser) token(c byte, depth *int) (closes bool) {
+	switch {
+	case c == ';':
+		p.separator()
+	case p.peek("&>"):
+		p.pos += 2
+		if p.peek(">") {
+			p.pos++
+		}
+		p.target()
+	case c == '&' || c == '|':
+		if !p.test {
+			p.end()
+		}
+		p.pos++
+		if p.pos < len(p.src) && (p.src[p.pos] == c || p.src[p.pos] == '&') {
+			p.pos++
+		}
+	case p.peek("(("):
+		p.arith()
+		p.add(word{raw: "(( ))"}, p.pos)
+	case c == '(':
+		p.pos++
+		if p.test {
+			return false
+		}
+		if len(p.cur) == 1 && p.cur[0].ok && p.closeParen() {
+			// name() — a function definition; its body is the next { }.
+			p.fn = p.cur[0].lit
+			p.funcs[p.fn] = true
+			p.cur = nil
+			return false
+		}
+		p.end()
+		*depth++
+	case c == ')':
+		p.pos++
+		if p.test {
+			return false
+		}
+		p.end()
+		if *depth == 0 {
+			return true
+		}
+		*depth--
+	case c == '<' || c == '>' || isRedirect(p.src[p.pos:]):
+		p.redirect()
+	default:
+		start := p.pos
+		p.add(p.readWord(), start)
+	}
+	return false
+}
+
+// separator reads a ';', or the ';;', ';&' or ';;&' that ends a case
+// arm: the patterns of the next arm follow.
+func (p *shParser) separator() {
+	p.end()
+	switch {
+	case p.peek(";;&"):
+		p.pos += 3
+	case p.peek(";;"), p.peek(";&"):
+		p.pos += 2
+	default:
+		p.pos++
+		return
+	}
+	if n := len(p.cases); n > 0 {
+		p.cases[n-1] = true
+	}
 }
 
 var fdRedirect = regexp.MustCompile(`^[0-9]+[<>]`)

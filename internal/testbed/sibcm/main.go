@@ -32,57 +32,95 @@ import (
 )
 
 func main() {
+	c := parseArgs()
+	s, err := open(c, os.Stdout)
+	if err != nil {
+		fmt.Printf("sibcm: FAIL: %v\n", err)
+		os.Exit(1)
+	}
+	err = s.run()
+	s.close()
+	if err != nil {
+		fmt.Printf("sibcm: FAIL: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("sibcm: PASS %s\n", s.summary)
+}
+
+// usage reports a command line sibcm cannot run and exits 2.
+func usage(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "sibcm: "+format+"\n", a...)
+	os.Exit(2)
+}
+
+// textFlags are the flags config holds in another form than they are given.
+type textFlags struct {
+	local, ps, rejects    string
+	abandon, expectReject string
+}
+
+// parseArgs reads the command line into a config, or exits through usage.
+func parseArgs() config {
 	var (
-		c                     config
-		local, ps, rejects    string
-		abandon, expectReject string
-		cmTimeout, cmRetries  uint8
+		c config
+		f textFlags
 	)
-	flag.StringVarP(&local, "addr", "a", "", "softib's underlay address (the GID follows from it)")
+	flag.StringVarP(&f.local, "addr", "a", "", "softib's underlay address (the GID follows from it)")
 	flag.Uint16VarP(&c.port, "port", "p", 7471, "rdma_cm port: the service ID's low 16 bits")
-	flag.StringVarP(&ps, "port-space", "P", "tcp", "rdma_cm port space: tcp or ib")
+	flag.StringVarP(&f.ps, "port-space", "P", "tcp", "rdma_cm port space: tcp or ib")
 	flag.IntVarP(&c.count, "count", "C", 10, "messages each way, as ucmatose -C")
 	flag.IntVarP(&c.size, "size", "S", 100, "message size, as ucmatose -S (the peer's must be the same)")
 	flag.BoolVar(&c.dreq, "dreq", false, "send the DREQ once the data is done (default: wait for the peer's)")
-	flag.StringVar(&expectReject, "expect-reject", "", "connect: pass only if the REQ draws a REJ with this reason")
-	flag.StringVar(&abandon, "abandon", "", "connect: answer the REP with REJ 28 (reply) or REJ 4 (timeout) instead of an RTU, or restart the engine after the REQ (restart: the REP draws REJ 6)")
-	flag.StringVar(&rejects, "reject", "", "listen: refuse successive REQs with these reasons (comma-separated), then exit")
+	flag.StringVar(&f.expectReject, "expect-reject", "", "connect: pass only if the REQ draws a REJ with this reason")
+	flag.StringVar(&f.abandon, "abandon", "", "connect: answer the REP with REJ 28 (reply) or REJ 4 (timeout) instead of an RTU, or restart the engine after the REQ (restart: the REP draws REJ 6)")
+	flag.StringVar(&f.rejects, "reject", "", "listen: refuse successive REQs with these reasons (comma-separated), then exit")
 	flag.Uint16Var(&c.srcPort, "src-port", 0, "connect: our port in the rdma_cm header (default: random)")
 	flag.StringVar(&c.private, "private", "sibcm", "connect: consumer private data after the rdma_cm header")
-	flag.Uint8Var(&cmTimeout, "cm-timeout", 18, "CM response timeout code (4.096 µs × 2^code)")
-	flag.Uint8Var(&cmRetries, "cm-retries", 6, "CM retries of a REQ, REP or DREQ")
+	flag.Uint8Var(&c.cmTimeout, "cm-timeout", 18, "CM response timeout code (4.096 µs × 2^code)")
+	flag.Uint8Var(&c.cmRetries, "cm-retries", 6, "CM retries of a REQ, REP or DREQ")
 	flag.DurationVar(&c.timeout, "timeout", 60*time.Second, "give up after this long")
 	flag.Parse()
 
-	usage := func(format string, a ...any) {
-		fmt.Fprintf(os.Stderr, "sibcm: "+format+"\n", a...)
-		os.Exit(2)
+	c.setFlags(f)
+	c.setCommand()
+	if err := c.check(); err != nil {
+		usage("%v", err)
 	}
+	return c
+}
+
+// setFlags takes the flags of f into c, or exits through usage.
+func (c *config) setFlags(f textFlags) {
 	var err error
-	if c.local, err = netip.ParseAddr(local); err != nil {
+	if c.local, err = netip.ParseAddr(f.local); err != nil {
 		usage("-a: %v", err)
 	}
-	switch ps {
+	switch f.ps {
 	case "tcp":
 		c.ps = psTCP
 	case "ib":
 		c.ps = psIB
 	default:
-		usage("-P %q: tcp or ib", ps)
+		usage("-P %q: tcp or ib", f.ps)
 	}
-	c.cmTimeout, c.cmRetries = cmTimeout, cmRetries
-	if c.expectReject, err = parseReasons(expectReject); err != nil || len(c.expectReject) > 1 {
-		usage("--expect-reject %q: one reason code", expectReject)
+	if c.expectReject, err = parseReasons(f.expectReject); err != nil || len(c.expectReject) > 1 {
+		usage("--expect-reject %q: one reason code", f.expectReject)
 	}
-	if c.rejects, err = parseReasons(rejects); err != nil {
+	if c.rejects, err = parseReasons(f.rejects); err != nil {
 		usage("--reject: %v", err)
 	}
-	switch abandon {
+	switch f.abandon {
 	case "", "reply", "timeout", "restart":
-		c.abandon = abandon
+		c.abandon = f.abandon
 	default:
-		usage("--abandon %q: reply, timeout or restart", abandon)
+		usage("--abandon %q: reply, timeout or restart", f.abandon)
 	}
+}
+
+// setCommand takes the command (connect HOST or listen) into c, or exits
+// through usage.
+func (c *config) setCommand() {
+	var err error
 	switch {
 	case flag.NArg() == 2 && flag.Arg(0) == "connect":
 		c.active = true
@@ -99,21 +137,6 @@ func main() {
 	default:
 		usage("usage: sibcm -a ADDR [flags] connect HOST | listen")
 	}
-	if err := c.check(); err != nil {
-		usage("%v", err)
-	}
-	s, err := open(c, os.Stdout)
-	if err != nil {
-		fmt.Printf("sibcm: FAIL: %v\n", err)
-		os.Exit(1)
-	}
-	err = s.run()
-	s.close()
-	if err != nil {
-		fmt.Printf("sibcm: FAIL: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Printf("sibcm: PASS %s\n", s.summary)
 }
 
 // parseReasons reads a comma-separated list of REJ reason codes.

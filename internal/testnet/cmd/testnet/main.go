@@ -82,18 +82,7 @@ func run(args []string, stdout io.Writer) error {
 	name := args[0]
 	switch verb {
 	case "up":
-		n, err := number("N", args[1])
-		if err != nil {
-			return err
-		}
-		net := testnet.DefaultNet
-		if s := os.Getenv("CLUSTER_NET"); s != "" {
-			if net, err = number("CLUSTER_NET", s); err != nil {
-				return err
-			}
-		}
-		_, err = testnet.Up(name, n, net)
-		return err
+		return up(name, args[1])
 	case "down":
 		return testnet.Down(name)
 	}
@@ -105,14 +94,37 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return onHost(c, verb, k, args[2:], stdout)
+}
+
+// up makes cluster name with n (a word of the command line) hosts.
+func up(name, n string) error {
+	hosts, err := number("N", n)
+	if err != nil {
+		return err
+	}
+	net := testnet.DefaultNet
+	if s := os.Getenv("CLUSTER_NET"); s != "" {
+		if net, err = number("CLUSTER_NET", s); err != nil {
+			return err
+		}
+	}
+	_, err = testnet.Up(name, hosts, net)
+	return err
+}
+
+// onHost runs a verb that acts on host k of cluster c, with the words of
+// the command line after K.
+func onHost(c *testnet.Cluster, verb string, k int, rest []string, stdout io.Writer) error {
 	switch verb {
 	case "start":
 		c.Daemon = daemon()
-		return c.Start(k, args[2:]...)
+		return c.Start(k, rest...)
 	case "stop":
 		sig := unix.SIGTERM
-		if len(args) == 3 {
-			if sig, err = testnet.ParseSignal(args[2]); err != nil {
+		if len(rest) == 1 {
+			var err error
+			if sig, err = testnet.ParseSignal(rest[0]); err != nil {
 				return errUsage(err.Error())
 			}
 		}
@@ -120,19 +132,13 @@ func run(args []string, stdout io.Writer) error {
 	case "exec":
 		// Replaced, not run: the caller's pid, signals, streams and exit
 		// status are the command's, as with `ip netns exec`.
-		cmd := c.Command(k, args[2], args[3:]...)
+		cmd := c.Command(k, rest[0], rest[1:]...)
 		if cmd.Err != nil {
 			return cmd.Err
 		}
 		return unix.Exec(cmd.Path, cmd.Args, os.Environ())
 	case "log":
-		f, err := os.Open(c.LogPath(k))
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(stdout, f)
-		return err
+		return printLog(c, k, stdout)
 	case "pid":
 		pid, err := c.Pid(k)
 		if err != nil {
@@ -141,13 +147,24 @@ func run(args []string, stdout io.Writer) error {
 		_, err = fmt.Fprintln(stdout, pid)
 		return err
 	case "loss":
-		pct, err := strconv.Atoi(args[2])
+		pct, err := strconv.Atoi(rest[0])
 		if err != nil {
-			return errUsage(fmt.Sprintf("loss: percent %q: %v", args[2], err))
+			return errUsage(fmt.Sprintf("loss: percent %q: %v", rest[0], err))
 		}
 		return c.Loss(k, pct)
 	}
 	return errUsage(fmt.Sprintf("unknown command %q", verb))
+}
+
+// printLog copies host k's daemon log to stdout.
+func printLog(c *testnet.Cluster, k int, stdout io.Writer) error {
+	f, err := os.Open(c.LogPath(k))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(stdout, f)
+	return err
 }
 
 // number reads a positive count or index.
