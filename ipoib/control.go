@@ -84,7 +84,7 @@ func (c *control) init(i *Interface) {
 	empty := []netip.Addr{}
 	c.broadcasts.Store(&empty)
 	c.now = time.Now()
-	c.linkUp, c.carrier = true, true // as tun.Open leaves the device
+	c.linkUp, c.carrier = true, true // as tun.OpenNetdev leaves the device
 	c.refreshAddrs()
 }
 

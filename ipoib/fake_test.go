@@ -24,6 +24,17 @@ import (
 // fake instead of a TUN, so a test puts packets in where the kernel would
 // and reads what the interface hands back to the kernel.
 
+// newOnFake makes an interface on the fake nd, opened as cfg's
+// NetdevConfig says, as the daemon opens a TUN.
+func newOnFake(nd *netdevtest.Netdev, cfg Config) (*Interface, error) {
+	nc, err := cfg.NetdevConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Netdev = nd.Open(nc)
+	return New(cfg)
+}
+
 // fakeHost is one such interface, with its subnet addresses 10.9.0.k/24
 // and fd00:9::k/64.
 type fakeHost struct {
@@ -53,13 +64,13 @@ func newFakeHostsOn(t *testing.T, dev0 ibtest.Config, n int, mods ...func(*Confi
 		h := &fakeHost{ibdev: dev, nd: netdevtest.New(),
 			ip4: netip.AddrFrom4([4]byte{10, 9, 0, byte(k + 1)}),
 			ip6: netip.MustParseAddr(fmt.Sprintf("fd00:9::%d", k+1))}
-		cfg := Config{Name: "ib0", Device: dev, Netdev: h.nd.Open, Queues: 1,
+		cfg := Config{Name: "ib0", Device: dev, Queues: 1,
 			Addrs: []netip.Prefix{netip.PrefixFrom(h.ip4, 24), netip.PrefixFrom(h.ip6, 64)},
 			Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if k < len(mods) && mods[k] != nil {
 			mods[k](&cfg)
 		}
-		if h.Interface, err = New(cfg); err != nil {
+		if h.Interface, err = newOnFake(h.nd, cfg); err != nil {
 			_ = dev.Close()
 			t.Fatal(err)
 		}

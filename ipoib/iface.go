@@ -1,5 +1,6 @@
 // Package ipoib is one IPoIB interface: it wires the kernel's network
-// device (a TUN, behind Netdev), the UD endpoint, neighbor resolution, the
+// device (an opened Netdev: a TUN from package tun in the daemon), the UD
+// endpoint, neighbor resolution, the
 // connection manager and per-destination MTUs together over an ib.Device,
 // and runs the datapath.
 //
@@ -11,9 +12,10 @@
 //
 // Files, by concern:
 //   - iface.go: opening and closing; mode.go: the run-time mode switch
-//   - netdev.go: the kernel side, Packets and Link: a TUN device and its
-//     netlink in the daemon, a channel-backed fake in tests (fake_test.go
-//     runs the interface's behaviours as an ordinary user)
+//   - netdev.go: the kernel side's names, Packets and Link (package
+//     netdev): tun's TUN device and netlink in the daemon, netdevtest's
+//     channel-backed fake in tests (fake_test.go runs the interface's
+//     behaviours as an ordinary user)
 //   - tx.go, rx.go: the datapath, one file per direction; post.go: posting
 //     sends in batches and reaping their completions; slots.go: the
 //     registered packet buffers; packet.go: reading IP headers
@@ -41,7 +43,6 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,10 +51,9 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
+	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/sa"
-	"github.com/ipoibd/ipoibd/tun"
-	"github.com/vishvananda/netns"
 )
 
 // Mode is the interface's IPoIB mode.
@@ -122,9 +122,6 @@ type Config struct {
 	// the default) or the kernel's CM through librdmacm (--cm kernel).
 	// The interface drives either the same way.
 	ConnService cm.ServiceMaker
-	// Netns puts the interface in a network namespace: a name as `ip netns`
-	// knows it, or a path (default: the daemon's own).
-	Netns string
 	// NoOffload keeps TSO, USO, checksum offload and receive coalescing
 	// off (for comparisons): every packet then crosses the TUN whole.
 	NoOffload bool
@@ -140,8 +137,10 @@ type Config struct {
 	// Renamed, if set, is called on the control goroutine when the kernel
 	// renamed the interface (ip link set NAME name NEW).
 	Renamed func(old, new string)
-	// Netdev opens the interface in the kernel (default OpenTUN).
-	Netdev func(tun.Config) (Netdev, error)
+	// Netdev is the interface in the kernel, opened as NetdevConfig says
+	// (the daemon: tun.OpenNetdev, in the interface's namespace). New
+	// takes it over: Close closes it, and so does New on error.
+	Netdev Netdev
 	Log    *slog.Logger
 }
 
@@ -170,7 +169,6 @@ type Interface struct {
 	name atomic.Pointer[string]
 
 	netdev Netdev
-	netns  netns.NsHandle // the namespace the interface lives in
 	slots  *slots
 	sendCQ ib.CQ
 	recvCQ ib.CQ
@@ -241,26 +239,40 @@ type neighPacket struct {
 	data      [128]byte
 }
 
-// New opens the interface: TUN, queue pairs, buffers. Nothing runs until
-// Start. On error everything already opened is closed again.
+// New opens the interface on cfg.Netdev: queue pairs, buffers, the
+// broadcast group. Nothing runs until Start. On error everything already
+// opened is closed again, cfg.Netdev too.
 func New(cfg Config) (_ *Interface, err error) {
+	if cfg.Netdev == nil {
+		return nil, errors.New("ipoib: no netdev")
+	}
 	i, err := settle(cfg)
 	if err != nil {
+		_ = cfg.Netdev.Close()
 		return nil, err
 	}
+	i.netdev = cfg.Netdev
 	defer func() {
 		if err != nil {
 			i.leaveBroadcast()
 			i.release()
 		}
 	}()
-	tunNetns, err := i.openNetns()
-	if err != nil {
-		return nil, err
+	if i.mtu < netdev.IPv6MinMTU && hasIPv6(cfg.Addrs) {
+		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
+		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
 	}
 	if cfg.Subnet != nil {
+		opened := i.mtu
 		if err = i.joinBroadcast(); err != nil {
 			return nil, err
+		}
+		// The netdev was opened before the SA answered: it takes the
+		// broadcast group's smaller UD MTU now.
+		if i.mtu != opened {
+			if err = i.netdev.SetMTU(i.mtu); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if i.slots, err = newSlots(i.dev, i.cfg.Queues); err != nil {
@@ -270,14 +282,6 @@ func New(cfg Config) (_ *Interface, err error) {
 		return nil, err
 	}
 	i.local.QPN, i.local.GID = i.udQP.Num(), i.port.GID
-	i.linkLocal = tun.LinkLocal(interfaceID(i.port.GID))
-	open := cfg.Netdev
-	if open == nil {
-		open = OpenTUN
-	}
-	if i.netdev, err = open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns, Offload: !cfg.NoOffload, Queues: i.cfg.Queues}); err != nil {
-		return nil, err
-	}
 	i.rxBuf.groOn, _ = i.netdev.Offloads()
 	i.routes = i.netdev.Routes()
 	if cfg.Mode == Connected {
@@ -286,6 +290,17 @@ func New(cfg Config) (_ *Interface, err error) {
 		}
 	}
 	return i, nil
+}
+
+// NetdevConfig is how the interface's netdev must be opened (Config.Netdev):
+// cfg's defaults filled in and checked against the port, as New settles
+// them, so that a bad cfg fails before anything is made.
+func (cfg Config) NetdevConfig() (netdev.Config, error) {
+	i, err := settle(cfg)
+	if err != nil {
+		return netdev.Config{}, err
+	}
+	return netdev.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Offload: !cfg.NoOffload, Queues: i.cfg.Queues}, nil
 }
 
 // settle fills in cfg's defaults and checks it against the port: the
@@ -334,6 +349,7 @@ func settle(cfg Config) (*Interface, error) {
 		done:      make(chan struct{}),
 		lost:      make(chan struct{}),
 	}
+	i.linkLocal = netdev.LinkLocal(interfaceID(port.GID))
 	i.name.Store(&cfg.Name)
 	i.log = slog.New(ifHandler{h: i.logs.handler(), name: i.Name})
 	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
@@ -353,10 +369,6 @@ func settle(cfg Config) (*Interface, error) {
 			i.mtu = ConnectedMTU
 		}
 	}
-	if i.mtu < tun.IPv6MinMTU && hasIPv6(cfg.Addrs) {
-		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
-		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
-	}
 	if i.mtu > ConnectedMTU {
 		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit %d", i.mtu, cfg.Mode, ConnectedMTU)
 	}
@@ -365,28 +377,6 @@ func settle(cfg Config) (*Interface, error) {
 			i.mtu, i.udMTU, port.ActiveMTU, ConnectedMTU)
 	}
 	return i, nil
-}
-
-// openNetns opens the namespace the interface lives in; the control
-// goroutine, which may run on any thread, follows it through this handle.
-// It returns the handle for tun.Open: nil for the daemon's own namespace.
-func (i *Interface) openNetns() (*netns.NsHandle, error) {
-	var err error
-	var tunNetns *netns.NsHandle
-	switch name := i.cfg.Netns; {
-	case name == "":
-		i.netns, err = netns.Get()
-	case strings.Contains(name, "/"):
-		i.netns, err = netns.GetFromPath(name)
-		tunNetns = &i.netns
-	default:
-		i.netns, err = netns.GetFromName(name)
-		tunNetns = &i.netns
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ipoib: network namespace %q: %w", i.cfg.Netns, err)
-	}
-	return tunNetns, nil
 }
 
 // openCM makes the connection manager on the configured connection
@@ -419,12 +409,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 // InNetns runs f on a thread in the interface's network namespace, for
 // what is bound to a namespace when made (sockets, /proc/thread-self/net).
 // Without --netns that is the daemon's own and f runs as is.
-func (i *Interface) InNetns(f func() error) error {
-	if i.cfg.Netns == "" {
-		return f()
-	}
-	return inNetns(&i.netns, f)
-}
+func (i *Interface) InNetns(f func() error) error { return i.netdev.InNetns(f) }
 
 // interfaceID is the IPv6 interface identifier of an IPoIB interface (RFC
 // 4391 §8, as the kernel's driver forms it): the port GUID, which is the
@@ -522,7 +507,7 @@ func (i *Interface) Start() {
 }
 
 // Close disconnects every connection (DREQs go out), stops the datapath and
-// removes the TUN interface with its addresses and routes.
+// closes the netdev (a TUN goes with its addresses and routes).
 func (i *Interface) Close() {
 	i.closed.Do(func() {
 		if i.started.Load() {
@@ -562,9 +547,6 @@ func (i *Interface) release() {
 	}
 	if i.slots != nil {
 		i.slots.close()
-	}
-	if i.netns.IsOpen() {
-		_ = i.netns.Close()
 	}
 }
 

@@ -193,7 +193,7 @@ func startWatching(t *testing.T, addrs []netip.Prefix, unseen func(*netdevtest.N
 	}
 	t.Cleanup(func() { dev.Close() })
 	nd := netdevtest.New()
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Queues: 1, Addrs: addrs,
+	i, err := newOnFake(nd, Config{Name: "ib0", Device: dev, Queues: 1, Addrs: addrs,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

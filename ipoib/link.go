@@ -5,8 +5,8 @@ import (
 	"strconv"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/tun"
 )
 
 // This file follows the interface's link as an operator changes it, and its
@@ -60,9 +60,9 @@ func (c *control) linkChanged(u LinkEvent) {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)
 		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.linkLocal.IsValid()
 		switch {
-		case u.MTU < tun.IPv6MinMTU && i.mtu >= tun.IPv6MinMTU && wantIPv6:
+		case u.MTU < netdev.IPv6MinMTU && i.mtu >= netdev.IPv6MinMTU && wantIPv6:
 			i.log.Warn("IPv6 off on this link until its MTU is at least 1280", "mtu", u.MTU)
-		case u.MTU >= tun.IPv6MinMTU && i.mtu < tun.IPv6MinMTU && wantIPv6:
+		case u.MTU >= netdev.IPv6MinMTU && i.mtu < netdev.IPv6MinMTU && wantIPv6:
 			ipv6Back = true
 		}
 		i.mtu = u.MTU
@@ -105,7 +105,7 @@ func (i *Interface) ownAddrs() []netip.Prefix {
 	return out
 }
 
-// republish sets every resolved neighbor's host route again: mtu.Routes
+// republish sets every resolved neighbor's host route again: tun.Routes
 // compares its MTU with the link's now and takes its source from our
 // addresses now.
 func (c *control) republish() {

@@ -60,7 +60,7 @@ func subnetChild(k string) error {
 	}
 	defer dev.Close()
 	nd := netdevtest.New()
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Subnet: sub, Queues: 1, Log: slog.New(slog.DiscardHandler),
+	i, err := newOnFake(nd, Config{Name: "ib0", Device: dev, Subnet: sub, Queues: 1, Log: slog.New(slog.DiscardHandler),
 		Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0." + k + "/24"), netip.MustParsePrefix("fd00:9::" + k + "/64")}})
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ func TestSharedGIDClaims(t *testing.T) {
 			a, b := h[0], h[1]
 			c := &fakeHost{ibdev: b.ibdev, nd: netdevtest.New(), ip4: netip.MustParseAddr("10.9.0.3")}
 			var err error
-			c.Interface, err = New(Config{Name: "ib1", Device: b.ibdev, Netdev: c.nd.Open, Queues: 1, Mode: Datagram, // b holds the port's QP1
+			c.Interface, err = newOnFake(c.nd, Config{Name: "ib1", Device: b.ibdev, Queues: 1, Mode: Datagram, // b holds the port's QP1
 				Addrs: []netip.Prefix{netip.PrefixFrom(c.ip4, 24)}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/sa"
-	"github.com/ipoibd/ipoibd/tun"
 )
 
 // fakeSA is a subnet administrator for every host of a test: it hands out
@@ -158,7 +157,7 @@ func TestSubnetBroadcastJoin(t *testing.T) {
 	}
 
 	f.setJoinErr(errors.New("no answer"))
-	_, err := New(Config{Name: "ib1", Device: a.dev, Netdev: netdevtest.New().Open, Subnet: f, Queues: 1})
+	_, err := newOnFake(netdevtest.New(), Config{Name: "ib1", Device: a.dev, Subnet: f, Queues: 1})
 	if err == nil || !strings.Contains(err.Error(), "broadcast group") {
 		t.Errorf("New with a failing broadcast join: %v, want an error naming the broadcast group", err)
 	}
@@ -271,7 +270,7 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 		}
 		return n
 	}
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: netdevtest.New().Open, Subnet: f, Queues: 1})
+	i, err := newOnFake(netdevtest.New(), Config{Name: "ib0", Device: dev, Subnet: f, Queues: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +278,15 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 	if left() != 1 {
 		t.Errorf("closed before Start: left the broadcast group %d times, want 1", left())
 	}
-	failing := func(tun.Config) (Netdev, error) { return nil, errors.New("no TUN") }
-	if _, err := New(Config{Name: "ib0", Device: dev, Netdev: failing, Subnet: f, Queues: 1}); err == nil {
+	// In datagram mode the netdev takes the group's smaller UD MTU after
+	// the join; a netdev refusing it fails New after the join.
+	cfg := Config{Name: "ib0", Device: dev, Subnet: f, Queues: 1, Mode: Datagram}
+	nc, err := cfg.NetdevConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Netdev = mtuRefused{netdevtest.New().Open(nc)}
+	if _, err := New(cfg); err == nil {
 		t.Fatal("New with a failing netdev succeeded")
 	}
 	if left() != 2 {
@@ -345,5 +351,30 @@ func TestSubnetEventRejoins(t *testing.T) {
 	a.send(out)
 	if got := b.next(t); string(got) != string(out) {
 		t.Fatalf("b got %d octets after the subnet event, want a's packet", len(got))
+	}
+}
+
+// mtuRefused is a netdev that takes no MTU change.
+type mtuRefused struct{ *netdevtest.Netdev }
+
+func (mtuRefused) SetMTU(int) error { return errors.New("no MTU change") }
+
+// TestSubnetDatagramMTU: in datagram mode, without an MTU asked for, the
+// netdev opened at the port's UD MTU takes the broadcast group's smaller
+// one once New has joined it.
+func TestSubnetDatagramMTU(t *testing.T) {
+	dev, err := ibtest.NewFabric().Open(ibtest.Config{}) // IB MTU 4096
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	nd := netdevtest.New()
+	i, err := newOnFake(nd, Config{Name: "ib0", Device: dev, Subnet: newFakeSA(0x0b1b), Queues: 1, Mode: Datagram}) // group MTU 2048
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer i.Close()
+	if got := nd.MTU(); got != 2044 {
+		t.Errorf("netdev MTU %d, want the group's UD MTU 2044", got)
 	}
 }

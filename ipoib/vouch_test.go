@@ -32,13 +32,13 @@ func lidHosts(t *testing.T, f *fakeSA, n int, mods ...func(k int, c *Config)) ([
 		f.mu.Lock()
 		f.paths[dev.Port().GID] = uint16(0x10 + k)
 		f.mu.Unlock()
-		cfg := Config{Name: "ib0", Device: dev, Netdev: h.nd.Open, Queues: 1, Subnet: f,
+		cfg := Config{Name: "ib0", Device: dev, Queues: 1, Subnet: f,
 			Addrs: []netip.Prefix{netip.PrefixFrom(h.ip4, 24), netip.PrefixFrom(h.ip6, 64)},
 			Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
 		for _, m := range mods {
 			m(k, &cfg)
 		}
-		if h.Interface, err = New(cfg); err != nil {
+		if h.Interface, err = newOnFake(h.nd, cfg); err != nil {
 			_ = dev.Close()
 			t.Fatal(err)
 		}

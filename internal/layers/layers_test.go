@@ -29,7 +29,6 @@ var allowed = map[string][]string{
 	"neigh":    {"ib", "inetsum"},
 	"offload":  {"ib", "inetsum"},
 	"mtu":      {"inetsum"},
-	"tun":      {"offload"},
 	"sapath":   {"cm", "ib", "sa"},
 	// what the counters mean, for the man page, stats and metrics
 	"counterdoc": nil,
@@ -43,13 +42,17 @@ var allowed = map[string][]string{
 	"softib/ibfwd":                  {"ib", "softib"},
 	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib"}, // softib: -capture picks the MADs with its frame parser
 	// one interface and its kernel side: interfaces only, no transport
+	// and no TUN (kernelFree below holds them to it indirectly too)
 	"ipoib/netdev":     {"mtu", "offload"},
-	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},
+	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload"},
 	"ipoib/ipoibcm":    {"cm", "encap", "ib"},
-	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath", "tun"},
+	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath"},
 	"metrics":          {"counterdoc", "ib", "ipoib"},
-	// the daemon chooses the providers and the connection service
-	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "umadsa", "verbs"},
+	// the TUN netdev: the device, netlink, namespaces, MTU host routes
+	"tun": {"encap", "ipoib/netdev", "mtu", "offload"},
+	// the daemon chooses the providers and the connection service, and
+	// opens each interface's netdev
+	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "tun", "umadsa", "verbs"},
 	// the CNI plugin talks to a daemon over its control socket only
 	"cni":                {"ib"},
 	"cni/cmd/ipoibd-cni": {"cni"},
@@ -73,6 +76,36 @@ var allowed = map[string][]string{
 	// table) import it; cm's harness must not import cm, whose tests are
 	// inside package cm
 	"cm/cmtest": {"ib", "mad"},
+}
+
+// kernelFree are the packages of an interface that take their kernel side
+// as a netdev.Netdev and must reach no TUN or netlink, directly or not
+// (go list -deps): the interface runs as an ordinary user on a fake.
+var kernelFree = []string{"ipoib", "ipoib/netdev", "ipoib/netdevtest", "ipoib/ipoibcm"}
+
+// kernelOnly are the packages that only the TUN netdev and the daemon may
+// depend on.
+var kernelOnly = []string{module + "tun", "github.com/vishvananda/netlink"}
+
+func TestKernelSeam(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to list the dependencies with")
+	}
+	for _, tags := range []string{"", "rdma"} {
+		for _, pkg := range kernelFree {
+			out, err := exec.Command(goTool, "list", "-deps", "-tags="+tags, module+pkg).Output()
+			if err != nil {
+				t.Fatalf("go list -deps -tags=%q %s: %v", tags, pkg, err)
+			}
+			deps := strings.Fields(string(out))
+			for _, bad := range kernelOnly {
+				if slices.Contains(deps, bad) {
+					t.Errorf("tags %q: %s depends on %s", tags, pkg, bad)
+				}
+			}
+		}
+	}
 }
 
 func TestPackageImports(t *testing.T) {
