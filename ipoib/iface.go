@@ -11,7 +11,10 @@
 // control goroutine through bounded channels.
 //
 // Files, by concern:
-//   - iface.go: opening and closing; mode.go: the run-time mode switch
+//   - iface.go: settling the config, opening and closing; port.go: who
+//     the interface is on its port (portID: P_Key, link address, UD MTU,
+//     the SA's broadcast group), one value; mode.go: the run-time mode
+//     switch
 //   - netdev.go: the kernel side's names, Packets and Link (package
 //     netdev): tun's TUN device and netlink in the daemon, netdevtest's
 //     channel-backed fake in tests (fake_test.go runs the interface's
@@ -42,7 +45,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +55,6 @@ import (
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/sa"
 )
 
 // Mode is the interface's IPoIB mode.
@@ -146,24 +147,20 @@ type Config struct {
 
 // Interface is a running IPoIB interface.
 type Interface struct {
-	cfg   Config
-	dev   ib.Device
-	port  ib.PortAttr
-	pkey  ib.PKey
-	local ib.LinkAddr
-	udMTU int // largest IP packet over UD
+	cfg Config
+	dev ib.Device
+	// port is who the interface is on the fabric (port.go): the
+	// interface reads it from here only.
+	port portID
 	// qkey is the UD QP's Q_Key (an ib.QKey), which every UD send names:
-	// the broadcast group's, which the SA may change (subnet.go).
+	// port.bcast's (the default without a Subnet), published for the
+	// datapath, since the SA may change it (subnet.go).
 	qkey atomic.Uint32
-	// bcastGroup is the broadcast group as the SA's join answered (zero
-	// without a Subnet). The control goroutine changes it when the SA
-	// does (followBroadcast), under bcastMu, which the group worker takes
-	// to read it.
-	bcastGroup sa.MCMemberRecord
-	bcastMu    sync.Mutex
-	mtu        int // interface MTU (the control goroutine follows the link's)
+	// bcastMu guards port.bcast, which the control goroutine changes when
+	// the SA does (followBroadcast) and the group worker reads.
+	bcastMu sync.Mutex
+	mtu     int // interface MTU (the control goroutine follows the link's)
 
-	linkLocal netip.Prefix // RFC 4391's, from the port GID
 	// name is the interface's name now: cfg.Name, then what the kernel
 	// renamed it to (the control goroutine follows it).
 	name atomic.Pointer[string]
@@ -246,11 +243,12 @@ func New(cfg Config) (_ *Interface, err error) {
 	if cfg.Netdev == nil {
 		return nil, errors.New("ipoib: no netdev")
 	}
-	i, err := settle(cfg)
+	cfg, port, mtu, err := settle(cfg)
 	if err != nil {
 		_ = cfg.Netdev.Close()
 		return nil, err
 	}
+	i := newInterface(cfg, port, mtu)
 	i.netdev = cfg.Netdev
 	defer func() {
 		if err != nil {
@@ -281,7 +279,7 @@ func New(cfg Config) (_ *Interface, err error) {
 	if err = i.openQueues(); err != nil {
 		return nil, err
 	}
-	i.local.QPN, i.local.GID = i.udQP.Num(), i.port.GID
+	i.port.local.QPN = i.udQP.Num()
 	i.rxBuf.groOn, _ = i.netdev.Offloads()
 	i.routes = i.netdev.Routes()
 	if cfg.Mode == Connected {
@@ -296,19 +294,35 @@ func New(cfg Config) (_ *Interface, err error) {
 // cfg's defaults filled in and checked against the port, as New settles
 // them, so that a bad cfg fails before anything is made.
 func (cfg Config) NetdevConfig() (netdev.Config, error) {
-	i, err := settle(cfg)
+	cfg, port, mtu, err := settle(cfg)
 	if err != nil {
 		return netdev.Config{}, err
 	}
-	return netdev.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Offload: !cfg.NoOffload, Queues: i.cfg.Queues}, nil
+	return netdev.Config{Name: cfg.Name, MTU: mtu, Addrs: cfg.Addrs, LinkLocal: port.linkLocal, Offload: !cfg.NoOffload, Queues: cfg.Queues}, nil
 }
 
-// settle fills in cfg's defaults and checks it against the port: the
-// interface as it will be, with nothing opened yet.
-func settle(cfg Config) (*Interface, error) {
+// settle fills in cfg's defaults and checks it against the port: cfg as
+// the interface runs it, who the interface is on the port, and its MTU,
+// with nothing opened yet.
+func settle(cfg Config) (Config, portID, int, error) {
 	if cfg.Device == nil {
-		return nil, errors.New("ipoib: no device")
+		return cfg, portID{}, 0, errors.New("ipoib: no device")
 	}
+	cfg = withDefaults(cfg)
+	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
+		return cfg, portID{}, 0, fmt.Errorf("ipoib: %d TUN queues: want 1 to %d", cfg.Queues, MaxQueues)
+	}
+	port, err := identify(cfg)
+	if err != nil {
+		return cfg, portID{}, 0, err
+	}
+	mtu, err := linkMTU(cfg, port)
+	return cfg, port, mtu, err
+}
+
+// withDefaults fills in what cfg leaves unsaid but the port: RC, a log,
+// one TUN queue per CPU up to DefaultMaxQueues.
+func withDefaults(cfg Config) Config {
 	if !cfg.RC && !cfg.UC {
 		cfg.RC = true
 	}
@@ -318,24 +332,34 @@ func settle(cfg Config) (*Interface, error) {
 	if cfg.Queues == 0 {
 		cfg.Queues = min(runtime.NumCPU(), DefaultMaxQueues)
 	}
-	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
-		return nil, fmt.Errorf("ipoib: %d TUN queues: want 1 to %d", cfg.Queues, MaxQueues)
-	}
-	port := cfg.Device.Port()
-	if len(port.PKeys) == 0 {
-		return nil, errors.New("ipoib: the port has an empty P_Key table")
-	}
-	pkey := port.PKeys[0]
-	if cfg.PKey != 0 {
-		// Membership type aside, the partition must be in the port's table.
-		if !slices.ContainsFunc(port.PKeys, func(p ib.PKey) bool { return p|0x8000 == cfg.PKey|0x8000 }) {
-			return nil, fmt.Errorf("ipoib: P_Key %v is not in the port's P_Key table %v", cfg.PKey, port.PKeys)
+	return cfg
+}
+
+// linkMTU is the interface's MTU: cfg's, by default 65520 in connected
+// mode and the UD MTU in datagram mode, within the mode's limit.
+func linkMTU(cfg Config, port portID) (int, error) {
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = port.udMTU
+		if cfg.Mode == Connected {
+			mtu = ConnectedMTU
 		}
-		pkey = cfg.PKey
 	}
+	if mtu > ConnectedMTU {
+		return 0, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit %d", mtu, cfg.Mode, ConnectedMTU)
+	}
+	if cfg.Mode == Datagram && mtu > port.udMTU {
+		return 0, fmt.Errorf("ipoib: MTU %d is above the datagram-mode limit %d (the port's IB MTU %d less the 4-octet IPoIB header; connected mode takes up to %d)",
+			mtu, port.udMTU, port.ActiveMTU, ConnectedMTU)
+	}
+	return mtu, nil
+}
+
+// newInterface is the interface settle described, with its queues to the
+// control goroutine made and nothing opened.
+func newInterface(cfg Config, port portID, mtu int) *Interface {
 	i := &Interface{
-		cfg: cfg, dev: cfg.Device, port: port, pkey: pkey,
-		udMTU:     encap.MTUForIB(port.ActiveMTU),
+		cfg: cfg, dev: cfg.Device, port: port, mtu: mtu,
 		pending:   make(chan pendingPacket, 1024),
 		wantConn:  make(chan *neigh.Entry, 256),
 		rxReply:   make(chan neighPacket, 256),
@@ -349,34 +373,11 @@ func settle(cfg Config) (*Interface, error) {
 		done:      make(chan struct{}),
 		lost:      make(chan struct{}),
 	}
-	i.linkLocal = netdev.LinkLocal(interfaceID(port.GID))
 	i.name.Store(&cfg.Name)
 	i.log = slog.New(ifHandler{h: i.logs.handler(), name: i.Name})
 	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
 	i.datagram.Store(cfg.Mode == Datagram)
-	if cfg.Mode == Connected {
-		if cfg.RC {
-			i.local.Flags |= ib.FlagRC
-		}
-		if cfg.UC {
-			i.local.Flags |= ib.FlagUC
-		}
-	}
-	i.mtu = cfg.MTU
-	if i.mtu == 0 {
-		i.mtu = i.udMTU
-		if cfg.Mode == Connected {
-			i.mtu = ConnectedMTU
-		}
-	}
-	if i.mtu > ConnectedMTU {
-		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit %d", i.mtu, cfg.Mode, ConnectedMTU)
-	}
-	if cfg.Mode == Datagram && i.mtu > i.udMTU {
-		return nil, fmt.Errorf("ipoib: MTU %d is above the datagram-mode limit %d (the port's IB MTU %d less the 4-octet IPoIB header; connected mode takes up to %d)",
-			i.mtu, i.udMTU, port.ActiveMTU, ConnectedMTU)
-	}
-	return i, nil
+	return i
 }
 
 // openCM makes the connection manager on the configured connection
@@ -389,10 +390,10 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 	}
 	return ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(events func(cm.Event)) (cm.Service, error) {
-			return newService(cm.ServiceParams{Port: port, PKey: i.pkey, UDQPN: i.local.QPN, MaxConns: cfg.MaxConns, Events: events, Log: i.log})
+			return newService(cm.ServiceParams{Port: port.PortAttr, PKey: i.port.pkey, UDQPN: i.port.local.QPN, MaxConns: cfg.MaxConns, Events: events, Log: i.log})
 		},
-		PKey:        i.pkey,
-		Local:       i.local,
+		PKey:        i.port.pkey,
+		Local:       i.port.local,
 		Policy:      cfg.Policy,
 		UC:          cfg.UC && !cfg.RC,
 		PathMTU:     port.ActiveMTU,
@@ -460,13 +461,13 @@ func (i *Interface) openQueues() error {
 	if _, err := i.srq.PostRecv(wrs); err != nil {
 		return err
 	}
-	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
-	if err := i.dev.AttachMulticast(i.udQP, mgid, i.bcastGroup.MLID); err != nil {
+	mgid := encap.BroadcastMGID(i.port.pkey, encap.LinkLocal)
+	if err := i.dev.AttachMulticast(i.udQP, mgid, i.port.bcast.MLID); err != nil {
 		return fmt.Errorf("ipoib: joining the broadcast group %v: %w", mgid, err)
 	}
 	bcast := ib.AHAttr{DestGID: mgid}
 	if i.cfg.Subnet != nil {
-		bcast.Path = groupPath(i.bcastGroup)
+		bcast.Path = groupPath(i.port.bcast)
 	}
 	ah, err := i.dev.CreateAH(bcast)
 	if err != nil {
@@ -597,7 +598,7 @@ func (i *Interface) LostErr() error {
 }
 
 // LinkAddr returns the interface's link address.
-func (i *Interface) LinkAddr() ib.LinkAddr { return i.local }
+func (i *Interface) LinkAddr() ib.LinkAddr { return i.port.local }
 
 // Name returns the interface name, as the kernel has it now (the control
 // goroutine follows renames).
@@ -628,4 +629,4 @@ func (h ifHandler) WithGroup(g string) slog.Handler {
 }
 
 // PKey returns the interface's partition key.
-func (i *Interface) PKey() ib.PKey { return i.pkey }
+func (i *Interface) PKey() ib.PKey { return i.port.pkey }

@@ -171,12 +171,12 @@ func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
 func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
 	own := netip.MustParsePrefix("fd00:9::1/64")
 	i := startWatching(t, []netip.Prefix{own}, (*netdevtest.Netdev).LinkFlapUnseen)
-	if !i.linkLocal.IsValid() {
+	if !i.port.linkLocal.IsValid() {
 		t.Fatal("no RFC 4391 link-local address")
 	}
 	var ours []netip.Prefix
 	i.do(func() { ours = slices.Clone(i.ctl.addrs) })
-	for _, p := range []netip.Prefix{i.linkLocal, own} {
+	for _, p := range []netip.Prefix{i.port.linkLocal, own} {
 		if !slices.Contains(ours, p) {
 			t.Errorf("addresses %v after start, want %v among them", ours, p)
 		}

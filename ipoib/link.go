@@ -58,7 +58,7 @@ func (c *control) linkChanged(u LinkEvent) {
 	republish, ipv6Back := false, false
 	if u.MTU > 0 && u.MTU != i.mtu {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)
-		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.linkLocal.IsValid()
+		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.port.linkLocal.IsValid()
 		switch {
 		case u.MTU < netdev.IPv6MinMTU && i.mtu >= netdev.IPv6MinMTU && wantIPv6:
 			i.log.Warn("IPv6 off on this link until its MTU is at least 1280", "mtu", u.MTU)
@@ -99,8 +99,8 @@ func (c *control) restoreOwnAddrs(why string) {
 // one and --addr.
 func (i *Interface) ownAddrs() []netip.Prefix {
 	out := append([]netip.Prefix(nil), i.cfg.Addrs...)
-	if i.linkLocal.IsValid() {
-		out = append(out, i.linkLocal)
+	if i.port.linkLocal.IsValid() {
+		out = append(out, i.port.linkLocal)
 	}
 	return out
 }

@@ -36,15 +36,15 @@ func TestSharedGIDClaims(t *testing.T) {
 			}
 			c.Start()
 			t.Cleanup(c.Close)
-			if c.local.GID != b.local.GID || c.local.QPN == b.local.QPN {
-				t.Fatalf("c %v is not a second interface on b's port %v", c.local, b.local)
+			if c.port.local.GID != b.port.local.GID || c.port.local.QPN == b.port.local.QPN {
+				t.Fatalf("c %v is not a second interface on b's port %v", c.port.local, b.port.local)
 			}
 			a.send(packetTo(a.ip4, b.ip4, 100, 1))
 			b.next(t)
 			refuted := a.count(impostors)
 			c.do(func() {
-				claim := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.local, SenderIP: b.ip4, TargetHW: a.local, TargetIP: a.ip4}
-				c.ctl.sendARP(&claim, a.local, true)
+				claim := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.port.local, SenderIP: b.ip4, TargetHW: a.port.local, TargetIP: a.ip4}
+				c.ctl.sendARP(&claim, a.port.local, true)
 			})
 			if !tc.shared {
 				waitFor(t, "a to take the claim as b's restart", func() bool {
