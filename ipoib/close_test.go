@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib/ibtest"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 )
 
 // An interface closed without ever being started (its owner failed half

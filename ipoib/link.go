@@ -5,8 +5,8 @@ import (
 	"strconv"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev"
 )
 
 // This file follows the interface's link as an operator changes it, and its

@@ -1,6 +1,6 @@
 package ipoib
 
-import "github.com/ipoibd/ipoibd/ipoib/netdev"
+import "github.com/ipoibd/ipoibd/netdev"
 
 // The kernel side's interfaces live in package netdev, so that its
 // implementations (tun's, netdevtest's fake) need not import ipoib; these

@@ -20,8 +20,8 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/ibsim"
 	"github.com/ipoibd/ipoibd/internal/testutil"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/umadsa"
 )

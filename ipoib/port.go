@@ -8,7 +8,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/ipoib/netdev"
+	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/ipoibd/ipoibd/sa"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/ipoibd/ipoibd/encap"
-	"github.com/ipoibd/ipoibd/ipoib/netdev"
+	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"

@@ -41,15 +41,16 @@ var allowed = map[string][]string{
 	"ib/ibtest":                     {"ib"},
 	"softib/ibfwd":                  {"ib", "softib"},
 	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib"}, // softib: -capture picks the MADs with its frame parser
-	// one interface and its kernel side: interfaces only, no transport
-	// and no TUN (kernelFree below holds them to it indirectly too)
-	"ipoib/netdev":     {"mtu", "offload"},
-	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload"},
-	"ipoib/ipoibcm":    {"cm", "encap", "ib"},
-	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath"},
-	"metrics":          {"counterdoc", "ib", "ipoib"},
-	// the TUN netdev: the device, netlink, namespaces, MTU host routes
-	"tun": {"encap", "ipoib/netdev", "mtu", "offload"},
+	// the kernel seam (an interface's kernel side) and its fake; the TUN
+	// netdev: the device, netlink, namespaces, MTU host routes
+	"netdev":            {"mtu", "offload"},
+	"netdev/netdevtest": {"mtu", "netdev", "offload"},
+	"tun":               {"encap", "mtu", "netdev", "offload"},
+	// one interface: interfaces only, no transport and no TUN
+	// (kernelFree below holds it to that indirectly too)
+	"ipoib/ipoibcm": {"cm", "encap", "ib"},
+	"ipoib":         {"cm", "encap", "ib", "ipoib/ipoibcm", "mtu", "neigh", "netdev", "offload", "sa", "sapath"},
+	"metrics":       {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service, and
 	// opens each interface's netdev
 	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "tun", "umadsa", "verbs"},
@@ -81,7 +82,7 @@ var allowed = map[string][]string{
 // kernelFree are the packages of an interface that take their kernel side
 // as a netdev.Netdev and must reach no TUN or netlink, directly or not
 // (go list -deps): the interface runs as an ordinary user on a fake.
-var kernelFree = []string{"ipoib", "ipoib/netdev", "ipoib/netdevtest", "ipoib/ipoibcm"}
+var kernelFree = []string{"ipoib", "ipoib/ipoibcm", "netdev", "netdev/netdevtest"}
 
 // kernelOnly are the packages that only the TUN netdev and the daemon may
 // depend on.

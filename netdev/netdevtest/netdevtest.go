@@ -11,8 +11,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/mtu"
+	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/ipoibd/ipoibd/offload"
 )
 

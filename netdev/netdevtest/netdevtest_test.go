@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/mtu"
+	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/ipoibd/ipoibd/offload"
 )
 
