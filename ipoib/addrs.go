@@ -59,7 +59,7 @@ func (c *control) syncGroups() {
 	c.groupsAt = c.now
 	want := map[ib.GID]netip.Addr{}
 	add := func(group netip.Addr) {
-		if mgid, err := encap.MulticastMGID(group, i.pkey, encap.LinkLocal); err == nil {
+		if mgid, err := encap.MulticastMGID(group, i.port.pkey, encap.LinkLocal); err == nil {
 			want[mgid] = group
 		}
 	}

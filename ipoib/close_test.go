@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib/ibtest"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 )
 
 // An interface closed without ever being started (its owner failed half
@@ -19,7 +19,7 @@ func TestCloseWithoutStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: netdevtest.New().Open, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	i, err := newOnFake(netdevtest.New(), Config{Name: "ib0", Device: dev, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,8 +104,8 @@ func TestConnectionCounters(t *testing.T) {
 		if want := []string{b.ip4.String(), b.ip6.String()}; !slices.Equal(c.PeerIPs, want) {
 			t.Errorf("a's %s connection names its peer %v, want %v (IPv4 first)", c.Direction, c.PeerIPs, want)
 		}
-		if c.PathMTU < 256 || c.PeerUDQPN != uint32(b.local.QPN) || c.PeerGUID != fmt.Sprintf("0x%016x", b.local.GID[8:]) {
-			t.Errorf("a's %s connection: path MTU %d, peer UD QPN %#x GUID %s; want an IB MTU and b's %v", c.Direction, c.PathMTU, c.PeerUDQPN, c.PeerGUID, b.local)
+		if c.PathMTU < 256 || c.PeerUDQPN != uint32(b.port.local.QPN) || c.PeerGUID != fmt.Sprintf("0x%016x", b.port.local.GID[8:]) {
+			t.Errorf("a's %s connection: path MTU %d, peer UD QPN %#x GUID %s; want an IB MTU and b's %v", c.Direction, c.PathMTU, c.PeerUDQPN, c.PeerGUID, b.port.local)
 		}
 	}
 }

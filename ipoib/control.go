@@ -63,8 +63,6 @@ type control struct {
 	carrier    bool   // the TUN's carrier is on (followPort)
 	noViaCache bool   // the route subscription failed: do not cache next hops
 	subnetSeen uint64 // the device's subnet events taken (followSubnet)
-	pkeyIndex  int    // our partition's index in the port's P_Key table (followPKey)
-	lid        uint16 // the port's LID as last seen (followSubnet)
 }
 
 func (c *control) init(i *Interface) {
@@ -73,8 +71,6 @@ func (c *control) init(i *Interface) {
 	c.wantGroups = map[ib.GID]netip.Addr{}
 	c.groupRecs = map[ib.GID]joinedGroup{}
 	c.subnet = i.startSubnet()
-	c.pkeyIndex = pkeyIndex(i.port.PKeys, i.pkey)
-	c.lid = i.port.LID
 	if ev, ok := i.dev.(ib.SubnetEventer); ok {
 		c.subnetSeen = ev.SubnetEvents() // events before Start changed nothing yet
 	}
@@ -84,7 +80,7 @@ func (c *control) init(i *Interface) {
 	empty := []netip.Addr{}
 	c.broadcasts.Store(&empty)
 	c.now = time.Now()
-	c.linkUp, c.carrier = true, true // as tun.Open leaves the device
+	c.linkUp, c.carrier = true, true // as tun.OpenNetdev leaves the device
 	c.refreshAddrs()
 }
 
@@ -95,16 +91,7 @@ func (i *Interface) controlLoop() {
 	stop := make(chan struct{})
 	defer close(stop)
 	linkEvents := i.netdev.Watch(stop)
-	// Read the addresses again now that changes are watched: one added
-	// between the first read (control.init) and the subscription, as networkd
-	// does to a new link at boot, would otherwise go unseen until the
-	// next change, and we would answer no ARP for it. Ours go back first:
-	// one that vanished in that window stays gone otherwise (the systemd
-	// boot once had ib0 without its link-local after networkd configured
-	// it; a down and up, which drops IPv6 addresses, is one way).
-	c.now = time.Now()
-	c.restoreOwnAddrs("before watching the link")
-	c.refreshAddrs()
+	c.watching()
 	// The connection service: its input (MADs, the kernel CM's events)
 	// wakes the loop, and its timers run when its Next says.
 	var cmWake <-chan struct{}
@@ -171,6 +158,19 @@ func (i *Interface) controlLoop() {
 			c.tick()
 		}
 	}
+}
+
+// watching reads the addresses again now that changes are watched: one
+// added between the first read (control.init) and the subscription, as
+// networkd does to a new link at boot, would otherwise go unseen until the
+// next change, and we would answer no ARP for it. Ours go back first: one
+// that vanished in that window stays gone otherwise (the systemd boot once
+// had ib0 without its link-local after networkd configured it; a down and
+// up, which drops IPv6 addresses, is one way).
+func (c *control) watching() {
+	c.now = time.Now()
+	c.restoreOwnAddrs("before watching the link")
+	c.refreshAddrs()
 }
 
 // urgent serves, without waiting, what goes before a solicitation: the

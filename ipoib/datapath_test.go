@@ -19,6 +19,7 @@ import (
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/offload"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/tun"
 )
 
 // The per-packet path measured without the kernel's TCP in the way: a
@@ -59,6 +60,19 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// newOnTUN makes an interface on a real TUN in the calling thread's
+// namespace, as the daemon does.
+func newOnTUN(cfg Config) (*Interface, error) {
+	nc, err := cfg.NetdevConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Netdev, err = tun.OpenNetdev(nc, ""); err != nil {
+		return nil, err
+	}
+	return New(cfg)
+}
+
 func newPair(tb testing.TB) *pair {
 	tb.Helper()
 	n := testnet.New(tb, testnet.Config{Hosts: 2})
@@ -74,7 +88,8 @@ func newPair(tb testing.TB) *pair {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			i, err := New(Config{Name: "ib0", Device: dev, Log: slog.New(slog.NewTextHandler(w, nil)), Addrs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("192.168.9.%d/24", k+1)), netip.MustParsePrefix(fmt.Sprintf("fd00:9::%d/64", k+1))}})
+			cfg := Config{Name: "ib0", Device: dev, Log: slog.New(slog.NewTextHandler(w, nil)), Addrs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("192.168.9.%d/24", k+1)), netip.MustParsePrefix(fmt.Sprintf("fd00:9::%d/64", k+1))}}
+			i, err := newOnTUN(cfg)
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -14,8 +14,8 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ib/ibtest"
 	"github.com/ipoibd/ipoibd/inetsum"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 	"github.com/ipoibd/ipoibd/offload"
 )
 
@@ -23,6 +23,17 @@ import (
 // interface over an ibtest device (an in-memory fabric) with a netdevtest
 // fake instead of a TUN, so a test puts packets in where the kernel would
 // and reads what the interface hands back to the kernel.
+
+// newOnFake makes an interface on the fake nd, opened as cfg's
+// NetdevConfig says, as the daemon opens a TUN.
+func newOnFake(nd *netdevtest.Netdev, cfg Config) (*Interface, error) {
+	nc, err := cfg.NetdevConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Netdev = nd.Open(nc)
+	return New(cfg)
+}
 
 // fakeHost is one such interface, with its subnet addresses 10.9.0.k/24
 // and fd00:9::k/64.
@@ -53,13 +64,13 @@ func newFakeHostsOn(t *testing.T, dev0 ibtest.Config, n int, mods ...func(*Confi
 		h := &fakeHost{ibdev: dev, nd: netdevtest.New(),
 			ip4: netip.AddrFrom4([4]byte{10, 9, 0, byte(k + 1)}),
 			ip6: netip.MustParseAddr(fmt.Sprintf("fd00:9::%d", k+1))}
-		cfg := Config{Name: "ib0", Device: dev, Netdev: h.nd.Open, Queues: 1,
+		cfg := Config{Name: "ib0", Device: dev, Queues: 1,
 			Addrs: []netip.Prefix{netip.PrefixFrom(h.ip4, 24), netip.PrefixFrom(h.ip6, 64)},
 			Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if k < len(mods) && mods[k] != nil {
 			mods[k](&cfg)
 		}
-		if h.Interface, err = New(cfg); err != nil {
+		if h.Interface, err = newOnFake(h.nd, cfg); err != nil {
 			_ = dev.Close()
 			t.Fatal(err)
 		}
@@ -240,18 +251,18 @@ func TestFakeDatagramPeer(t *testing.T) {
 		t.Fatalf("b got %d octets, want a's %d", len(got), len(out))
 	}
 	n, _ := a.neighbor(b.ip4)
-	if n.Via != "UD" || n.MTU != a.udMTU {
-		t.Errorf("a's neighbor b: via %s MTU %d, want UD with %d", n.Via, n.MTU, a.udMTU)
+	if n.Via != "UD" || n.MTU != a.port.udMTU {
+		t.Errorf("a's neighbor b: via %s MTU %d, want UD with %d", n.Via, n.MTU, a.port.udMTU)
 	}
-	if m, ok := a.nd.Route(b.ip4); !ok || m != a.udMTU {
-		t.Errorf("a's host route to b: %d %v, want MTU %d", m, ok, a.udMTU)
+	if m, ok := a.nd.Route(b.ip4); !ok || m != a.port.udMTU {
+		t.Errorf("a's host route to b: %d %v, want MTU %d", m, ok, a.port.udMTU)
 	}
 	tooBig, ud := a.count(txDropTooBig), a.count(txUD)
-	a.send(packetTo(a.ip4, b.ip4, a.udMTU+100, 2))
+	a.send(packetTo(a.ip4, b.ip4, a.port.udMTU+100, 2))
 	icmp := a.next(t)
 	if len(icmp) < 28 || icmp[9] != 1 || icmp[20] != 3 || icmp[21] != 4 ||
-		int(binary.BigEndian.Uint16(icmp[26:])) != a.udMTU {
-		t.Fatalf("a wrote % x, want ICMP fragmentation needed with MTU %d", icmp[:min(len(icmp), 28)], a.udMTU)
+		int(binary.BigEndian.Uint16(icmp[26:])) != a.port.udMTU {
+		t.Fatalf("a wrote % x, want ICMP fragmentation needed with MTU %d", icmp[:min(len(icmp), 28)], a.port.udMTU)
 	}
 	// The drop is counted right after the ICMP is written: await it.
 	waitFor(t, "tx_drop_too_big counted", func() bool { return a.count(txDropTooBig) >= tooBig+1 })
@@ -271,8 +282,8 @@ func TestFakeImpostorRefuted(t *testing.T) {
 	b.next(t)
 	refuted := a.count(impostors)
 	c.do(func() {
-		lie := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.local, SenderIP: b.ip4, TargetHW: a.local, TargetIP: a.ip4}
-		c.ctl.sendARP(&lie, a.local, true)
+		lie := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.port.local, SenderIP: b.ip4, TargetHW: a.port.local, TargetIP: a.ip4}
+		c.ctl.sendARP(&lie, a.port.local, true)
 	})
 	waitFor(t, "a refutes c's claim", func() bool { return a.count(impostors) > refuted })
 	if n, _ := a.neighbor(b.ip4); n.LinkAddr != b.LinkAddr().String() {
@@ -358,7 +369,7 @@ func TestFakeDrops(t *testing.T) {
 				return
 			}
 			n := copy(buf, raw)
-			from.ctl.sendNeigh(slot, n, to.local, true, netip.Addr{})
+			from.ctl.sendNeigh(slot, n, to.port.local, true, netip.Addr{})
 		})
 	}
 	fill := func(h *fakeHost) { // the kernel takes nothing more
@@ -419,7 +430,7 @@ func TestFakeConnectionRefused(t *testing.T) {
 	waitFor(t, "c's connection to b up", func() bool { n, _ := c.neighbor(b.ip4); return n.Via == "RC" })
 	a.send(packetTo(a.ip4, b.ip4, 100, 2))
 	b.next(t)
-	key := ib.LinkAddr{QPN: b.local.QPN, GID: b.local.GID}
+	key := ib.LinkAddr{QPN: b.port.local.QPN, GID: b.port.local.GID}
 	backedOff := func() (ok bool) {
 		a.do(func() { _, ok = a.ctl.backoff[key] })
 		return ok

@@ -56,11 +56,11 @@ func TestREQFloodFromOneLID(t *testing.T) {
 		claim[0], claim[1] = 0xfe, 0x80
 		binary.BigEndian.PutUint64(claim[8:], 0x0002c903000a0000+uint64(n))
 		req := cm.REQ{
-			LocalCommID: uint32(0x1000 + n), ServiceID: cm.IPoIBServiceID(a.local.QPN),
+			LocalCommID: uint32(0x1000 + n), ServiceID: cm.IPoIBServiceID(a.port.local.QPN),
 			LocalCAGUID: 0x0002c903000a0000 + uint64(n), LocalQPN: ib.QPN(0x5000 + n),
 			TransportType: cm.TransportRC, PathMTU: ib.MTU2048, StartingPSN: 1,
 			RemoteCMResponseTimeout: 20, LocalCMResponseTimeout: 20, MaxCMRetries: 15, PKey: ib.DefaultPKey,
-			Primary: cm.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: claim, RemoteGID: a.local.GID, HopLimit: 64},
+			Primary: cm.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: claim, RemoteGID: a.port.local.GID, HopLimit: 64},
 		}
 		_ = cm.PrivateData{UDQPN: ib.QPN(0x6000 + n), ReceiveMTU: 65524}.Encode(req.PrivateData[:])
 		if err := req.MarshalMAD(buf[:], uint64(n)); err != nil {

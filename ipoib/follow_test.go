@@ -73,7 +73,7 @@ func subnetDeviceHosts(t *testing.T, f *fakeSA, n int, mode Mode) ([]*fakeHost, 
 	h := newFakeHosts(t, n, mods...)
 	f.mu.Lock()
 	for k, x := range h {
-		f.paths[x.local.GID] = uint16(0x10 + k)
+		f.paths[x.port.local.GID] = uint16(0x10 + k)
 	}
 	f.mu.Unlock()
 	return h, devs
@@ -102,7 +102,7 @@ func TestSubnetBroadcastChangeFollowed(t *testing.T) {
 			f := newFakeSA(0x0b1b)
 			h, devs := subnetDeviceHosts(t, f, 2, Datagram)
 			a, b := h[0], h[1]
-			bcast := encap.BroadcastMGID(a.pkey, encap.LinkLocal)
+			bcast := encap.BroadcastMGID(a.port.pkey, encap.LinkLocal)
 			out := packetTo(a.ip6, b.ip6, 600, 1)
 			a.send(out)
 			if got := b.next(t); string(got) != string(out) {
@@ -240,7 +240,7 @@ func TestSubnetLIDMovesReconnect(t *testing.T) {
 		redone bool
 	}{
 		{"our LID moved", func(_ *fakeSA, d *subnetDevice, _ *fakeHost) { d.lid = 0x77 }, true},
-		{"the peer's LID moved", func(f *fakeSA, _ *subnetDevice, b *fakeHost) { f.paths[b.local.GID] = 0x66 }, true},
+		{"the peer's LID moved", func(f *fakeSA, _ *subnetDevice, b *fakeHost) { f.paths[b.port.local.GID] = 0x66 }, true},
 		{"nothing moved", func(*fakeSA, *subnetDevice, *fakeHost) {}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -254,7 +254,7 @@ func TestSubnetLIDMovesReconnect(t *testing.T) {
 			}
 			waitFor(t, "a connects to b", func() bool { return len(a.Connections()) > 0 })
 			before := a.Connections()[0].LocalQPN
-			queries := f.queried(b.local.GID)
+			queries := f.queried(b.port.local.GID)
 
 			f.mu.Lock()
 			devs[0].mu.Lock()
@@ -262,7 +262,7 @@ func TestSubnetLIDMovesReconnect(t *testing.T) {
 			devs[0].mu.Unlock()
 			f.mu.Unlock()
 			devs[0].events.Add(1)
-			waitFor(t, "a asks for b's path again", func() bool { return f.queried(b.local.GID) > queries })
+			waitFor(t, "a asks for b's path again", func() bool { return f.queried(b.port.local.GID) > queries })
 			a.Show() // the answer is taken by now or in the next turns of the control loop
 			gone := func() bool {
 				for _, c := range a.Connections() {

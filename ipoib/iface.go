@@ -1,5 +1,6 @@
 // Package ipoib is one IPoIB interface: it wires the kernel's network
-// device (a TUN, behind Netdev), the UD endpoint, neighbor resolution, the
+// device (an opened Netdev: a TUN from package tun in the daemon), the UD
+// endpoint, neighbor resolution, the
 // connection manager and per-destination MTUs together over an ib.Device,
 // and runs the datapath.
 //
@@ -10,10 +11,14 @@
 // control goroutine through bounded channels.
 //
 // Files, by concern:
-//   - iface.go: opening and closing; mode.go: the run-time mode switch
-//   - netdev.go: the kernel side, Packets and Link: a TUN device and its
-//     netlink in the daemon, a channel-backed fake in tests (fake_test.go
-//     runs the interface's behaviours as an ordinary user)
+//   - iface.go: settling the config, opening and closing; port.go: who
+//     the interface is on its port (portID: P_Key, link address, UD MTU,
+//     the SA's broadcast group), one value; mode.go: the run-time mode
+//     switch
+//   - netdev.go: the kernel side's names, Packets and Link (package
+//     netdev): tun's TUN device and netlink in the daemon, netdevtest's
+//     channel-backed fake in tests (fake_test.go runs the interface's
+//     behaviours as an ordinary user)
 //   - tx.go, rx.go: the datapath, one file per direction; post.go: posting
 //     sends in batches and reaping their completions; slots.go: the
 //     registered packet buffers; packet.go: reading IP headers
@@ -40,8 +45,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +54,7 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/sa"
-	"github.com/ipoibd/ipoibd/tun"
-	"github.com/vishvananda/netns"
+	"github.com/ipoibd/ipoibd/netdev"
 )
 
 // Mode is the interface's IPoIB mode.
@@ -122,9 +123,6 @@ type Config struct {
 	// the default) or the kernel's CM through librdmacm (--cm kernel).
 	// The interface drives either the same way.
 	ConnService cm.ServiceMaker
-	// Netns puts the interface in a network namespace: a name as `ip netns`
-	// knows it, or a path (default: the daemon's own).
-	Netns string
 	// NoOffload keeps TSO, USO, checksum offload and receive coalescing
 	// off (for comparisons): every packet then crosses the TUN whole.
 	NoOffload bool
@@ -140,37 +138,34 @@ type Config struct {
 	// Renamed, if set, is called on the control goroutine when the kernel
 	// renamed the interface (ip link set NAME name NEW).
 	Renamed func(old, new string)
-	// Netdev opens the interface in the kernel (default OpenTUN).
-	Netdev func(tun.Config) (Netdev, error)
+	// Netdev is the interface in the kernel, opened as NetdevConfig says
+	// (the daemon: tun.OpenNetdev, in the interface's namespace). New
+	// takes it over: Close closes it, and so does New on error.
+	Netdev Netdev
 	Log    *slog.Logger
 }
 
 // Interface is a running IPoIB interface.
 type Interface struct {
-	cfg   Config
-	dev   ib.Device
-	port  ib.PortAttr
-	pkey  ib.PKey
-	local ib.LinkAddr
-	udMTU int // largest IP packet over UD
+	cfg Config
+	dev ib.Device
+	// port is who the interface is on the fabric (port.go): the
+	// interface reads it from here only.
+	port portID
 	// qkey is the UD QP's Q_Key (an ib.QKey), which every UD send names:
-	// the broadcast group's, which the SA may change (subnet.go).
+	// port.bcast's (the default without a Subnet), published for the
+	// datapath, since the SA may change it (subnet.go).
 	qkey atomic.Uint32
-	// bcastGroup is the broadcast group as the SA's join answered (zero
-	// without a Subnet). The control goroutine changes it when the SA
-	// does (followBroadcast), under bcastMu, which the group worker takes
-	// to read it.
-	bcastGroup sa.MCMemberRecord
-	bcastMu    sync.Mutex
-	mtu        int // interface MTU (the control goroutine follows the link's)
+	// bcastMu guards port.bcast, which the control goroutine changes when
+	// the SA does (followBroadcast) and the group worker reads.
+	bcastMu sync.Mutex
+	mtu     int // interface MTU (the control goroutine follows the link's)
 
-	linkLocal netip.Prefix // RFC 4391's, from the port GID
 	// name is the interface's name now: cfg.Name, then what the kernel
 	// renamed it to (the control goroutine follows it).
 	name atomic.Pointer[string]
 
 	netdev Netdev
-	netns  netns.NsHandle // the namespace the interface lives in
 	slots  *slots
 	sendCQ ib.CQ
 	recvCQ ib.CQ
@@ -241,26 +236,41 @@ type neighPacket struct {
 	data      [128]byte
 }
 
-// New opens the interface: TUN, queue pairs, buffers. Nothing runs until
-// Start. On error everything already opened is closed again.
+// New opens the interface on cfg.Netdev: queue pairs, buffers, the
+// broadcast group. Nothing runs until Start. On error everything already
+// opened is closed again, cfg.Netdev too.
 func New(cfg Config) (_ *Interface, err error) {
-	i, err := settle(cfg)
+	if cfg.Netdev == nil {
+		return nil, errors.New("ipoib: no netdev")
+	}
+	cfg, port, mtu, err := settle(cfg)
 	if err != nil {
+		_ = cfg.Netdev.Close()
 		return nil, err
 	}
+	i := newInterface(cfg, port, mtu)
+	i.netdev = cfg.Netdev
 	defer func() {
 		if err != nil {
 			i.leaveBroadcast()
 			i.release()
 		}
 	}()
-	tunNetns, err := i.openNetns()
-	if err != nil {
-		return nil, err
+	if i.mtu < netdev.IPv6MinMTU && hasIPv6(cfg.Addrs) {
+		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
+		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
 	}
 	if cfg.Subnet != nil {
+		opened := i.mtu
 		if err = i.joinBroadcast(); err != nil {
 			return nil, err
+		}
+		// The netdev was opened before the SA answered: it takes the
+		// broadcast group's smaller UD MTU now.
+		if i.mtu != opened {
+			if err = i.netdev.SetMTU(i.mtu); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if i.slots, err = newSlots(i.dev, i.cfg.Queues); err != nil {
@@ -269,15 +279,7 @@ func New(cfg Config) (_ *Interface, err error) {
 	if err = i.openQueues(); err != nil {
 		return nil, err
 	}
-	i.local.QPN, i.local.GID = i.udQP.Num(), i.port.GID
-	i.linkLocal = tun.LinkLocal(interfaceID(i.port.GID))
-	open := cfg.Netdev
-	if open == nil {
-		open = OpenTUN
-	}
-	if i.netdev, err = open(tun.Config{Name: cfg.Name, MTU: i.mtu, Addrs: cfg.Addrs, LinkLocal: i.linkLocal, Netns: tunNetns, Offload: !cfg.NoOffload, Queues: i.cfg.Queues}); err != nil {
-		return nil, err
-	}
+	i.port.local.QPN = i.udQP.Num()
 	i.rxBuf.groOn, _ = i.netdev.Offloads()
 	i.routes = i.netdev.Routes()
 	if cfg.Mode == Connected {
@@ -288,12 +290,39 @@ func New(cfg Config) (_ *Interface, err error) {
 	return i, nil
 }
 
-// settle fills in cfg's defaults and checks it against the port: the
-// interface as it will be, with nothing opened yet.
-func settle(cfg Config) (*Interface, error) {
-	if cfg.Device == nil {
-		return nil, errors.New("ipoib: no device")
+// NetdevConfig is how the interface's netdev must be opened (Config.Netdev):
+// cfg's defaults filled in and checked against the port, as New settles
+// them, so that a bad cfg fails before anything is made.
+func (cfg Config) NetdevConfig() (netdev.Config, error) {
+	cfg, port, mtu, err := settle(cfg)
+	if err != nil {
+		return netdev.Config{}, err
 	}
+	return netdev.Config{Name: cfg.Name, MTU: mtu, Addrs: cfg.Addrs, LinkLocal: port.linkLocal, Offload: !cfg.NoOffload, Queues: cfg.Queues}, nil
+}
+
+// settle fills in cfg's defaults and checks it against the port: cfg as
+// the interface runs it, who the interface is on the port, and its MTU,
+// with nothing opened yet.
+func settle(cfg Config) (Config, portID, int, error) {
+	if cfg.Device == nil {
+		return cfg, portID{}, 0, errors.New("ipoib: no device")
+	}
+	cfg = withDefaults(cfg)
+	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
+		return cfg, portID{}, 0, fmt.Errorf("ipoib: %d TUN queues: want 1 to %d", cfg.Queues, MaxQueues)
+	}
+	port, err := identify(cfg)
+	if err != nil {
+		return cfg, portID{}, 0, err
+	}
+	mtu, err := linkMTU(cfg, port)
+	return cfg, port, mtu, err
+}
+
+// withDefaults fills in what cfg leaves unsaid but the port: RC, a log,
+// one TUN queue per CPU up to DefaultMaxQueues.
+func withDefaults(cfg Config) Config {
 	if !cfg.RC && !cfg.UC {
 		cfg.RC = true
 	}
@@ -303,24 +332,34 @@ func settle(cfg Config) (*Interface, error) {
 	if cfg.Queues == 0 {
 		cfg.Queues = min(runtime.NumCPU(), DefaultMaxQueues)
 	}
-	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
-		return nil, fmt.Errorf("ipoib: %d TUN queues: want 1 to %d", cfg.Queues, MaxQueues)
-	}
-	port := cfg.Device.Port()
-	if len(port.PKeys) == 0 {
-		return nil, errors.New("ipoib: the port has an empty P_Key table")
-	}
-	pkey := port.PKeys[0]
-	if cfg.PKey != 0 {
-		// Membership type aside, the partition must be in the port's table.
-		if !slices.ContainsFunc(port.PKeys, func(p ib.PKey) bool { return p|0x8000 == cfg.PKey|0x8000 }) {
-			return nil, fmt.Errorf("ipoib: P_Key %v is not in the port's P_Key table %v", cfg.PKey, port.PKeys)
+	return cfg
+}
+
+// linkMTU is the interface's MTU: cfg's, by default 65520 in connected
+// mode and the UD MTU in datagram mode, within the mode's limit.
+func linkMTU(cfg Config, port portID) (int, error) {
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = port.udMTU
+		if cfg.Mode == Connected {
+			mtu = ConnectedMTU
 		}
-		pkey = cfg.PKey
 	}
+	if mtu > ConnectedMTU {
+		return 0, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit %d", mtu, cfg.Mode, ConnectedMTU)
+	}
+	if cfg.Mode == Datagram && mtu > port.udMTU {
+		return 0, fmt.Errorf("ipoib: MTU %d is above the datagram-mode limit %d (the port's IB MTU %d less the 4-octet IPoIB header; connected mode takes up to %d)",
+			mtu, port.udMTU, port.ActiveMTU, ConnectedMTU)
+	}
+	return mtu, nil
+}
+
+// newInterface is the interface settle described, with its queues to the
+// control goroutine made and nothing opened.
+func newInterface(cfg Config, port portID, mtu int) *Interface {
 	i := &Interface{
-		cfg: cfg, dev: cfg.Device, port: port, pkey: pkey,
-		udMTU:     encap.MTUForIB(port.ActiveMTU),
+		cfg: cfg, dev: cfg.Device, port: port, mtu: mtu,
 		pending:   make(chan pendingPacket, 1024),
 		wantConn:  make(chan *neigh.Entry, 256),
 		rxReply:   make(chan neighPacket, 256),
@@ -338,55 +377,7 @@ func settle(cfg Config) (*Interface, error) {
 	i.log = slog.New(ifHandler{h: i.logs.handler(), name: i.Name})
 	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
 	i.datagram.Store(cfg.Mode == Datagram)
-	if cfg.Mode == Connected {
-		if cfg.RC {
-			i.local.Flags |= ib.FlagRC
-		}
-		if cfg.UC {
-			i.local.Flags |= ib.FlagUC
-		}
-	}
-	i.mtu = cfg.MTU
-	if i.mtu == 0 {
-		i.mtu = i.udMTU
-		if cfg.Mode == Connected {
-			i.mtu = ConnectedMTU
-		}
-	}
-	if i.mtu < tun.IPv6MinMTU && hasIPv6(cfg.Addrs) {
-		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
-		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
-	}
-	if i.mtu > ConnectedMTU {
-		return nil, fmt.Errorf("ipoib: MTU %d is above the %v-mode limit %d", i.mtu, cfg.Mode, ConnectedMTU)
-	}
-	if cfg.Mode == Datagram && i.mtu > i.udMTU {
-		return nil, fmt.Errorf("ipoib: MTU %d is above the datagram-mode limit %d (the port's IB MTU %d less the 4-octet IPoIB header; connected mode takes up to %d)",
-			i.mtu, i.udMTU, port.ActiveMTU, ConnectedMTU)
-	}
-	return i, nil
-}
-
-// openNetns opens the namespace the interface lives in; the control
-// goroutine, which may run on any thread, follows it through this handle.
-// It returns the handle for tun.Open: nil for the daemon's own namespace.
-func (i *Interface) openNetns() (*netns.NsHandle, error) {
-	var err error
-	var tunNetns *netns.NsHandle
-	switch name := i.cfg.Netns; {
-	case name == "":
-		i.netns, err = netns.Get()
-	case strings.Contains(name, "/"):
-		i.netns, err = netns.GetFromPath(name)
-		tunNetns = &i.netns
-	default:
-		i.netns, err = netns.GetFromName(name)
-		tunNetns = &i.netns
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ipoib: network namespace %q: %w", i.cfg.Netns, err)
-	}
-	return tunNetns, nil
+	return i
 }
 
 // openCM makes the connection manager on the configured connection
@@ -399,10 +390,10 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 	}
 	return ipoibcm.NewManager(ipoibcm.ManagerConfig{
 		Service: func(events func(cm.Event)) (cm.Service, error) {
-			return newService(cm.ServiceParams{Port: port, PKey: i.pkey, UDQPN: i.local.QPN, MaxConns: cfg.MaxConns, Events: events, Log: i.log})
+			return newService(cm.ServiceParams{Port: port.PortAttr, PKey: i.port.pkey, UDQPN: i.port.local.QPN, MaxConns: cfg.MaxConns, Events: events, Log: i.log})
 		},
-		PKey:        i.pkey,
-		Local:       i.local,
+		PKey:        i.port.pkey,
+		Local:       i.port.local,
 		Policy:      cfg.Policy,
 		UC:          cfg.UC && !cfg.RC,
 		PathMTU:     port.ActiveMTU,
@@ -419,12 +410,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 // InNetns runs f on a thread in the interface's network namespace, for
 // what is bound to a namespace when made (sockets, /proc/thread-self/net).
 // Without --netns that is the daemon's own and f runs as is.
-func (i *Interface) InNetns(f func() error) error {
-	if i.cfg.Netns == "" {
-		return f()
-	}
-	return inNetns(&i.netns, f)
-}
+func (i *Interface) InNetns(f func() error) error { return i.netdev.InNetns(f) }
 
 // interfaceID is the IPv6 interface identifier of an IPoIB interface (RFC
 // 4391 §8, as the kernel's driver forms it): the port GUID, which is the
@@ -475,13 +461,13 @@ func (i *Interface) openQueues() error {
 	if _, err := i.srq.PostRecv(wrs); err != nil {
 		return err
 	}
-	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
-	if err := i.dev.AttachMulticast(i.udQP, mgid, i.bcastGroup.MLID); err != nil {
+	mgid := encap.BroadcastMGID(i.port.pkey, encap.LinkLocal)
+	if err := i.dev.AttachMulticast(i.udQP, mgid, i.port.bcast.MLID); err != nil {
 		return fmt.Errorf("ipoib: joining the broadcast group %v: %w", mgid, err)
 	}
 	bcast := ib.AHAttr{DestGID: mgid}
 	if i.cfg.Subnet != nil {
-		bcast.Path = groupPath(i.bcastGroup)
+		bcast.Path = groupPath(i.port.bcast)
 	}
 	ah, err := i.dev.CreateAH(bcast)
 	if err != nil {
@@ -522,7 +508,7 @@ func (i *Interface) Start() {
 }
 
 // Close disconnects every connection (DREQs go out), stops the datapath and
-// removes the TUN interface with its addresses and routes.
+// closes the netdev (a TUN goes with its addresses and routes).
 func (i *Interface) Close() {
 	i.closed.Do(func() {
 		if i.started.Load() {
@@ -562,9 +548,6 @@ func (i *Interface) release() {
 	}
 	if i.slots != nil {
 		i.slots.close()
-	}
-	if i.netns.IsOpen() {
-		_ = i.netns.Close()
 	}
 }
 
@@ -615,7 +598,7 @@ func (i *Interface) LostErr() error {
 }
 
 // LinkAddr returns the interface's link address.
-func (i *Interface) LinkAddr() ib.LinkAddr { return i.local }
+func (i *Interface) LinkAddr() ib.LinkAddr { return i.port.local }
 
 // Name returns the interface name, as the kernel has it now (the control
 // goroutine follows renames).
@@ -646,4 +629,4 @@ func (h ifHandler) WithGroup(g string) slog.Handler {
 }
 
 // PKey returns the interface's partition key.
-func (i *Interface) PKey() ib.PKey { return i.pkey }
+func (i *Interface) PKey() ib.PKey { return i.port.pkey }

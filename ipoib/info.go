@@ -124,12 +124,12 @@ func (i *Interface) Show() Info {
 	i.do(func() {
 		info = Info{
 			Name: i.Name(), Device: i.dev.Name(), LinkLayer: i.port.LinkLayer,
-			LinkAddr: i.local.String(), GID: i.local.GID.String(),
-			PortGUID: fmt.Sprintf("0x%016x", binary.BigEndian.Uint64(i.local.GID[8:])), PKey: uint16(i.pkey),
+			LinkAddr: i.port.local.String(), GID: i.port.local.GID.String(),
+			PortGUID: fmt.Sprintf("0x%016x", binary.BigEndian.Uint64(i.port.local.GID[8:])), PKey: uint16(i.port.pkey),
 			Addrs: []string{}, Groups: []string{},
-			Mode: i.Mode().String(), MTU: i.mtu, UDMTU: i.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
+			Mode: i.Mode().String(), MTU: i.mtu, UDMTU: i.port.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
-			Offloads: i.offloads(), QKey: uint32(i.qKey()), BcastMLID: i.bcastGroup.MLID,
+			Offloads: i.offloads(), QKey: uint32(i.qKey()), BcastMLID: i.port.bcast.MLID,
 		}
 		if i.cfg.Subnet != nil {
 			info.Subnet = "sa"
@@ -143,10 +143,10 @@ func (i *Interface) Show() Info {
 		slices.Sort(info.Groups)
 		if i.mgr != nil {
 			var modes []string
-			if i.local.Flags&ib.FlagRC != 0 {
+			if i.port.local.Flags&ib.FlagRC != 0 {
 				modes = append(modes, "rc")
 			}
-			if i.local.Flags&ib.FlagUC != 0 {
+			if i.port.local.Flags&ib.FlagUC != 0 {
 				modes = append(modes, "uc")
 			}
 			info.CMModes, info.Policy = strings.Join(modes, ","), i.cfg.Policy.String()

@@ -11,8 +11,8 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ib/ibtest"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 )
 
 // TestSolicitationsTeachCandidates hands a's control goroutine ARP
@@ -171,12 +171,12 @@ func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
 func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
 	own := netip.MustParsePrefix("fd00:9::1/64")
 	i := startWatching(t, []netip.Prefix{own}, (*netdevtest.Netdev).LinkFlapUnseen)
-	if !i.linkLocal.IsValid() {
+	if !i.port.linkLocal.IsValid() {
 		t.Fatal("no RFC 4391 link-local address")
 	}
 	var ours []netip.Prefix
 	i.do(func() { ours = slices.Clone(i.ctl.addrs) })
-	for _, p := range []netip.Prefix{i.linkLocal, own} {
+	for _, p := range []netip.Prefix{i.port.linkLocal, own} {
 		if !slices.Contains(ours, p) {
 			t.Errorf("addresses %v after start, want %v among them", ours, p)
 		}
@@ -193,7 +193,7 @@ func startWatching(t *testing.T, addrs []netip.Prefix, unseen func(*netdevtest.N
 	}
 	t.Cleanup(func() { dev.Close() })
 	nd := netdevtest.New()
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Queues: 1, Addrs: addrs,
+	i, err := newOnFake(nd, Config{Name: "ib0", Device: dev, Queues: 1, Addrs: addrs,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
-	"github.com/ipoibd/ipoibd/tun"
+	"github.com/ipoibd/ipoibd/netdev"
 )
 
 // This file follows the interface's link as an operator changes it, and its
@@ -58,11 +58,11 @@ func (c *control) linkChanged(u LinkEvent) {
 	republish, ipv6Back := false, false
 	if u.MTU > 0 && u.MTU != i.mtu {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)
-		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.linkLocal.IsValid()
+		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.port.linkLocal.IsValid()
 		switch {
-		case u.MTU < tun.IPv6MinMTU && i.mtu >= tun.IPv6MinMTU && wantIPv6:
+		case u.MTU < netdev.IPv6MinMTU && i.mtu >= netdev.IPv6MinMTU && wantIPv6:
 			i.log.Warn("IPv6 off on this link until its MTU is at least 1280", "mtu", u.MTU)
-		case u.MTU >= tun.IPv6MinMTU && i.mtu < tun.IPv6MinMTU && wantIPv6:
+		case u.MTU >= netdev.IPv6MinMTU && i.mtu < netdev.IPv6MinMTU && wantIPv6:
 			ipv6Back = true
 		}
 		i.mtu = u.MTU
@@ -99,13 +99,13 @@ func (c *control) restoreOwnAddrs(why string) {
 // one and --addr.
 func (i *Interface) ownAddrs() []netip.Prefix {
 	out := append([]netip.Prefix(nil), i.cfg.Addrs...)
-	if i.linkLocal.IsValid() {
-		out = append(out, i.linkLocal)
+	if i.port.linkLocal.IsValid() {
+		out = append(out, i.port.linkLocal)
 	}
 	return out
 }
 
-// republish sets every resolved neighbor's host route again: mtu.Routes
+// republish sets every resolved neighbor's host route again: tun.Routes
 // compares its MTU with the link's now and takes its source from our
 // addresses now.
 func (c *control) republish() {

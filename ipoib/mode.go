@@ -40,7 +40,7 @@ func (c *control) setMode(m Mode) error {
 	}
 	mtu := ConnectedMTU
 	if m == Datagram {
-		mtu = min(i.mtu, i.udMTU)
+		mtu = min(i.mtu, i.port.udMTU)
 	}
 	if err := i.netdev.SetMTU(mtu); err != nil {
 		return fmt.Errorf("setting the MTU to %d: %w", mtu, err)

@@ -47,7 +47,7 @@ func (c *control) udPath(link ib.LinkAddr) *neigh.Path {
 	if ah == nil {
 		return nil
 	}
-	return &neigh.Path{Link: link, AH: ah, MTU: c.i.udMTU}
+	return &neigh.Path{Link: link, AH: ah, MTU: c.i.port.udMTU}
 }
 
 // unicastAH is an address handle and when the control goroutine last

@@ -20,8 +20,8 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/internal/ibsim"
 	"github.com/ipoibd/ipoibd/internal/testutil"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/umadsa"
 )
@@ -60,7 +60,7 @@ func subnetChild(k string) error {
 	}
 	defer dev.Close()
 	nd := netdevtest.New()
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: nd.Open, Subnet: sub, Queues: 1, Log: slog.New(slog.DiscardHandler),
+	i, err := newOnFake(nd, Config{Name: "ib0", Device: dev, Subnet: sub, Queues: 1, Log: slog.New(slog.DiscardHandler),
 		Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0." + k + "/24"), netip.MustParsePrefix("fd00:9::" + k + "/64")}})
 	if err != nil {
 		return err

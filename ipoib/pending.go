@@ -96,7 +96,7 @@ func (c *control) send(slot uint32, n int, e *neigh.Entry, path *neigh.Path) boo
 	case path.QP != nil && ipLen <= path.MTU:
 		i.sendConnected(&c.sends, slot, n, path)
 		return true
-	case ipLen <= i.udMTU:
+	case ipLen <= i.port.udMTU:
 		i.unicastUD(&c.sends, slot, n, e, path)
 		return true
 	}

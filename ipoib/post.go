@@ -80,7 +80,7 @@ func (i *Interface) reapSends(wc *[rxBatch]ib.Completion) bool {
 			i.ctr.inc(txErrors)
 			// Flushes follow an error already reported, or our own
 			// teardown.
-			if c.Status != ib.WCFlushError && c.QPN != i.local.QPN {
+			if c.Status != ib.WCFlushError && c.QPN != i.port.local.QPN {
 				i.connSendFailed(c.QPN, c.Status, true)
 			}
 		}

@@ -23,11 +23,11 @@ func (c *control) solicit(e *neigh.Entry) {
 	}
 	unicast := e.ProbeUnicast()
 	if e.IP.Is4() {
-		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.local, SenderIP: src, TargetIP: e.IP}
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: src, TargetIP: e.IP}
 		c.sendARP(&a, e.Link, unicast)
 		return
 	}
-	m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: e.IP, LinkAddr: c.i.local, HasLinkAddr: true}
+	m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: e.IP, LinkAddr: c.i.port.local, HasLinkAddr: true}
 	dst := neigh.SolicitedNode(e.IP)
 	if unicast {
 		dst = e.IP
@@ -40,12 +40,12 @@ func (c *control) solicit(e *neigh.Entry) {
 // (we restarted) move to the new one.
 func (c *control) announce(ip netip.Addr) {
 	if ip.Is4() {
-		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.local, SenderIP: ip, TargetIP: ip}
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: ip, TargetIP: ip}
 		c.sendARP(&a, ib.LinkAddr{}, false)
 		return
 	}
 	{
-		m := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: ip, LinkAddr: c.i.local, HasLinkAddr: true}
+		m := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: ip, LinkAddr: c.i.port.local, HasLinkAddr: true}
 		c.sendND(&m, ip, allNodes, ib.LinkAddr{}, false)
 	}
 }
@@ -70,7 +70,7 @@ func (c *control) handleARP(pkt []byte, m *neighPacket) {
 	if !m.parked {
 		i.ctr.inc(arpIn)
 	}
-	if c.isLocal(a.SenderIP) || a.SenderHW.SameNode(i.local) {
+	if c.isLocal(a.SenderIP) || a.SenderHW.SameNode(i.port.local) {
 		return
 	}
 	request := a.Op == neigh.ARPRequest
@@ -91,7 +91,7 @@ func (c *control) handleARP(pkt []byte, m *neighPacket) {
 		c.heard(a.SenderIP, a.SenderHW, from)
 	}
 	if forUs && request && a.SenderIP != a.TargetIP {
-		r := neigh.ARP{Op: neigh.ARPReply, SenderHW: i.local, SenderIP: a.TargetIP, TargetHW: a.SenderHW, TargetIP: a.SenderIP}
+		r := neigh.ARP{Op: neigh.ARPReply, SenderHW: i.port.local, SenderIP: a.TargetIP, TargetHW: a.SenderHW, TargetIP: a.SenderIP}
 		c.sendARP(&r, replyTo(a.SenderHW, from), true)
 	}
 }
@@ -152,10 +152,10 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 			c.solicitedBy(src, m.LinkAddr, from)
 		}
 		na := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Solicited: true, Override: true,
-			Target: m.Target, LinkAddr: i.local, HasLinkAddr: true}
+			Target: m.Target, LinkAddr: i.port.local, HasLinkAddr: true}
 		c.sendND(&na, m.Target, src, reply, true)
 	case neigh.TypeNeighborAdvertisement:
-		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.local) &&
+		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.port.local) &&
 			i.neigh.Get(m.Target) != nil && c.vouch(p, m.LinkAddr) {
 			c.heard(m.Target, m.LinkAddr, from)
 		}

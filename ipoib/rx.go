@@ -100,12 +100,12 @@ type rxBuffers struct {
 func (i *Interface) receive(slot uint32, c *ib.Completion) {
 	buf := i.slots.bytes(slot)
 	var msg []byte
-	if c.QPN == i.local.QPN {
+	if c.QPN == i.port.local.QPN {
 		if c.ByteLen < ib.GRHLen || int(c.ByteLen) > len(buf) {
 			i.ctr.inc(rxDropMalformed)
 			return
 		}
-		if c.SrcQPN == i.local.QPN && c.SrcGID == i.local.GID {
+		if c.SrcQPN == i.port.local.QPN && c.SrcGID == i.port.local.GID {
 			i.ctr.inc(rxMulticastOwn) // the fabric delivers a group's packets to every member, us too
 			return
 		}

@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 )
 
 // TestSharedGIDClaims: c, a second interface on b's port (as two pods'
@@ -29,22 +29,22 @@ func TestSharedGIDClaims(t *testing.T) {
 			a, b := h[0], h[1]
 			c := &fakeHost{ibdev: b.ibdev, nd: netdevtest.New(), ip4: netip.MustParseAddr("10.9.0.3")}
 			var err error
-			c.Interface, err = New(Config{Name: "ib1", Device: b.ibdev, Netdev: c.nd.Open, Queues: 1, Mode: Datagram, // b holds the port's QP1
+			c.Interface, err = newOnFake(c.nd, Config{Name: "ib1", Device: b.ibdev, Queues: 1, Mode: Datagram, // b holds the port's QP1
 				Addrs: []netip.Prefix{netip.PrefixFrom(c.ip4, 24)}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
 			c.Start()
 			t.Cleanup(c.Close)
-			if c.local.GID != b.local.GID || c.local.QPN == b.local.QPN {
-				t.Fatalf("c %v is not a second interface on b's port %v", c.local, b.local)
+			if c.port.local.GID != b.port.local.GID || c.port.local.QPN == b.port.local.QPN {
+				t.Fatalf("c %v is not a second interface on b's port %v", c.port.local, b.port.local)
 			}
 			a.send(packetTo(a.ip4, b.ip4, 100, 1))
 			b.next(t)
 			refuted := a.count(impostors)
 			c.do(func() {
-				claim := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.local, SenderIP: b.ip4, TargetHW: a.local, TargetIP: a.ip4}
-				c.ctl.sendARP(&claim, a.local, true)
+				claim := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.port.local, SenderIP: b.ip4, TargetHW: a.port.local, TargetIP: a.ip4}
+				c.ctl.sendARP(&claim, a.port.local, true)
 			})
 			if !tc.shared {
 				waitFor(t, "a to take the claim as b's restart", func() bool {

@@ -112,8 +112,8 @@ type subnet struct {
 // ipoib does before the interface carries anything: the UD QP takes its
 // Q_Key, attaches with its MLID, and the UD MTU is at most its MTU.
 func (i *Interface) joinBroadcast() error {
-	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
-	g, err := i.cfg.Subnet.Join(sa.JoinRequest{MGID: mgid, PKey: i.pkey})
+	mgid := encap.BroadcastMGID(i.port.pkey, encap.LinkLocal)
+	g, err := i.cfg.Subnet.Join(sa.JoinRequest{MGID: mgid, PKey: i.port.pkey})
 	if err != nil {
 		return fmt.Errorf("ipoib: joining the broadcast group %v through the SA: %w", mgid, err)
 	}
@@ -121,16 +121,16 @@ func (i *Interface) joinBroadcast() error {
 	if !mtu.Valid() {
 		return fmt.Errorf("ipoib: the SA's broadcast group %v has MTU code %d, not an IB MTU", mgid, g.MTU.Value)
 	}
-	i.bcastGroup = g
+	i.port.bcast = g
 	i.qkey.Store(uint32(g.QKey))
-	if m := encap.MTUForIB(mtu); m < i.udMTU {
-		i.udMTU = m
+	if m := encap.MTUForIB(mtu); m < i.port.udMTU {
+		i.port.udMTU = m
 		if i.cfg.MTU == 0 && i.cfg.Mode == Datagram {
 			i.mtu = m
 		}
 	}
-	if i.cfg.Mode == Datagram && i.mtu > i.udMTU {
-		return fmt.Errorf("ipoib: MTU %d is above the broadcast group's UD MTU %d", i.mtu, i.udMTU)
+	if i.cfg.Mode == Datagram && i.mtu > i.port.udMTU {
+		return fmt.Errorf("ipoib: MTU %d is above the broadcast group's UD MTU %d", i.mtu, i.port.udMTU)
 	}
 	return nil
 }
@@ -139,8 +139,8 @@ func (i *Interface) joinBroadcast() error {
 // interface that never started (the control goroutine leaves everything
 // otherwise).
 func (i *Interface) leaveBroadcast() {
-	if i.cfg.Subnet != nil && i.bcastGroup.MGID != (ib.GID{}) {
-		_ = i.cfg.Subnet.Leave(i.bcastGroup.MGID, i.pkey, sa.FullMember)
+	if i.cfg.Subnet != nil && i.port.bcast.MGID != (ib.GID{}) {
+		_ = i.cfg.Subnet.Leave(i.port.bcast.MGID, i.port.pkey, sa.FullMember)
 	}
 }
 
@@ -159,7 +159,7 @@ func (i *Interface) startSubnet() *subnet {
 	s := &subnet{
 		sa:       i.cfg.Subnet,
 		paths:    sapath.New(sapath.Config{LMC: i.port.LMC, ACKDelay: i.port.ACKDelay}),
-		pathW:    sapath.NewWorker(i.cfg.Subnet, i.pkey),
+		pathW:    sapath.NewWorker(i.cfg.Subnet, i.port.pkey),
 		jobs:     make(chan groupJob, 256),
 		results:  make(chan groupResult, 256),
 		asked:    map[ib.GID]sa.JoinState{},
@@ -184,18 +184,18 @@ func (s *subnet) runGroups(i *Interface) {
 				return // closed once drained: the interface is closing
 			}
 			if j.leave {
-				if err := s.sa.Leave(j.mgid, i.pkey, j.state); err != nil {
+				if err := s.sa.Leave(j.mgid, i.port.pkey, j.state); err != nil {
 					i.log.Debug("leaving a multicast group", "mgid", j.mgid, "err", err)
 				}
 				continue
 			}
 			r := groupResult{groupJob: j}
-			req := sa.JoinRequest{MGID: j.mgid, PKey: i.pkey, State: j.state}
+			req := sa.JoinRequest{MGID: j.mgid, PKey: i.port.pkey, State: j.state}
 			if j.state == sa.FullMember {
 				// A new group is made like the broadcast group, as the
 				// kernel's ipoib makes it.
 				i.bcastMu.Lock()
-				req.Create = sa.ParamsOf(i.bcastGroup)
+				req.Create = sa.ParamsOf(i.port.bcast)
 				i.bcastMu.Unlock()
 			}
 			r.rec, r.err = s.sa.Join(req)
@@ -216,7 +216,7 @@ func (c *control) leaveAll() {
 	for mgid, g := range c.groupRecs {
 		s.ask(groupJob{mgid: mgid, state: g.rec.JoinState, leave: true})
 	}
-	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember, leave: true})
+	s.ask(groupJob{mgid: c.i.port.bcast.MGID, state: sa.FullMember, leave: true})
 }
 
 // leaveWait bounds how long closing waits for the leaves: an SM that does
@@ -266,7 +266,7 @@ func (c *control) joined(r groupResult) {
 		return
 	}
 	i.ctr.inc(subnetJoins)
-	if r.mgid == i.bcastGroup.MGID {
+	if r.mgid == i.port.bcast.MGID {
 		c.followBroadcast(r.rec) // joined again after a subnet event
 		return
 	}
@@ -335,15 +335,15 @@ func (c *control) followSubnet() {
 	c.subnetSeen = n
 	port := c.i.dev.Port()
 	c.followPKey(port.PKeys)
-	if port.LID != c.lid {
+	if port.LID != c.i.port.LID {
 		// Peers reach our connections' QPs by our old LID: as on the
 		// kernel's normal flush after a LID change, they are torn down and
 		// made again once the paths are asked again.
-		if c.lid != 0 {
-			c.i.log.Warn("the SM moved our port to another LID: connections torn down", "lid", port.LID, "was_lid", c.lid)
+		if c.i.port.LID != 0 {
+			c.i.log.Warn("the SM moved our port to another LID: connections torn down", "lid", port.LID, "was_lid", c.i.port.LID)
 			c.disconnectAll("our LID changed")
 		}
-		c.lid = port.LID
+		c.i.port.LID = port.LID
 	}
 	s := c.subnet
 	if s == nil {
@@ -358,7 +358,7 @@ func (c *control) followSubnet() {
 	}
 	s.paths.Invalidate(c.now)
 	s.pathW.Ask(s.paths.Due(c.now)...)
-	s.ask(groupJob{mgid: c.i.bcastGroup.MGID, state: sa.FullMember})
+	s.ask(groupJob{mgid: c.i.port.bcast.MGID, state: sa.FullMember})
 	for mgid, g := range c.groupRecs {
 		s.ask(groupJob{group: g.group, mgid: mgid, state: g.rec.JoinState})
 	}
@@ -369,7 +369,7 @@ func (c *control) followSubnet() {
 // peer's solicited-node group) may flow; the datapath drops until then.
 func (c *control) sendOnlyJoin(dst netip.Addr) {
 	s := c.subnet
-	mgid, err := encap.MulticastMGID(dst, c.i.pkey, encap.LinkLocal)
+	mgid, err := encap.MulticastMGID(dst, c.i.port.pkey, encap.LinkLocal)
 	if err != nil {
 		return
 	}

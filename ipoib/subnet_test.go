@@ -11,10 +11,9 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ib/ibtest"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 	"github.com/ipoibd/ipoibd/sa"
-	"github.com/ipoibd/ipoibd/tun"
 )
 
 // fakeSA is a subnet administrator for every host of a test: it hands out
@@ -120,7 +119,7 @@ func subnetHosts(t *testing.T, f *fakeSA, n, outside int) []*fakeHost {
 	h := newFakeHosts(t, n, mods...)
 	f.mu.Lock()
 	for k, x := range h {
-		f.paths[x.local.GID] = uint16(0x10 + k)
+		f.paths[x.port.local.GID] = uint16(0x10 + k)
 	}
 	f.mu.Unlock()
 	return h
@@ -158,7 +157,7 @@ func TestSubnetBroadcastJoin(t *testing.T) {
 	}
 
 	f.setJoinErr(errors.New("no answer"))
-	_, err := New(Config{Name: "ib1", Device: a.dev, Netdev: netdevtest.New().Open, Subnet: f, Queues: 1})
+	_, err := newOnFake(netdevtest.New(), Config{Name: "ib1", Device: a.dev, Subnet: f, Queues: 1})
 	if err == nil || !strings.Contains(err.Error(), "broadcast group") {
 		t.Errorf("New with a failing broadcast join: %v, want an error naming the broadcast group", err)
 	}
@@ -171,14 +170,14 @@ func TestSubnetPaths(t *testing.T) {
 	f := newFakeSA(0x0b1b)
 	h := subnetHosts(t, f, 2, 2)
 	a, b := h[0], h[1]
-	f.setFailing(b.local.GID, true)
+	f.setFailing(b.port.local.GID, true)
 	out := packetTo(a.ip4, b.ip4, 1000, 1)
 	a.send(out)
 	waitFor(t, "a's path query to b fails", func() bool { return a.stat(t, "sa_path_query_failures") > 0 })
 	if len(b.nd.Out) != 0 {
 		t.Fatal("b got a's packet without a path record")
 	}
-	f.setFailing(b.local.GID, false)
+	f.setFailing(b.port.local.GID, false)
 	if got := b.next(t); string(got) != string(out) {
 		t.Fatalf("b got %d octets, want a's packet once the SA answered", len(got))
 	}
@@ -186,11 +185,11 @@ func TestSubnetPaths(t *testing.T) {
 		a.send(packetTo(a.ip4, b.ip4, 1000, byte(2+k)))
 		b.next(t)
 	}
-	if n := f.queried(b.local.GID); n < 2 || n > 4 {
+	if n := f.queried(b.port.local.GID); n < 2 || n > 4 {
 		t.Errorf("a asked the SA %d times for b's path, want the failed tries and one answer", n)
 	}
 	var attr ib.AHAttr
-	a.do(func() { attr = a.ctl.ahs[b.local.GID].ah.Attr() })
+	a.do(func() { attr = a.ctl.ahs[b.port.local.GID].ah.Attr() })
 	if attr.Path.DLID != 0x11 || attr.Path.SL != 5 || attr.Path.StaticRate != 6 {
 		t.Errorf("a's address handle to b: %+v, want the path record's DLID 0x11, SL 5, rate 6", attr.Path)
 	}
@@ -204,7 +203,7 @@ func TestSubnetGroups(t *testing.T) {
 	f := newFakeSA(0x0b1b)
 	h := subnetHosts(t, f, 2, 2)
 	a, b := h[0], h[1]
-	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
+	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.port.pkey, encap.LinkLocal)
 	waitFor(t, "a attaches all-nodes", func() bool {
 		var ok bool
 		a.do(func() { _, ok = a.ctl.groups[allNodesMGID] })
@@ -218,7 +217,7 @@ func TestSubnetGroups(t *testing.T) {
 	// The join is asked for asynchronously, and b's announcement, if a
 	// hears it after making b's entry, resolves b before the join is
 	// done: the join is awaited, not expected by now.
-	bSolicited, _ := encap.MulticastMGID(neigh.SolicitedNode(b.ip6), a.pkey, encap.LinkLocal)
+	bSolicited, _ := encap.MulticastMGID(neigh.SolicitedNode(b.ip6), a.port.pkey, encap.LinkLocal)
 	waitFor(t, "a's send-only join of b's solicited-node group", func() bool { return f.joinedAs(bSolicited, sa.SendOnlyNonMember) })
 	// The announcements before the all-nodes join and the first
 	// solicitation before the send-only join waited for them.
@@ -235,7 +234,7 @@ func TestSubnetGroups(t *testing.T) {
 func TestSubnetLeavesOnClose(t *testing.T) {
 	f := newFakeSA(0x0b1b)
 	a := subnetHosts(t, f, 1, 1)[0]
-	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
+	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.port.pkey, encap.LinkLocal)
 	waitFor(t, "a joins all-nodes", func() bool {
 		var ok bool
 		a.do(func() { _, ok = a.ctl.groups[allNodesMGID] })
@@ -244,7 +243,7 @@ func TestSubnetLeavesOnClose(t *testing.T) {
 	a.Close()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	bcast := encap.BroadcastMGID(a.pkey, encap.LinkLocal)
+	bcast := encap.BroadcastMGID(a.port.pkey, encap.LinkLocal)
 	if !slices.Contains(f.leaves, allNodesMGID) || len(f.leaves) == 0 || f.leaves[len(f.leaves)-1] != bcast {
 		t.Errorf("left %v on close, want all-nodes %v among them and the broadcast group %v last", f.leaves, allNodesMGID, bcast)
 	}
@@ -271,7 +270,7 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 		}
 		return n
 	}
-	i, err := New(Config{Name: "ib0", Device: dev, Netdev: netdevtest.New().Open, Subnet: f, Queues: 1})
+	i, err := newOnFake(netdevtest.New(), Config{Name: "ib0", Device: dev, Subnet: f, Queues: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +278,15 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 	if left() != 1 {
 		t.Errorf("closed before Start: left the broadcast group %d times, want 1", left())
 	}
-	failing := func(tun.Config) (Netdev, error) { return nil, errors.New("no TUN") }
-	if _, err := New(Config{Name: "ib0", Device: dev, Netdev: failing, Subnet: f, Queues: 1}); err == nil {
+	// In datagram mode the netdev takes the group's smaller UD MTU after
+	// the join; a netdev refusing it fails New after the join.
+	cfg := Config{Name: "ib0", Device: dev, Subnet: f, Queues: 1, Mode: Datagram}
+	nc, err := cfg.NetdevConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Netdev = mtuRefused{netdevtest.New().Open(nc)}
+	if _, err := New(cfg); err == nil {
 		t.Fatal("New with a failing netdev succeeded")
 	}
 	if left() != 2 {
@@ -311,7 +317,7 @@ func TestSubnetEventRejoins(t *testing.T) {
 	h := newFakeHosts(t, 2, withEvents, func(c *Config) { c.Subnet = f })
 	a, b := h[0], h[1]
 	f.mu.Lock()
-	f.paths[a.local.GID], f.paths[b.local.GID] = 0x10, 0x11
+	f.paths[a.port.local.GID], f.paths[b.port.local.GID] = 0x10, 0x11
 	f.mu.Unlock()
 
 	out := packetTo(a.ip4, b.ip4, 500, 1)
@@ -319,14 +325,14 @@ func TestSubnetEventRejoins(t *testing.T) {
 	if got := b.next(t); string(got) != string(out) {
 		t.Fatalf("b got %d octets, want a's packet", len(got))
 	}
-	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.pkey, encap.LinkLocal)
-	bcast := encap.BroadcastMGID(a.pkey, encap.LinkLocal)
+	allNodesMGID, _ := encap.MulticastMGID(allNodes, a.port.pkey, encap.LinkLocal)
+	bcast := encap.BroadcastMGID(a.port.pkey, encap.LinkLocal)
 	joins := func(mgid ib.GID) int {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		n := 0
 		for _, j := range f.joins {
-			if j.MGID == mgid && j.PKey == a.pkey {
+			if j.MGID == mgid && j.PKey == a.port.pkey {
 				n++
 			}
 		}
@@ -334,16 +340,41 @@ func TestSubnetEventRejoins(t *testing.T) {
 	}
 	waitFor(t, "a joins all-nodes", func() bool { return joins(allNodesMGID) > 0 })
 	before := map[ib.GID]int{allNodesMGID: joins(allNodesMGID), bcast: joins(bcast)}
-	queries := f.queried(b.local.GID)
+	queries := f.queried(b.port.local.GID)
 
 	ev.events.Add(1)
 	waitFor(t, "a joins its groups again", func() bool {
 		return joins(allNodesMGID) > before[allNodesMGID] && joins(bcast) > before[bcast]
 	})
-	waitFor(t, "a asks for b's path again", func() bool { return f.queried(b.local.GID) > queries })
+	waitFor(t, "a asks for b's path again", func() bool { return f.queried(b.port.local.GID) > queries })
 	out = packetTo(a.ip4, b.ip4, 500, 2)
 	a.send(out)
 	if got := b.next(t); string(got) != string(out) {
 		t.Fatalf("b got %d octets after the subnet event, want a's packet", len(got))
+	}
+}
+
+// mtuRefused is a netdev that takes no MTU change.
+type mtuRefused struct{ *netdevtest.Netdev }
+
+func (mtuRefused) SetMTU(int) error { return errors.New("no MTU change") }
+
+// TestSubnetDatagramMTU: in datagram mode, without an MTU asked for, the
+// netdev opened at the port's UD MTU takes the broadcast group's smaller
+// one once New has joined it.
+func TestSubnetDatagramMTU(t *testing.T) {
+	dev, err := ibtest.NewFabric().Open(ibtest.Config{}) // IB MTU 4096
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	nd := netdevtest.New()
+	i, err := newOnFake(nd, Config{Name: "ib0", Device: dev, Subnet: newFakeSA(0x0b1b), Queues: 1, Mode: Datagram}) // group MTU 2048
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer i.Close()
+	if got := nd.MTU(); got != 2044 {
+		t.Errorf("netdev MTU %d, want the group's UD MTU 2044", got)
 	}
 }

@@ -206,8 +206,8 @@ func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 			i.drop(slot, txDropNoRoute)
 			return
 		}
-		if n > i.udMTU {
-			i.tooBig(slot, n, i.udMTU)
+		if n > i.port.udMTU {
+			i.tooBig(slot, n, i.port.udMTU)
 			return
 		}
 		i.ctr.inc(txMulticast)
@@ -227,11 +227,11 @@ func (i *Interface) transmit(sends *sendBatch, slot uint32, buf []byte, n int) {
 		i.tooBig(slot, n, p.MTU)
 	case p.QP != nil:
 		i.sendConnected(sends, slot, msgLen, p)
-	case n <= i.udMTU:
+	case n <= i.port.udMTU:
 		i.wantConnection(e, p)
 		i.unicastUD(sends, slot, msgLen, e, p)
 	case !i.connectable(p):
-		i.tooBig(slot, n, i.udMTU) // no connection can come
+		i.tooBig(slot, n, i.port.udMTU) // no connection can come
 	default:
 		// Too big for UD: wait for the connection.
 		i.wantConnection(e, p)
@@ -335,7 +335,7 @@ func (i *Interface) multicastDest(dst netip.Addr) (mcastDest, bool) {
 		}
 		return mcastDest{}, false
 	}
-	mgid, err := encap.MulticastMGID(dst, i.pkey, encap.LinkLocal)
+	mgid, err := encap.MulticastMGID(dst, i.port.pkey, encap.LinkLocal)
 	if err != nil {
 		return mcastDest{}, false
 	}

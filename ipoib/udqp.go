@@ -29,7 +29,7 @@ func (i *Interface) qKey() ib.QKey { return ib.QKey(i.qkey.Load()) }
 // and posts every UD receive slot.
 func (i *Interface) readyUD(qkey ib.QKey) error {
 	for _, m := range []ib.QPModify{
-		{State: ib.StateInit, PKey: i.pkey, QKey: qkey},
+		{State: ib.StateInit, PKey: i.port.pkey, QKey: qkey},
 		{State: ib.StateRTR},
 		{State: ib.StateRTS},
 	} {
@@ -77,7 +77,7 @@ func (c *control) reinitUD(qkey ib.QKey) error {
 // is in again, with their current MLIDs.
 func (c *control) reattach() {
 	i := c.i
-	groups := map[ib.GID]uint16{encap.BroadcastMGID(i.pkey, encap.LinkLocal): i.bcastGroup.MLID}
+	groups := map[ib.GID]uint16{encap.BroadcastMGID(i.port.pkey, encap.LinkLocal): i.port.bcast.MLID}
 	for mgid := range c.groups {
 		groups[mgid] = c.groupRecs[mgid].rec.MLID
 	}
@@ -96,7 +96,7 @@ func (c *control) reattach() {
 // group's MTU cannot follow at run time: a smaller one is only logged.
 func (c *control) followBroadcast(rec sa.MCMemberRecord) {
 	i := c.i
-	old := i.bcastGroup
+	old := i.port.bcast
 	qkeyMoved, mlidMoved := rec.QKey != old.QKey, rec.MLID != old.MLID
 	pathMoved := groupPath(rec) != groupPath(old)
 	if rec.MTU.Value < old.MTU.Value {
@@ -110,9 +110,9 @@ func (c *control) followBroadcast(rec sa.MCMemberRecord) {
 	i.log.Warn("the SA changed the broadcast group: following it",
 		"mlid", rec.MLID, "was_mlid", old.MLID, "qkey", rec.QKey, "was_qkey", old.QKey, "sl", rec.SL, "was_sl", old.SL)
 	i.bcastMu.Lock()
-	i.bcastGroup = rec
+	i.port.bcast = rec
 	i.bcastMu.Unlock()
-	mgid := encap.BroadcastMGID(i.pkey, encap.LinkLocal)
+	mgid := encap.BroadcastMGID(i.port.pkey, encap.LinkLocal)
 	switch {
 	case qkeyMoved:
 		if err := c.reinitUD(rec.QKey); err != nil {
@@ -158,19 +158,19 @@ func pkeyIndex(table []ib.PKey, pkey ib.PKey) int {
 // that left the table is logged: nothing reaches it until it is back.
 func (c *control) followPKey(table []ib.PKey) {
 	i := c.i
-	k := pkeyIndex(table, i.pkey)
-	if k == c.pkeyIndex {
+	k := pkeyIndex(table, i.port.pkey)
+	if k == i.port.pkeyIndex {
 		return
 	}
-	was := c.pkeyIndex
-	c.pkeyIndex = k
+	was := i.port.pkeyIndex
+	i.port.pkeyIndex = k
 	i.ctr.inc(pkeyIndexChanges)
 	if k < 0 {
-		i.log.Error("the SM removed our partition from the port's P_Key table", "pkey", i.pkey, "table", table)
+		i.log.Error("the SM removed our partition from the port's P_Key table", "pkey", i.port.pkey, "table", table)
 		return
 	}
 	i.log.Warn("the port's P_Key table moved our partition: connections torn down, UD QP made ready again",
-		"pkey", i.pkey, "index", k, "was_index", was)
+		"pkey", i.port.pkey, "index", k, "was_index", was)
 	c.disconnectAll("P_Key table changed")
 	if err := c.reinitUD(i.qKey()); err != nil {
 		i.log.Error("making the UD QP ready again after a P_Key change failed; restart the interface", "err", err)

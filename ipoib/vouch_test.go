@@ -10,8 +10,8 @@ import (
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ib/ibtest"
-	"github.com/ipoibd/ipoibd/ipoib/netdevtest"
 	"github.com/ipoibd/ipoibd/neigh"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
 )
 
 // lidHosts are n hosts on a LID-routed ibtest fabric (host k at LID
@@ -32,13 +32,13 @@ func lidHosts(t *testing.T, f *fakeSA, n int, mods ...func(k int, c *Config)) ([
 		f.mu.Lock()
 		f.paths[dev.Port().GID] = uint16(0x10 + k)
 		f.mu.Unlock()
-		cfg := Config{Name: "ib0", Device: dev, Netdev: h.nd.Open, Queues: 1, Subnet: f,
+		cfg := Config{Name: "ib0", Device: dev, Queues: 1, Subnet: f,
 			Addrs: []netip.Prefix{netip.PrefixFrom(h.ip4, 24), netip.PrefixFrom(h.ip6, 64)},
 			Log:   slog.New(slog.NewTextHandler(io.Discard, nil))}
 		for _, m := range mods {
 			m(k, &cfg)
 		}
-		if h.Interface, err = New(cfg); err != nil {
+		if h.Interface, err = newOnFake(h.nd, cfg); err != nil {
 			_ = dev.Close()
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func (r *rawPort) sendNeigh(t *testing.T, h *fakeHost, op uint16, claimed ib.Lin
 	if target.Is4() {
 		a := neigh.ARP{Op: op, SenderHW: claimed, SenderIP: sender, TargetIP: target}
 		if op == neigh.ARPReply {
-			a.TargetHW = h.local
+			a.TargetHW = h.port.local
 		}
 		if err := a.Encode(buf[encap.HeaderLen:]); err != nil {
 			t.Fatal(err)
@@ -116,11 +116,11 @@ func (r *rawPort) sendNeigh(t *testing.T, h *fakeHost, op uint16, claimed ib.Lin
 		}
 		_ = encap.PutHeader(buf, encap.EtherTypeIPv6)
 	}
-	ah, err := r.dev.CreateAH(ib.AHAttr{DestGID: h.local.GID, Path: ib.Path{DLID: h.ibdev.Port().LID, GRH: grh, HopLimit: 1}})
+	ah, err := r.dev.CreateAH(ib.AHAttr{DestGID: h.port.local.GID, Path: ib.Path{DLID: h.ibdev.Port().LID, GRH: grh, HopLimit: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wr := ib.SendWR{ID: 1, SGE: ib.SGE{MR: r.mr, Offset: 0, Length: encap.HeaderLen + n}, AH: ah, RemoteQPN: h.local.QPN, RemoteQKey: qkey}
+	wr := ib.SendWR{ID: 1, SGE: ib.SGE{MR: r.mr, Offset: 0, Length: encap.HeaderLen + n}, AH: ah, RemoteQPN: h.port.local.QPN, RemoteQKey: qkey}
 	if _, err := r.qp.PostSend([]ib.SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestVouchedByLID(t *testing.T) {
 	for _, tc := range []vouchCase{
 		{"its own address, no GRH", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, false, 0x30, learnCandidates, true},
 		{"its own address with a GRH", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, true, 0x30, learnCandidates, true},
-		{"another host's address, no GRH", func(_ *rawPort, b *fakeHost) ib.LinkAddr { return b.local }, false, 0x30, learnLIDMismatch, false},
+		{"another host's address, no GRH", func(_ *rawPort, b *fakeHost) ib.LinkAddr { return b.port.local }, false, 0x30, learnLIDMismatch, false},
 		{"its own address, the SA puts its GID elsewhere", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, true, 0x31, learnGRHMismatch, false},
 		{"its own address, no GRH, the SA puts its GID elsewhere", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, false, 0x31, learnLIDMismatch, false},
 		{"a GID the SA has no path for", func(m *rawPort, _ *fakeHost) ib.LinkAddr { return m.link() }, false, 0, learnNoPath, false},
@@ -219,7 +219,7 @@ func TestVouchedReplies(t *testing.T) {
 	a.send(packetTo(a.ip4, ghost, 300, 1))
 	waitFor(t, "a asks for the address", func() bool { _, ok := a.neighbor(ghost); return ok })
 
-	m.sendNeigh(t, a, neigh.ARPReply, b.local, ghost, a.ip4, false, qkey)
+	m.sendNeigh(t, a, neigh.ARPReply, b.port.local, ghost, a.ip4, false, qkey)
 	waitFor(t, "the false reply is judged", func() bool { return a.count(learnLIDMismatch) == 1 })
 	if n, _ := a.neighbor(ghost); n.LinkAddr != "" {
 		t.Fatalf("a's neighbor %v after a reply claiming b's address: %+v", ghost, n)

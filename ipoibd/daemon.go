@@ -12,6 +12,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/tun"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,6 +26,9 @@ type daemon struct {
 	mads   io.Closer // QP1's MAD splitter; nil without ipoibd's own connection service
 	choice connServiceChoice
 	base   ipoib.Config // the first interface's: children start from it
+	// netns is the namespace of the first interface and of children not
+	// a pod's (--netns; "" for the daemon's own).
+	netns string
 	// pkeyHint says where a P_Key missing from the port's table comes from.
 	pkeyHint string
 
@@ -62,8 +66,8 @@ func (d *daemon) closeCtl(s *served) {
 
 // newDaemon opens the first interface on dev and starts serving it; on
 // error it closes dev.
-func newDaemon(cfg ipoib.Config, dev ib.Device, choice connServiceChoice, pkeyHint string) (*daemon, error) {
-	d := &daemon{dev: dev, choice: choice, base: cfg, pkeyHint: pkeyHint, ready: make(chan struct{})}
+func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, choice connServiceChoice, pkeyHint string) (*daemon, error) {
+	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, ready: make(chan struct{})}
 	if choice.Service == connServiceOwn && cfg.Mode == ipoib.Connected {
 		var err error
 		if d.mads, d.base.ConnService, err = ownConnService(dev); err != nil {
@@ -78,14 +82,26 @@ func newDaemon(cfg ipoib.Config, dev ib.Device, choice connServiceChoice, pkeyHi
 	return d, nil
 }
 
-// add opens an interface and its control socket and starts it; s, if
-// not nil, carries what the daemon knows of a pod's child.
+// add opens an interface, its netdev first, and its control socket and
+// starts it; s, if not nil, carries what the daemon knows of a pod's
+// child, which lives in the pod's namespace.
 func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
+	netns := d.netns
 	if s == nil {
 		s = &served{}
+	} else if s.netns != "" {
+		netns = s.netns
 	}
 	cfg.Renamed = func(_, name string) { d.renamed(s, name) }
-	iface, err := ipoib.New(cfg)
+	// A cfg the port refuses fails here, before the kernel sees a TUN.
+	nc, err := cfg.NetdevConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Netdev, err = tun.OpenNetdev(nc, netns); err != nil {
+		return nil, err
+	}
+	iface, err := ipoib.New(cfg) // closes the netdev on error
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +271,7 @@ func (d *daemon) addChild(r childRequest) (childReply, error) {
 		return childReply{}, err
 	}
 	if pod != nil {
-		cfg = podConfig(cfg, r.Netns)
+		cfg = podConfig(cfg)
 	}
 	iface, err := d.add(cfg, pod)
 	if err != nil {
@@ -304,13 +320,14 @@ func (d *daemon) podChild(r childRequest, name string, pkey ib.PKey) (*served, e
 // which it reaps an idle passive connection.
 const podIdleTimeout = 512 * time.Second
 
-// podConfig is a pod's child's configuration: in the pod's namespace, and
-// sharing the port's GID in its partition with other pods' children, so
-// its peers there are told apart by UD QPN alone (no restart rule). A
-// peer that crashed then leaves its connections to us until they idle
-// out, as the kernel's stale timer reaps them.
-func podConfig(cfg ipoib.Config, netns string) ipoib.Config {
-	cfg.Netns, cfg.SharedGIDs = netns, true
+// podConfig is a pod's child's configuration (its netdev is opened in the
+// pod's namespace, served.netns): sharing the port's GID in its partition
+// with other pods' children, so its peers there are told apart by UD QPN
+// alone (no restart rule). A peer that crashed then leaves its
+// connections to us until they idle out, as the kernel's stale timer
+// reaps them.
+func podConfig(cfg ipoib.Config) ipoib.Config {
+	cfg.SharedGIDs = true
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = podIdleTimeout
 	}
@@ -392,7 +409,7 @@ func (d *daemon) Close() error {
 type nsID struct{ dev, ino uint64 }
 
 // netnsID identifies the namespace at path, or named as ip netns names
-// it, as ipoib.Config.Netns reads it.
+// it, as tun.OpenNetdev reads it.
 func netnsID(name string) (nsID, error) {
 	path := name
 	if !strings.Contains(name, "/") {

@@ -164,7 +164,7 @@ after:
 	if bound := neigh.DefaultMaxCandidates + 2 + 2*fresh; peakNeigh > bound {
 		t.Errorf("h2 held %d neighbors, above the bound %d", peakNeigh, bound)
 	}
-	// Host routes (proto 105, mtu.Protocol) exist only for what h2's
+	// Host routes (proto 105, tun.RouteProtocol) exist only for what h2's
 	// traffic used: h1's two addresses.
 	if routes > 2 {
 		t.Errorf("h2 has host routes beyond those of its real neighbors:\n%s\n%s",

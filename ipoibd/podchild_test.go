@@ -7,8 +7,7 @@ import (
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
-// A pod's child lives in the pod's namespace, tells its peers apart by UD
-// QPN alone (they may share a GID), and without --idle-timeout reaps idle
+// A pod's child tells its peers apart by UD QPN alone (they may share a GID), and without --idle-timeout reaps idle
 // connections as the kernel's stale timer does; an operator's timeout
 // stands.
 func TestPodConfig(t *testing.T) {
@@ -21,9 +20,9 @@ func TestPodConfig(t *testing.T) {
 		{"--idle-timeout 30s", 30 * time.Second, 30 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := podConfig(ipoib.Config{Name: "net1", IdleTimeout: tc.idle}, "/run/netns/pod")
-			if got.Netns != "/run/netns/pod" || !got.SharedGIDs || got.IdleTimeout != tc.wantIdle || got.Name != "net1" {
-				t.Errorf("podConfig: netns %q shared %v idle %v name %q", got.Netns, got.SharedGIDs, got.IdleTimeout, got.Name)
+			got := podConfig(ipoib.Config{Name: "net1", IdleTimeout: tc.idle})
+			if !got.SharedGIDs || got.IdleTimeout != tc.wantIdle || got.Name != "net1" {
+				t.Errorf("podConfig: shared %v idle %v name %q", got.SharedGIDs, got.IdleTimeout, got.Name)
 			}
 		})
 	}

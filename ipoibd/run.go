@@ -97,7 +97,7 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := newDaemon(cfg, dev, choice, pkeyHint)
+	d, err := newDaemon(cfg, s.netns, dev, choice, pkeyHint)
 	if err != nil {
 		return nil, err
 	}

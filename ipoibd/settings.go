@@ -106,7 +106,10 @@ type settings struct {
 	perPeer       int    // connections per interface with metrics of their own
 	// iface is the first interface's configuration without what only an
 	// opened port gives (Device, Subnet, ConnService) and Log.
-	iface    ipoib.Config
+	iface ipoib.Config
+	// netns is where the interfaces live (--netns): a name as `ip netns`
+	// knows it, or a path; "" for the daemon's own.
+	netns    string
 	provider string        // providerSoftib or providerVerbs
 	softib   softib.Config // with --provider softib
 	// underlayWait bounds the wait for softib's underlay address.
@@ -177,6 +180,7 @@ func (o *options) settings() (settings, error) {
 	if s.iface, err = o.ifaceConfig(); err != nil {
 		return s, err
 	}
+	s.netns = o.netns
 	if err := checkConnService(o.provider, o.cm, o.peers); err != nil {
 		return s, err
 	}
@@ -203,7 +207,7 @@ func (o *options) settings() (settings, error) {
 // ifaceConfig reads the flags that describe the interface and its
 // connections, whatever the provider.
 func (o *options) ifaceConfig() (ipoib.Config, error) {
-	cfg := ipoib.Config{NoOffload: !o.offload, Netns: o.netns, IdleTimeout: o.idleTimeout}
+	cfg := ipoib.Config{NoOffload: !o.offload, IdleTimeout: o.idleTimeout}
 	if err := checkIfname(o.ifname); err != nil {
 		return cfg, fmt.Errorf("--ifname: %w", err)
 	}

@@ -51,10 +51,11 @@ func TestParseSettings(t *testing.T) {
 				s.logLevel, s.metricsListen = slog.LevelDebug, "[::1]:9468"
 				s.iface = ipoib.Config{Name: "ib3", Mode: ipoib.Datagram, RC: true, UC: true, Policy: ipoibcm.PolicyRFC, PKey: 0xffff,
 					MTU: 2044, Addrs: []netip.Prefix{netip.MustParsePrefix("192.168.77.1/24"), netip.MustParsePrefix("fd00::1/64")},
-					IdleTimeout: 30 * time.Second, MaxConns: 1, Netns: "h1", NoOffload: true, Queues: 8}
+					IdleTimeout: 30 * time.Second, MaxConns: 1, NoOffload: true, Queues: 8}
+				s.netns = "h1"
 			}},
 		{"uc only", append([]string{"--cm-modes", "uc"}, u...), func(s *settings) { s.iface.RC, s.iface.UC = false, true }},
-		{"netns as a path", append([]string{"--netns", "/run/netns/h1"}, u...), func(s *settings) { s.iface.Netns = "/run/netns/h1" }},
+		{"netns as a path", append([]string{"--netns", "/run/netns/h1"}, u...), func(s *settings) { s.netns = "/run/netns/h1" }},
 		{"pkey is the softib table", append([]string{"--pkey", "0x8001"}, u...), func(s *settings) {
 			s.iface.PKey, s.softib.PKeys = 0x8001, []ib.PKey{0x8001}
 		}},

@@ -14,6 +14,7 @@ import (
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/softib"
+	"github.com/ipoibd/ipoibd/tun"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -54,7 +55,15 @@ func newHost(tb testing.TB, peerAddrs int) *host {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			i, err := ipoib.New(ipoib.Config{Name: "ibm0", Device: dev, Log: quiet(), Addrs: addrs})
+			cfg := ipoib.Config{Name: "ibm0", Device: dev, Log: quiet(), Addrs: addrs}
+			nc, err := cfg.NetdevConfig()
+			if err == nil {
+				cfg.Netdev, err = tun.OpenNetdev(nc, "") // in n.In's namespace
+			}
+			var i *ipoib.Interface
+			if err == nil {
+				i, err = ipoib.New(cfg)
+			}
 			if err != nil {
 				_ = dev.Close()
 				tb.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -67,16 +66,6 @@ func newNS(t *testing.T) *testNS {
 func (n *testNS) do(f func()) {
 	n.t.Helper()
 	testnet.InNamed(n.t, n.name, f)
-}
-
-// ip runs `ip -n ns args...` and returns its output.
-func (n *testNS) ip(args ...string) string {
-	n.t.Helper()
-	out, err := exec.Command("ip", append([]string{"-n", n.name}, args...)...).CombinedOutput()
-	if err != nil {
-		n.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 // sysctl writes a /proc/sys/net value inside the namespace.

@@ -1,3 +1,14 @@
+// Package mtu handles the per-destination MTU of an ipoibd interface: the
+// ICMP "fragmentation needed" / ICMPv6 "packet too big" errors written
+// back into the TUN device when a packet is larger than its path allows
+// (icmp.go; how the kernel's ipoib does it is in docs/ipoib-cm.md §7.4,
+// and the data flow in docs/design.md), and the "host unreachable" errors
+// for packets whose destination did not answer address resolution.
+//
+// Seams: mtu only builds packets, so the datapath may use it without
+// netlink; package ipoib decides when a packet is too big and writes the
+// error into the netdev, whose host routes (Dest; tun's Routes through
+// netlink) carry each destination's MTU.
 package mtu
 
 import (

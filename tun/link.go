@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -34,15 +35,6 @@ func (d *Device) SetCarrier(on bool) error {
 	return nil
 }
 
-// LinkLocal is the IPv6 link-local address with the given interface
-// identifier (fe80::/64).
-func LinkLocal(iid [8]byte) netip.Prefix {
-	var a [16]byte
-	a[0], a[1] = 0xfe, 0x80
-	copy(a[8:], iid[:])
-	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
-}
-
 // stopAddrGen keeps the kernel from making a link-local address of its own
 // (a TUN has no hardware address, so it would pick a random one each time):
 // the interface's is the one the daemon adds, derived from the port.
@@ -55,7 +47,7 @@ func (d *Device) stopAddrGen() error {
 
 // IPv6MinMTU is the smallest link MTU IPv6 runs on (RFC 8200 §5): below
 // it the kernel turns IPv6 off on the link, and on again above.
-const IPv6MinMTU = 1280
+const IPv6MinMTU = netdev.IPv6MinMTU
 
 // withoutIPv6 is ps's IPv4 prefixes.
 func withoutIPv6(ps []netip.Prefix) []netip.Prefix {

@@ -8,7 +8,10 @@
 // route the kernel hung on it; nothing is left behind when the daemon
 // exits, also after SIGKILL.
 //
-// Seams: package ipoib reaches it only through its Netdev interface
+// It is also the interface's kernel side in production: OpenNetdev makes
+// a netdev.Netdev of a device and its link (netlink events, the MTU host
+// routes, the namespace, a raw socket; netdev.go, routes.go), which the
+// daemon opens and hands to ipoib.New. Package ipoib never imports tun
 // (docs/design.md), so the interface's behaviour tests run on a fake
 // netdev as an ordinary user; only tun's own tests need root.
 package tun

@@ -29,7 +29,6 @@ var allowed = map[string][]string{
 	"neigh":    {"ib", "inetsum"},
 	"offload":  {"ib", "inetsum"},
 	"mtu":      {"inetsum"},
-	"tun":      {"offload"},
 	"sapath":   {"cm", "ib", "sa"},
 	// the IB wire: headers, ICRC and VCRC, RoCEv2 and native IB frames
 	"softib/wire": {"ib"},
@@ -44,14 +43,19 @@ var allowed = map[string][]string{
 	"ib/ibtest":                     {"ib"},
 	"softib/ibfwd":                  {"ib", "softib/wire"},
 	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib/wire"}, // wire: -capture picks the MADs with its frame parser
-	// one interface and its kernel side: interfaces only, no transport
-	"ipoib/netdev":     {"mtu", "offload"},
-	"ipoib/netdevtest": {"ipoib/netdev", "mtu", "offload", "tun"},
-	"ipoib/ipoibcm":    {"cm", "encap", "ib"},
-	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath", "tun"},
-	"metrics":          {"counterdoc", "ib", "ipoib"},
-	// the daemon chooses the providers and the connection service
-	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "umadsa", "verbs"},
+	// the kernel seam (an interface's kernel side) and its fake; the TUN
+	// netdev: the device, netlink, namespaces, MTU host routes
+	"netdev":            {"mtu", "offload"},
+	"netdev/netdevtest": {"mtu", "netdev", "offload"},
+	"tun":               {"encap", "mtu", "netdev", "offload"},
+	// one interface: interfaces only, no transport and no TUN
+	// (kernelFree below holds it to that indirectly too)
+	"ipoib/ipoibcm": {"cm", "encap", "ib"},
+	"ipoib":         {"cm", "encap", "ib", "ipoib/ipoibcm", "mtu", "neigh", "netdev", "offload", "sa", "sapath"},
+	"metrics":       {"counterdoc", "ib", "ipoib"},
+	// the daemon chooses the providers and the connection service, and
+	// opens each interface's netdev
+	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "tun", "umadsa", "verbs"},
 	// the CNI plugin talks to a daemon over its control socket only
 	"cni":                {"ib"},
 	"cni/cmd/ipoibd-cni": {"cni"},
@@ -75,6 +79,36 @@ var allowed = map[string][]string{
 	// table) import it; cm's harness must not import cm, whose tests are
 	// inside package cm
 	"cm/cmtest": {"ib", "mad"},
+}
+
+// kernelFree are the packages of an interface that take their kernel side
+// as a netdev.Netdev and must reach no TUN or netlink, directly or not
+// (go list -deps): the interface runs as an ordinary user on a fake.
+var kernelFree = []string{"ipoib", "ipoib/ipoibcm", "netdev", "netdev/netdevtest"}
+
+// kernelOnly are the packages that only the TUN netdev and the daemon may
+// depend on.
+var kernelOnly = []string{module + "tun", "github.com/vishvananda/netlink"}
+
+func TestKernelSeam(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to list the dependencies with")
+	}
+	for _, tags := range []string{"", "rdma"} {
+		for _, pkg := range kernelFree {
+			out, err := exec.Command(goTool, "list", "-deps", "-tags="+tags, module+pkg).Output()
+			if err != nil {
+				t.Fatalf("go list -deps -tags=%q %s: %v", tags, pkg, err)
+			}
+			deps := strings.Fields(string(out))
+			for _, bad := range kernelOnly {
+				if slices.Contains(deps, bad) {
+					t.Errorf("tags %q: %s depends on %s", tags, pkg, bad)
+				}
+			}
+		}
+	}
 }
 
 func TestPackageImports(t *testing.T) {

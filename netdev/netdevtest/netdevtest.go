@@ -11,10 +11,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/mtu"
+	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/ipoibd/ipoibd/offload"
-	"github.com/ipoibd/ipoibd/tun"
 )
 
 // Netdev is the fake; it implements netdev.Netdev.
@@ -65,9 +64,9 @@ func New() *Netdev {
 	}
 }
 
-// Open is the ipoib Config.Netdev that makes f the interface's netdev,
-// configured as tun.Open would configure a TUN.
-func (f *Netdev) Open(cfg tun.Config) (netdev.Netdev, error) {
+// Open configures f as tun.OpenNetdev would configure a TUN, and returns
+// it: the ipoib Config.Netdev of an interface NetdevConfig gave cfg.
+func (f *Netdev) Open(cfg netdev.Config) *Netdev {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.name, f.mtu, f.carrier = cfg.Name, cfg.MTU, true
@@ -75,8 +74,11 @@ func (f *Netdev) Open(cfg tun.Config) (netdev.Netdev, error) {
 	if cfg.LinkLocal.IsValid() {
 		f.addrs = append(f.addrs, cfg.LinkLocal)
 	}
-	return f, nil
+	return f
 }
+
+// InNetns runs f as is: the fake lives in no namespace.
+func (f *Netdev) InNetns(fn func() error) error { return fn() }
 
 func (f *Netdev) Queues() int               { return 1 }
 func (f *Netdev) Offloads() (tso, uso bool) { return false, false }
@@ -167,6 +169,13 @@ func (f *Netdev) State() (netdev.LinkStatus, error) {
 		st.OperState = "up"
 	}
 	return st, nil
+}
+
+// MTU reports the link's MTU.
+func (f *Netdev) MTU() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mtu
 }
 
 // Carrier reports the carrier the interface last set.
@@ -280,7 +289,7 @@ func (f *Netdev) Route(dst netip.Addr) (int, bool) {
 	return m, ok
 }
 
-// routes keeps host routes as mtu.Routes does: one only where the path's
+// routes keeps host routes as tun.Routes does: one only where the path's
 // MTU is below the link's.
 type routes struct{ f *Netdev }
 

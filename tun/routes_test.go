@@ -1,4 +1,4 @@
-package mtu
+package tun
 
 import (
 	"net"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -63,8 +64,8 @@ var routeSetters = []struct {
 	set  func(r *Routes, dst netip.Addr, mtu int) (bool, error)
 }{
 	{"Set", (*Routes).Set},
-	{"SetMany", func(r *Routes, dst netip.Addr, mtu int) (bool, error) {
-		ok, errs := r.SetMany([]Dest{{Addr: dst, MTU: mtu}})
+	{"SetMany", func(r *Routes, dst netip.Addr, m int) (bool, error) {
+		ok, errs := r.SetMany([]mtu.Dest{{Addr: dst, MTU: m}})
 		return ok[0], errs[0]
 	}},
 }
@@ -96,9 +97,9 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 					t.Fatalf("%d routes to %s, want 1: %v", len(rs), dst, rs)
 				}
 				rt := rs[0]
-				if rt.Protocol != Protocol || rt.LinkIndex != idx || rt.MTU != mtu || rt.MTULock {
+				if rt.Protocol != RouteProtocol || rt.LinkIndex != idx || rt.MTU != mtu || rt.MTULock {
 					t.Fatalf("route to %s: proto %d link %d mtu %d lock %v; want proto %d link %d mtu %d unlocked",
-						dst, rt.Protocol, rt.LinkIndex, rt.MTU, rt.MTULock, Protocol, idx, mtu)
+						dst, rt.Protocol, rt.LinkIndex, rt.MTU, rt.MTULock, RouteProtocol, idx, mtu)
 				}
 				return rt
 			}
@@ -137,7 +138,7 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 				operatorRoute(t, f.operator, idx, 0)
 				set(t, r, f.operator, 3000, false)
 				rs := hostRoutesIn(t, n, f.family, f.operator)
-				if len(rs) != 1 || rs[0].Protocol == Protocol || rs[0].MTU != 0 {
+				if len(rs) != 1 || rs[0].Protocol == RouteProtocol || rs[0].MTU != 0 {
 					t.Fatalf("operator route changed: %v", rs)
 				}
 				if err := r.Remove(netip.MustParseAddr(f.operator)); err != nil {
@@ -322,14 +323,14 @@ func TestRoutesPMTU(t *testing.T) {
 			tun, link := n.tun("tun0", 65520, f.local)
 			r := NewRoutesAt(n.nl, link.Attrs().Index)
 			buf := make([]byte, 65536)
-			out := make([]byte, MaxLen)
-			tooBig := func(t *testing.T, dst netip.Addr, size, mtu int) {
+			out := make([]byte, mtu.MaxLen)
+			tooBig := func(t *testing.T, dst netip.Addr, size, pathMTU int) {
 				t.Helper()
 				fd := n.udpDF(dst)
 				if err := sendTo(fd, dst, size); err != nil {
 					t.Fatalf("send %d: %v", size, err)
 				}
-				k, err := TooBig(out, readUDPTo(t, tun, buf, dst), mtu, netip.Addr{})
+				k, err := mtu.TooBig(out, readUDPTo(t, tun, buf, dst), pathMTU, netip.Addr{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -394,18 +395,18 @@ func TestSetMany(t *testing.T) {
 	n := newNS(t)
 	_, link := n.tun("tun0", 65520, "10.60.0.1/16", "fd60::1/64")
 	r := NewRoutesAt(n.nl, link.Attrs().Index)
-	var dests []Dest
+	var dests []mtu.Dest
 	for k := range 2000 {
-		dests = append(dests, Dest{Addr: netip.AddrFrom4([4]byte{10, 60, byte(1 + k/250), byte(1 + k%250)}), MTU: 4092})
+		dests = append(dests, mtu.Dest{Addr: netip.AddrFrom4([4]byte{10, 60, byte(1 + k/250), byte(1 + k%250)}), MTU: 4092})
 	}
-	dests = append(dests, Dest{Addr: netip.MustParseAddr("fd60::2"), MTU: 4092}, Dest{Addr: netip.MustParseAddr("10.60.0.9"), MTU: 67})
+	dests = append(dests, mtu.Dest{Addr: netip.MustParseAddr("fd60::2"), MTU: 4092}, mtu.Dest{Addr: netip.MustParseAddr("10.60.0.9"), MTU: 67})
 	ok, errs := r.SetMany(dests)
 	for k, d := range dests {
 		if bad := d.MTU == 67; bad != (errs[k] != nil) || ok[k] == bad {
 			t.Fatalf("%v mtu %d: installed %v, err %v", d.Addr, d.MTU, ok[k], errs[k])
 		}
 	}
-	v4, err := n.nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: Protocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	v4, err := n.nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestSetMany(t *testing.T) {
 		dests[k].MTU = 65520
 	}
 	r.SetMany(dests)
-	left, _ := n.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: Protocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	left, _ := n.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if len(left) != 0 {
 		t.Fatalf("%d routes left at the link MTU", len(left))
 	}

@@ -1,8 +1,11 @@
 // Package netdev is an IPoIB interface's kernel side as ipoib drives it:
 // the packets the kernel hands over and takes back, and the link
-// (addresses, state, routes, groups). ipoib's TUN device implements it in
-// production, and netdevtest's channel-backed fake in tests; it is a
-// package of its own so that the fake need not import ipoib.
+// (addresses, state, routes, groups). Package tun implements it with a TUN
+// device and netlink in production, and netdevtest's channel-backed fake
+// in tests. Whoever makes an interface opens its Netdev first (the daemon:
+// tun.OpenNetdev) and hands it to ipoib.New, as wireguard-go's main opens
+// a tun.Device for device.NewDevice; it is a package of its own so that
+// neither tun nor the fake imports ipoib, and ipoib imports neither.
 package netdev
 
 import (
@@ -14,7 +17,7 @@ import (
 
 // Netdev is the interface as the kernel sees it: the packets it hands us
 // and takes back, and its link (addresses, state, routes, groups). The
-// daemon's is a TUN device configured over netlink (ipoib.OpenTUN); tests
+// daemon's is a TUN device configured over netlink (tun.OpenNetdev); tests
 // give netdevtest's channel-backed fake, so that they run without root.
 type Netdev interface {
 	Packets
@@ -67,6 +70,38 @@ type Link interface {
 	Routes() Routes
 	// Watch reports the link's changes until stop is closed.
 	Watch(stop <-chan struct{}) <-chan LinkEvent
+	// InNetns runs f on a thread in the link's network namespace, for
+	// what is bound to a namespace when made (sockets,
+	// /proc/thread-self/net); in the caller's own it runs f as is.
+	InNetns(f func() error) error
+}
+
+// Config is the link a Netdev is opened as: what ipoib.Config.NetdevConfig
+// settles against the port before the interface is made.
+type Config struct {
+	Name  string
+	MTU   int
+	Addrs []netip.Prefix
+	// LinkLocal, when valid, is the link's only IPv6 link-local address
+	// (RFC 4391's, from the port GID): the kernel makes none of its own.
+	LinkLocal netip.Prefix
+	// Offload asks for TSO/USO super-packets and checksum offload.
+	Offload bool
+	// Queues is how many queues Packets.Read serves.
+	Queues int
+}
+
+// IPv6MinMTU is the smallest link MTU IPv6 runs on (RFC 8200 §5): below
+// it the kernel takes IPv6 off the link.
+const IPv6MinMTU = 1280
+
+// LinkLocal is the IPv6 link-local address with the given interface
+// identifier (fe80::/64).
+func LinkLocal(iid [8]byte) netip.Prefix {
+	var a [16]byte
+	a[0], a[1] = 0xfe, 0x80
+	copy(a[8:], iid[:])
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
 }
 
 // LinkStatus is the kernel's state of the link, as `ip link` shows it.
@@ -76,7 +111,7 @@ type LinkStatus struct {
 	OperState string // RFC 2863's, in lower case: up, down, lowerlayerdown, unknown...
 }
 
-// Routes installs and removes per-destination MTU routes (mtu.Routes).
+// Routes installs and removes per-destination MTU routes (tun.Routes).
 type Routes interface {
 	Set(dst netip.Addr, mtu int) (installed bool, err error)
 	SetMany(dests []mtu.Dest) (installed []bool, errs []error)

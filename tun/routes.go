@@ -1,16 +1,8 @@
-// Package mtu handles the per-destination MTU of an ipoibd interface: host
-// routes that carry the MTU negotiated with each peer (routes.go), and the
-// ICMP "fragmentation needed" / ICMPv6 "packet too big" errors written back
-// into the TUN device when a packet is larger than its path allows
-// (icmp.go; how the kernel's ipoib does it is in docs/ipoib-cm.md §7.4,
-// and the data flow in docs/design.md). The same file writes the "host
-// unreachable" errors for packets whose destination did not answer
-// address resolution.
-//
-// Seams: mtu only builds packets and routes; package ipoib decides when a
-// packet is too big and writes the error into the TUN, and the routes go
-// through netlink on the interface the caller names.
-package mtu
+// The per-destination MTU host routes of a TUN netdev (netdev.Routes):
+// the MTU negotiated with each peer, installed through netlink on the
+// device's link. Package mtu writes the ICMP errors that go with them.
+
+package tun
 
 import (
 	"errors"
@@ -19,11 +11,12 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/ipoibd/ipoibd/mtu"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// Protocol marks the host routes ipoibd installs (rtm_protocol), so only
+// RouteProtocol marks the host routes ipoibd installs (rtm_protocol), so only
 // ours are ever changed or removed.
 //
 // 0x69 (105) is free: /etc/iproute2/rt_protos (Debian 12, iproute2 6.1)
@@ -33,10 +26,10 @@ import (
 // not interpreted by the kernel. `ip route` prints it as "proto 105"; an
 // operator who wants a name can add the line "105 ipoibd" to a file in
 // /etc/iproute2/rt_protos.d/.
-const Protocol = netlink.RouteProtocol(0x69)
+const RouteProtocol = netlink.RouteProtocol(0x69)
 
 // Routes installs the per-destination MTU as host routes (/32, /128) in
-// the main table through one link, marked with Protocol.
+// the main table through one link, marked with RouteProtocol.
 //
 // Metric handling: the MTU goes into the route's RTAX_MTU metric and is
 // deliberately NOT locked (no RTAX_LOCK, unlike `ip route ... mtu lock N`).
@@ -61,7 +54,7 @@ const Protocol = netlink.RouteProtocol(0x69)
 // kernel's PMTU exceptions hanging off the old one, so a raised MTU takes
 // effect at once.
 //
-// Only routes whose protocol is Protocol and whose output link is ours
+// Only routes whose protocol is RouteProtocol and whose output link is ours
 // count as ours: a route for the same host prefix with any other protocol
 // (the operator's) or on another link (another ipoibd interface) is never
 // changed or removed. Only the main table is looked at.
@@ -127,18 +120,12 @@ func (r *Routes) Set(dst netip.Addr, mtu int) (installed bool, err error) {
 	return r.set(t, dst, mtu)
 }
 
-// Dest is one destination of SetMany.
-type Dest struct {
-	Addr netip.Addr
-	MTU  int
-}
-
 // SetMany is Set for each destination, with one look at the routing table
 // per address family instead of one per destination: re-publishing
 // thousands of paths at once (a peer with many addresses left, our
 // addresses or the link MTU changed) must not cost a table dump each.
 // The destinations must be distinct. errs has one entry per destination.
-func (r *Routes) SetMany(dests []Dest) (installed []bool, errs []error) {
+func (r *Routes) SetMany(dests []mtu.Dest) (installed []bool, errs []error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	installed, errs = make([]bool, len(dests)), make([]error, len(dests))
@@ -296,7 +283,7 @@ func (r *Routes) Remove(dst netip.Addr) error {
 func (r *Routes) Flush() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	filter := &netlink.Route{LinkIndex: r.link, Protocol: Protocol, Table: unix.RT_TABLE_MAIN}
+	filter := &netlink.Route{LinkIndex: r.link, Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}
 	mask := netlink.RT_FILTER_OIF | netlink.RT_FILTER_PROTOCOL | netlink.RT_FILTER_TABLE
 	var errs []error
 	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
@@ -427,14 +414,14 @@ func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
 }
 
 func (r *Routes) isOurs(rt *netlink.Route) bool {
-	return rt.Protocol == Protocol && rt.LinkIndex == r.link && len(rt.MultiPath) == 0
+	return rt.Protocol == RouteProtocol && rt.LinkIndex == r.link && len(rt.MultiPath) == 0
 }
 
 func (r *Routes) route(dst netip.Addr, family int) *netlink.Route {
 	return &netlink.Route{
 		LinkIndex: r.link,
 		Dst:       hostPrefix(dst),
-		Protocol:  Protocol,
+		Protocol:  RouteProtocol,
 		Table:     unix.RT_TABLE_MAIN,
 		Type:      unix.RTN_UNICAST,
 		Scope:     netlink.SCOPE_LINK,

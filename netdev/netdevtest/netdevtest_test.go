@@ -6,21 +6,17 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ipoibd/ipoibd/ipoib/netdev"
 	"github.com/ipoibd/ipoibd/mtu"
+	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/ipoibd/ipoibd/offload"
-	"github.com/ipoibd/ipoibd/tun"
 )
 
 func open(t *testing.T) *Netdev {
 	t.Helper()
 	f := New()
-	cfg := tun.Config{Name: "ib0", MTU: 2044, Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.1/24")},
+	cfg := netdev.Config{Name: "ib0", MTU: 2044, Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.1/24")},
 		LinkLocal: netip.MustParsePrefix("fe80::1/64")}
-	if _, err := f.Open(cfg); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return f.Open(cfg)
 }
 
 func TestPackets(t *testing.T) {
