@@ -52,6 +52,9 @@ var allowed = map[string][]string{
 	"metrics":          {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service
 	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "umadsa", "verbs"},
+	// the control protocol: the daemon's requests, replies, refusals and
+	// socket, which its client commands and the CNI plugin speak
+	"control": nil,
 	// the CNI plugin talks to a daemon over its control socket only
 	"cni":                {"ib"},
 	"cni/cmd/ipoibd-cni": {"cni"},
