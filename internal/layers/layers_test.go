@@ -51,7 +51,7 @@ var allowed = map[string][]string{
 	"ipoib":            {"cm", "encap", "ib", "ipoib/ipoibcm", "ipoib/netdev", "mtu", "neigh", "offload", "sa", "sapath", "tun"},
 	"metrics":          {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service
-	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "umadsa", "verbs"},
+	"ipoibd": {"cm", "control", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "umadsa", "verbs"},
 	// the control protocol: the daemon's requests, replies, refusals and
 	// socket, which its client commands and the CNI plugin speak
 	"control": nil,
