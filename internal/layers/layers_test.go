@@ -55,8 +55,9 @@ var allowed = map[string][]string{
 	// the control protocol: the daemon's requests, replies, refusals and
 	// socket, which its client commands and the CNI plugin speak
 	"control": nil,
-	// the CNI plugin talks to a daemon over its control socket only
-	"cni":                {"ib"},
+	// the CNI plugin talks to a daemon over its control socket only, in
+	// package control's words
+	"cni":                {"control", "ib"},
 	"cni/cmd/ipoibd-cni": {"cni"},
 	// tooling
 	"dist":                         nil, // tests only: the shipped recipes under the real tools
