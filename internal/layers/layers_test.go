@@ -55,9 +55,13 @@ var allowed = map[string][]string{
 	"metrics":       {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service, and
 	// opens each interface's netdev
-	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "tun", "umadsa", "verbs"},
-	// the CNI plugin talks to a daemon over its control socket only
-	"cni":                {"ib"},
+	"ipoibd": {"cm", "control", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "tun", "umadsa", "verbs"},
+	// the control protocol: the daemon's requests, replies, refusals and
+	// socket, which its client commands and the CNI plugin speak
+	"control": nil,
+	// the CNI plugin talks to a daemon over its control socket only, in
+	// package control's words
+	"cni":                {"control", "ib"},
 	"cni/cmd/ipoibd-cni": {"cni"},
 	// tooling
 	"dist":                         nil, // tests only: the shipped recipes under the real tools
