@@ -35,11 +35,12 @@ var allowed = map[string][]string{
 	"counterdoc": nil,
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
-	"softib":                        {"ib", "madqueue"},
+	"ib/ibqueue":                    {"ib", "madqueue"}, // the software providers' rings
+	"softib":                        {"ib", "ib/ibqueue"},
 	"verbs":                         {"ib", "madqueue"},
 	"umadsa":                        {"ib", "sa"},
 	"rdmacm":                        {"cm", "ib", "verbs"},
-	"ib/ibtest":                     {"ib"},
+	"ib/ibtest":                     {"ib", "ib/ibqueue"},
 	"softib/ibfwd":                  {"ib", "softib"},
 	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib"}, // softib: -capture picks the MADs with its frame parser
 	// one interface and its kernel side: interfaces only, no transport
