@@ -75,7 +75,7 @@ func (c *control) init(i *Interface) {
 	c.subnet = i.startSubnet()
 	c.pkeyIndex = pkeyIndex(i.port.PKeys, i.pkey)
 	c.lid = i.port.LID
-	if ev, ok := i.dev.(ib.SubnetEventer); ok {
+	if ev := i.caps.SubnetEvents; ev != nil {
 		c.subnetSeen = ev.SubnetEvents() // events before Start changed nothing yet
 	}
 	c.ahs = map[ib.GID]*unicastAH{}

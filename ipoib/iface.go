@@ -149,6 +149,7 @@ type Config struct {
 type Interface struct {
 	cfg   Config
 	dev   ib.Device
+	caps  ib.Caps // dev's optional capabilities, looked up once in New
 	port  ib.PortAttr
 	pkey  ib.PKey
 	local ib.LinkAddr
@@ -319,7 +320,7 @@ func settle(cfg Config) (*Interface, error) {
 		pkey = cfg.PKey
 	}
 	i := &Interface{
-		cfg: cfg, dev: cfg.Device, port: port, pkey: pkey,
+		cfg: cfg, dev: cfg.Device, caps: ib.CapsOf(cfg.Device), port: port, pkey: pkey,
 		udMTU:     encap.MTUForIB(port.ActiveMTU),
 		pending:   make(chan pendingPacket, 1024),
 		wantConn:  make(chan *neigh.Entry, 256),
@@ -407,6 +408,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 		UC:          cfg.UC && !cfg.RC,
 		PathMTU:     port.ActiveMTU,
 		QPs:         qpFactory{i},
+		QPCounters:  i.caps.QPCounters,
 		IdleTimeout: cfg.IdleTimeout,
 		SharedGIDs:  cfg.SharedGIDs,
 		PathTo:      i.pathTo(),
@@ -512,11 +514,9 @@ func (i *Interface) Start() {
 		r := &txReader{queue: q, slots: &i.slots.tx[q]}
 		go func() { defer i.wg.Done(); i.txLoop(r) }()
 	}
-	if h, ok := i.recvCQ.(ib.CQHandler); ok {
-		// Run to completion on the provider's receive goroutine: no
-		// thread wake-up between the fabric and the TUN.
-		h.SetHandler(i.drainRecv)
-	}
+	// Run to completion on the provider's receive goroutine when it can:
+	// no thread wake-up between the fabric and the TUN.
+	i.caps.SetCQHandler(i.recvCQ, i.drainRecv)
 	go func() { defer i.wg.Done(); i.rxLoop() }()
 	go func() { defer i.wg.Done(); i.controlLoop() }()
 }

@@ -79,7 +79,18 @@ type Device struct {
 	rxDone chan struct{}
 }
 
-var _ ib.Device = (*Device)(nil)
+// A Device is an ib.Device with every optional capability (ib.Caps).
+var (
+	_ ib.Device         = (*Device)(nil)
+	_ ib.CQHandlerMaker = (*Device)(nil)
+	_ ib.SubnetEventer  = (*Device)(nil)
+	_ ib.PortStater     = (*Device)(nil)
+	_ ib.QPCounterNamer = (*Device)(nil)
+)
+
+// CQHandlers reports that every CQ the device makes implements
+// ib.CQHandler: the receive goroutine runs its consumer.
+func (d *Device) CQHandlers() bool { return true }
 
 // Overheads of one IB packet on the underlay beyond its payload: the largest
 // header set (BTH + DETH) and the ICRC.

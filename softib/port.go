@@ -5,11 +5,7 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ipoibd/ipoibd/ib"
 )
-
-var _ ib.PortStater = (*Device)(nil)
 
 // PortActive reports whether the port is up: the underlay interface is up,
 // has a carrier and still has the underlay address, as an InfiniBand port

@@ -10,8 +10,8 @@ import (
 	"github.com/ipoibd/ipoibd/ib/ibqueue"
 )
 
-// Device is one port on a Fabric. It implements ib.Device and
-// ib.QPCounterNamer.
+// Device is one port on a Fabric. It implements ib.Device,
+// ib.CQHandlerMaker and ib.QPCounterNamer.
 type Device struct {
 	fab  *Fabric
 	name string
@@ -38,10 +38,19 @@ type Device struct {
 	ctr     [numTrafficEnd]atomic.Uint64
 }
 
+// A Device has two of the optional capabilities (ib.Caps): its CQs take
+// a handler, and it names its QPs' counters. It sees no subnet events and
+// no port state.
 var (
 	_ ib.Device         = (*Device)(nil)
+	_ ib.CQHandlerMaker = (*Device)(nil)
 	_ ib.QPCounterNamer = (*Device)(nil)
+	_ ib.CQHandler      = (*cq)(nil)
 )
+
+// CQHandlers reports that every CQ the device makes implements
+// ib.CQHandler: the delivery goroutine runs its consumer.
+func (d *Device) CQHandlers() bool { return true }
 
 // Counters: the traffic first, then a drop counter per cause, the causes
 // and names package ibqueue gives softib too, so that tests read the same
