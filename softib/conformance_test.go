@@ -1,6 +1,7 @@
 package softib_test
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"testing"
@@ -19,7 +20,7 @@ func TestConformance(t *testing.T) {
 		port := uint16(30000 + os.Getpid()%20000)
 		var ds [2]ib.Device
 		for k := range ds {
-			d, err := softib.Open(softib.Config{Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(21 + k)}), Port: port})
+			d, err := softib.Open(softib.Config{Name: fmt.Sprintf("softib%d", k), Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(21 + k)}), Port: port})
 			if err != nil {
 				if k > 0 {
 					ds[0].Close()
