@@ -147,8 +147,9 @@ type Config struct {
 
 // Interface is a running IPoIB interface.
 type Interface struct {
-	cfg Config
-	dev ib.Device
+	cfg  Config
+	dev  ib.Device
+	caps ib.Caps // dev's optional capabilities, looked up once in New
 	// port is who the interface is on the fabric (port.go): the
 	// interface reads it from here only.
 	port portID
@@ -359,7 +360,7 @@ func linkMTU(cfg Config, port portID) (int, error) {
 // control goroutine made and nothing opened.
 func newInterface(cfg Config, port portID, mtu int) *Interface {
 	i := &Interface{
-		cfg: cfg, dev: cfg.Device, port: port, mtu: mtu,
+		cfg: cfg, dev: cfg.Device, caps: ib.CapsOf(cfg.Device), port: port, mtu: mtu,
 		pending:   make(chan pendingPacket, 1024),
 		wantConn:  make(chan *neigh.Entry, 256),
 		rxReply:   make(chan neighPacket, 256),
@@ -398,6 +399,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 		UC:          cfg.UC && !cfg.RC,
 		PathMTU:     port.ActiveMTU,
 		QPs:         qpFactory{i},
+		QPCounters:  i.caps.QPCounters,
 		IdleTimeout: cfg.IdleTimeout,
 		SharedGIDs:  cfg.SharedGIDs,
 		PathTo:      i.pathTo(),
@@ -498,11 +500,9 @@ func (i *Interface) Start() {
 		r := &txReader{queue: q, slots: &i.slots.tx[q]}
 		go func() { defer i.wg.Done(); i.txLoop(r) }()
 	}
-	if h, ok := i.recvCQ.(ib.CQHandler); ok {
-		// Run to completion on the provider's receive goroutine: no
-		// thread wake-up between the fabric and the TUN.
-		h.SetHandler(i.drainRecv)
-	}
+	// Run to completion on the provider's receive goroutine when it can:
+	// no thread wake-up between the fabric and the TUN.
+	i.caps.SetCQHandler(i.recvCQ, i.drainRecv)
 	go func() { defer i.wg.Done(); i.rxLoop() }()
 	go func() { defer i.wg.Done(); i.controlLoop() }()
 }

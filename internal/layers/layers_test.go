@@ -36,11 +36,12 @@ var allowed = map[string][]string{
 	"counterdoc": nil,
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
-	"softib":                        {"ib", "madqueue", "softib/wire"},
+	"ib/ibqueue":                    {"ib", "madqueue"}, // the software providers' rings
+	"softib":                        {"ib", "ib/ibqueue", "softib/wire"},
 	"verbs":                         {"ib", "madqueue"},
 	"umadsa":                        {"ib", "sa"},
 	"rdmacm":                        {"cm", "ib", "verbs"},
-	"ib/ibtest":                     {"ib"},
+	"ib/ibtest":                     {"ib", "ib/ibqueue"},
 	"softib/ibfwd":                  {"ib", "softib/wire"},
 	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib/wire"}, // wire: -capture picks the MADs with its frame parser
 	// the kernel seam (an interface's kernel side) and its fake; the TUN
@@ -83,6 +84,9 @@ var allowed = map[string][]string{
 	// table) import it; cm's harness must not import cm, whose tests are
 	// inside package cm
 	"cm/cmtest": {"ib", "mad"},
+	// the provider contract as a test suite, which each provider's tests
+	// run
+	"ib/ibconform": {"ib"},
 }
 
 // kernelFree are the packages of an interface that take their kernel side
