@@ -2,6 +2,7 @@ package mtu
 
 import (
 	"errors"
+	"github.com/ipoibd/ipoibd/internal/testns"
 	"net/netip"
 	"testing"
 	"time"
@@ -38,8 +39,8 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 		},
 	} {
 		t.Run(fam.name, func(t *testing.T) {
-			n := newNS(t)
-			tun, _ := n.tun("tun0", 65520, fam.local)
+			n := testns.New(t)
+			tun, _ := n.TUN("tun0", 65520, fam.local)
 			buf := make([]byte, 65536)
 			out := make([]byte, MaxLen)
 
@@ -47,10 +48,10 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 			// TooBig and reports the PMTU the kernel then has.
 			roundTrip := func(t *testing.T, fd int, dst netip.Addr, size, mtu int, src netip.Addr, want int) int {
 				t.Helper()
-				if err := sendTo(fd, dst, size); err != nil {
+				if err := testns.SendTo(fd, dst, size); err != nil {
 					t.Fatalf("first send of %d to %s: %v", size, dst, err)
 				}
-				pkt := readUDPTo(t, tun, buf, dst)
+				pkt := testns.ReadUDPTo(t, tun, buf, dst)
 				k, err := TooBig(out, pkt, mtu, src)
 				if err != nil {
 					t.Fatalf("TooBig: %v", err)
@@ -61,7 +62,7 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 				if _, err := tun.Write(out[:k]); err != nil {
 					t.Fatalf("write ICMP into TUN: %v", err)
 				}
-				return n.waitPMTU(dst, want, 500*time.Millisecond)
+				return n.WaitPMTU(dst, want, 500*time.Millisecond)
 			}
 
 			t.Run("mtus", func(t *testing.T) {
@@ -69,7 +70,7 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 				// PMTU further. Each datagram is as large as the previous
 				// PMTU allows; once the error is taken, resending it fails.
 				dst := nth(netip.MustParsePrefix(fam.local).Addr(), 9)
-				fd := n.udpDF(dst)
+				fd := n.UDPDF(dst)
 				hdrs := 28
 				if fam.name == "ipv6" {
 					hdrs = 48
@@ -79,13 +80,13 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 					if got := roundTrip(t, fd, dst, size, mtu, netip.Addr{}, mtu); got != mtu {
 						t.Fatalf("mtu %d: kernel PMTU to %s is %d, want %d", mtu, dst, got, mtu)
 					}
-					if err := sendTo(fd, dst, size); !errors.Is(err, unix.EMSGSIZE) {
+					if err := testns.SendTo(fd, dst, size); !errors.Is(err, unix.EMSGSIZE) {
 						t.Fatalf("mtu %d: second send of %d with DF: %v, want EMSGSIZE", mtu, size, err)
 					}
-					if err := sendTo(fd, dst, mtu-hdrs); err != nil {
+					if err := testns.SendTo(fd, dst, mtu-hdrs); err != nil {
 						t.Fatalf("mtu %d: send of %d with DF: %v", mtu, mtu-hdrs, err)
 					}
-					readUDPTo(t, tun, buf, dst)
+					testns.ReadUDPTo(t, tun, buf, dst)
 					t.Logf("mtu %d: PMTU %d; %d octets with DF → EMSGSIZE, %d octets pass", mtu, mtu, size, mtu-hdrs)
 					size = mtu - hdrs
 				}
@@ -106,11 +107,11 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 			for i, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					if c.rpFilter != "" {
-						n.sysctl("net/ipv4/conf/all/rp_filter", c.rpFilter)
-						n.sysctl("net/ipv4/conf/tun0/rp_filter", c.rpFilter)
+						n.Sysctl("net/ipv4/conf/all/rp_filter", c.rpFilter)
+						n.Sysctl("net/ipv4/conf/tun0/rp_filter", c.rpFilter)
 						t.Cleanup(func() {
-							n.sysctl("net/ipv4/conf/all/rp_filter", "0")
-							n.sysctl("net/ipv4/conf/tun0/rp_filter", "0")
+							n.Sysctl("net/ipv4/conf/all/rp_filter", "0")
+							n.Sysctl("net/ipv4/conf/tun0/rp_filter", "0")
 						})
 					}
 					dst := nth(netip.MustParsePrefix(fam.local).Addr(), 20+i)
@@ -118,7 +119,7 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 					if c.src != "" {
 						src = netip.MustParseAddr(c.src)
 					}
-					fd := n.udpDF(dst)
+					fd := n.UDPDF(dst)
 					want := 2044
 					if !c.accepted {
 						want = 0
@@ -128,7 +129,7 @@ func TestKernelAcceptsTooBig(t *testing.T) {
 					if got != want {
 						t.Fatalf("src %s: PMTU %d, want %d (accepted=%v)", srcName(src), got, want, c.accepted)
 					}
-					err := sendTo(fd, dst, 60000)
+					err := testns.SendTo(fd, dst, 60000)
 					if c.accepted && !errors.Is(err, unix.EMSGSIZE) {
 						t.Fatalf("second send: %v, want EMSGSIZE", err)
 					}

@@ -1,6 +1,7 @@
 package tun
 
 import (
+	"github.com/ipoibd/ipoibd/internal/testns"
 	"net"
 	"net/netip"
 	"strings"
@@ -47,9 +48,9 @@ func hostNet(s string) *net.IPNet {
 }
 
 // hostRoutesIn lists the main-table routes for exactly the host prefix.
-func hostRoutesIn(t *testing.T, n *testNS, family int, dst string) []netlink.Route {
+func hostRoutesIn(t *testing.T, n *testns.NS, family int, dst string) []netlink.Route {
 	t.Helper()
-	routes, err := n.nl.RouteListFiltered(family, &netlink.Route{Dst: hostNet(dst), Table: unix.RT_TABLE_MAIN},
+	routes, err := n.NL.RouteListFiltered(family, &netlink.Route{Dst: hostNet(dst), Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		t.Fatal(err)
@@ -79,10 +80,10 @@ func TestRoutes(t *testing.T) {
 func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) (bool, error)) {
 	for _, f := range routeFamilies {
 		t.Run(f.name, func(t *testing.T) {
-			n := newNS(t)
-			_, link := n.tun("tun0", 65520, f.local)
-			_, other := n.tun("tun1", 65520, f.otherLocal) // another ipoibd interface
-			r := NewRoutesAt(n.nl, link.Attrs().Index)
+			n := testns.New(t)
+			_, link := n.TUN("tun0", 65520, f.local)
+			_, other := n.TUN("tun1", 65520, f.otherLocal) // another ipoibd interface
+			r := NewRoutesAt(n.NL, link.Attrs().Index)
 			idx := link.Attrs().Index
 			v := "-4"
 			if f.family == netlink.FAMILY_V6 {
@@ -112,7 +113,7 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 			}
 			operatorRoute := func(t *testing.T, dst string, linkIndex int, mtu int) {
 				t.Helper()
-				if err := n.nl.RouteAdd(&netlink.Route{LinkIndex: linkIndex, Dst: hostNet(dst), Scope: netlink.SCOPE_LINK, MTU: mtu}); err != nil {
+				if err := n.NL.RouteAdd(&netlink.Route{LinkIndex: linkIndex, Dst: hostNet(dst), Scope: netlink.SCOPE_LINK, MTU: mtu}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -120,7 +121,7 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 			t.Run("install, idempotent, update", func(t *testing.T) {
 				set(t, r, f.dst, 9000, true)
 				checkOurs(t, f.dst, 9000)
-				out := n.ip(v, "route", "show", f.dst)
+				out := n.IP(v, "route", "show", f.dst)
 				if !strings.Contains(out, "mtu 9000") || !strings.Contains(out, "proto 105") || strings.Contains(out, "lock") {
 					t.Fatalf("ip route show %s: %q, want proto 105 and mtu 9000 unlocked", f.dst, out)
 				}
@@ -128,10 +129,10 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 				checkOurs(t, f.dst, 9000)
 				set(t, r, f.dst, 4000, true)
 				checkOurs(t, f.dst, 4000)
-				if got := n.pmtu(netip.MustParseAddr(f.dst)); got != 4000 {
+				if got := n.PMTU(netip.MustParseAddr(f.dst)); got != 4000 {
 					t.Fatalf("route get %s: mtu %d, want 4000", f.dst, got)
 				}
-				t.Logf("ip route show %s: %s", f.dst, strings.TrimSpace(n.ip(v, "route", "show", f.dst)))
+				t.Logf("ip route show %s: %s", f.dst, strings.TrimSpace(n.IP(v, "route", "show", f.dst)))
 			})
 
 			t.Run("operator route left alone", func(t *testing.T) {
@@ -151,7 +152,7 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 
 			t.Run("route of another link left alone", func(t *testing.T) {
 				// Even with our protocol: another ipoibd interface's.
-				otherRoutes := NewRoutesAt(n.nl, other.Attrs().Index)
+				otherRoutes := NewRoutesAt(n.NL, other.Attrs().Index)
 				set(t, otherRoutes, f.other, 2700, true)
 				set(t, r, f.other, 5000, false)
 				rs := hostRoutesIn(t, n, f.family, f.other)
@@ -168,7 +169,7 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 
 			t.Run("gateway kept", func(t *testing.T) {
 				gw := net.IP(netip.MustParseAddr(f.gw).AsSlice())
-				if err := n.nl.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: ipNet(f.gwNet), Gw: gw}); err != nil {
+				if err := n.NL.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: ipNet(f.gwNet), Gw: gw}); err != nil {
 					t.Fatal(err)
 				}
 				set(t, r, f.remote, 2000, true)
@@ -213,9 +214,9 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 				if rs := hostRoutesIn(t, n, f.family, f.secondDst); len(rs) != 0 {
 					t.Fatalf("route to %s outside our subnets: %v", f.secondDst, rs)
 				}
-				n.ip(v, "addr", "add", f.second, "dev", "tun0", "nodad")
+				n.IP(v, "addr", "add", f.second, "dev", "tun0", "nodad")
 				want := "src " + second.Addr().String()
-				if out := n.ip(v, "route", "get", f.secondDst); !strings.Contains(out, want) {
+				if out := n.IP(v, "route", "get", f.secondDst); !strings.Contains(out, want) {
 					t.Fatalf("route get %s without our route: %q, want %q", f.secondDst, out, want)
 				}
 				set(t, r, f.secondDst, 3000, true)
@@ -223,7 +224,7 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 				if !rt.Src.Equal(second.Addr().AsSlice()) {
 					t.Fatalf("route to %s: src %v, want %v", dst, rt.Src, second.Addr())
 				}
-				if out := n.ip(v, "route", "get", f.secondDst); !strings.Contains(out, want) || !strings.Contains(out, "mtu 3000") {
+				if out := n.IP(v, "route", "get", f.secondDst); !strings.Contains(out, want) || !strings.Contains(out, "mtu 3000") {
 					t.Fatalf("route get %s with our route: %q, want %q and mtu 3000", f.secondDst, out, want)
 				}
 				// A second address in the subnet, then the first one goes:
@@ -232,16 +233,16 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 				third := nth(second.Addr(), 9)
 				if f.family == netlink.FAMILY_V4 {
 					// Else the secondary goes with the primary.
-					n.sysctl("net/ipv4/conf/tun0/promote_secondaries", "1")
+					n.Sysctl("net/ipv4/conf/tun0/promote_secondaries", "1")
 				}
-				n.ip(v, "addr", "add", netip.PrefixFrom(third, second.Bits()).String(), "dev", "tun0", "nodad")
-				n.ip(v, "addr", "del", f.second, "dev", "tun0")
+				n.IP(v, "addr", "add", netip.PrefixFrom(third, second.Bits()).String(), "dev", "tun0", "nodad")
+				n.IP(v, "addr", "del", f.second, "dev", "tun0")
 				set(t, r, f.secondDst, 3000, true)
 				if rt := checkOurs(t, f.secondDst, 3000); !rt.Src.Equal(third.AsSlice()) {
 					t.Fatalf("after the address change: src %v, want %v", rt.Src, third)
 				}
 				// The subnet goes: so does our route.
-				n.ip(v, "addr", "del", netip.PrefixFrom(third, second.Bits()).String(), "dev", "tun0")
+				n.IP(v, "addr", "del", netip.PrefixFrom(third, second.Bits()).String(), "dev", "tun0")
 				set(t, r, f.secondDst, 3000, true)
 				if rs := hostRoutesIn(t, n, f.family, f.secondDst); len(rs) != 0 {
 					t.Fatalf("route to %s outside our subnets kept: %v", f.secondDst, rs)
@@ -280,7 +281,7 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 					t.Fatalf("Flush removed another link's route: %v", rs)
 				}
 				// The link's own prefix route and the gateway route stay.
-				if rs, err := n.nl.RouteListFiltered(f.family, &netlink.Route{Dst: ipNet(f.gwNet)}, netlink.RT_FILTER_DST); err != nil || len(rs) != 1 {
+				if rs, err := n.NL.RouteListFiltered(f.family, &netlink.Route{Dst: ipNet(f.gwNet)}, netlink.RT_FILTER_DST); err != nil || len(rs) != 1 {
 					t.Fatalf("Flush removed the subnet route: %v %v", rs, err)
 				}
 				if err := r.Flush(); err != nil {
@@ -319,18 +320,18 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 func TestRoutesPMTU(t *testing.T) {
 	for _, f := range routeFamilies {
 		t.Run(f.name, func(t *testing.T) {
-			n := newNS(t)
-			tun, link := n.tun("tun0", 65520, f.local)
-			r := NewRoutesAt(n.nl, link.Attrs().Index)
+			n := testns.New(t)
+			tun, link := n.TUN("tun0", 65520, f.local)
+			r := NewRoutesAt(n.NL, link.Attrs().Index)
 			buf := make([]byte, 65536)
 			out := make([]byte, mtu.MaxLen)
 			tooBig := func(t *testing.T, dst netip.Addr, size, pathMTU int) {
 				t.Helper()
-				fd := n.udpDF(dst)
-				if err := sendTo(fd, dst, size); err != nil {
+				fd := n.UDPDF(dst)
+				if err := testns.SendTo(fd, dst, size); err != nil {
 					t.Fatalf("send %d: %v", size, err)
 				}
-				k, err := mtu.TooBig(out, readUDPTo(t, tun, buf, dst), pathMTU, netip.Addr{})
+				k, err := mtu.TooBig(out, testns.ReadUDPTo(t, tun, buf, dst), pathMTU, netip.Addr{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -343,35 +344,35 @@ func TestRoutesPMTU(t *testing.T) {
 			if _, err := r.Set(dst, 9000); err != nil {
 				t.Fatal(err)
 			}
-			if got := n.pmtu(dst); got != 9000 {
+			if got := n.PMTU(dst); got != 9000 {
 				t.Fatalf("PMTU with our route: %d, want 9000", got)
 			}
 			tooBig(t, dst, 8000, 2044)
-			if got := n.waitPMTU(dst, 2044, time.Second); got != 2044 {
+			if got := n.WaitPMTU(dst, 2044, time.Second); got != 2044 {
 				t.Fatalf("PMTU after ICMP 2044 under our unlocked route: %d, want 2044", got)
 			}
 			if _, err := r.Set(dst, 9000); err != nil { // unchanged: exception kept
 				t.Fatal(err)
 			}
-			if got := n.pmtu(dst); got != 2044 {
+			if got := n.PMTU(dst); got != 2044 {
 				t.Fatalf("idempotent Set dropped the exception: PMTU %d", got)
 			}
 			if _, err := r.Set(dst, 8000); err != nil {
 				t.Fatal(err)
 			}
-			if got := n.pmtu(dst); got != 8000 {
+			if got := n.PMTU(dst); got != 8000 {
 				t.Fatalf("PMTU after Set(8000): %d, want 8000 (stale exception dropped)", got)
 			}
 
 			// The same with a locked route (as `ip route ... mtu lock`):
 			// the kernel ignores the error.
 			locked := netip.MustParseAddr(f.operator)
-			if err := n.nl.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostNet(f.operator),
+			if err := n.NL.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostNet(f.operator),
 				Scope: netlink.SCOPE_LINK, MTU: 9000, MTULock: true}); err != nil {
 				t.Fatal(err)
 			}
 			tooBig(t, locked, 8000, 2044)
-			got := n.waitPMTU(locked, 2044, 300*time.Millisecond)
+			got := n.WaitPMTU(locked, 2044, 300*time.Millisecond)
 			t.Logf("locked route with mtu 9000: PMTU %d after an ICMP error with 2044", got)
 			// Long-standing for IPv4 (ip_rt_update_pmtu honours the lock);
 			// IPv6 (Linux 6.18 here) takes the Packet Too Big anyway.
@@ -392,9 +393,9 @@ func TestRoutesPMTU(t *testing.T) {
 // source of its subnet, a bad one in between fails alone, and raising
 // them all to the link MTU removes every route.
 func TestSetMany(t *testing.T) {
-	n := newNS(t)
-	_, link := n.tun("tun0", 65520, "10.60.0.1/16", "fd60::1/64")
-	r := NewRoutesAt(n.nl, link.Attrs().Index)
+	n := testns.New(t)
+	_, link := n.TUN("tun0", 65520, "10.60.0.1/16", "fd60::1/64")
+	r := NewRoutesAt(n.NL, link.Attrs().Index)
 	var dests []mtu.Dest
 	for k := range 2000 {
 		dests = append(dests, mtu.Dest{Addr: netip.AddrFrom4([4]byte{10, 60, byte(1 + k/250), byte(1 + k%250)}), MTU: 4092})
@@ -406,7 +407,7 @@ func TestSetMany(t *testing.T) {
 			t.Fatalf("%v mtu %d: installed %v, err %v", d.Addr, d.MTU, ok[k], errs[k])
 		}
 	}
-	v4, err := n.nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	v4, err := n.NL.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +426,7 @@ func TestSetMany(t *testing.T) {
 		dests[k].MTU = 65520
 	}
 	r.SetMany(dests)
-	left, _ := n.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	left, _ := n.NL.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if len(left) != 0 {
 		t.Fatalf("%d routes left at the link MTU", len(left))
 	}

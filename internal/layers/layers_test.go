@@ -77,6 +77,7 @@ var allowed = map[string][]string{
 	"internal/testbed/sibcm":       {"cm", "ib", "softib"},
 	"internal/testbed/sibpingpong": {"ib", "softib"},
 	"internal/testnet":             nil,
+	"internal/testns":              {"internal/testnet"}, // tests only: a namespace with a TUN, for mtu and tun
 	"internal/testnet/cmd/testnet": {"internal/testnet"},
 	"internal/testutil":            {"ib"},
 	"internal/layers":              nil,

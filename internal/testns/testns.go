@@ -1,4 +1,8 @@
-package tun
+// Package testns is a throw-away network namespace for tests that need the
+// kernel: a TUN in it, DF sockets, the path MTU the kernel's route lookup
+// reports. The tests of mtu (ICMP errors as the kernel reads them) and of
+// tun (MTU host routes) share it.
+package testns
 
 import (
 	"crypto/rand"
@@ -17,83 +21,85 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// testNS is a throw-away network namespace, deleted when the test ends.
-type testNS struct {
+// NS is a throw-away network namespace, deleted when the test ends.
+type NS struct {
 	t    *testing.T
-	name string
+	Name string // as `ip netns` lists it
 	h    netns.NsHandle
-	nl   *netlink.Handle
+	NL   *netlink.Handle // netlink inside the namespace
 }
 
-func newNS(t *testing.T) *testNS {
+// New makes a namespace with its loopback up, or skips the test when not
+// root.
+func New(t *testing.T) *NS {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	n := &testNS{t: t, name: "ipoibd-mtu-" + hex.EncodeToString(id[:])}
+	n := &NS{t: t, Name: "ipoibd-test-" + hex.EncodeToString(id[:])}
 
-	if out, err := exec.Command("ip", "netns", "add", n.name).CombinedOutput(); err != nil {
+	if out, err := exec.Command("ip", "netns", "add", n.Name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
-	t.Cleanup(func() { _ = netns.DeleteNamed(n.name) })
-	h, err := netns.GetFromName(n.name)
+	t.Cleanup(func() { _ = netns.DeleteNamed(n.Name) })
+	h, err := netns.GetFromName(n.Name)
 	if err != nil {
-		t.Fatalf("open netns %s: %v", n.name, err)
+		t.Fatalf("open netns %s: %v", n.Name, err)
 	}
 	n.h = h
 	t.Cleanup(func() { h.Close() })
 
-	n.nl, err = netlink.NewHandleAt(h)
+	n.NL, err = netlink.NewHandleAt(h)
 	if err != nil {
 		t.Fatalf("netlink in netns: %v", err)
 	}
-	t.Cleanup(n.nl.Close)
-	lo, err := n.nl.LinkByName("lo")
+	t.Cleanup(n.NL.Close)
+	lo, err := n.NL.LinkByName("lo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.nl.LinkSetUp(lo); err != nil {
+	if err := n.NL.LinkSetUp(lo); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// do runs f on an OS thread inside the namespace. Sockets and TUN devices
+// Do runs f on an OS thread inside the namespace. Sockets and TUN devices
 // f opens stay in the namespace.
-func (n *testNS) do(f func()) {
+func (n *NS) Do(f func()) {
 	n.t.Helper()
-	testnet.InNamed(n.t, n.name, f)
+	testnet.InNamed(n.t, n.Name, f)
 }
 
-// ip runs `ip -n ns args...` and returns its output.
-func (n *testNS) ip(args ...string) string {
+// IP runs `ip -n ns args...` and returns its output.
+func (n *NS) IP(args ...string) string {
 	n.t.Helper()
-	out, err := exec.Command("ip", append([]string{"-n", n.name}, args...)...).CombinedOutput()
+	out, err := exec.Command("ip", append([]string{"-n", n.Name}, args...)...).CombinedOutput()
 	if err != nil {
 		n.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }
 
-// sysctl writes a /proc/sys/net value inside the namespace.
-func (n *testNS) sysctl(path, value string) {
+// Sysctl writes a /proc/sys/net value inside the namespace.
+func (n *NS) Sysctl(path, value string) {
 	n.t.Helper()
-	n.do(func() {
+	n.Do(func() {
 		if err := os.WriteFile("/proc/sys/"+path, []byte(value), 0o644); err != nil {
 			n.t.Fatal(err)
 		}
 	})
 }
 
-// tun creates a TUN device (IFF_TUN|IFF_NO_PI) in the namespace with the
+// TUN creates a TUN device (IFF_TUN|IFF_NO_PI) in the namespace with the
 // given MTU and addresses, up, and returns its file (non-blocking, so
 // read deadlines work) and link.
-func (n *testNS) tun(name string, mtu int, addrs ...string) (*os.File, netlink.Link) {
+func (n *NS) TUN(name string, mtu int, addrs ...string) (*os.File, netlink.Link) {
 	n.t.Helper()
 	var fd int
-	n.do(func() {
+	n.Do(func() {
 		var err error
 		fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
@@ -112,21 +118,21 @@ func (n *testNS) tun(name string, mtu int, addrs ...string) (*os.File, netlink.L
 	})
 	f := os.NewFile(uintptr(fd), name)
 	n.t.Cleanup(func() { f.Close() })
-	link, err := n.nl.LinkByName(name)
+	link, err := n.NL.LinkByName(name)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	if err := n.nl.LinkSetMTU(link, mtu); err != nil {
+	if err := n.NL.LinkSetMTU(link, mtu); err != nil {
 		n.t.Fatal(err)
 	}
 	for _, a := range addrs {
 		p := netip.MustParsePrefix(a)
 		ipn := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-		if err := n.nl.AddrAdd(link, &netlink.Addr{IPNet: ipn, Flags: unix.IFA_F_NODAD}); err != nil {
+		if err := n.NL.AddrAdd(link, &netlink.Addr{IPNet: ipn, Flags: unix.IFA_F_NODAD}); err != nil {
 			n.t.Fatalf("address %s: %v", a, err)
 		}
 	}
-	if err := n.nl.LinkSetUp(link); err != nil {
+	if err := n.NL.LinkSetUp(link); err != nil {
 		n.t.Fatal(err)
 	}
 	// The kernel adds the local routes of IPv6 addresses asynchronously
@@ -140,7 +146,7 @@ func (n *testNS) tun(name string, mtu int, addrs ...string) (*os.File, netlink.L
 		}
 		host := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Addr().BitLen(), p.Addr().BitLen())}
 		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			rs, err := n.nl.RouteListFiltered(family, &netlink.Route{Dst: host, Table: unix.RT_TABLE_LOCAL},
+			rs, err := n.NL.RouteListFiltered(family, &netlink.Route{Dst: host, Table: unix.RT_TABLE_LOCAL},
 				netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 			if err != nil {
 				n.t.Fatal(err)
@@ -156,9 +162,9 @@ func (n *testNS) tun(name string, mtu int, addrs ...string) (*os.File, netlink.L
 	return f, link
 }
 
-// readUDPTo reads packets from the TUN until one is a UDP datagram to dst
+// ReadUDPTo reads packets from the TUN until one is a UDP datagram to dst
 // and returns it (a slice of buf). Other traffic (MLD, RS) is skipped.
-func readUDPTo(t *testing.T, f *os.File, buf []byte, dst netip.Addr) []byte {
+func ReadUDPTo(t *testing.T, f *os.File, buf []byte, dst netip.Addr) []byte {
 	t.Helper()
 	if err := f.SetReadDeadline(time.Now().Add(3 * time.Second)); err != nil {
 		t.Fatal(err)
@@ -178,12 +184,12 @@ func readUDPTo(t *testing.T, f *os.File, buf []byte, dst netip.Addr) []byte {
 	}
 }
 
-// udpDF opens, inside the namespace, a UDP socket of dst's family that
+// UDPDF opens, inside the namespace, a UDP socket of dst's family that
 // never fragments (IP_PMTUDISC_DO / IPV6_PMTUDISC_DO + IPV6_DONTFRAG).
-func (n *testNS) udpDF(dst netip.Addr) int {
+func (n *NS) UDPDF(dst netip.Addr) int {
 	n.t.Helper()
 	var fd int
-	n.do(func() {
+	n.Do(func() {
 		var err error
 		if dst.Is4() {
 			fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -207,7 +213,8 @@ func (n *testNS) udpDF(dst netip.Addr) int {
 	return fd
 }
 
-func sendTo(fd int, dst netip.Addr, size int) error {
+// SendTo sends size zero octets to dst port 9 on fd.
+func SendTo(fd int, dst netip.Addr, size int) error {
 	payload := make([]byte, size)
 	if dst.Is4() {
 		return unix.Sendto(fd, payload, 0, &unix.SockaddrInet4{Port: 9, Addr: dst.As4()})
@@ -215,11 +222,11 @@ func sendTo(fd int, dst netip.Addr, size int) error {
 	return unix.Sendto(fd, payload, 0, &unix.SockaddrInet6{Port: 9, Addr: dst.As16()})
 }
 
-// pmtu returns the MTU the kernel's route lookup for dst reports (the
+// PMTU returns the MTU the kernel's route lookup for dst reports (the
 // cached PMTU exception or the route's MTU metric; 0 = the link's).
-func (n *testNS) pmtu(dst netip.Addr) int {
+func (n *NS) PMTU(dst netip.Addr) int {
 	n.t.Helper()
-	routes, err := n.nl.RouteGet(dst.AsSlice())
+	routes, err := n.NL.RouteGet(dst.AsSlice())
 	if err != nil {
 		n.t.Fatalf("route get %s: %v", dst, err)
 	}
@@ -229,24 +236,16 @@ func (n *testNS) pmtu(dst netip.Addr) int {
 	return routes[0].MTU
 }
 
-// waitPMTU polls until dst's PMTU is want or the timeout passes, and
+// WaitPMTU polls until dst's PMTU is want or the timeout passes, and
 // returns the last value seen.
-func (n *testNS) waitPMTU(dst netip.Addr, want int, timeout time.Duration) int {
+func (n *NS) WaitPMTU(dst netip.Addr, want int, timeout time.Duration) int {
 	n.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		got := n.pmtu(dst)
+		got := n.PMTU(dst)
 		if got == want || time.Now().After(deadline) {
 			return got
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// nth returns the address k after a.
-func nth(a netip.Addr, k int) netip.Addr {
-	for ; k > 0; k-- {
-		a = a.Next()
-	}
-	return a
 }
