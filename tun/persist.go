@@ -118,12 +118,15 @@ func (d *Device) releasePersist() {
 	}
 }
 
-// OpenPersistentNetdev is OpenNetdev for a device that outlives the
-// daemon (Keep, then Close), and with adopt re-attaches one an earlier
-// daemon left in ns. The netdev's Adopted, Persistent and Keep are
-// Device's; see Persistence.
-func OpenPersistentNetdev(cfg netdev.Config, ns string, adopt bool) (netdev.Netdev, error) {
-	return openNetdev(cfg, ns, true, adopt)
+// NetdevOptions are OpenNetdevWith's: Config's Persist and Adopt.
+type NetdevOptions struct{ Persist, Adopt bool }
+
+// OpenNetdevWith is OpenNetdev with options: a device that outlives the
+// daemon (Keep, then Close), re-attached if an earlier daemon left one
+// in ns. The netdev's Adopted, Persistent and Keep are Device's; see
+// Persistence.
+func OpenNetdevWith(cfg netdev.Config, ns string, o NetdevOptions) (netdev.Netdev, error) {
+	return openNetdev(cfg, ns, o.Persist, o.Adopt)
 }
 
 // Persistence is what a netdev OpenPersistentNetdev opened answers
