@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/control"
@@ -160,6 +161,27 @@ func (d *daemon) adoptState() {
 	d.rs.loaded.Store(true)
 	defer d.saveState()
 	adoptAll(d, d.adoptOne)
+	d.logUnserved()
+}
+
+// logUnserved names, one log line each, the children an earlier daemon
+// left in the daemon's namespace that none serves now (not in the state
+// file, or not taken back): their carrier is off and nothing reaches
+// them until a child add of that name takes them back or ip link del
+// removes them.
+func (d *daemon) logUnserved() {
+	names, err := tun.Unserved(d.netns)
+	if err != nil {
+		d.base.Log.Debug("listing unserved interfaces", "err", err)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, n := range names {
+		if !slices.ContainsFunc(d.ifaces, func(s *served) bool { return s.netns == "" && s.iface.Name() == n }) {
+			d.base.Log.Warn("interface left by an earlier daemon, served by none (carrier off): ipoibd child add --name takes it back, ip link del removes it", "if", n)
+		}
+	}
 }
 
 // adoptAll logs what was wrong with the state file and takes back each

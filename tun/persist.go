@@ -7,6 +7,7 @@ import (
 	"github.com/ipoibd/ipoibd/netdev"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -135,4 +136,35 @@ type Persistence interface {
 	Adopted() bool
 	Persistent() bool
 	Keep()
+}
+
+// Unserved names the persistent TUN devices made as ipoibd makes them
+// (virtio-net header, no packet information) that no process serves (no
+// queue attached), in namespace ns (as OpenNetdev reads it; empty: the
+// caller's): children an earlier daemon left that no daemon took back.
+func Unserved(ns string) (names []string, err error) {
+	var h *netns.NsHandle
+	if ns != "" {
+		nh, err := openNetns(ns)
+		if err != nil {
+			return nil, err
+		}
+		defer nh.Close()
+		h = &nh
+	}
+	err = inNetns(h, func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			t, ok := l.(*netlink.Tuntap)
+			if ok && t.Mode == netlink.TUNTAP_MODE_TUN && !t.NonPersist && t.Queues == 0 &&
+				t.Flags&netlink.TUNTAP_VNET_HDR != 0 && t.Flags&netlink.TUNTAP_NO_PI != 0 {
+				names = append(names, l.Attrs().Name)
+			}
+		}
+		return nil
+	})
+	return names, err
 }

@@ -3,6 +3,7 @@ package tun
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +49,9 @@ func TestPersistKeepAdopt(t *testing.T) {
 				if l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0 {
 					t.Errorf("kept device with no queue has its carrier on")
 				}
+				if names, err := Unserved(""); err != nil || !slices.Contains(names, "tunp0") {
+					t.Errorf("Unserved: %v %v, want tunp0 among them", names, err)
+				}
 				if _, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "exists") {
 					t.Errorf("Open without Adopt over a kept device: %v", err)
 				}
@@ -75,6 +79,9 @@ func TestPersistKeepAdopt(t *testing.T) {
 				}
 				if _, err := Open(cfg); err == nil {
 					t.Errorf("adopting a device that is served succeeded")
+				}
+				if names, _ := Unserved(""); slices.Contains(names, "tunp0") {
+					t.Errorf("Unserved names tunp0 while it is served")
 				}
 				_ = d.Close()
 				if _, err := netlink.LinkByName("tunp0"); err == nil {
