@@ -179,6 +179,10 @@ func TestPodsKeepInterfacesAcrossRestart(t *testing.T) {
 		if err := c.Stop(1, sig); err != nil {
 			t.Fatal(err)
 		}
+		// Unserved, the pod's interface says so.
+		if out, err := pods[0].inPod("ip", "-o", "link", "show", "net1"); err != nil || !strings.Contains(out, "NO-CARRIER") {
+			t.Errorf("%s: net1 with no daemon, want it with no carrier: %v\n%s", what, err, out)
+		}
 		c.Daemon = binary
 		if err := c.Start(1, flags(1)...); err != nil {
 			t.Fatal(err)

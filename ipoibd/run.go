@@ -105,6 +105,9 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	defer close(d.ready)
 	for _, c := range s.children {
 		if _, err := d.addChild(c.req); err != nil {
+			// A failed start leaves no --child behind, as before; pods'
+			// children, not taken back yet, stay for a daemon that starts.
+			d.rs.forGood = true
 			_ = d.Close()
 			return nil, fmt.Errorf("--child %q: %w", c.arg, err)
 		}

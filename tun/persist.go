@@ -51,7 +51,7 @@ func openFlags(cfg *Config) (flags uint16, adopt bool, err error) {
 		return 0, false, fmt.Errorf("tun: interface %s already exists and is not persistent: another process serves it", cfg.Name)
 	case t.Flags&netlink.TUNTAP_VNET_HDR == 0 || t.Flags&netlink.TUNTAP_NO_PI == 0:
 		return 0, false, fmt.Errorf("tun: interface %s already exists, a TUN device not made by ipoibd (flags %#x)", cfg.Name, t.Flags)
-	case t.Queues > 0:
+	case t.Queues > 0: // a multiqueue one's; TUNSETIFF refuses a served single-queue one (EBUSY)
 		return 0, false, fmt.Errorf("tun: interface %s is served by another process (%d queues attached)", cfg.Name, t.Queues)
 	}
 	if t.Flags&netlink.TUNTAP_MULTI_QUEUE != 0 {
@@ -139,9 +139,13 @@ type Persistence interface {
 }
 
 // Unserved names the persistent TUN devices made as ipoibd makes them
-// (virtio-net header, no packet information) that no process serves (no
-// queue attached), in namespace ns (as OpenNetdev reads it; empty: the
-// caller's): children an earlier daemon left that no daemon took back.
+// (virtio-net header, no packet information) that no process serves, in
+// namespace ns (as OpenNetdev reads it; empty: the caller's): children an
+// earlier daemon left that no daemon took back. A multiqueue device is
+// unserved with no queue attached; of a single-queue one the kernel
+// reports no queue count, so its carrier being off stands for that (a
+// served one whose port is down looks the same: the caller leaves out
+// those it serves).
 func Unserved(ns string) (names []string, err error) {
 	var h *netns.NsHandle
 	if ns != "" {
@@ -159,8 +163,11 @@ func Unserved(ns string) (names []string, err error) {
 		}
 		for _, l := range links {
 			t, ok := l.(*netlink.Tuntap)
-			if ok && t.Mode == netlink.TUNTAP_MODE_TUN && !t.NonPersist && t.Queues == 0 &&
-				t.Flags&netlink.TUNTAP_VNET_HDR != 0 && t.Flags&netlink.TUNTAP_NO_PI != 0 {
+			if !ok || t.Mode != netlink.TUNTAP_MODE_TUN || t.NonPersist || t.Flags&netlink.TUNTAP_VNET_HDR == 0 || t.Flags&netlink.TUNTAP_NO_PI == 0 {
+				continue
+			}
+			mq := t.Flags&netlink.TUNTAP_MULTI_QUEUE != 0
+			if (mq && t.Queues == 0) || (!mq && l.Attrs().RawFlags&unix.IFF_LOWER_UP == 0) {
 				names = append(names, l.Attrs().Name)
 			}
 		}

@@ -80,6 +80,9 @@ func TestPersistKeepAdopt(t *testing.T) {
 				if _, err := Open(cfg); err == nil {
 					t.Errorf("adopting a device that is served succeeded")
 				}
+				if err := d.SetCarrier(true); err != nil { // as the daemon does with its port up
+					t.Fatal(err)
+				}
 				if names, _ := Unserved(""); slices.Contains(names, "tunp0") {
 					t.Errorf("Unserved names tunp0 while it is served")
 				}
