@@ -47,10 +47,11 @@ const (
 	CmdChildAdd   Cmd = "child-add"   // make Request.Child: ChildReply
 	CmdChildDel   Cmd = "child-del"   // remove the child Request.Name: ChildReply
 	CmdMode       Cmd = "mode"        // switch to mode Request.Name: ModeReply
+	CmdStop       Cmd = "stop"        // stop for good, children too: ChildReply naming the interface
 )
 
 // cmds are the requests a daemon knows.
-var cmds = []Cmd{CmdShow, CmdNeigh, CmdNeighFlush, CmdConn, CmdStats, CmdChildAdd, CmdChildDel, CmdMode}
+var cmds = []Cmd{CmdShow, CmdNeigh, CmdNeighFlush, CmdConn, CmdStats, CmdChildAdd, CmdChildDel, CmdMode, CmdStop}
 
 // Request is what a client asks.
 type Request struct {

@@ -113,6 +113,12 @@ type Config struct {
 	// (pods' P_Key children), so a new UD QPN at a known GID is another
 	// interface, not a restarted peer (see ipoibcm.ManagerConfig).
 	SharedGIDs bool
+	// Replaces is the link address the interface had before its daemon
+	// restarted and took it back (its netdev outlived the daemon): its
+	// gratuitous ARPs name it as their target hardware address, so that
+	// peers that hold it move to the new one at once, also where ports
+	// carry several interfaces (SharedGIDs), as for any restarted peer.
+	Replaces ib.LinkAddr
 	// MaxConns bounds connections past setup (default 4096); beyond it
 	// REQs are rejected with "no resources". Those in setup count against
 	// the CM engine's half-open limits instead (256, 16 per peer), so REQs

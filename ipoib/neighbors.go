@@ -145,6 +145,25 @@ func (c *control) hear(e *neigh.Entry, link, from ib.LinkAddr) {
 	c.apply(e, e.Heard(link, c.now), old)
 }
 
+// heardReplacing applies an announcement of ip at link, from link itself,
+// that names the link address it replaces (Config.Replaces: its daemon
+// restarted). When that is exactly e's, on link's port, the peer
+// restarted and the claim wins at once (Entry.Restarted), where ports
+// carry several interfaces too: another interface on the port could not
+// name e's QPN, which only e's daemon knew. Otherwise it is heard as any.
+func (c *control) heardReplacing(ip netip.Addr, link, from, replaced ib.LinkAddr) {
+	e := c.i.neigh.Get(ip)
+	if e == nil {
+		return
+	}
+	if from.GID != (ib.GID{}) && from.SameNode(link) && replaced.SameNode(e.Link) && replaced.GID == link.GID {
+		old := e.Link
+		c.apply(e, e.Restarted(link, c.now), old)
+		return
+	}
+	c.hear(e, link, from)
+}
+
 // learnFrom takes what a solicitation for one of our addresses tells: its
 // sender ip is at link. An entry in use hears it; otherwise it becomes a
 // candidate, bounded and rate-limited per node (neigh/learn.go), which costs

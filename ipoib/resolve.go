@@ -40,7 +40,7 @@ func (c *control) solicit(e *neigh.Entry) {
 // (we restarted) move to the new one.
 func (c *control) announce(ip netip.Addr) {
 	if ip.Is4() {
-		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: ip, TargetIP: ip}
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: ip, TargetIP: ip, TargetHW: c.i.cfg.Replaces}
 		c.sendARP(&a, ib.LinkAddr{}, false)
 		return
 	}
@@ -87,6 +87,8 @@ func (c *control) handleARP(pkt []byte, m *neighPacket) {
 	case !onLink:
 	case forUs && request:
 		c.solicitedBy(a.SenderIP, a.SenderHW, from)
+	case request && a.SenderIP == a.TargetIP && a.TargetHW != (ib.LinkAddr{}):
+		c.heardReplacing(a.SenderIP, a.SenderHW, from, a.TargetHW)
 	default:
 		c.heard(a.SenderIP, a.SenderHW, from)
 	}

@@ -15,14 +15,20 @@ import (
 // interface, a claim from the claimed QPN on the entry's own port is a
 // restart and wins at once; with SharedGIDs it is another interface's
 // claim, checked as any: b still answers, so a refutes it and keeps
-// sending to b.
+// sending to b. An announcement that names b's own link address as the
+// one it replaces (Config.Replaces: b's daemon restarted and took the
+// interface back) wins at once with SharedGIDs too; one naming another
+// is an impostor's.
 func TestSharedGIDClaims(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		shared bool
+		name     string
+		shared   bool
+		replaces string // "b": an announcement naming b's link address; "a": naming a's
 	}{
-		{"one interface per port: a restart", false},
-		{"shared GIDs: an impostor", true},
+		{"one interface per port: a restart", false, ""},
+		{"shared GIDs: an impostor", true, ""},
+		{"shared GIDs: a restart naming the old address", true, "b"},
+		{"shared GIDs: an impostor naming another address", true, "a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFakeHosts(t, 2, func(c *Config) { c.SharedGIDs = tc.shared })
@@ -44,9 +50,15 @@ func TestSharedGIDClaims(t *testing.T) {
 			refuted := a.count(impostors)
 			c.do(func() {
 				claim := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.port.local, SenderIP: b.ip4, TargetHW: a.port.local, TargetIP: a.ip4}
+				switch tc.replaces {
+				case "b":
+					claim = neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.port.local, SenderIP: b.ip4, TargetHW: b.port.local, TargetIP: b.ip4}
+				case "a":
+					claim = neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.port.local, SenderIP: b.ip4, TargetHW: a.port.local, TargetIP: b.ip4}
+				}
 				c.ctl.sendARP(&claim, a.port.local, true)
 			})
-			if !tc.shared {
+			if !tc.shared || tc.replaces == "b" {
 				waitFor(t, "a to take the claim as b's restart", func() bool {
 					n, _ := a.neighbor(b.ip4)
 					return n.LinkAddr == c.LinkAddr().String()

@@ -167,11 +167,12 @@ func TestPKeyChildren(t *testing.T) {
 	})
 	c.ping(1, c.ip4(2), 1) // the parents are untouched
 
-	// Shutting down takes the child with it; --child makes it again at
-	// start, as a unit file would.
+	// SIGTERM is a restart: the child stays, unserved (carrier off), and
+	// the next daemon takes it back (--child, as a unit file would make
+	// it, or the state file); ipoibd stop takes it with the daemon.
 	c.stop(1, "TERM")
-	if out, err := c.try(1, "ip", "link", "show", "ib0.8001"); err == nil {
-		t.Errorf("h1's ib0.8001 outlived its daemon:\n%s", out)
+	if out, err := c.try(1, "ip", "-o", "link", "show", "ib0.8001"); err != nil || !strings.Contains(out, "NO-CARRIER") {
+		t.Errorf("h1's ib0.8001 after SIGTERM, want it kept with no carrier: %v\n%s", err, out)
 	}
 	// Start returns once ib0's control socket answers, which it does only
 	// once the --child interfaces exist: no waiting here. (When ib0
@@ -180,7 +181,12 @@ func TestPKeyChildren(t *testing.T) {
 	if out := c.on(1, "ip", "-br", "addr", "show", "ib0.8001"); !strings.Contains(out, child(1)+"/24") {
 		t.Errorf("--child: ib0.8001 without its address once ib0 answers:\n%s", out)
 	}
-	c.stop(1, "TERM")
+	if out := c.on(1, binary, "stop"); !strings.Contains(out, "stopped for good") {
+		t.Errorf("ipoibd stop said %q", out)
+	}
+	if out, err := c.try(1, "ip", "link", "show", "ib0.8001"); err == nil {
+		t.Errorf("h1's ib0.8001 outlived ipoibd stop:\n%s", out)
+	}
 	out, err := c.try(1, binary, "--underlay", c.underlay(1), "--child", "0x8002")
 	if err == nil || !strings.Contains(out, `--child "0x8002"`) || !strings.Contains(out, "--softib-pkeys") {
 		t.Errorf("--child outside the P_Key table: %v %q", err, out)

@@ -41,6 +41,7 @@ type daemon struct {
 	// Control sockets answer only then, so that a script which waits for
 	// `ipoibd show` to answer may use every one of them.
 	ready chan struct{}
+	rs    restartState // adopt.go
 }
 
 // served is one interface and its control socket.
@@ -54,6 +55,11 @@ type served struct {
 	netns string
 	ns    nsID
 	owner string
+	// A child's request, for the state file, and its persistent netdev
+	// (adopt.go); nil for the first interface.
+	req      *control.ChildRequest
+	nd       tun.Persistence
+	replaces ib.LinkAddr // its link address before a restart (adopt.go)
 }
 
 // closeCtl closes s's control socket for good: a rename after it makes
@@ -70,6 +76,10 @@ func (d *daemon) closeCtl(s *served) {
 // error it closes dev.
 func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, choice connServiceChoice, pkeyHint string) (*daemon, error) {
 	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, ready: make(chan struct{})}
+	if err := d.initRestart(); err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
 	if choice.Service == connServiceOwn && cfg.Mode == ipoib.Connected {
 		var err error
 		if d.mads, d.base.ConnService, err = ownConnService(dev); err != nil {
@@ -100,9 +110,11 @@ func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Netdev, err = tun.OpenNetdev(nc, netns); err != nil {
+	if cfg.Netdev, err = tun.OpenNetdevWith(nc, netns, netdevOptions(s)); err != nil {
 		return nil, err
 	}
+	d.opened(s, nc.Name, cfg.Netdev)
+	cfg.Replaces = s.replaces
 	iface, err := ipoib.New(cfg) // closes the netdev on error
 	if err != nil {
 		return nil, err
@@ -120,6 +132,9 @@ func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
 	d.mu.Unlock()
 	if !first {
 		go d.dropWhenLost(iface)
+	}
+	if s.req != nil {
+		d.saveState()
 	}
 	return iface, nil
 }
@@ -174,6 +189,7 @@ func (d *daemon) dropWhenLost(iface *ipoib.Interface) {
 	d.base.Log.Warn("child lost: removed", "parent", d.parentName(), "err", iface.LostErr())
 	d.closeCtl(victim)
 	iface.Close()
+	d.saveState()
 }
 
 // first returns the interface the flags describe (nil once closing).
@@ -252,7 +268,7 @@ func (d *daemon) addChild(r control.ChildRequest) (control.ChildReply, error) {
 	if pod != nil {
 		cfg = podConfig(cfg)
 	}
-	iface, err := d.add(cfg, pod)
+	iface, err := d.add(cfg, withRequest(pod, r, cfg.Name))
 	if err != nil {
 		return control.ChildReply{}, err
 	}
@@ -358,6 +374,7 @@ func (d *daemon) delChild(which string) (string, error) {
 	name := victim.iface.Name()
 	d.closeCtl(victim)
 	victim.iface.Close()
+	d.saveState()
 	d.base.Log.Info("child removed", "if", name, "parent", d.parentName())
 	return name, nil
 }
@@ -371,6 +388,7 @@ func (d *daemon) Close() error {
 	d.mu.Unlock()
 	for k := len(ifaces) - 1; k >= 0; k-- {
 		d.closeCtl(ifaces[k])
+		d.keepForRestart(ifaces[k])
 		ifaces[k].iface.Close()
 	}
 	var errs []error

@@ -143,6 +143,8 @@ func runCommand(cmd string, args []string, out io.Writer) error {
 		return childCommand(args, out)
 	case "mode":
 		return modeCommand(args, out)
+	case "stop":
+		return stopCommand(args, out)
 	case "help":
 		return noArgs(cmd, args, func() { usage(out) })
 	case "version":
@@ -150,7 +152,7 @@ func runCommand(cmd string, args []string, out io.Writer) error {
 	case "man":
 		return noArgs(cmd, args, func() { manPage(out) })
 	}
-	return usageError("unknown command %q (want run, show, neigh, conn, stats, child, mode, help, version or man; see ipoibd --help)", cmd)
+	return usageError("unknown command %q (want run, show, neigh, conn, stats, child, mode, stop, help, version or man; see ipoibd --help)", cmd)
 }
 
 func noArgs(cmd string, args []string, f func()) error {
@@ -172,6 +174,7 @@ var commands = []struct{ synopsis, what string }{
 	{"child add [PARENT] PKEY", "a P_Key child PARENT.PPPP in the parent's daemon (--name, --addr, --mode, --mtu; --netns, --owner: a pod's, as ipoibd-cni makes them)"},
 	{"child del [PARENT] NAME|PKEY|OWNER", "remove a child: DREQs on its connections, the interface goes"},
 	{"mode [IFNAME] connected|datagram", "switch mode at run time, as the kernel's sysfs mode: the MTU follows (65520, or the UD MTU)"},
+	{"stop [IFNAME]", "stop the daemon for good: its children, pods' too, are removed (SIGTERM keeps them for the next daemon)"},
 	{"help", "this text"},
 	{"version", "the module version, VCS revision and Go version of this build"},
 	{"man", "the man page ipoibd(8) in roff (man -l <(ipoibd man))"},
@@ -185,7 +188,7 @@ func queryFlags(cmd string) (*pflag.FlagSet, *string, *bool) {
 	return fs, ifname, asJSON
 }
 
-const signalsText = `SIGTERM, SIGINT: send a DREQ on every connection, remove the routes and the interface, exit.
+const signalsText = `SIGTERM, SIGINT: send a DREQ on every connection, remove the routes and the interface, exit; P_Key children (pods' too) stay, unserved (carrier off), and the next daemon takes them back (ipoibd stop removes them).
 SIGHUP: log the interface's state (addresses, neighbors, connections, drops); nothing is re-read, the daemon keeps running.`
 
 func usage(out io.Writer) {

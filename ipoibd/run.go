@@ -54,6 +54,7 @@ func run(args []string, out io.Writer) error {
 	}
 	lost := serve(d, log)
 	_ = metricsSrv.Close()
+	defer d.finish()
 	if lost != nil {
 		_ = d.Close()
 		return withExit(exitLost, lost)
@@ -104,10 +105,14 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	defer close(d.ready)
 	for _, c := range s.children {
 		if _, err := d.addChild(c.req); err != nil {
+			// A failed start leaves no --child behind, as before; pods'
+			// children, not taken back yet, stay for a daemon that starts.
+			d.rs.forGood = true
 			_ = d.Close()
 			return nil, fmt.Errorf("--child %q: %w", c.arg, err)
 		}
 	}
+	d.adoptState()
 	return d, nil
 }
 
@@ -147,6 +152,10 @@ func serve(d *daemon, log *slog.Logger) error {
 		select {
 		case <-iface.Lost():
 			return iface.LostErr()
+		case <-d.rs.stop:
+			log.Info("stopping for good (ipoibd stop): the children go too")
+			d.rs.forGood = true
+			return nil
 		case s := <-sig:
 			if s == syscall.SIGHUP {
 				for _, i := range d.interfaces() {
@@ -154,7 +163,7 @@ func serve(d *daemon, log *slog.Logger) error {
 				}
 				continue
 			}
-			log.Info("shutting down", "signal", s.String())
+			log.Info("shutting down; children stay for the next daemon (ipoibd stop removes them)", "signal", s.String())
 			return nil
 		}
 	}

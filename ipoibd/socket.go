@@ -74,6 +74,11 @@ func (s *controlServer) ServeControl(req *control.Request) (any, error) {
 		return s.child(req)
 	case control.CmdMode:
 		return s.mode(req.Name)
+	case control.CmdStop:
+		if s.iface != s.d.first() {
+			return nil, control.Errorf(control.CodeNotParent, "%s is a child: stop its parent %s", s.iface.Name(), s.d.parentName())
+		}
+		return s.d.requestStop()
 	case control.CmdNeigh:
 		return s.iface.Neighbors(), nil
 	case control.CmdNeighFlush:

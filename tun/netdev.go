@@ -24,7 +24,11 @@ import (
 // says in network namespace ns (a name as `ip netns` knows it, or a path;
 // empty: the caller's own), whose link is read and set through netlink
 // there. On error nothing is left behind.
-func OpenNetdev(cfg netdev.Config, ns string) (_ netdev.Netdev, err error) {
+func OpenNetdev(cfg netdev.Config, ns string) (netdev.Netdev, error) {
+	return openNetdev(cfg, ns, false, false)
+}
+
+func openNetdev(cfg netdev.Config, ns string, persist, adopt bool) (_ netdev.Netdev, err error) {
 	t := &tunNetdev{raw4: -1}
 	if ns != "" {
 		h, err := openNetns(ns)
@@ -38,7 +42,7 @@ func OpenNetdev(cfg netdev.Config, ns string) (_ netdev.Netdev, err error) {
 			}
 		}()
 	}
-	t.Device, err = Open(Config{Name: cfg.Name, MTU: cfg.MTU, Addrs: cfg.Addrs, LinkLocal: cfg.LinkLocal, Netns: t.ns, Offload: cfg.Offload, Queues: cfg.Queues})
+	t.Device, err = Open(Config{Name: cfg.Name, MTU: cfg.MTU, Addrs: cfg.Addrs, LinkLocal: cfg.LinkLocal, Netns: t.ns, Offload: cfg.Offload, Queues: cfg.Queues, Persist: persist, Adopt: adopt})
 	if err != nil {
 		return nil, err
 	}

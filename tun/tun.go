@@ -3,10 +3,13 @@
 // songgao/water cannot do), so that the kernel may hand over and take TCP
 // and UDP super-packets of up to 64 KiB (see package offload), with one
 // queue per reader when asked (IFF_MULTI_QUEUE), and configured through
-// netlink (addresses, MTU, transmit queue length, up). The device is not
-// persistent, so closing it removes the interface with every address and
-// route the kernel hung on it; nothing is left behind when the daemon
-// exits, also after SIGKILL.
+// netlink (addresses, MTU, transmit queue length, up). A device is not
+// persistent unless Config.Persist says so, so closing it removes the
+// interface with every address and route the kernel hung on it; nothing
+// is left behind when the daemon exits, also after SIGKILL. A persistent
+// one (a child's, which a pod keeps across a daemon restart) stays until
+// Close removes it, or after Keep until a later Open with Adopt takes it
+// back (persist.go).
 //
 // It is also the interface's kernel side in production: OpenNetdev makes
 // a netdev.Netdev of a device and its link (netlink events, the MTU host
@@ -58,6 +61,12 @@ type Config struct {
 	// read by its own goroutine; the kernel keeps a flow on one queue, so
 	// its packets stay in order. Default 1, at most MaxQueues.
 	Queues int
+	// Persist makes the device persistent (TUNSETPERSIST): it outlives
+	// the daemon, unserved, until Close removes it (unless Keep said
+	// otherwise). Adopt re-attaches a persistent device of that name
+	// left by an earlier daemon, with its addresses and routes, instead
+	// of refusing it (persist.go).
+	Persist, Adopt bool
 }
 
 // MaxQueues bounds Config.Queues.
@@ -80,6 +89,8 @@ type Device struct {
 	wmu     sync.Mutex
 	w       ioState
 	writeFn func(fd uintptr) bool // built once: a write allocates no closure
+
+	persist persistState // persist.go
 }
 
 // queue is one file descriptor of the device. The poller calls readFn;
@@ -137,16 +148,22 @@ func Open(cfg Config) (*Device, error) {
 		r := <-done
 		return r.d, r.err
 	}
-	if _, err := netlink.LinkByName(cfg.Name); err == nil {
-		return nil, fmt.Errorf("tun: interface %s already exists", cfg.Name)
-	}
 	if cfg.Queues == 0 {
 		cfg.Queues = 1
 	}
 	if cfg.Queues < 1 || cfg.Queues > MaxQueues {
 		return nil, fmt.Errorf("tun: %d queues: want 1 to %d", cfg.Queues, MaxQueues)
 	}
-	d, err := create(cfg.Name, cfg.Offload, cfg.Queues)
+	flags, adopted, err := openFlags(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	d, err := create(cfg.Name, flags, cfg.Offload, cfg.Queues)
+	if err == nil {
+		if err = d.setPersist(cfg.Persist, adopted); err != nil {
+			d.closeQueues()
+		}
+	}
 	if err != nil {
 		if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EPERM) {
 			return nil, fmt.Errorf("tun: creating %s needs CAP_NET_ADMIN (run as root): %w", cfg.Name, err)
@@ -182,12 +199,8 @@ const (
 // create opens /dev/net/tun as a TUN named name with n queues, without
 // packet information and with a virtio-net header, non-blocking so that
 // the Go poller serves it and Close wakes a blocked Read.
-func create(name string, wantOffload bool, n int) (*Device, error) {
+func create(name string, flags uint16, wantOffload bool, n int) (*Device, error) {
 	d := &Device{name: name}
-	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
-	if n > 1 {
-		flags |= unix.IFF_MULTI_QUEUE
-	}
 	for range n {
 		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -283,7 +296,8 @@ func (d *Device) configure(cfg Config) error {
 		addrs = append([]netip.Prefix{cfg.LinkLocal}, addrs...)
 	}
 	for _, p := range addrs {
-		if err := d.AddAddr(p); err != nil {
+		// An adopted device kept its addresses.
+		if err := d.AddAddr(p); err != nil && !(d.persist.adopted && errors.Is(err, unix.EEXIST)) {
 			return err
 		}
 	}
@@ -449,8 +463,11 @@ func (s *ioState) rw(trap uintptr, fd uintptr) bool {
 	}
 }
 
-// Close removes the interface; blocked Reads return an error.
+// Close removes the interface (a persistent one too, unless Keep was
+// called: then it stays, unserved, its carrier off); blocked Reads
+// return an error.
 func (d *Device) Close() error {
+	d.releasePersist()
 	d.nl.Close()
 	var err error
 	for _, q := range d.queues {
