@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ipoibd/ipoibd/control"
 )
@@ -19,8 +18,10 @@ import (
 // their daemon).
 var errNoDaemon = errors.New("no ipoibd serves the master interface")
 
-// askTimeout bounds one exchange; a child add opens QPs and a TUN.
-const askTimeout = 10 * time.Second
+// askTimeout bounds one exchange: the protocol's, within which the
+// daemon answers or undoes what it did (a child made too late is removed
+// again), so the plugin never gives up on a child the daemon keeps.
+const askTimeout = control.Timeout
 
 // ask sends req to the daemon of master and decodes its answer into
 // reply; the daemon's refusals come back as errors that wrap its

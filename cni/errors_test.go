@@ -32,6 +32,7 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 	dir := t.TempDir()
 	conf := func(edit func(m map[string]any)) []byte {
 		m := readmeConf(t)
+		m["cniVersion"] = "1.1.0" // STATUS and GC are 1.1's
 		m["dataDir"] = filepath.Join(dir, "ipoibd-cni")
 		m["ipam"].(map[string]any)["dataDir"] = filepath.Join(dir, "host-local")
 		if edit != nil {
@@ -51,6 +52,8 @@ func TestErrorsAreCNIErrors(t *testing.T) {
 		{"no master", "ADD", conf(func(m map[string]any) { delete(m, "master") }), "/run/netns/" + pod, 7},
 		{"no partition in the P_Key", "ADD", conf(func(m map[string]any) { m["pkey"] = "0x8000" }), "/run/netns/" + pod, 7},
 		{"unknown mode", "ADD", conf(func(m map[string]any) { m["mode"] = "fast" }), "/run/netns/" + pod, 7},
+		{"a typo in a key", "ADD", conf(func(m map[string]any) { m["pkye"] = m["pkey"]; delete(m, "pkey") }), "/run/netns/" + pod, 7},
+		{"no ipam", "ADD", conf(func(m map[string]any) { delete(m, "ipam") }), "/run/netns/" + pod, 7},
 		{"negative MTU", "ADD", conf(func(m map[string]any) { m["mtu"] = -1 }), "/run/netns/" + pod, 7},
 		{"netns is no namespace", "ADD", conf(nil), notNS, 8},
 		{"no daemon: ADD", "ADD", conf(nil), "/run/netns/" + pod, 11},

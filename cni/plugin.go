@@ -15,21 +15,19 @@
 package cni
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/ipoibd/ipoibd/control"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ip"
-	"github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 )
@@ -58,7 +56,11 @@ func daemonDown(n *NetConf, err error) error {
 }
 
 // Add makes the pod's child: addresses from IPAM (or the ones kept for
-// this attachment), the child from the daemon, routes in the pod.
+// this attachment), the child from the daemon, routes in the pod. It is
+// all or nothing: a failed ADD leaves no child, address or state (or, if
+// the daemon cannot be asked to remove its child, says that DEL or GC
+// will). An ADD repeated for an attachment the daemon still serves
+// returns the result it had.
 func Add(args *skel.CmdArgs) (err error) {
 	n, err := loadConf(args.StdinData)
 	if err != nil {
@@ -71,13 +73,14 @@ func Add(args *skel.CmdArgs) (err error) {
 	if err != nil {
 		return daemonDown(n, err)
 	}
-	pkey := n.PKey
-	if pkey == "" {
-		pkey = fmt.Sprintf("%#04x", parent.PKey)
-	}
+	who := owner(n, args.ContainerID, args.IfName)
 	kept, err := loadState(n, args.ContainerID, args.IfName)
 	if err != nil {
 		return types.NewError(types.ErrIOFailure, "ipoibd-cni: reading the attachment's state", err.Error())
+	}
+	if kept != nil && len(kept.Interfaces) == 1 && kept.Interfaces[0].Sandbox == args.Netns &&
+		slices.ContainsFunc(parent.Children, func(c control.ChildInfo) bool { return c.Owner == who }) {
+		return types.PrintResult(kept, n.CNIVersion) // the same attachment, served still
 	}
 	addrs := kept
 	if kept == nil {
@@ -85,21 +88,35 @@ func Add(args *skel.CmdArgs) (err error) {
 			return err
 		}
 		defer func() {
-			if err == nil {
-				return
+			if err != nil { // a failed ADD leaves no allocation behind
+				_ = ipamDel(n, args.StdinData)
+				_ = removeState(n, args.ContainerID, args.IfName)
 			}
-			// A failed ADD leaves no allocation behind.
-			if n.IPAM.Type != "" {
-				_ = ipam.ExecDel(n.IPAM.Type, args.StdinData)
-			}
-			_ = removeState(n, args.ContainerID, args.IfName)
 		}()
 	}
-	// A child the daemon still has for this attachment goes first: the
-	// ADD makes it anew.
+	res, err := makeChild(n, args, parent, addrs)
+	if err != nil {
+		return err
+	}
+	if err := saveState(n, args.ContainerID, args.IfName, res); err != nil {
+		_ = delChild(n.Master, who)
+		return types.NewError(types.ErrIOFailure, "ipoibd-cni: keeping the attachment's state", err.Error())
+	}
+	return types.PrintResult(res, n.CNIVersion)
+}
+
+// makeChild asks the daemon for the attachment's child with addrs (a
+// child it still has for the attachment goes first) and adds the routes
+// in the pod; on error no child stays, or the error says what will
+// remove it.
+func makeChild(n *NetConf, args *skel.CmdArgs, parent control.Show, addrs *current.Result) (*current.Result, error) {
+	pkey := n.PKey
+	if pkey == "" {
+		pkey = fmt.Sprintf("%#04x", parent.PKey)
+	}
 	who := owner(n, args.ContainerID, args.IfName)
 	if err := delChild(n.Master, who); err != nil {
-		return err
+		return nil, types.NewError(types.ErrInternal, "ipoibd-cni: removing the attachment's old child", err.Error())
 	}
 	req := control.ChildRequest{PKey: pkey, Name: args.IfName, Mode: n.Mode, MTU: n.MTU, Netns: args.Netns, Owner: who}
 	for _, a := range addrs.IPs {
@@ -107,15 +124,17 @@ func Add(args *skel.CmdArgs) (err error) {
 	}
 	child, err := addChild(n.Master, req)
 	if err != nil {
-		return types.NewError(types.ErrInternal, "ipoibd-cni: ipoibd of "+n.Master+" made no child", err.Error())
-	}
-	defer func() {
-		if err != nil {
-			_ = delChild(n.Master, who)
+		// The daemon removes a child whose reply it could not deliver,
+		// and a DEL waits for one still being made: this one makes sure.
+		undo := "no child stays"
+		if derr := delChild(n.Master, who); derr != nil {
+			undo = "a child it may have made is removed by DEL or GC (" + derr.Error() + ")"
 		}
-	}()
+		return nil, types.NewError(types.ErrInternal, "ipoibd-cni: ipoibd of "+n.Master+" made no child", err.Error()+"; "+undo)
+	}
 	if err := ns.WithNetNSPath(args.Netns, func(ns.NetNS) error { return addRoutes(args.IfName, addrs.Routes) }); err != nil {
-		return types.NewError(types.ErrInternal, "ipoibd-cni: routes in "+args.Netns, err.Error())
+		_ = delChild(n.Master, who)
+		return nil, types.NewError(types.ErrInternal, "ipoibd-cni: routes in "+args.Netns, err.Error())
 	}
 	res := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
@@ -131,16 +150,14 @@ func Add(args *skel.CmdArgs) (err error) {
 	if len(res.DNS.Nameservers) == 0 {
 		res.DNS = n.DNS
 	}
-	return types.PrintResult(res, n.CNIVersion)
+	return res, nil
 }
 
 // allocate asks IPAM for the attachment's addresses and keeps them.
 func allocate(n *NetConf, args *skel.CmdArgs) (*current.Result, error) {
-	if n.IPAM.Type == "" {
-		return &current.Result{}, saveState(n, args.ContainerID, args.IfName, &current.Result{})
-	}
-	r, err := ipam.ExecAdd(n.IPAM.Type, args.StdinData)
+	r, err := ipamAdd(n, args.StdinData)
 	if err != nil {
+		_ = removeState(n, args.ContainerID, args.IfName)
 		return nil, err
 	}
 	res, err := current.NewResultFromResult(r)
@@ -151,8 +168,9 @@ func allocate(n *NetConf, args *skel.CmdArgs) (*current.Result, error) {
 		err = saveState(n, args.ContainerID, args.IfName, res)
 	}
 	if err != nil {
-		_ = ipam.ExecDel(n.IPAM.Type, args.StdinData)
-		return nil, types.NewError(types.ErrInternal, "ipoibd-cni: IPAM", err.Error())
+		_ = ipamDel(n, args.StdinData)
+		_ = removeState(n, args.ContainerID, args.IfName)
+		return nil, types.NewError(types.ErrInternal, "ipoibd-cni: IPAM plugin "+n.IPAM.Type, err.Error())
 	}
 	return res, nil
 }
@@ -182,10 +200,8 @@ func Del(args *skel.CmdArgs) error {
 	if err := delChild(n.Master, owner(n, args.ContainerID, args.IfName)); err != nil {
 		return types.NewError(types.ErrInternal, "ipoibd-cni: removing the child", err.Error())
 	}
-	if n.IPAM.Type != "" {
-		if err := ipam.ExecDel(n.IPAM.Type, args.StdinData); err != nil {
-			return err
-		}
+	if err := ipamDel(n, args.StdinData); err != nil {
+		return err
 	}
 	if err := removeState(n, args.ContainerID, args.IfName); err != nil {
 		return types.NewError(types.ErrIOFailure, "ipoibd-cni: removing the attachment's state", err.Error())
@@ -216,10 +232,8 @@ func Check(args *skel.CmdArgs) error {
 	if want == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "ipoibd-cni: prevResult has no interface "+args.IfName+" in "+args.Netns, "")
 	}
-	if n.IPAM.Type != "" {
-		if err := ipam.ExecCheck(n.IPAM.Type, args.StdinData); err != nil {
-			return err
-		}
+	if err := ipamCheck(n, args.StdinData); err != nil {
+		return err
 	}
 	parent, err := show(n.Master)
 	if err != nil {
@@ -283,13 +297,10 @@ func GC(args *skel.CmdArgs) error {
 			errs = append(errs, removeState(n, a[0], a[1]))
 		}
 	}
-	if n.IPAM.Type != "" {
-		errs = append(errs, invoke.DelegateGC(context.TODO(), n.IPAM.Type, args.StdinData, nil))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return types.NewError(types.ErrInternal, "ipoibd-cni: GC", err.Error())
 	}
-	return nil
+	return ipamGC(n, args.StdinData)
 }
 
 // Status says whether the plugin can ADD now: the master's daemon
@@ -302,8 +313,5 @@ func Status(args *skel.CmdArgs) error {
 	if _, err := show(n.Master); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "ipoibd-cni: no ipoibd serves "+n.Master, err.Error())
 	}
-	if n.IPAM.Type != "" {
-		return ipam.ExecStatus(n.IPAM.Type, args.StdinData)
-	}
-	return nil
+	return ipamStatus(n, args.StdinData)
 }

@@ -43,21 +43,36 @@ func saveState(n *NetConf, containerID, ifname string, r *current.Result) error 
 		return err
 	}
 	path := statePath(n, containerID, ifname)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	// The network's directory goes with its last attachment
+	// (removeState), maybe another ADD's between our MkdirAll and write:
+	// then it is made again.
+	for range 3 {
+		if err = os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		if err = os.WriteFile(tmp, b, 0o600); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
 }
 
+// removeState removes the attachment's state, and the network's
+// directory with its last: a failed ADD or the last DEL leaves nothing in
+// dataDir.
 func removeState(n *NetConf, containerID, ifname string) error {
-	err := os.Remove(statePath(n, containerID, ifname))
+	path := statePath(n, containerID, ifname)
+	_ = os.Remove(path + ".tmp")
+	err := os.Remove(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		err = nil
 	}
+	// Not empty (ENOTEMPTY, EEXIST) or gone: as it should be.
+	_ = os.Remove(filepath.Dir(path))
 	return err
 }
 

@@ -42,32 +42,3 @@ func TestAttachmentState(t *testing.T) {
 		t.Errorf("after remove: %v", r)
 	}
 }
-
-// The configuration is checked before anything is made.
-func TestLoadConf(t *testing.T) {
-	for _, tc := range []struct {
-		name, conf string
-		ok         bool
-	}{
-		{"the README's shape", `{"cniVersion":"1.1.0","name":"n","type":"ipoibd-cni","master":"ib0","pkey":"0x8001","mode":"connected","mtu":65520}`, true},
-		{"ipoib-cni's shape (no pkey, mode, mtu)", `{"cniVersion":"1.0.0","name":"n","type":"ipoibd-cni","master":"ib0","ipam":{}}`, true},
-		{"no name", `{"type":"ipoibd-cni","master":"ib0"}`, false},
-		{"master with a slash", `{"name":"n","master":"a/b"}`, false},
-		{"master too long", `{"name":"n","master":"abcdefghijklmnop"}`, false},
-		{"pkey not a number", `{"name":"n","master":"ib0","pkey":"eight"}`, false},
-		{"pkey out of range", `{"name":"n","master":"ib0","pkey":"0x18001"}`, false},
-		{"mode", `{"name":"n","master":"ib0","mode":"ud"}`, false},
-		{"mtu", `{"name":"n","master":"ib0","mtu":-5}`, false},
-		{"mtu not a number", `{"name":"n","master":"ib0","mtu":"big"}`, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n, err := loadConf([]byte(tc.conf))
-			if (err == nil) != tc.ok {
-				t.Fatalf("loadConf: %v, want ok %v", err, tc.ok)
-			}
-			if tc.ok && n.DataDir != defaultDataDir {
-				t.Errorf("dataDir %q, want the default %q", n.DataDir, defaultDataDir)
-			}
-		})
-	}
-}

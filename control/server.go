@@ -28,8 +28,20 @@ func Listen(ifname string) (*net.UnixListener, error) {
 	return net.ListenUnix("unix", &net.UnixAddr{Name: SocketName(ifname), Net: "unix"})
 }
 
-// Timeout bounds one exchange on the server's side.
-const Timeout = 5 * time.Second
+// Timeout bounds one exchange, on both sides: the daemon answers within
+// it or not at all, and a client (Call without a deadline, the CNI
+// plugin) waits as long. It is long enough for a child add while many
+// are made at once: one takes about 0.3 s alone, and 60 pods on each of
+// two nodes added at once on two cores took up to 41 s (cni's
+// TestPodsAtScale). A child made when the client can no longer have the
+// answer is removed again (Undoer), so a timed-out ADD leaves nothing.
+const Timeout = 90 * time.Second
+
+// Undoer is a reply whose effect is undone when the client cannot have
+// it: the exchange's deadline passed while the handler worked, or the
+// client went away. A child made for a client that gave up is removed,
+// as no one would know of it.
+type Undoer interface{ Undo() }
 
 // Server answers requests with its Handler.
 type Server struct {
@@ -72,7 +84,11 @@ func (s *Server) ServeConn(conn *net.UnixConn) {
 	if err != nil {
 		reply = encodeErr(err)
 	}
-	_ = enc.Encode(reply)
+	if err := enc.Encode(reply); err != nil {
+		if u, ok := reply.(Undoer); ok {
+			u.Undo()
+		}
+	}
 	// What is left of an oversized request is read and dropped: closing
 	// on unread data would reset the connection, and the client lose the
 	// answer that says why.

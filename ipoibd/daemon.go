@@ -33,9 +33,13 @@ type daemon struct {
 	// pkeyHint says where a P_Key missing from the port's table comes from.
 	pkeyHint string
 
-	changing sync.Mutex // one child add or del at a time: checks hold until done
-	mu       sync.Mutex
-	ifaces   []*served // the first, then the children in the order made
+	mu     sync.Mutex
+	ifaces []*served // the first, then the children in the order made
+	// making are the children being made, claimed by podChild's checks
+	// before the slow part and released after it: children are made
+	// concurrently, and two that clash cannot both pass the checks.
+	making []*served
+	closed bool // Close ran: a child made after it is closed at once
 	// ready is closed once the command line's interfaces (the first and
 	// the --child ones) are all made or the daemon failed to make them.
 	// Control sockets answer only then, so that a script which waits for
@@ -60,6 +64,11 @@ type served struct {
 	req      *control.ChildRequest
 	nd       tun.Persistence
 	replaces ib.LinkAddr // its link address before a restart (adopt.go)
+	// While the child is being made (daemon.making): its name and P_Key,
+	// and made, closed when it is served or failed.
+	name string
+	pkey ib.PKey
+	made chan struct{}
 }
 
 // closeCtl closes s's control socket for good: a rename after it makes
@@ -124,9 +133,15 @@ func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
 		iface.Close()
 		return nil, err
 	}
+	d.mu.Lock()
+	if d.closed { // stopped while the child was made: nothing stays
+		d.mu.Unlock()
+		_ = ctl.Close()
+		iface.Close()
+		return nil, errors.New("the daemon is stopping")
+	}
 	s.iface, s.ctl = iface, ctl
 	iface.Start()
-	d.mu.Lock()
 	first := len(d.ifaces) == 0
 	d.ifaces = append(d.ifaces, s)
 	d.mu.Unlock()
@@ -175,8 +190,6 @@ func (d *daemon) dropWhenLost(iface *ipoib.Interface) {
 	case <-iface.Closing():
 		return
 	}
-	d.changing.Lock()
-	defer d.changing.Unlock()
 	d.mu.Lock()
 	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.iface == iface })
 	if k < 0 { // removed or closing already
@@ -228,8 +241,6 @@ func (d *daemon) children() []control.ChildInfo {
 // partition's full-membership bit is set, and its name is the parent's
 // with the P_Key in four hex digits. Its refusals carry control's codes.
 func (d *daemon) addChild(r control.ChildRequest) (control.ChildReply, error) {
-	d.changing.Lock()
-	defer d.changing.Unlock()
 	pkey, err := ib.ParsePKey(r.PKey)
 	if err != nil {
 		return control.ChildReply{}, control.WithCode(control.CodeInvalid, err)
@@ -261,14 +272,17 @@ func (d *daemon) addChild(r control.ChildRequest) (control.ChildReply, error) {
 	if !slices.ContainsFunc(d.dev.Port().PKeys, func(p ib.PKey) bool { return p.Partition() == pkey.Partition() }) {
 		return control.ChildReply{}, control.Errorf(control.CodeInvalid, "P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
 	}
-	pod, err := d.podChild(r, cfg.Name, pkey)
+	s, err := d.podChild(r, cfg.Name, pkey)
 	if err != nil {
 		return control.ChildReply{}, err
 	}
-	if pod != nil {
+	defer d.made(s)
+	if s.netns != "" {
 		cfg = podConfig(cfg)
 	}
-	iface, err := d.add(cfg, withRequest(pod, r, cfg.Name))
+	// The slow part (the TUN, netlink, QPs, the CM) runs with no lock
+	// held: other children are made meanwhile.
+	iface, err := d.add(cfg, withRequest(s, r, cfg.Name))
 	if err != nil {
 		return control.ChildReply{}, err
 	}
@@ -277,37 +291,51 @@ func (d *daemon) addChild(r control.ChildRequest) (control.ChildReply, error) {
 	return control.ChildReply{Name: info.Name, LinkAddr: info.LinkAddr, MTU: info.MTU}, nil
 }
 
-// podChild checks r against the children served and, for a child in
-// another namespace, returns what the daemon keeps of it (nil for one in
-// the daemon's own). In its own namespace the daemon serves one child per
+// podChild checks r against the children served and being made and
+// claims its place among those being made (daemon.making) until made
+// releases it: what the daemon keeps of the child, with its namespace for
+// a pod's. In its own namespace the daemon serves one child per
 // partition, as the kernel's create_child; pods' children may share one,
 // but not a name in one namespace, nor an owner.
 func (d *daemon) podChild(r control.ChildRequest, name string, pkey ib.PKey) (*served, error) {
-	var pod *served
+	c := &served{name: name, pkey: pkey, owner: r.Owner, made: make(chan struct{})}
 	if r.Netns != "" {
 		id, err := netnsID(r.Netns)
 		if err != nil {
 			return nil, control.WithCode(control.CodeInvalid, err)
 		}
-		pod = &served{netns: r.Netns, ns: id, owner: r.Owner}
+		c.netns, c.ns = r.Netns, id
 	} else if r.Owner != "" {
 		return nil, control.Errorf(control.CodeInvalid, "an owner names a child in another namespace: give its netns too")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, s := range d.ifaces {
+	for k, s := range slices.Concat(d.ifaces, d.making) {
+		sName, sPKey := s.name, s.pkey
+		if k < len(d.ifaces) {
+			sName, sPKey = s.iface.Name(), s.iface.PKey()
+		}
 		switch {
-		case pod == nil && s.netns == "" && s.iface.PKey().Partition() == pkey.Partition():
-			return nil, control.Errorf(control.CodeExists, "%s already serves P_Key %v", s.iface.Name(), s.iface.PKey())
-		case pod == nil && s.netns == "" && s.iface.Name() == name:
+		case c.netns == "" && s.netns == "" && sPKey.Partition() == pkey.Partition():
+			return nil, control.Errorf(control.CodeExists, "%s already serves P_Key %v", sName, sPKey)
+		case c.netns == "" && s.netns == "" && sName == name:
 			return nil, control.Errorf(control.CodeExists, "%s exists", name)
-		case pod != nil && s.netns != "" && s.ns == pod.ns && s.iface.Name() == name:
+		case c.netns != "" && s.netns != "" && s.ns == c.ns && sName == name:
 			return nil, control.Errorf(control.CodeExists, "%s exists in %s", name, r.Netns)
-		case pod != nil && pod.owner != "" && s.owner == pod.owner:
-			return nil, control.Errorf(control.CodeExists, "owner %q already has %s in %s", pod.owner, s.iface.Name(), s.netns)
+		case c.owner != "" && s.owner == c.owner:
+			return nil, control.Errorf(control.CodeExists, "owner %q already has %s in %s", c.owner, sName, s.netns)
 		}
 	}
-	return pod, nil
+	d.making = append(d.making, c)
+	return c, nil
+}
+
+// made releases c's claim (podChild): it is served now, or failed.
+func (d *daemon) made(c *served) {
+	d.mu.Lock()
+	d.making = slices.DeleteFunc(d.making, func(s *served) bool { return s == c })
+	d.mu.Unlock()
+	close(c.made)
 }
 
 // podIdleTimeout ends a pod's child's connections idle this long when
@@ -347,9 +375,19 @@ func childAddrs(addrs []string) ([]netip.Prefix, error) {
 // out) and its interface removed. A pod's child is named by its owner
 // alone: its name and P_Key need not be unique.
 func (d *daemon) delChild(which string) (string, error) {
-	d.changing.Lock()
-	defer d.changing.Unlock()
 	d.mu.Lock()
+	// A child of this owner still being made is waited for, then removed:
+	// a DEL that overtakes its ADD (whose client gave up) leaves nothing.
+	for {
+		k := slices.IndexFunc(d.making, func(s *served) bool { return s.owner != "" && s.owner == which })
+		if k < 0 {
+			break
+		}
+		made := d.making[k].made
+		d.mu.Unlock()
+		<-made
+		d.mu.Lock()
+	}
 	var victim *served
 	k := slices.IndexFunc(d.ifaces, func(s *served) bool { return s.owner != "" && s.owner == which })
 	if k < 0 {
@@ -379,12 +417,24 @@ func (d *daemon) delChild(which string) (string, error) {
 	return name, nil
 }
 
+// undoChild removes the child addChild made for r, named name, whose
+// client could not have the reply: nobody would know of it.
+func (d *daemon) undoChild(r control.ChildRequest, name string) {
+	which := r.Owner
+	if which == "" {
+		which = name
+	}
+	if _, err := d.delChild(which); err == nil {
+		d.base.Log.Warn("child removed: its client did not take the reply", "if", name, "owner", r.Owner)
+	}
+}
+
 // Close disconnects and removes every interface, children first, then
 // releases the port.
 func (d *daemon) Close() error {
 	d.mu.Lock()
 	ifaces := d.ifaces
-	d.ifaces = nil
+	d.ifaces, d.closed = nil, true
 	d.mu.Unlock()
 	for k := len(ifaces) - 1; k >= 0; k-- {
 		d.closeCtl(ifaces[k])

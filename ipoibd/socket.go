@@ -104,8 +104,21 @@ func (s *controlServer) child(req *control.Request) (any, error) {
 	if req.Child == nil {
 		return nil, control.ErrBadRequest
 	}
-	return s.d.addChild(*req.Child)
+	r, err := s.d.addChild(*req.Child)
+	if err != nil {
+		return nil, err
+	}
+	return undoableChild{r, func() { s.d.undoChild(*req.Child, r.Name) }}, nil
 }
+
+// undoableChild is a child made; control.Server calls Undo when its
+// client cannot have the reply (gone, or past the exchange's deadline).
+type undoableChild struct {
+	control.ChildReply
+	undo func()
+}
+
+func (u undoableChild) Undo() { u.undo() }
 
 // mode switches the interface between connected and datagram mode.
 func (s *controlServer) mode(name string) (any, error) {
