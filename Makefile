@@ -111,10 +111,11 @@ soak: build
 	scripts/soak.sh
 
 # The main job: a three-host cluster over softib (needs root). IB=1: the
-# same on an InfiniBand subnet that OpenSM runs under ibsim.
+# same on an InfiniBand subnet that OpenSM runs under ibsim. KEEP=1: leave
+# it running and print how to look at it and end it (scripts/demo.sh down).
 demo: build
 	IB=$(IB) scripts/deps.sh runtime
-	IB=$(IB) GO=$(GO) scripts/demo.sh
+	IB=$(IB) KEEP=$(KEEP) GO=$(GO) scripts/demo.sh
 
 # Installs the daemon and the systemd template unit ipoibd@IFNAME.service;
 # flags per interface go in $(SYSCONFDIR)/ipoibd/IFNAME.env (see
