@@ -2,12 +2,17 @@
 GO ?= go
 
 # Where make install puts things, each under $(DESTDIR) (a staging root for
-# packages). The system prefixes /usr and /usr/local keep configuration and
-# the unit where the system reads them (/etc, /etc/systemd/system); any
+# packages). The system prefixes keep configuration in /etc and the unit
+# where systemd reads it: /usr (a distribution's package) in the vendor
+# directory /usr/lib/systemd/system, which /etc/systemd/system overrides;
+# /usr/local (the administrator's own install) in /etc/systemd/system. Any
 # other prefix (PREFIX=$$HOME/opt) holds all of it: $(PREFIX)/etc and
 # $(PREFIX)/lib/systemd/system (link or copy the unit from there).
 PREFIX ?= /usr/local
-ifneq ($(filter /usr /usr/local,$(PREFIX)),)
+ifeq ($(PREFIX),/usr)
+SYSCONFDIR ?= /etc
+SYSTEMD_DIR ?= /usr/lib/systemd/system
+else ifeq ($(PREFIX),/usr/local)
 SYSCONFDIR ?= /etc
 SYSTEMD_DIR ?= /etc/systemd/system
 else
