@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,6 +17,48 @@ import (
 func (c *cluster) smallUnderlay(k int) {
 	c.t.Helper()
 	c.on(k, "ip", "link", "set", "eth0", "mtu", "1500")
+}
+
+// ownIPv6 reports whether ib0 on host k has its --addr IPv6 address and
+// its GUID-derived link-local, and no other link-local.
+func (c *cluster) ownIPv6(k int) bool {
+	c.t.Helper()
+	out := c.on(k, "ip", "-6", "-o", "addr", "show", "dev", "ib0")
+	return strings.Contains(out, c.ip6(k)+"/64") && strings.Contains(out, linkLocalOf(c.t, c.show(k).GID)+"/64") &&
+		strings.Count(out, "fe80:") == 1
+}
+
+// TestModeRoundTripKeepsIPv6: `ipoibd mode datagram` then `mode
+// connected` leaves every address and the GUID link-local on the link,
+// with the kernel's addrgenmode none, also where the datagram MTU is below
+// IPv6's minimum and the kernel took IPv6 off the link meanwhile.
+func TestModeRoundTripKeepsIPv6(t *testing.T) {
+	for _, underlay := range []int{1500, 9000} {
+		t.Run(fmt.Sprint(underlay), func(t *testing.T) {
+			c := newCluster(t, fmt.Sprintf("moderound%d", underlay/1000), 2)
+			for k := 1; k <= 2; k++ {
+				c.on(k, "ip", "link", "set", "eth0", "mtu", fmt.Sprint(underlay))
+				c.start(k)
+			}
+			c.ping(1, c.ip6(2), 1)
+			c.on(1, binary, "mode", "datagram")
+			if underlay == 1500 {
+				if n := strings.Count(c.logOf(1), "IPv6 off on this link"); n != 1 {
+					t.Errorf("%d lines say IPv6 went off with the datagram MTU, want 1", n)
+				}
+			}
+			c.on(1, binary, "mode", "connected")
+			await(t, 5*time.Second, "h1's IPv6 addresses and only its own link-local back", func() bool { return c.ownIPv6(1) })
+			if out := c.on(1, "ip", "-d", "link", "show", "ib0"); !strings.Contains(out, "addrgenmode none") {
+				t.Errorf("h1's addrgenmode is not none:\n%s", out)
+			}
+			if out := c.on(1, "ip", "-4", "-o", "addr", "show", "dev", "ib0"); !strings.Contains(out, c.ip4(1)+"/24") {
+				t.Errorf("h1 lost its IPv4 address:\n%s", out)
+			}
+			c.ping(1, c.ip6(2), 2)
+			c.ping(2, c.ip6(1), 2)
+		})
+	}
 }
 
 // warnLine matches a log line at level WARN (or above: ERROR).
