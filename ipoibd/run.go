@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -98,6 +99,9 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 		return nil, err
 	}
 	d, err := newDaemon(cfg, s.netns, dev, choice, pkeyHint)
+	if errors.Is(err, ipoib.ErrIPv6NeverFits) && s.provider != providerVerbs {
+		err = fmt.Errorf("%w (%s)", err, softibMTUHint)
+	}
 	if err != nil {
 		return nil, err
 	}

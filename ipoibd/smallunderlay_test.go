@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -100,5 +103,54 @@ func TestNoWarningsOnPeerRestart(t *testing.T) {
 		if warns := warnLine.FindAllString(c.logOf(k), -1); len(warns) > 0 {
 			t.Errorf("h%d logged %d warnings on healthy peer restarts:\n%s", k, len(warns), strings.Join(warns, "\n"))
 		}
+	}
+}
+
+// TestDatagramIPv6OnSmallUnderlayRefused: datagram mode on a 1500-octet
+// underlay has an MTU of 1020 for good (an interface started in datagram
+// mode stays in it), so an IPv6 address asked for would never come: the
+// start is refused with one line that names the address, the MTU and where
+// it comes from, exit status 1, and no interface is left behind.
+func TestDatagramIPv6OnSmallUnderlayRefused(t *testing.T) {
+	c := newCluster(t, "dgram6", 1)
+	c.smallUnderlay(1)
+	cmd := c.command(1, binary, "--underlay", c.underlay(1), "--mode", "datagram",
+		"--addr", c.ip4(1)+"/24", "--addr", c.ip6(1)+"/64")
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(20 * time.Second): // a bound for a daemon that runs, not an expectation
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("the daemon started instead of refusing; its output:\n%s", buf.String())
+	}
+	out := buf.Bytes()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitStart {
+		t.Fatalf("the daemon ended with %v, want exit status %d; its output:\n%s", err, exitStart, out)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(l, "ipoibd: ") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d lines of error, want 1:\n%s", len(lines), out)
+	}
+	for _, want := range []string{c.ip6(1) + "/64", "1280", "at most 1020", "IB MTU 1024", "underlay's MTU: 1500 gives 1024"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("the refusal does not say %q: %s", want, lines[0])
+		}
+	}
+	if out, err := c.try(1, "ip", "link", "show", "ib0"); err == nil {
+		t.Errorf("ib0 left behind:\n%s", out)
 	}
 }
