@@ -127,6 +127,44 @@ func TestCLIArguments(t *testing.T) {
 	}
 }
 
+// TestCLIValuesThatDoNotParse: a value that does not parse is a usage
+// error (64, as the man page says) in every command, named in one line,
+// before any daemon is asked: none serves ib7 here, so a value that
+// reached one would exit 3, and one the daemon refused 4.
+func TestCLIValuesThatDoNotParse(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--pkey", "0xzz"}, `"0xzz"`},
+		{[]string{"run", "--mode", "fast"}, `"fast"`},
+		{[]string{"run", "--mtu", "big"}, `"big"`},
+		{[]string{"run", "--addr", "10.0.0.300/24"}, `"10.0.0.300"`},
+		{[]string{"show", "ib7", "--ifname"}, "--ifname"},
+		{[]string{"neigh", "a/b"}, `"a/b"`},
+		{[]string{"conn", "-w=maybe", "ib7"}, `"maybe"`},
+		{[]string{"stats", "-a=maybe", "ib7"}, `"maybe"`},
+		{[]string{"neigh", "flush", "ib7", "10.40.0.300"}, `"10.40.0.300" is not an IP address`},
+		{[]string{"neigh", "flush", "fd40::zz"}, `"fd40::zz" is not an IP address`},
+		{[]string{"mode", "ib7", "fast"}, `"fast"`},
+		{[]string{"mode", "fast"}, `"fast"`},
+		{[]string{"child", "add", "ib7", "0xzz"}, `"0xzz"`},
+		{[]string{"child", "add", "ib7", "0x8001", "--addr", "10.0.0.300/24"}, `"10.0.0.300"`},
+		{[]string{"child", "add", "ib7", "0x8001", "--mode", "fast"}, `"fast"`},
+		{[]string{"child", "add", "ib7", "0x8001", "--mtu", "big"}, `"big"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := runBinary(t, binary, tc.args...)
+			if code != exitUsage || out != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %d and nothing on stdout", code, out, errOut, exitUsage)
+			}
+			if !strings.HasPrefix(errOut, "ipoibd: ") || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q, want one line with %q", errOut, tc.want)
+			}
+		})
+	}
+}
+
 // TestManPageGenerated: dist/ipoibd.8 is what `ipoibd man` prints (make
 // man), and it documents every run flag.
 func TestManPageGenerated(t *testing.T) {

@@ -144,16 +144,24 @@ func runCommand(cmd string, args []string, out io.Writer) error {
 	case "mode":
 		return modeCommand(args, out)
 	case "help":
-		return noArgs(cmd, args, func() { usage(out) })
+		return noArgs(cmd, args, out, func() { usage(out) })
 	case "version":
-		return noArgs(cmd, args, func() { fmt.Fprintln(out, version()) })
+		return noArgs(cmd, args, out, func() { fmt.Fprintln(out, version()) })
 	case "man":
-		return noArgs(cmd, args, func() { manPage(out) })
+		return noArgs(cmd, args, out, func() { manPage(out) })
 	}
 	return usageError("unknown command %q (want run, show, neigh, conn, stats, child, mode, help, version or man; see ipoibd --help)", cmd)
 }
 
-func noArgs(cmd string, args []string, f func()) error {
+// noArgs runs f for a command that takes no arguments; --help prints
+// the command's usage.
+func noArgs(cmd string, args []string, out io.Writer, f func()) error {
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+		fs := pflag.NewFlagSet("ipoibd "+cmd, pflag.ContinueOnError)
+		fs.BoolP("help", "h", false, "print this command's usage and exit")
+		commandUsage(out, cmd, fs)
+		return nil
+	}
 	if len(args) > 0 {
 		return usageError("%s takes no arguments, got %q", cmd, strings.Join(args, " "))
 	}
