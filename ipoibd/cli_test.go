@@ -42,7 +42,7 @@ func TestCLIHelp(t *testing.T) {
 	}
 	var flags []string
 	runFlags(&options{}).VisitAll(func(f *pflag.Flag) { flags = append(flags, "--"+f.Name) })
-	want = append(want, "-j, --json", "SIGHUP")
+	want = append(want, "-j, --json", "-a, --all", "-w, --wide", "SIGHUP")
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}, {"run", "-h"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, args...)

@@ -193,6 +193,28 @@ func queryFlags(cmd string) (*pflag.FlagSet, *string, *bool) {
 	return fs, ifname, asJSON
 }
 
+// queryOwnFlags adds to fs the flags of query cmd alone: conn's -w,
+// stats' -a (the usage and the man page list both).
+func queryOwnFlags(fs *pflag.FlagSet, cmd string) (wide, all *bool) {
+	wide, all = new(bool), new(bool)
+	switch cmd {
+	case "conn":
+		fs.BoolVarP(wide, "wide", "w", false, "conn: every figure of each connection, exact, and the peers' full link addresses, on lines wider than 100 columns")
+	case "stats":
+		fs.BoolVarP(all, "all", "a", false, "stats: list every counter, those at 0 too (the table hides them; --json always has every one)")
+	}
+	return wide, all
+}
+
+// allQueryFlags are the query commands' flags, those of one command
+// among them (the usage and the man page list them all).
+func allQueryFlags() *pflag.FlagSet {
+	fs, _, _ := queryFlags("show")
+	queryOwnFlags(fs, "conn")
+	queryOwnFlags(fs, "stats")
+	return fs
+}
+
 const signalsText = `SIGTERM, SIGINT: send a DREQ on every connection, remove the routes and the interface, exit.
 SIGHUP: log the interface's state (addresses, neighbors, connections, drops); nothing is re-read, the daemon keeps running.`
 
@@ -205,8 +227,7 @@ func usage(out io.Writer) {
 	fmt.Fprintln(out, "\nrun flags:")
 	fmt.Fprint(out, runFlags(&options{}).FlagUsages())
 	fmt.Fprintln(out, "\nquery flags (show, neigh, conn, stats):")
-	fs, _, _ := queryFlags("show")
-	fmt.Fprint(out, fs.FlagUsages())
+	fmt.Fprint(out, allQueryFlags().FlagUsages())
 	fmt.Fprintln(out, "\nsignals:")
 	for _, l := range strings.Split(signalsText, "\n") {
 		fmt.Fprintln(out, "  "+l)

@@ -48,8 +48,7 @@ interface cannot leave datagram mode.
 	fmt.Fprint(out, ".SH RUN FLAGS\n")
 	manFlags(out, runFlags(&options{}))
 	fmt.Fprint(out, ".SH QUERY FLAGS\n")
-	fs, _, _ := queryFlags("show")
-	manFlags(out, fs)
+	manFlags(out, allQueryFlags())
 	fmt.Fprint(out, ".SH SIGNALS\n")
 	for _, l := range strings.Split(signalsText, "\n") {
 		name, what, _ := strings.Cut(l, ": ")
