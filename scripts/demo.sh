@@ -36,7 +36,7 @@ export CLUSTER_NET=$net
 # fabric's pids): in one known place, so that a kept demo can be looked at
 # and ended by a later command.
 statedir=/run/ipoibd-demo
-[ -f "$statedir/net" ] && [ "${1:-}" != "" ] && net=$(cat "$statedir/net")
+[ -f "$statedir/cluster-net" ] && [ "${1:-}" != "" ] && net=$(cat "$statedir/cluster-net")
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 ok() { printf '   ok  %s\n' "$*"; }
@@ -113,7 +113,7 @@ ib_subnet() {
 	"$testnet" up "$name" 4
 	mkdir -p "$statedir"
 	simdir=$statedir
-	echo "$net" >"$simdir/net"
+	echo "$net" >"$simdir/cluster-net"
 	printf '%s\n' 'Switch	8 "sw1"' '[1]	"h1"[1]' '[2]	"h2"[1]' '[3]	"h3"[1]' '[4]	"sm"[1]' '' \
 		'Hca	1 "h1"' '[1]	"sw1"[1]' '' 'Hca	1 "h2"' '[1]	"sw1"[2]' '' \
 		'Hca	1 "h3"' '[1]	"sw1"[3]' '' 'Hca	1 "sm"' '[1]	"sw1"[4]' >"$simdir/net"
@@ -204,7 +204,7 @@ ib_first_pings() {
 ib_throughput() {
 	echo "   Why these are far below make demo's: on this subnet every IB packet goes from"
 	echo "   a host to softib-ibfwd and on to the peer (one user-space process switches all"
-	echo "   of them, ACKs too), at ibsim's 2048-octet IB MTU (32 packets per 65520-octet"
+	echo "   of them, ACKs too), at the SA's 2048-octet path MTU (saquery below; 32 packets per 65520-octet"
 	echo "   datagram), on the same cores as both daemons and iperf3. The figure is the"
 	echo "   simulated fabric's; make demo (host to host, 4096-octet IB MTU) and"
 	echo "   BENCHMARKS.md show softib's datapath."
@@ -263,14 +263,14 @@ log)
 	exec "$testnet" log "$name" "$2"
 	;;
 ib)
-	[ -f "$statedir/net" ] || { echo "demo: no InfiniBand demo is kept running (sudo make demo IB=1 KEEP=1)" >&2; exit 1; }
+	[ -f "$statedir/cluster-net" ] || { echo "demo: no InfiniBand demo is kept running (sudo make demo IB=1 KEEP=1)" >&2; exit 1; }
 	simdir=$statedir
 	shift
 	node "$@"
 	exit
 	;;
 env)
-	[ -f "$statedir/net" ] || { echo "demo: no InfiniBand demo is kept running (sudo make demo IB=1 KEEP=1)" >&2; exit 1; }
+	[ -f "$statedir/cluster-net" ] || { echo "demo: no InfiniBand demo is kept running (sudo make demo IB=1 KEEP=1)" >&2; exit 1; }
 	echo "cd $statedir && SIM_HOST=${2:-h1} LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 ip netns exec $name-h$fab"
 	exit 0
 	;;
