@@ -197,7 +197,8 @@ ib_first_pings() {
 	echo "   every 300 ms (-refresh, with ibroute), so it drops the solicitations until then"
 	echo "   and ipoibd sends them again: softib-ibfwd drop_no_mft_entry=$(fwd_counter drop_no_mft_entry)."
 	echo "   ARP goes to the broadcast group, set up at start. A switch the SM programs"
-	echo "   directly has no such wait; the later pings show the path itself."
+	echo "   directly has no such wait. Pings sent while the first waits (every 0.2 s) wait"
+	echo "   with it; later ones show the path itself."
 }
 
 # ib_throughput says what the RC figure above measures here.
