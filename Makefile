@@ -2,12 +2,17 @@
 GO ?= go
 
 # Where make install puts things, each under $(DESTDIR) (a staging root for
-# packages). The system prefixes /usr and /usr/local keep configuration and
-# the unit where the system reads them (/etc, /etc/systemd/system); any
+# packages). The system prefixes keep configuration in /etc and the unit
+# where systemd reads it: /usr (a distribution's package) in the vendor
+# directory /usr/lib/systemd/system, which /etc/systemd/system overrides;
+# /usr/local (the administrator's own install) in /etc/systemd/system. Any
 # other prefix (PREFIX=$$HOME/opt) holds all of it: $(PREFIX)/etc and
 # $(PREFIX)/lib/systemd/system (link or copy the unit from there).
 PREFIX ?= /usr/local
-ifneq ($(filter /usr /usr/local,$(PREFIX)),)
+ifeq ($(PREFIX),/usr)
+SYSCONFDIR ?= /etc
+SYSTEMD_DIR ?= /usr/lib/systemd/system
+else ifeq ($(PREFIX),/usr/local)
 SYSCONFDIR ?= /etc
 SYSTEMD_DIR ?= /etc/systemd/system
 else
@@ -111,10 +116,11 @@ soak: build
 	scripts/soak.sh
 
 # The main job: a three-host cluster over softib (needs root). IB=1: the
-# same on an InfiniBand subnet that OpenSM runs under ibsim.
+# same on an InfiniBand subnet that OpenSM runs under ibsim. KEEP=1: leave
+# it running and print how to look at it and end it (scripts/demo.sh down).
 demo: build
 	IB=$(IB) scripts/deps.sh runtime
-	IB=$(IB) GO=$(GO) scripts/demo.sh
+	IB=$(IB) KEEP=$(KEEP) GO=$(GO) scripts/demo.sh
 
 # Installs the daemon and the systemd template unit ipoibd@IFNAME.service;
 # flags per interface go in $(SYSCONFDIR)/ipoibd/IFNAME.env (see

@@ -45,6 +45,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,7 +266,8 @@ func New(cfg Config) (_ *Interface, err error) {
 	}()
 	if i.mtu < netdev.IPv6MinMTU && hasIPv6(cfg.Addrs) {
 		// As the kernel: IPv4 runs, IPv6 waits until the MTU allows it.
-		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280", "mtu", i.mtu)
+		i.log.Warn("IPv6 left off on this link until its MTU is at least 1280: its IPv6 addresses are added then (ip link set IFNAME mtu 1280 or more)",
+			"mtu", i.mtu, "waiting", strings.Join(ipv6Strings(cfg.Addrs), ","))
 	}
 	if cfg.Subnet != nil {
 		opened := i.mtu
@@ -357,9 +359,30 @@ func linkMTU(cfg Config, port portID) (int, error) {
 	}
 	if cfg.Mode == Datagram && mtu > port.udMTU {
 		return 0, fmt.Errorf("ipoib: MTU %d is above the datagram-mode limit %d (the port's IB MTU %d less the 4-octet IPoIB header; connected mode takes up to %d)",
-			mtu, port.udMTU, port.ActiveMTU, ConnectedMTU)
+			mtu, port.udMTU, port.ActiveMTU.Bytes(), ConnectedMTU)
+	}
+	if p, ok := firstIPv6(cfg.Addrs); ok && cfg.Mode == Datagram && port.udMTU < netdev.IPv6MinMTU {
+		// An interface opened in datagram mode stays in it: its IPv6
+		// address would never come (where the MTU may rise, it waits).
+		return 0, fmt.Errorf("ipoib: %w: %v asked for, and datagram mode's MTU is at most %d here (the port's IB MTU %d less the 4-octet IPoIB header); connected mode has IPv6",
+			ErrIPv6NeverFits, p, port.udMTU, port.ActiveMTU.Bytes())
 	}
 	return mtu, nil
+}
+
+// ErrIPv6NeverFits: an IPv6 address was asked for on an interface whose
+// MTU can never reach IPv6's 1280 (datagram mode on a port whose UD MTU is
+// below it), so it is not started.
+var ErrIPv6NeverFits = errors.New("IPv6 needs a link MTU of at least 1280")
+
+// firstIPv6 is the first IPv6 prefix of ps.
+func firstIPv6(ps []netip.Prefix) (netip.Prefix, bool) {
+	for _, p := range ps {
+		if p.Addr().Is6() {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // newInterface is the interface settle described, with its queues to the
@@ -430,6 +453,17 @@ func interfaceID(gid ib.GID) [8]byte {
 	copy(id[:], gid[8:])
 	id[0] ^= 0x02
 	return id
+}
+
+// ipv6Strings are ps's IPv6 prefixes as text.
+func ipv6Strings(ps []netip.Prefix) []string {
+	var out []string
+	for _, p := range ps {
+		if p.Addr().Is6() {
+			out = append(out, p.String())
+		}
+	}
+	return out
 }
 
 func hasIPv6(ps []netip.Prefix) bool {

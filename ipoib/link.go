@@ -57,13 +57,7 @@ func (c *control) linkChanged(u LinkEvent) {
 	republish, ipv6Back := false, false
 	if u.MTU > 0 && u.MTU != i.mtu {
 		i.log.Info("link MTU changed: per-destination MTUs follow", "from", i.mtu, "to", u.MTU)
-		wantIPv6 := hasIPv6(i.cfg.Addrs) || i.port.linkLocal.IsValid()
-		switch {
-		case u.MTU < netdev.IPv6MinMTU && i.mtu >= netdev.IPv6MinMTU && wantIPv6:
-			i.log.Warn("IPv6 off on this link until its MTU is at least 1280", "mtu", u.MTU)
-		case u.MTU >= netdev.IPv6MinMTU && i.mtu < netdev.IPv6MinMTU && wantIPv6:
-			ipv6Back = true
-		}
+		ipv6Back = c.ipv6Follows(i.mtu, u.MTU)
 		i.mtu = u.MTU
 		republish = true
 	}
@@ -79,6 +73,25 @@ func (c *control) linkChanged(u LinkEvent) {
 	if republish && up {
 		c.republish()
 	}
+}
+
+// ipv6Follows says what a new link MTU does to our IPv6 addresses: the
+// kernel takes IPv6 off a link below 1280 octets (said here, once) and
+// makes it afresh above, when back reports that ours must be put back
+// (restoreOwnAddrs). Every MTU change goes through it: the operator's and
+// a mode switch's.
+func (c *control) ipv6Follows(from, to int) (back bool) {
+	i := c.i
+	if !hasIPv6(i.cfg.Addrs) && !i.port.linkLocal.IsValid() {
+		return false
+	}
+	switch {
+	case to < netdev.IPv6MinMTU && from >= netdev.IPv6MinMTU:
+		i.log.Warn("IPv6 off on this link until its MTU is at least 1280: its IPv6 addresses come back then", "mtu", to)
+	case to >= netdev.IPv6MinMTU && from < netdev.IPv6MinMTU:
+		return true
+	}
+	return false
 }
 
 // restoreOwnAddrs puts back those of our own addresses the interface lost

@@ -3,6 +3,7 @@ package ipoib
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/ipoibd/ipoibd/ib"
 )
@@ -59,7 +60,12 @@ func (c *control) setMode(m Mode) error {
 		}
 	}
 	i.log.Info("mode changed", "mode", m, "mtu", mtu, "was_mtu", i.mtu)
+	// The link event of this MTU finds it applied: IPv6 is followed here.
+	ipv6Back := c.ipv6Follows(i.mtu, mtu)
 	i.mtu = mtu
+	if ipv6Back && c.linkUp {
+		c.restoreOwnAddrs("IPv6 on again: connected mode's MTU is " + strconv.Itoa(mtu))
+	}
 	if m == Datagram {
 		c.republish() // no path is above the new link MTU: their routes go
 		return nil

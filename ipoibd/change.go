@@ -8,8 +8,11 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/ipoibd/ipoibd/control"
+	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib"
 )
 
 // childCommand is `ipoibd child add|del`: P_Key child interfaces made and
@@ -43,6 +46,9 @@ func childCommand(args []string, out io.Writer) error {
 	req := control.Request{Cmd: control.CmdChildDel, Name: pos[0]}
 	if verb == "add" {
 		r.PKey = pos[0]
+		if err := checkChildAdd(&r); err != nil {
+			return usageError("child add: %v (see ipoibd child --help)", err)
+		}
 		req = control.Request{Cmd: control.CmdChildAdd, Child: &r}
 	}
 	var reply control.ChildReply
@@ -55,6 +61,24 @@ func childCommand(args []string, out io.Writer) error {
 	}
 	_, err = fmt.Fprintf(out, "%s %s\n", reply.Name, what)
 	return err
+}
+
+// checkChildAdd refuses, before the daemon is asked, the values of child
+// add that do not parse: the P_Key, --addr and --mode (the port's P_Key
+// table and the rest are the daemon's to judge).
+func checkChildAdd(r *control.ChildRequest) error {
+	if _, err := ib.ParsePKey(r.PKey); err != nil {
+		return err
+	}
+	if _, err := childAddrs(r.Addrs); err != nil {
+		return err
+	}
+	if r.Mode != "" {
+		if _, err := ipoib.ParseMode(r.Mode); err != nil {
+			return fmt.Errorf("--mode: %w", err)
+		}
+	}
+	return nil
 }
 
 // childAddFlags are child add's own flags.
@@ -73,6 +97,9 @@ func modeCommand(args []string, out io.Writer) error {
 	pos, done, err := c.parse(args, out, "connected|datagram")
 	if done || err != nil {
 		return err
+	}
+	if _, err := ipoib.ParseMode(pos[0]); err != nil {
+		return usageError("mode: %v (see ipoibd mode --help)", err)
 	}
 	var r control.ModeReply
 	if printed, err := c.exchange(control.Request{Cmd: control.CmdMode, Name: pos[0]}, out, &r); printed || err != nil {
@@ -106,10 +133,15 @@ func neighFlushCommand(args []string, out io.Writer) error {
 	c := newIfCommand("neigh flush")
 	var ip string
 	// The IP is the last argument that reads as one; an IFNAME never does.
+	// One written as an address that does not parse is named as such.
 	for k := len(args) - 1; k >= 0; k-- {
-		if a, err := netip.ParseAddr(args[k]); err == nil {
+		a, err := netip.ParseAddr(args[k])
+		if err == nil {
 			ip, args = a.String(), slices.Delete(slices.Clone(args), k, k+1)
 			break
+		}
+		if looksLikeIP(args[k]) {
+			return usageError("neigh flush: %q is not an IP address (see ipoibd neigh --help)", args[k])
 		}
 	}
 	if _, done, err := c.parse(args, out); done || err != nil {
@@ -121,4 +153,10 @@ func neighFlushCommand(args []string, out io.Writer) error {
 	}
 	_, err := fmt.Fprintf(out, "%s: %d neighbors flushed\n", r.Name, r.Flushed)
 	return err
+}
+
+// looksLikeIP: s is written as an IP address, not an interface name: it
+// has a ':' (no interface name has one) or only digits and dots.
+func looksLikeIP(s string) bool {
+	return strings.Contains(s, ":") || s != "" && strings.Trim(s, "0123456789.") == "" && strings.Contains(s, ".")
 }

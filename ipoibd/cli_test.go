@@ -42,7 +42,7 @@ func TestCLIHelp(t *testing.T) {
 	}
 	var flags []string
 	runFlags(&options{}).VisitAll(func(f *pflag.Flag) { flags = append(flags, "--"+f.Name) })
-	want = append(want, "-j, --json", "SIGHUP")
+	want = append(want, "-j, --json", "-a, --all", "-w, --wide", "SIGHUP")
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}, {"run", "-h"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, args...)
@@ -119,6 +119,44 @@ func TestCLIArguments(t *testing.T) {
 			out, errOut, code := runBinary(t, binary, tc.args...)
 			if code != exitUsage || out != "" {
 				t.Fatalf("exit %d, stdout %q; want %d and nothing", code, out, exitUsage)
+			}
+			if !strings.HasPrefix(errOut, "ipoibd: ") || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("stderr %q, want one line with %q", errOut, tc.want)
+			}
+		})
+	}
+}
+
+// TestCLIValuesThatDoNotParse: a value that does not parse is a usage
+// error (64, as the man page says) in every command, named in one line,
+// before any daemon is asked: none serves ib7 here, so a value that
+// reached one would exit 3, and one the daemon refused 4.
+func TestCLIValuesThatDoNotParse(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--pkey", "0xzz"}, `"0xzz"`},
+		{[]string{"run", "--mode", "fast"}, `"fast"`},
+		{[]string{"run", "--mtu", "big"}, `"big"`},
+		{[]string{"run", "--addr", "10.0.0.300/24"}, `"10.0.0.300"`},
+		{[]string{"show", "ib7", "--ifname"}, "--ifname"},
+		{[]string{"neigh", "a/b"}, `"a/b"`},
+		{[]string{"conn", "-w=maybe", "ib7"}, `"maybe"`},
+		{[]string{"stats", "-a=maybe", "ib7"}, `"maybe"`},
+		{[]string{"neigh", "flush", "ib7", "10.40.0.300"}, `"10.40.0.300" is not an IP address`},
+		{[]string{"neigh", "flush", "fd40::zz"}, `"fd40::zz" is not an IP address`},
+		{[]string{"mode", "ib7", "fast"}, `"fast"`},
+		{[]string{"mode", "fast"}, `"fast"`},
+		{[]string{"child", "add", "ib7", "0xzz"}, `"0xzz"`},
+		{[]string{"child", "add", "ib7", "0x8001", "--addr", "10.0.0.300/24"}, `"10.0.0.300"`},
+		{[]string{"child", "add", "ib7", "0x8001", "--mode", "fast"}, `"fast"`},
+		{[]string{"child", "add", "ib7", "0x8001", "--mtu", "big"}, `"big"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, code := runBinary(t, binary, tc.args...)
+			if code != exitUsage || out != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %d and nothing on stdout", code, out, errOut, exitUsage)
 			}
 			if !strings.HasPrefix(errOut, "ipoibd: ") || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {
 				t.Errorf("stderr %q, want one line with %q", errOut, tc.want)

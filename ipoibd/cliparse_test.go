@@ -134,6 +134,9 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"show", "--bogus"}, exitUsage, []string{"show: unknown flag: --bogus (see ipoibd show --help)"}, ""},
 		{[]string{"--mtu", "-3", "--underlay", "10.0.0.1"}, exitUsage, []string{"--mtu -3"}, ""},
 		{[]string{"version", "x"}, exitUsage, []string{"version takes no arguments"}, ""},
+		{[]string{"version", "--help"}, 0, []string{"ipoibd version "}, "ipoibd show"},
+		{[]string{"man", "-h"}, 0, []string{"ipoibd man "}, "ipoibd show"},
+		{[]string{"help", "--help"}, 0, []string{"ipoibd help "}, "ipoibd show"},
 		{[]string{"--json", "show", "ipoibd-nope"}, exitNoDaemon, []string{"no ipoibd serves ipoibd-nope"}, ""},
 		{[]string{"child", "add", "--ifname", "ipoibd-nope", "8001"}, exitNoDaemon, []string{"no ipoibd serves ipoibd-nope"}, ""},
 	} {

@@ -35,7 +35,9 @@ func TestOperatorMistakes(t *testing.T) {
 		{"child not in the P_Key table", []string{"--underlay", c.underlay(1), "--child", "8033"}, "P_Key 0x8033 is not in the port's P_Key table [0xffff]", exitStart},
 		{"mtu too big", []string{"--underlay", c.underlay(1), "--mtu", "70000"}, "MTU 70000", exitStart},
 		{"datagram mtu too big", []string{"--underlay", c.underlay(1), "--mode", "datagram", "--mtu", "9000"}, "MTU 9000 is above the datagram-mode limit 4092", exitStart},
-		{"verbs without rdma", []string{"--provider", "verbs", "--device", "mlx5_0"}, "-tags rdma", exitStart},
+		{"verbs without rdma", []string{"--provider", "verbs", "--device", "mlx5_0"}, "./ipoibd` (needs libibverbs-dev, librdmacm-dev and libibumad-dev)", exitStart},
+		{"addr twice", []string{"--underlay", c.underlay(1), "--addr", "10.1.1.1/24", "--addr", "10.1.1.1/24"}, "--addr 10.1.1.1/24 is given twice", exitUsage},
+		{"datagram with cm modes", []string{"--underlay", c.underlay(1), "--mode", "datagram", "--cm-modes", "uc"}, "--mode datagram makes no connections", exitUsage},
 		{"verbs without a device", []string{"--provider", "verbs"}, "--device is required", exitUsage},
 		{"verbs with an underlay", []string{"--provider", "verbs", "--device", "mlx5_0", "--underlay", c.underlay(1)}, "--underlay is for --provider softib", exitUsage},
 		{"verbs port out of range", []string{"--provider", "verbs", "--device", "mlx5_0", "--port", "0"}, "--port 0", exitUsage},
@@ -57,6 +59,9 @@ func TestOperatorMistakes(t *testing.T) {
 			var exit *exec.ExitError
 			if err == nil || !asExit(err, &exit) || exit.ExitCode() != tc.code {
 				t.Fatalf("exit %v, want status %d; output:\n%s", err, tc.code, out)
+			}
+			if strings.Contains(string(out), "connected_mode=") {
+				t.Errorf("a start that failed said which connection service it runs:\n%s", out)
 			}
 			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 			last := lines[len(lines)-1]

@@ -13,7 +13,7 @@ import (
 // TestMakeInstall: make install writes only under DESTDIR, where PREFIX
 // says: a private prefix keeps the unit and the configuration under it
 // too, the system prefixes keep them where systemd and the operator look
-// (/etc), the CNI plugin goes where runtimes look (/opt/cni/bin) and the
+// (/etc; a /usr package's unit in /usr/lib/systemd/system), the CNI plugin goes where runtimes look (/opt/cni/bin) and the
 // recipes under the doc directory. The unit names the installed paths (without DESTDIR), and make
 // uninstall with the same variables removes every file.
 func TestMakeInstall(t *testing.T) {
@@ -32,6 +32,10 @@ func TestMakeInstall(t *testing.T) {
 		{"/usr/local", slices.Concat([]string{"etc/ipoibd/ib0.env.example", "etc/systemd/system/ipoibd@.service",
 			"opt/cni/bin/ipoibd-cni", "usr/local/sbin/ipoibd"}, installedRecipes("usr/local"), []string{"usr/local/share/man/man8/ipoibd.8"}),
 			"/usr/local/sbin/ipoibd", "/etc/ipoibd/%i.env"},
+		// A distribution's package: the unit in systemd's vendor directory.
+		{"/usr", slices.Concat([]string{"etc/ipoibd/ib0.env.example", "opt/cni/bin/ipoibd-cni", "usr/lib/systemd/system/ipoibd@.service",
+			"usr/sbin/ipoibd"}, installedRecipes("usr"), []string{"usr/share/man/man8/ipoibd.8"}),
+			"/usr/sbin/ipoibd", "/etc/ipoibd/%i.env"},
 	} {
 		t.Run(tc.prefix, func(t *testing.T) {
 			tmp := t.TempDir()

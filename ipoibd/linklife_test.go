@@ -81,23 +81,28 @@ func TestDaemonEndsWithItsInterface(t *testing.T) {
 // TestSmallMTUsKeepIPv4AndBringIPv6Back: an MTU below IPv6's 1280 leaves
 // IPv6 off on the link, as the kernel does, and IPv4 running; when the MTU
 // allows IPv6 again, the addresses and the RFC 4391 link-local (the only
-// link-local) come back. A daemon may start so: --mtu 1000, and datagram
-// mode on a 1500-octet underlay (UD MTU 1020).
+// link-local) come back. A daemon may start so: --mtu 1000 (saying which
+// addresses wait), and datagram mode on a 1500-octet underlay (UD MTU
+// 1020) with IPv4 alone (with an IPv6 address it is refused:
+// TestDatagramIPv6OnSmallUnderlayRefused).
 func TestSmallMTUsKeepIPv4AndBringIPv6Back(t *testing.T) {
 	c := newCluster(t, "smallmtu", 3)
 	c.start(1)
 	c.start(2, "--mtu", "1000")
 	c.on(3, "ip", "link", "set", "eth0", "mtu", "1500")
-	c.start(3, "--mode", "datagram")
+	c.start(3, "--mode", "datagram", "--addr", c.ip4(3)+"/24")
 	for _, k := range []int{2, 3} {
 		if m := c.show(k).MTU; m >= 1280 {
 			t.Errorf("h%d: MTU %d, want below 1280", k, m)
 		}
 		c.ping(1, c.ip4(k), 2)
 		c.ping(k, c.ip4(1), 2)
-		if n := strings.Count(c.logOf(k), "IPv6 left off"); n != 1 {
-			t.Errorf("h%d: %d lines say IPv6 is left off, want 1", k, n)
-		}
+	}
+	if n := strings.Count(c.logOf(2), "IPv6 left off on this link until its MTU is at least 1280: its IPv6 addresses are added then"); n != 1 {
+		t.Errorf("h2: %d lines say IPv6 is left off, want 1", n)
+	}
+	if !strings.Contains(c.logOf(2), "waiting="+c.ip6(2)+"/64") {
+		t.Errorf("h2's log does not name the IPv6 address that waits")
 	}
 
 	ipv6Back := func(k int) bool {

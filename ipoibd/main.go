@@ -146,16 +146,24 @@ func runCommand(cmd string, args []string, out io.Writer) error {
 	case "stop":
 		return stopCommand(args, out)
 	case "help":
-		return noArgs(cmd, args, func() { usage(out) })
+		return noArgs(cmd, args, out, func() { usage(out) })
 	case "version":
-		return noArgs(cmd, args, func() { fmt.Fprintln(out, version()) })
+		return noArgs(cmd, args, out, func() { fmt.Fprintln(out, version()) })
 	case "man":
-		return noArgs(cmd, args, func() { manPage(out) })
+		return noArgs(cmd, args, out, func() { manPage(out) })
 	}
 	return usageError("unknown command %q (want run, show, neigh, conn, stats, child, mode, stop, help, version or man; see ipoibd --help)", cmd)
 }
 
-func noArgs(cmd string, args []string, f func()) error {
+// noArgs runs f for a command that takes no arguments; --help prints
+// the command's usage.
+func noArgs(cmd string, args []string, out io.Writer, f func()) error {
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+		fs := pflag.NewFlagSet("ipoibd "+cmd, pflag.ContinueOnError)
+		fs.BoolP("help", "h", false, "print this command's usage and exit")
+		commandUsage(out, cmd, fs)
+		return nil
+	}
 	if len(args) > 0 {
 		return usageError("%s takes no arguments, got %q", cmd, strings.Join(args, " "))
 	}
@@ -188,6 +196,28 @@ func queryFlags(cmd string) (*pflag.FlagSet, *string, *bool) {
 	return fs, ifname, asJSON
 }
 
+// queryOwnFlags adds to fs the flags of query cmd alone: conn's -w,
+// stats' -a (the usage and the man page list both).
+func queryOwnFlags(fs *pflag.FlagSet, cmd string) (wide, all *bool) {
+	wide, all = new(bool), new(bool)
+	switch cmd {
+	case "conn":
+		fs.BoolVarP(wide, "wide", "w", false, "conn: every figure of each connection, exact, and the peers' full link addresses, on lines wider than 100 columns")
+	case "stats":
+		fs.BoolVarP(all, "all", "a", false, "stats: list every counter, those at 0 too (the table hides them; --json always has every one)")
+	}
+	return wide, all
+}
+
+// allQueryFlags are the query commands' flags, those of one command
+// among them (the usage and the man page list them all).
+func allQueryFlags() *pflag.FlagSet {
+	fs, _, _ := queryFlags("show")
+	queryOwnFlags(fs, "conn")
+	queryOwnFlags(fs, "stats")
+	return fs
+}
+
 const signalsText = `SIGTERM, SIGINT: send a DREQ on every connection, remove the routes and the interface, exit; P_Key children (pods' too) stay, unserved (carrier off), and the next daemon takes them back (ipoibd stop removes them).
 SIGHUP: log the interface's state (addresses, neighbors, connections, drops); nothing is re-read, the daemon keeps running.`
 
@@ -200,8 +230,7 @@ func usage(out io.Writer) {
 	fmt.Fprintln(out, "\nrun flags:")
 	fmt.Fprint(out, runFlags(&options{}).FlagUsages())
 	fmt.Fprintln(out, "\nquery flags (show, neigh, conn, stats):")
-	fs, _, _ := queryFlags("show")
-	fmt.Fprint(out, fs.FlagUsages())
+	fmt.Fprint(out, allQueryFlags().FlagUsages())
 	fmt.Fprintln(out, "\nsignals:")
 	for _, l := range strings.Split(signalsText, "\n") {
 		fmt.Fprintln(out, "  "+l)

@@ -28,6 +28,18 @@ discovery and multicast, and RC or UC connections set up through the IB
 Communication Manager (RFC 4755) for unicast with MTUs up to 65520 octets.
 The softib provider is a software adapter over UDP; verbs drives rdma-core
 adapters.
+.PP
+Datagram mode's MTU is the port's IB MTU less the 4-octet IPoIB header.
+softib takes as its IB MTU the largest of 256 to 4096 octets whose packets,
+with their headers (52 octets on an IPv4 underlay, 72 on IPv6, 50 more with
+--softib-link ib), fit the underlay interface's MTU: a 1500-octet underlay
+gives 1024 (datagram MTU 1020), 2100 octets give 2048, 4148 give 4096.
+Below IPv6's 1280 the kernel runs no IPv6 on a link, so IPv6 addresses
+asked for with --addr wait, said at start, until the link's MTU allows
+them (an operator's ip link set mtu, or a switch to connected mode), and
+come back when it does; a start in datagram mode on a port whose datagram
+MTU is below 1280, with an IPv6 address, is refused, since such an
+interface cannot leave datagram mode.
 .SH COMMANDS
 `)
 	for _, c := range commands {
@@ -36,8 +48,7 @@ adapters.
 	fmt.Fprint(out, ".SH RUN FLAGS\n")
 	manFlags(out, runFlags(&options{}))
 	fmt.Fprint(out, ".SH QUERY FLAGS\n")
-	fs, _, _ := queryFlags("show")
-	manFlags(out, fs)
+	manFlags(out, allQueryFlags())
 	fmt.Fprint(out, ".SH SIGNALS\n")
 	for _, l := range strings.Split(signalsText, "\n") {
 		name, what, _ := strings.Cut(l, ": ")

@@ -34,13 +34,14 @@ func TestManPageSections(t *testing.T) {
 		want = append(want, ".TP\n"+head+"\n"+roff(e.Meaning))
 	}
 	want = append(want, `.B \-\-child \fIPKEY[=ADDRESS/LENGTH,...]\fR`, `.B \-\-addr \fIADDRESS/LENGTH\fR`,
-		"ipoibd child add 8002", `.SS The connection manager (cm_)`, `\fBcm_rej_sent_*\fR`)
+		"ipoibd child add 8002", `.SS The connection manager (cm_)`, `\fBcm_rej_sent_*\fR`,
+		".SH QUERY FLAGS\n.TP\n.B \\-a, \\-\\-all\n", `.B \-w, \-\-wide`)
 	for _, w := range want {
 		if !strings.Contains(man, w) {
 			t.Errorf("man page lacks %q", w)
 		}
 	}
-	for _, fs := range []*pflag.FlagSet{runFlags(&options{}), func() *pflag.FlagSet { f, _, _ := queryFlags("show"); return f }()} {
+	for _, fs := range []*pflag.FlagSet{runFlags(&options{}), allQueryFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
 			if name, _ := pflag.UnquoteUsage(f); strings.Contains(name, " ") {
 				t.Errorf("--%s's placeholder is %q, a phrase: quote only the value's form in its usage", f.Name, name)

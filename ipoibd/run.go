@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -91,14 +92,18 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	if cfg.Mode == ipoib.Connected && !choice.Advertise {
 		cfg.Mode = ipoib.Datagram
 	}
-	if s.provider == providerVerbs {
-		log.Info("connection service", "cm", orNone(choice.Service), "connected_mode", choice.Advertise, "why", choice.Why)
-	}
 	dev, pkeyHint, err := openProvider(s, choice, &cfg)
 	if err != nil {
 		return nil, err
 	}
+	// Said once the port is open: a build without verbs fails first.
+	if s.provider == providerVerbs {
+		log.Info("connection service", "cm", orNone(choice.Service), "connected_mode", choice.Advertise, "why", choice.Why)
+	}
 	d, err := newDaemon(cfg, s.netns, dev, choice, pkeyHint)
+	if errors.Is(err, ipoib.ErrIPv6NeverFits) && s.provider != providerVerbs {
+		err = fmt.Errorf("%w (%s)", err, softibMTUHint)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -227,6 +228,10 @@ func (o *options) ifaceConfig() (ipoib.Config, error) {
 	if cfg.RC, cfg.UC, err = parseCMModes(o.cmModes); err != nil {
 		return cfg, err
 	}
+	if cfg.Mode == ipoib.Datagram && (o.cmModes != "rc" || o.policy != "linux") {
+		// A daemon started in datagram mode has no connection service.
+		return cfg, fmt.Errorf("--mode datagram makes no connections, so --cm-modes %q and --cm-policy %q say nothing: leave them out, or run --mode connected", o.cmModes, o.policy)
+	}
 	if cfg.PKey, err = ib.ParsePKey(o.pkey); err != nil {
 		return cfg, fmt.Errorf("--pkey: %w", err)
 	}
@@ -234,6 +239,9 @@ func (o *options) ifaceConfig() (ipoib.Config, error) {
 		p, err := parseIfAddr(a)
 		if err != nil {
 			return cfg, fmt.Errorf("--addr %w", err)
+		}
+		if slices.Contains(cfg.Addrs, p) {
+			return cfg, fmt.Errorf("--addr %v is given twice", p)
 		}
 		cfg.Addrs = append(cfg.Addrs, p)
 	}

@@ -45,12 +45,12 @@ func TestParseSettings(t *testing.T) {
 		{"-h", []string{"-h"}, func(s *settings) { *s = settings{help: true} }},
 		{"version, nothing else checked", []string{"--version", "--mode", "fast"}, func(s *settings) { *s = settings{version: true} }},
 		{"help and version", []string{"--version", "--help"}, func(s *settings) { *s = settings{help: true, version: true} }},
-		{"every interface flag", append([]string{"--ifname", "ib3", "--mode", "datagram", "--cm-modes", "uc, rc", "--cm-policy", "rfc",
+		{"every interface flag", append([]string{"--ifname", "ib3", "--mode", "connected", "--cm-modes", "uc, rc", "--cm-policy", "rfc",
 			"--mtu", "2044", "--addr", "192.168.77.1/24", "--addr", "fd00::1/64", "--idle-timeout", "30s", "--max-conns", "1",
 			"--log-level", "debug", "--netns", "h1", "--tun-offload=false", "--tun-queues", "8", "--metrics-listen", "[::1]:9468"}, u...),
 			func(s *settings) {
 				s.logLevel, s.metricsListen = slog.LevelDebug, "[::1]:9468"
-				s.iface = ipoib.Config{Name: "ib3", Mode: ipoib.Datagram, RC: true, UC: true, Policy: ipoibcm.PolicyRFC, PKey: 0xffff,
+				s.iface = ipoib.Config{Name: "ib3", Mode: ipoib.Connected, RC: true, UC: true, Policy: ipoibcm.PolicyRFC, PKey: 0xffff,
 					MTU: 2044, Addrs: []netip.Prefix{netip.MustParsePrefix("192.168.77.1/24"), netip.MustParsePrefix("fd00::1/64")},
 					IdleTimeout: 30 * time.Second, MaxConns: 1, NoOffload: true, Queues: 8}
 				s.netns = "h1"
@@ -130,6 +130,9 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"pkey too big", append([]string{"--pkey", "0x10000"}, u...), "--pkey"},
 		{"addr without prefix", append([]string{"--addr", "10.1.1.1"}, u...), `--addr "10.1.1.1"`},
 		{"addr not an address", append([]string{"--addr", "ten/8"}, u...), `--addr "ten/8"`},
+		{"addr twice", append([]string{"--addr", "10.1.1.1/24", "--addr", "fd00::1/64", "--addr", "10.1.1.1/24"}, u...), "--addr 10.1.1.1/24 is given twice"},
+		{"datagram with cm modes", append([]string{"--mode", "datagram", "--cm-modes", "uc"}, u...), `--mode datagram makes no connections, so --cm-modes "uc"`},
+		{"datagram with a policy", append([]string{"--mode", "datagram", "--cm-policy", "rfc"}, u...), `--cm-policy "rfc" say nothing`},
 		{"max conns 0", append([]string{"--max-conns", "0"}, u...), "--max-conns 0: must be at least 1"},
 		{"negative mtu", append([]string{"--mtu", "-1"}, u...), "--mtu -1: must be positive"},
 		{"bad cm", append([]string{"--cm", "theirs"}, u...), `--cm "theirs"`},

@@ -148,14 +148,7 @@ func (s *controlServer) flush(ip string) (any, error) {
 // query asks a running daemon and prints its answer as a table or JSON.
 func query(cmd string, args []string, out io.Writer) error {
 	c := newIfCommand(cmd)
-	var wide *bool
-	if cmd == "conn" {
-		wide = c.fs.BoolP("wide", "w", false, "conn: every figure of each connection, exact, and the peers' full link addresses, on lines wider than 100 columns")
-	}
-	var all bool
-	if cmd == "stats" {
-		c.fs.BoolVarP(&all, "all", "a", false, "list every counter, those at 0 too (the table hides them; --json always has every one)")
-	}
+	wide, all := queryOwnFlags(c.fs, cmd)
 	if _, done, err := c.parse(args, out); done || err != nil {
 		return err
 	}
@@ -167,7 +160,7 @@ func query(cmd string, args []string, out io.Writer) error {
 		return printConns(out, raw, *wide)
 	}
 	if !*c.asJSON {
-		return printTable(out, cmd, raw, all)
+		return printTable(out, cmd, raw, *all)
 	}
 	if cmd == "stats" {
 		// One {name: value} object, in the daemon's order.

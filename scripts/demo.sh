@@ -11,6 +11,17 @@
 # programmed. Each ipoibd runs --softib-link ib as its ibsim node (under
 # libumad2sim.so): LID, GID and P_Keys from the SM, joins and paths from
 # the SA, CM MADs LID-routed.
+#
+# KEEP=1 (sudo make demo IB=1 KEEP=1): leave the hosts, daemons and, with
+# IB=1, the fabric running, and print how to look at them and how to end
+# them. The commands after the demo:
+#   scripts/demo.sh on K CMD...    run CMD on host K (ipoibd show, ip, ping)
+#   scripts/demo.sh ib NODE CMD... (IB=1) run an infiniband-diags or OpenSM
+#                                  tool as ibsim node NODE (h1-h3, sm):
+#                                  ibstat, saquery, ibroute, smpquery
+#   scripts/demo.sh env NODE       (IB=1) print the environment that tool
+#                                  needs, to run it by hand
+#   scripts/demo.sh down           remove everything the demo left
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # The hosts, their addresses and daemons come from internal/testnet's
@@ -21,36 +32,44 @@ export IPOIBD
 name=demo
 net=${CLUSTER_NET:-77}
 export CLUSTER_NET=$net
+# The IB fabric's files while it runs (ibsim's topology, the logs, the
+# fabric's pids): in one known place, so that a kept demo can be looked at
+# and ended by a later command.
+statedir=/run/ipoibd-demo
+[ -f "$statedir/cluster-net" ] && [ "${1:-}" != "" ] && net=$(cat "$statedir/cluster-net")
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 ok() { printf '   ok  %s\n' "$*"; }
 on() { "$testnet" exec "$name" "$@"; }
 
-[ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo make demo): it makes network namespaces and TUN devices" >&2; exit 1; }
-[ -x "$testnet" ] || { echo "demo: no $testnet (run make build)" >&2; exit 1; }
-"$testnet" down "$name" 2>/dev/null || true
 ib=${IB:-}
-fabric_pids=()
-# The daemons stop first (their exit tells ibsim), then the fabric.
-cleanup() {
-	"$testnet" down "$name"
-	# SIGKILL: OpenSM's own exit can hang on a simulator already gone.
-	if ((${#fabric_pids[@]})); then
-		kill -KILL "${fabric_pids[@]}" 2>/dev/null
-		wait "${fabric_pids[@]}" 2>/dev/null || true # reaped here: bash reports no "Killed"
+keep=${KEEP:-}
+# teardown: the daemons stop first (their exit tells ibsim), then the
+# fabric: its own processes only, by the pids the demo wrote (a pid that
+# now names another program is left alone).
+teardown() {
+	"$testnet" down "$name" 2>/dev/null || true
+	local pid pids=()
+	if [ -f "$statedir/fabric.pids" ]; then
+		while read -r pid; do
+			case $(cat "/proc/$pid/comm" 2>/dev/null) in ibsim | opensm | softib-ibfwd) pids+=("$pid") ;; esac
+		done <"$statedir/fabric.pids"
 	fi
-	[ -n "${simdir:-}" ] && rm -rf "$simdir"
+	# SIGKILL: OpenSM's own exit can hang on a simulator already gone.
+	if ((${#pids[@]})); then
+		kill -KILL "${pids[@]}" 2>/dev/null || true
+		wait "${pids[@]}" 2>/dev/null || true # our children are reaped here: bash reports no "Killed"
+	fi
+	rm -rf "$statedir"
 	return 0
 }
-trap cleanup EXIT
-trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$testnet" log "$name" $k >&2 || true; done; [ -n "${simdir:-}" ] && tail -n 5 "$simdir"/*.log >&2' ERR
 
 # The InfiniBand subnet (IB=1): hosts h1-h3 and the fabric host h4
 # (ibsim, OpenSM, softib-ibfwd), then one ipoibd per host on
 # --softib-link ib. ib_judges, at the end, asks the subnet manager what it
 # made of them.
 GO=${GO:-go}
-root=$here/..
+root=$(cd "$here/.." && pwd)
 umad2sim=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so
 fab=4
 fab_addr=10.$net.0.$fab
@@ -92,7 +111,9 @@ ib_subnet() {
 
 	step "three hosts and the fabric host h$fab on one bridge (underlay 10.$net.0.0/24)"
 	"$testnet" up "$name" 4
-	simdir=$(mktemp -d /tmp/ipoibd-demo-ib.XXXXXX)
+	mkdir -p "$statedir"
+	simdir=$statedir
+	echo "$net" >"$simdir/cluster-net"
 	printf '%s\n' 'Switch	8 "sw1"' '[1]	"h1"[1]' '[2]	"h2"[1]' '[3]	"h3"[1]' '[4]	"sm"[1]' '' \
 		'Hca	1 "h1"' '[1]	"sw1"[1]' '' 'Hca	1 "h2"' '[1]	"sw1"[2]' '' \
 		'Hca	1 "h3"' '[1]	"sw1"[3]' '' 'Hca	1 "sm"' '[1]	"sw1"[4]' >"$simdir/net"
@@ -100,12 +121,12 @@ ib_subnet() {
 
 	step "ibsim and OpenSM on h$fab ($fab_addr)"
 	(cd "$simdir" && exec "$testnet" exec "$name" "$fab" ibsim -r -l 7070 -n -s net >ibsim.log 2>&1) &
-	fabric_pids+=($!)
+	echo $! >>"$simdir/fabric.pids"
 	await "ibsim listening" ibsim_up
 	# Not through node: $! must be OpenSM's pid, not a function's subshell.
 	(cd "$simdir" && SIM_HOST=sm LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 \
 		OSM_TMP_DIR=$simdir OSM_CACHE_DIR=$simdir exec "$testnet" exec "$name" "$fab" opensm -F opensm.conf -f stdout >opensm.log 2>&1) &
-	fabric_pids+=($!)
+	echo $! >>"$simdir/fabric.pids"
 	await "OpenSM's SUBNET UP" grep -q "SUBNET UP" "$simdir/opensm.log"
 	ok "OpenSM: SUBNET UP"
 
@@ -121,7 +142,7 @@ ib_subnet() {
 	step "softib-ibfwd on $fwd: switching by the tables OpenSM programmed in sw1"
 	(cd "$simdir" && IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 exec "$testnet" exec "$name" "$fab" \
 		"$root/bin/softib-ibfwd" -listen "$fwd" -sm-node sm -refresh 300ms "${ports[@]}" >fwd.log 2>&1) &
-	fabric_pids+=($!)
+	echo $! >>"$simdir/fabric.pids"
 	await "softib-ibfwd forwarding" grep -q "forwarding on" "$simdir/fwd.log"
 	cat "$simdir/fwd.log"
 
@@ -147,7 +168,53 @@ ib_judges() {
 	step "the SA's path h1 -> h2 (saquery), the one h1's connection took"
 	g1=$(node h1 ibstat | awk '/Port GUID/ {print $3}')
 	g2=$(node h2 ibstat | awk '/Port GUID/ {print $3}')
-	node sm saquery -p --sgid-to-dgid "$(gid "$g1")-$(gid "$g2")" | grep -E 'dlid|slid|sl\.|mtu'
+	node sm saquery -p --sgid-to-dgid "$(gid "$g1")-$(gid "$g2")" | grep -E 'dlid|slid|sl\.|mtu' |
+		while read -r line; do
+			case $line in
+			mtu.*) echo "		$line  = $(ib_mtu "${line##*.}")" ;;
+			*) echo "		$line" ;;
+			esac
+		done
+}
+
+# fwd_counter NAME: the forwarder's counter NAME, which it logs on SIGUSR1.
+fwd_counter() {
+	local pid lines
+	pid=$(sed -n 3p "$simdir/fabric.pids")
+	lines=$(grep -c '^counters:' "$simdir/fwd.log" || true)
+	kill -USR1 "$pid"
+	await "softib-ibfwd's counters" fwd_logged $((lines + 1))
+	grep '^counters:' "$simdir/fwd.log" | tail -1 | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+fwd_logged() { [ "$(grep -c '^counters:' "$simdir/fwd.log")" -ge "$1" ]; }
+
+# ib_first_pings says why the first IPv6 ping to a host is slow here.
+ib_first_pings() {
+	echo "   Why the first IPv6 ping to a host takes hundreds of ms here (and IPv4's does not): the"
+	echo "   neighbor solicitation goes to the target's solicited-node group, which gets a"
+	echo "   multicast forwarding entry on sw1 only when a second port joins it (the sender's"
+	echo "   send-only join). OpenSM then programs sw1, but softib-ibfwd reads sw1's tables"
+	echo "   every 300 ms (-refresh, with ibroute), so it drops the solicitations until then"
+	echo "   and ipoibd sends them again: softib-ibfwd drop_no_mft_entry=$(fwd_counter drop_no_mft_entry)."
+	echo "   ARP goes to the broadcast group, set up at start. A switch the SM programs"
+	echo "   directly has no such wait. Pings sent while the first waits (every 0.2 s) wait"
+	echo "   with it; later ones show the path itself."
+}
+
+# ib_throughput says what the RC figure above measures here.
+ib_throughput() {
+	echo "   Why these are far below make demo's: on this subnet every IB packet goes from"
+	echo "   a host to softib-ibfwd and on to the peer (one user-space process switches all"
+	echo "   of them, ACKs too), at the SA's 2048-octet path MTU (saquery below; 32 packets per 65520-octet"
+	echo "   datagram), on the same cores as both daemons and iperf3. The figure is the"
+	echo "   simulated fabric's; make demo (host to host, 4096-octet IB MTU) and"
+	echo "   BENCHMARKS.md show softib's datapath."
+}
+
+# ib_mtu CODE: saquery's mtu field (selector << 6 | MTU code) in octets.
+ib_mtu() {
+	local v=$(($1))
+	echo "$1: $((128 << (v & 0x3f))) octets (IB MTU code $((v & 0x3f)), selector $((v >> 6)))"
 }
 
 # gid GUID: the link-local GID of a port GUID, as saquery takes it.
@@ -155,6 +222,71 @@ gid() {
 	local h=${1#0x}
 	printf 'fe80::%x:%x:%x:%x' $((16#${h:0:4})) $((16#${h:4:4})) $((16#${h:8:4})) $((16#${h:12:4}))
 }
+
+# kept: what a kept demo (KEEP=1) prints instead of tearing down.
+kept() {
+	local d=$here/demo.sh
+	step "kept running (KEEP=1): look at it, then end it"
+	echo "   $d on 1 $root/bin/ipoibd show          # any command on host 1-3: ip, ping, ipoibd neigh, conn, stats"
+	echo "   $d on 1 ping -c 3 fd00:$net::2"
+	if [ "$ib" = 1 ]; then
+		echo "   $d ib h1 ibstat                       # an IB tool as ibsim node h1-h3 or sm"
+		echo "   $d ib sm saquery -p                   # the SA's path records"
+		echo "   $d ib sm ibroute -M 2                 # a switch's multicast table (its LID: ib sm ibswitches)"
+		echo "   $d env h1                             # the environment those tools need, to run them by hand"
+		echo "   logs: $statedir/{ibsim,opensm,fwd}.log; the daemons': $d log K"
+	else
+		echo "   $d log 1                              # a daemon's log"
+	fi
+	echo "   $d down                               # end it: daemons, namespaces${ib:+, the fabric}"
+}
+
+# finish: on exit, tear down unless KEEP=1.
+finish() {
+	if [ "$keep" = 1 ]; then
+		kept
+	else
+		teardown
+	fi
+}
+
+case ${1:-} in
+"") ;;
+down)
+	teardown
+	exit 0
+	;;
+on)
+	shift
+	exec "$testnet" exec "$name" "$@"
+	;;
+log)
+	exec "$testnet" log "$name" "$2"
+	;;
+ib)
+	[ -f "$statedir/cluster-net" ] || { echo "demo: no InfiniBand demo is kept running (sudo make demo IB=1 KEEP=1)" >&2; exit 1; }
+	simdir=$statedir
+	shift
+	node "$@"
+	exit
+	;;
+env)
+	[ -f "$statedir/cluster-net" ] || { echo "demo: no InfiniBand demo is kept running (sudo make demo IB=1 KEEP=1)" >&2; exit 1; }
+	echo "cd $statedir && SIM_HOST=${2:-h1} LD_PRELOAD=$umad2sim IBSIM_SERVER_NAME=$fab_addr IBSIM_SERVER_PORT=7070 ip netns exec $name-h$fab"
+	exit 0
+	;;
+*)
+	echo "usage: $0 [on K CMD... | log K | ib NODE CMD... | env NODE | down]" >&2
+	exit 64
+	;;
+esac
+
+[ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo make demo): it makes network namespaces and TUN devices" >&2; exit 1; }
+[ -x "$testnet" ] || { echo "demo: no $testnet (run make build)" >&2; exit 1; }
+# A demo kept running before goes first.
+teardown
+trap finish EXIT
+trap 'echo; echo "demo: FAILED at the step above; daemon logs:" >&2; for k in 1 2 3; do echo "--- h$k" >&2; "$testnet" log "$name" $k >&2 || true; done; [ -n "${simdir:-}" ] && tail -n 5 "$simdir"/*.log >&2' ERR
 
 if [ "$ib" != 1 ]; then
 	step "three hosts on one bridge (underlay 10.$net.0.0/24, MTU 9000), one ipoibd each"
@@ -171,16 +303,19 @@ step "routes on h1's ib0"
 on 1 ip route show dev ib0
 on 1 ip -6 route show dev ib0 | grep -v '^fe80\|^multicast' || true
 
-step "ping every pair over IPv4 and IPv6"
+step "ping every pair over IPv4 and IPv6: the first (address resolution in it), then the mean of 3 more"
 for a in 1 2 3; do
 	for b in 1 2 3; do
 		[ "$a" = "$b" ] && continue
 		for dst in "192.168.$net.$b" "fd00:$net::$b"; do
-			rtt=$(on $a ping -c 3 -i 0.2 -W 2 "$dst" | awk -F/ '/^rtt/ {print $5}')
-			ok "h$a -> $dst  avg rtt ${rtt} ms"
+			out=$(on $a ping -c 4 -i 0.2 -W 2 "$dst")
+			first=$(awk -F'time=' '/time=/ {split($2, t, " "); print t[1]; exit}' <<<"$out")
+			rest=$(awk -F'time=' '/time=/ && ++n > 1 {split($2, t, " "); s += t[1]; k++} END {if (k) printf "%.3f", s / k}' <<<"$out")
+			ok "h$a -> $dst  first ${first} ms, then ${rest} ms"
 		done
 	done
 done
+[ "$ib" = 1 ] && ib_first_pings
 
 step "iperf3 h1 -> h2 over RC at MTU 65520 (5 s)"
 on 2 iperf3 -s -1 -D
@@ -199,5 +334,10 @@ on 1 "$IPOIBD" neigh
 step "h1: ipoibd conn"
 on 1 "$IPOIBD" conn
 
+[ "$ib" = 1 ] && ib_throughput
 [ "$ib" = 1 ] && ib_judges
-step "done: every step passed; tearing down"
+if [ "$keep" = 1 ]; then
+	step "done: every step passed"
+else
+	step "done: every step passed; tearing down"
+fi

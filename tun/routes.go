@@ -104,8 +104,14 @@ func NewRoutesAt(h *netlink.Handle, linkIndex int) *Routes {
 // link a peer in the second would get packets from the first's address,
 // which it cannot answer.
 //
-// mtu must be 68..65535 for IPv4 and 1280..65535 for IPv6. An IPv4-mapped
-// IPv6 address is taken as the IPv4 address; a zone is ignored.
+// mtu must be 68..65535. An IPv6 route cannot carry an MTU below IPv6's
+// 1280 (the kernel refuses it: no IPv6 link is smaller, RFC 8200 §5), so
+// an IPv6 destination whose path is below it (a connected peer reached
+// over a small UD MTU while its connection comes back) gets no route of
+// ours either: the link's MTU applies, and what is too big for the path
+// waits for the connection or draws a packet too big from the datapath.
+// An IPv4-mapped IPv6 address is taken as the IPv4 address; a zone is
+// ignored.
 func (r *Routes) Set(dst netip.Addr, mtu int) (installed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -154,12 +160,8 @@ func checkSet(dst netip.Addr, mtu int) (netip.Addr, int, error) {
 	if err != nil {
 		return dst, 0, fmt.Errorf("mtu: set route: %w", err)
 	}
-	lo := 68
-	if family == netlink.FAMILY_V6 {
-		lo = 1280
-	}
-	if mtu < lo || mtu > 65535 {
-		return dst, 0, fmt.Errorf("mtu: set route to %s: mtu %d out of range %d..65535", dst, mtu, lo)
+	if mtu < 68 || mtu > 65535 {
+		return dst, 0, fmt.Errorf("mtu: set route to %s: mtu %d out of range 68..65535", dst, mtu)
 	}
 	return dst, family, nil
 }
@@ -215,7 +217,7 @@ func (r *Routes) set(t *table, dst netip.Addr, mtu int) (installed bool, err err
 	if err != nil {
 		return false, fmt.Errorf("mtu: set route to %s: %w", dst, err)
 	}
-	if mtu >= t.linkMTU || !covered {
+	if mtu >= t.linkMTU || !covered || t.family == netlink.FAMILY_V6 && mtu < IPv6MinMTU {
 		if ours != nil {
 			if err := r.del(ours); err != nil {
 				return false, fmt.Errorf("mtu: remove route to %s: %w", dst, err)

@@ -33,7 +33,7 @@ var routeFamilies = []struct {
 		name: "ipv6", family: netlink.FAMILY_V6, local: "fd99::1/64", otherLocal: "fd99::c9/64",
 		second: "fd97::1/64", secondDst: "fd97::4",
 		dst: "fd99::2", operator: "fd99::3", other: "fd99::4", remote: "fd98::7",
-		gwNet: "fd98::/64", gw: "fd99::5", bad: 1279,
+		gwNet: "fd98::/64", gw: "fd99::5", bad: 67,
 	},
 }
 
@@ -287,6 +287,20 @@ func testRoutes(t *testing.T, setRoute func(r *Routes, dst netip.Addr, mtu int) 
 				if err := r.Flush(); err != nil {
 					t.Fatalf("second Flush: %v", err)
 				}
+			})
+
+			t.Run("IPv6 below 1280: no route", func(t *testing.T) {
+				// The kernel takes no IPv6 route MTU below 1280: a path
+				// under it (UD on a small underlay) removes ours, no error.
+				set(t, r, f.dst, 9000, true)
+				set(t, r, f.dst, 1020, true)
+				rs := hostRoutesIn(t, n, f.family, f.dst)
+				if f.family == netlink.FAMILY_V4 {
+					checkOurs(t, f.dst, 1020)
+				} else if len(rs) != 0 {
+					t.Fatalf("Set(%s, 1020) left %v", f.dst, rs)
+				}
+				set(t, r, f.dst, 65520, true)
 			})
 
 			t.Run("bad input", func(t *testing.T) {
