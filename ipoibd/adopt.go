@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -76,14 +78,14 @@ func (d *daemon) loadState() {
 		return
 	}
 	if err != nil {
-		d.rs.problems = []stateProblem{{"unreadable: no child taken back", err}}
+		d.rs.problems = []stateProblem{{what: "unreadable: no child taken back", err: err}}
 		return
 	}
 	h, kids, problems := readState(f)
 	f.Close()
 	d.rs.problems = problems
 	if h.NetnsCookie != 0 && d.rs.header.NetnsCookie != 0 && h.NetnsCookie != d.rs.header.NetnsCookie {
-		d.rs.problems = append(d.rs.problems, stateProblem{"left by a namespace that is gone: ignored", nil})
+		d.rs.problems = append(d.rs.problems, stateProblem{what: "left by a namespace that is gone: ignored", stale: true})
 		return
 	}
 	d.rs.kids, d.rs.before = kids, map[string]ib.LinkAddr{}
@@ -188,7 +190,11 @@ func (d *daemon) logUnserved() {
 // child in it with adopt, logging those it cannot.
 func adoptAll(d *daemon, adopt func(stateChild) error) {
 	for _, p := range d.rs.problems {
-		d.base.Log.Warn("state file "+p.what, "path", d.rs.path, "err", p.err)
+		level := slog.LevelWarn
+		if p.stale {
+			level = slog.LevelInfo
+		}
+		d.base.Log.Log(context.Background(), level, "state file "+p.what, "path", d.rs.path, "err", p.err)
 	}
 	for _, c := range d.rs.kids {
 		if err := adopt(c); err != nil {

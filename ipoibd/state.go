@@ -80,6 +80,9 @@ func statePath(dir, parent string, ino uint64) string {
 type stateProblem struct {
 	what string
 	err  error
+	// stale: a leftover of a namespace that is gone, which a new daemon
+	// there overwrites; nothing for an operator to do, so not a warning.
+	stale bool
 }
 
 // readState reads a state file: its header and the children on its whole
@@ -98,10 +101,10 @@ func readState(r io.Reader) (h stateHeader, kids []stateChild, problems []stateP
 		}
 		if line == 1 {
 			if err := json.Unmarshal(b, &h); err != nil || h.Version < 1 {
-				return h, nil, []stateProblem{{"not a state file (its first line is no header)", err}}
+				return h, nil, []stateProblem{{what: "not a state file (its first line is no header)", err: err}}
 			}
 			if h.Version > stateVersion {
-				problems = append(problems, stateProblem{fmt.Sprintf("written by a newer ipoibd (version %d, this one writes %d): reading the fields this one knows", h.Version, stateVersion), nil})
+				problems = append(problems, stateProblem{what: fmt.Sprintf("written by a newer ipoibd (version %d, this one writes %d): reading the fields this one knows", h.Version, stateVersion)})
 			}
 			continue
 		}
@@ -110,16 +113,16 @@ func readState(r io.Reader) (h stateHeader, kids []stateChild, problems []stateP
 			if err == nil {
 				err = errors.New("no pkey or name")
 			}
-			problems = append(problems, stateProblem{fmt.Sprintf("line %d unreadable (truncated?): skipped", line), err})
+			problems = append(problems, stateProblem{what: fmt.Sprintf("line %d unreadable (truncated?): skipped", line), err: err})
 			continue
 		}
 		kids = append(kids, c)
 	}
 	if err := sc.Err(); err != nil {
-		problems = append(problems, stateProblem{"read failed", err})
+		problems = append(problems, stateProblem{what: "read failed", err: err})
 	}
 	if line == 0 {
-		problems = append(problems, stateProblem{"empty (truncated?)", nil})
+		problems = append(problems, stateProblem{what: "empty (truncated?)"})
 	}
 	return h, kids, problems
 }
