@@ -48,12 +48,13 @@ type Port struct {
 
 // maxChildren bounds the interfaces on a port beyond the first, as the
 // receive CQ must hold a completion for every receive posted: the SRQ's,
-// the first interface's UD ring, and each child's. kubelet's default
-// limit is 110 pods a node.
-const maxChildren = 256
+// the first interface's UD ring, and each child's. 232 keep it within
+// the 32767 entries of rxe's CQs (verbs grants at most a device's
+// max_cqe); kubelet's default limit is 110 pods a node.
+const maxChildren = 232
 
 // recvCQDepth holds every receive the port's interfaces may have posted.
-const recvCQDepth = numSRQRx + numUDRx + maxChildren*128
+const recvCQDepth = numSRQRx + numUDRx + maxChildren*childUDRx
 
 // srqWRID marks the work request IDs of the SRQ's slots: the rest on the
 // receive CQ are UD ring slots of the interface that owns the QP.

@@ -1,6 +1,7 @@
 package ipoib
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -65,11 +66,18 @@ var primaryLayout = layout{tx: numTx, neigh: numNeighTx, udRx: numUDRx}
 // and ND, which the control goroutine sends one at a time. 2.4 MiB of
 // 68 KiB slots and 1 MiB of UD slots registered, which a quiet child does
 // not touch.
-var childLayout = layout{tx: 32, neigh: 4, udRx: 128}
+var childLayout = layout{tx: 32, neigh: 4, udRx: childUDRx}
+
+// childUDRx is the UD receive slots of an interface after the first.
+const childUDRx = 128
 
 func (l layout) firstNeigh() uint32 { return l.tx }
 func (l layout) firstUDRx() uint32  { return l.tx + l.neigh }
 func (l layout) slots() uint32      { return l.tx + l.neigh + l.udRx }
+
+func (l layout) String() string {
+	return fmt.Sprintf("tx %d, control %d, ud rx %d", l.tx, l.neigh, l.udRx)
+}
 
 // size is the octets the rings take.
 func (l layout) size() int {
