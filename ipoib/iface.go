@@ -5,8 +5,10 @@
 // and runs the datapath.
 //
 // Goroutines: the TUN reader (transmit, which also reaps send
-// completions), the receive-completion loop, and one control goroutine that
-// owns the neighbor table and the connection manager. The datapath reads
+// completions) and one control goroutine that owns the neighbor table and
+// the connection manager; receive completions are taken off by the port
+// the interface runs on (Port: shared with the other interfaces there),
+// which hands each to the interface owning its QP. The datapath reads
 // published neighbor paths without locks and hands anything else to the
 // control goroutine through bounded channels.
 //
@@ -19,9 +21,12 @@
 //     netdev): tun's TUN device and netlink in the daemon, netdevtest's
 //     channel-backed fake in tests (fake_test.go runs the interface's
 //     behaviours as an ordinary user)
+//   - portpool.go: the port's shared resources (the registered slab, the
+//     SRQ, the receive CQ) and the table of QP owners
 //   - tx.go, rx.go: the datapath, one file per direction; post.go: posting
 //     sends in batches and reaping their completions; slots.go: the
-//     registered packet buffers; packet.go: reading IP headers
+//     packet buffers, the port's and each interface's rings; packet.go:
+//     reading IP headers
 //   - control.go: the control goroutine's loop and timers
 //   - pending.go: packets waiting for a neighbor or a connection
 //   - resolve.go: ARP and ND; neighbors.go: what the neighbor state machine
