@@ -1,121 +1,69 @@
 package cni
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strings"
 	"time"
+
+	"github.com/ipoibd/ipoibd/control"
 )
 
-// The plugin speaks ipoibd's control protocol: one JSON request and one
-// JSON answer on the abstract Unix socket @ipoibd/IFNAME of the namespace
-// the master interface lives in (ipoibd/socket.go serves it). These types
-// are the fields of it the plugin uses.
-
-type request struct {
-	Cmd   string        `json:"cmd"`
-	Child *childRequest `json:"child,omitempty"`
-	Name  string        `json:"name,omitempty"`
-}
-
-type childRequest struct {
-	PKey  string   `json:"pkey"`
-	Name  string   `json:"name"`
-	Addrs []string `json:"addrs"`
-	Mode  string   `json:"mode,omitempty"`
-	MTU   int      `json:"mtu,omitempty"`
-	Netns string   `json:"netns"`
-	Owner string   `json:"owner"`
-}
-
-type childReply struct {
-	Name     string `json:"name"`
-	LinkAddr string `json:"link_addr"`
-	MTU      int    `json:"mtu"`
-}
-
-// showReply is the part of the master's `show` the plugin reads.
-type showReply struct {
-	Name     string      `json:"ifname"`
-	PKey     uint16      `json:"pkey"`
-	Mode     string      `json:"mode"`
-	MTU      int         `json:"mtu"`
-	Children []childInfo `json:"children"`
-}
-
-type childInfo struct {
-	Name  string `json:"name"`
-	PKey  uint16 `json:"pkey"`
-	Netns string `json:"netns"`
-	Owner string `json:"owner"`
-}
+// The plugin speaks ipoibd's control protocol (package control): one
+// request and one answer on the control socket of the master interface,
+// in the namespace the master lives in. It tells the daemon's refusals
+// apart by their codes, never by their text.
 
 // errNoDaemon: nothing answers on the master's control socket, so no
 // ipoibd serves it here (and no pod child of it exists: they go with
 // their daemon).
 var errNoDaemon = errors.New("no ipoibd serves the master interface")
 
-// errNoChild is the daemon's answer to child-del for an owner it does not
-// know (ipoibd's delChild: "no child ...").
-var errNoChild = errors.New("the daemon has no such child")
-
 // askTimeout bounds one exchange; a child add opens QPs and a TUN.
 const askTimeout = 10 * time.Second
 
 // ask sends req to the daemon of master and decodes its answer into
-// reply; the daemon's refusals come back as errors.
-func ask(master string, req request, reply any) error {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: "@ipoibd/" + master, Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("%w %s in this network namespace (%v)", errNoDaemon, master, err)
+// reply; the daemon's refusals come back as errors that wrap its
+// *control.Error.
+func ask(master string, req control.Request, reply any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	defer cancel()
+	err := control.Call(ctx, master, &req, reply)
+	var ce *control.CallError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &ce):
+		return fmt.Errorf("ipoibd of %s: %w", master, err)
+	case ce.Op == "dial":
+		return fmt.Errorf("%w %s in this network namespace (%v)", errNoDaemon, master, ce.Err)
+	case ce.Op == "write":
+		return fmt.Errorf("asking ipoibd of %s: %w", master, ce.Err)
+	case ce.Op == "read":
+		return fmt.Errorf("ipoibd of %s did not answer: %w", master, ce.Err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(askTimeout))
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return fmt.Errorf("asking ipoibd of %s: %w", master, err)
-	}
-	_ = conn.CloseWrite()
-	var raw json.RawMessage
-	if err := json.NewDecoder(conn).Decode(&raw); err != nil {
-		return fmt.Errorf("ipoibd of %s did not answer: %w", master, err)
-	}
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		if strings.HasPrefix(e.Error, "no child ") {
-			return fmt.Errorf("%w: %s", errNoChild, e.Error)
-		}
-		return fmt.Errorf("ipoibd of %s: %s", master, e.Error)
-	}
-	if err := json.Unmarshal(raw, reply); err != nil {
-		return fmt.Errorf("ipoibd of %s: its answer: %w", master, err)
-	}
-	return nil
+	return fmt.Errorf("ipoibd of %s: its answer: %w", master, ce.Err)
 }
 
 // show asks for the master's state and its children.
-func show(master string) (showReply, error) {
-	var r showReply
-	err := ask(master, request{Cmd: "show"}, &r)
+func show(master string) (control.Show, error) {
+	var r control.Show
+	err := ask(master, control.Request{Cmd: control.CmdShow}, &r)
 	return r, err
 }
 
 // addChild asks for a pod's child.
-func addChild(master string, c childRequest) (childReply, error) {
-	var r childReply
-	err := ask(master, request{Cmd: "child-add", Child: &c}, &r)
+func addChild(master string, c control.ChildRequest) (control.ChildReply, error) {
+	var r control.ChildReply
+	err := ask(master, control.Request{Cmd: control.CmdChildAdd, Child: &c}, &r)
 	return r, err
 }
 
 // delChild removes the child of owner; a child or daemon that is gone
 // already is no error, as DEL must be idempotent.
 func delChild(master, owner string) error {
-	var r childReply
-	err := ask(master, request{Cmd: "child-del", Name: owner}, &r)
-	if errors.Is(err, errNoChild) || errors.Is(err, errNoDaemon) {
+	err := ask(master, control.Request{Cmd: control.CmdChildDel, Name: owner}, nil)
+	if errors.Is(err, control.ErrNoChild) || errors.Is(err, errNoDaemon) {
 		return nil
 	}
 	return err

@@ -21,6 +21,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ipoibd/ipoibd/control"
+
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -99,7 +101,7 @@ func Add(args *skel.CmdArgs) (err error) {
 	if err := delChild(n.Master, who); err != nil {
 		return err
 	}
-	req := childRequest{PKey: pkey, Name: args.IfName, Mode: n.Mode, MTU: n.MTU, Netns: args.Netns, Owner: who}
+	req := control.ChildRequest{PKey: pkey, Name: args.IfName, Mode: n.Mode, MTU: n.MTU, Netns: args.Netns, Owner: who}
 	for _, a := range addrs.IPs {
 		req.Addrs = append(req.Addrs, a.Address.String())
 	}

@@ -269,7 +269,7 @@ type CQ interface {
 	Close() error
 }
 
-// CQHandler is a capability of CQs whose provider can run the consumer on
+// CQHandler is a capability (see Caps) of CQs whose provider can run the consumer on
 // its own receive goroutine right after adding completions, instead of
 // waking the consumer's goroutine through Ready: one thread wake-up less
 // per packet, which costs 100-250 µs on a virtual machine. f drains the CQ
@@ -450,7 +450,7 @@ const (
 	QPCounterRNRNAKs = "rnr_naks_received"
 )
 
-// QPCounterNamer is implemented by devices that can name the counters
+// QPCounterNamer is a capability (see Caps) of devices that can name the counters
 // their QPs report (QP.Counters, in that order) before any QP exists, so
 // that totals over connections show every name from the start instead of
 // keys appearing with the first connection.
@@ -458,14 +458,14 @@ type QPCounterNamer interface {
 	QPCounterNames() []string
 }
 
-// PortStater is implemented by devices that can tell whether their port is
+// PortStater is a capability (see Caps) of devices that can tell whether their port is
 // up (an InfiniBand port ACTIVE, softib's underlay interface up with a
 // carrier). The interface's carrier follows it.
 type PortStater interface {
 	PortActive() bool
 }
 
-// SubnetEventer is implemented by devices that see their subnet's events
+// SubnetEventer is a capability (see Caps) of devices that see their subnet's events
 // (verbs on InfiniBand): SubnetEvents counts, from 0, the SM changes,
 // client reregistrations, LID and P_Key changes on the port. After one the
 // SA's paths may be stale and its multicast memberships gone, so the

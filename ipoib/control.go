@@ -71,7 +71,7 @@ func (c *control) init(i *Interface) {
 	c.wantGroups = map[ib.GID]netip.Addr{}
 	c.groupRecs = map[ib.GID]joinedGroup{}
 	c.subnet = i.startSubnet()
-	if ev, ok := i.dev.(ib.SubnetEventer); ok {
+	if ev := i.caps.SubnetEvents; ev != nil {
 		c.subnetSeen = ev.SubnetEvents() // events before Start changed nothing yet
 	}
 	c.ahs = map[ib.GID]*unicastAH{}

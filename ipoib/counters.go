@@ -119,13 +119,3 @@ func isDropCounter(k counter) bool {
 	}
 	return false
 }
-
-// QPCounterNames passes on the device's names of its QPs' counters
-// (ib.QPCounterNamer), so that the conn_ totals are in Stats from the
-// start; nil when the device cannot tell.
-func (f qpFactory) QPCounterNames() []string {
-	if n, ok := f.i.dev.(ib.QPCounterNamer); ok {
-		return n.QPCounterNames()
-	}
-	return nil
-}

@@ -157,8 +157,9 @@ type Config struct {
 
 // Interface is a running IPoIB interface.
 type Interface struct {
-	cfg Config
-	dev ib.Device
+	cfg  Config
+	dev  ib.Device
+	caps ib.Caps // dev's optional capabilities, looked up once in New
 	// port is who the interface is on the fabric (port.go): the
 	// interface reads it from here only.
 	port portID
@@ -378,7 +379,7 @@ func linkMTU(cfg Config, port portID) (int, error) {
 // control goroutine made and nothing opened.
 func newInterface(cfg Config, port portID, mtu int) *Interface {
 	i := &Interface{
-		cfg: cfg, dev: cfg.Device, port: port, mtu: mtu,
+		cfg: cfg, dev: cfg.Device, caps: ib.CapsOf(cfg.Device), port: port, mtu: mtu,
 		pending:   make(chan pendingPacket, 1024),
 		wantConn:  make(chan *neigh.Entry, 256),
 		rxReply:   make(chan neighPacket, 256),
@@ -417,6 +418,7 @@ func (i *Interface) openCM() (*ipoibcm.Manager, error) {
 		UC:          cfg.UC && !cfg.RC,
 		PathMTU:     port.ActiveMTU,
 		QPs:         qpFactory{i},
+		QPCounters:  i.caps.QPCounters,
 		IdleTimeout: cfg.IdleTimeout,
 		SharedGIDs:  cfg.SharedGIDs,
 		PathTo:      i.pathTo(),

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/netdev"
 )
@@ -123,8 +122,8 @@ func (c *control) republish() {
 // tell it.
 func (c *control) followPort() {
 	i := c.i
-	ps, ok := i.dev.(ib.PortStater)
-	if !ok {
+	ps := i.caps.PortState
+	if ps == nil {
 		return
 	}
 	active := ps.PortActive()

@@ -104,9 +104,7 @@ func OpenPort(dev ib.Device) (_ *Port, err error) {
 // goroutine where it runs a handler (ib.CQHandler: no thread wake-up
 // between the fabric and the TUN), and on the port's own for the rest.
 func (p *Port) start() {
-	if h, ok := p.recvCQ.(ib.CQHandler); ok {
-		h.SetHandler(p.drain)
-	}
+	ib.CapsOf(p.dev).SetCQHandler(p.recvCQ, p.drain)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

@@ -324,8 +324,8 @@ func (c *control) attach(r groupResult) bool {
 // LID change moves paths. The kernel's ipoib flushes its paths and
 // restarts its joins on the same events.
 func (c *control) followSubnet() {
-	ev, ok := c.i.dev.(ib.SubnetEventer)
-	if !ok {
+	ev := c.i.caps.SubnetEvents
+	if ev == nil {
 		return
 	}
 	n := ev.SubnetEvents()

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+
+	"github.com/ipoibd/ipoibd/control"
 )
 
 // childCommand is `ipoibd child add|del`: P_Key child interfaces made and
@@ -20,7 +22,7 @@ func childCommand(args []string, out io.Writer) error {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "del") {
 		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
 			c := newIfCommand("child")
-			childAddFlags(c, &childRequest{})
+			childAddFlags(c, &control.ChildRequest{})
 			commandUsage(out, "child", c.fs)
 			return nil
 		}
@@ -28,7 +30,7 @@ func childCommand(args []string, out io.Writer) error {
 	}
 	verb, args := args[0], args[1:]
 	c := newIfCommand("child " + verb)
-	var r childRequest
+	var r control.ChildRequest
 	want := "NAME|PKEY"
 	if verb == "add" {
 		want = "PKEY"
@@ -38,12 +40,12 @@ func childCommand(args []string, out io.Writer) error {
 	if done || err != nil {
 		return err
 	}
-	req := request{Cmd: "child-del", Name: pos[0]}
+	req := control.Request{Cmd: control.CmdChildDel, Name: pos[0]}
 	if verb == "add" {
 		r.PKey = pos[0]
-		req = request{Cmd: "child-add", Child: &r}
+		req = control.Request{Cmd: control.CmdChildAdd, Child: &r}
 	}
-	var reply childReply
+	var reply control.ChildReply
 	if printed, err := c.exchange(req, out, &reply); printed || err != nil {
 		return err
 	}
@@ -56,7 +58,7 @@ func childCommand(args []string, out io.Writer) error {
 }
 
 // childAddFlags are child add's own flags.
-func childAddFlags(c *ifCommand, r *childRequest) {
+func childAddFlags(c *ifCommand, r *control.ChildRequest) {
 	c.fs.StringVar(&r.Name, "name", "", "child add: the child's name (default PARENT.PPPP, the P_Key in four hex digits)")
 	c.fs.StringArrayVar(&r.Addrs, "addr", nil, "child add: address with prefix length for the child (repeatable)")
 	c.fs.StringVar(&r.Mode, "mode", "", "child add: connected or datagram (default the parent's)")
@@ -72,8 +74,8 @@ func modeCommand(args []string, out io.Writer) error {
 	if done || err != nil {
 		return err
 	}
-	var r modeReply
-	if printed, err := c.exchange(request{Cmd: "mode", Name: pos[0]}, out, &r); printed || err != nil {
+	var r control.ModeReply
+	if printed, err := c.exchange(control.Request{Cmd: control.CmdMode, Name: pos[0]}, out, &r); printed || err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(out, "%s: %s mode, mtu %d\n", r.Name, r.Mode, r.MTU)
@@ -82,7 +84,7 @@ func modeCommand(args []string, out io.Writer) error {
 
 // exchange sends req to the daemon. With -j it prints the answer as it
 // came and reports printed; otherwise it decodes the answer into reply.
-func (c *ifCommand) exchange(req request, out io.Writer, reply any) (printed bool, err error) {
+func (c *ifCommand) exchange(req control.Request, out io.Writer, reply any) (printed bool, err error) {
 	raw, err := ask(*c.ifname, req)
 	if err != nil {
 		return false, err
@@ -113,8 +115,8 @@ func neighFlushCommand(args []string, out io.Writer) error {
 	if _, done, err := c.parse(args, out); done || err != nil {
 		return err
 	}
-	var r flushReply
-	if printed, err := c.exchange(request{Cmd: "neigh-flush", IP: ip}, out, &r); printed || err != nil {
+	var r control.FlushReply
+	if printed, err := c.exchange(control.Request{Cmd: control.CmdNeighFlush, IP: ip}, out, &r); printed || err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(out, "%s: %d neighbors flushed\n", r.Name, r.Flushed)

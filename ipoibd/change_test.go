@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/control"
+	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/ipoib"
 )
 
@@ -107,21 +111,40 @@ func TestPKeyChildren(t *testing.T) {
 	}
 	c.ping(1, child(2), 1) // while ib0.8001 still works
 
-	// Operator mistakes get one clear line each.
+	// Operator mistakes get one clear line each, and a program their
+	// code (control's refusals) whatever the line says.
 	for _, tc := range []struct {
 		args []string
 		want string
+		req  control.Request
+		code error
 	}{
-		{[]string{"child", "add", "0x8003"}, "--softib-pkeys"},
-		{[]string{"child", "add", "0x0001"}, "ib0.8001 already serves P_Key 0x8001"},
-		{[]string{"child", "del", "ib0"}, "not a child"},
-		{[]string{"child", "del", "ib0.9"}, "no child"},
-		{[]string{"child", "add", "0x8001", "--name", "a/b"}, "not an interface name"},
-		{[]string{"child", "add", "ib0.8001", "0x8003"}, "is a child: ask its parent ib0"},
+		{[]string{"child", "add", "0x8003"}, "--softib-pkeys",
+			control.Request{Cmd: control.CmdChildAdd, Child: &control.ChildRequest{PKey: "0x8003"}}, control.ErrInvalid},
+		{[]string{"child", "add", "0x0001"}, "ib0.8001 already serves P_Key 0x8001",
+			control.Request{Cmd: control.CmdChildAdd, Child: &control.ChildRequest{PKey: "0x0001"}}, control.ErrExists},
+		{[]string{"child", "del", "ib0"}, "not a child",
+			control.Request{Cmd: control.CmdChildDel, Name: "ib0"}, control.ErrNotChild},
+		{[]string{"child", "del", "ib0.9"}, "no child",
+			control.Request{Cmd: control.CmdChildDel, Name: "ib0.9"}, control.ErrNoChild},
+		{[]string{"child", "add", "0x8001", "--name", "a/b"}, "not an interface name",
+			control.Request{Cmd: control.CmdChildAdd, Child: &control.ChildRequest{PKey: "0x8001", Name: "a/b"}}, control.ErrInvalid},
+		{[]string{"child", "add", "ib0.8001", "0x8003"}, "is a child: ask its parent ib0",
+			control.Request{Cmd: control.CmdChildAdd, Child: &control.ChildRequest{PKey: "0x8003"}}, control.ErrNotParent},
 	} {
 		out, err := c.try(1, append([]string{binary}, tc.args...)...)
 		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("ipoibd %s: %v %q, want an error with %q", strings.Join(tc.args, " "), err, out, tc.want)
+		}
+		ifname := "ib0"
+		if tc.args[2] == "ib0.8001" {
+			ifname = tc.args[2]
+		}
+		testnet.InNamed(t, c.host(1), func() {
+			err = control.Call(context.Background(), ifname, &tc.req, nil)
+		})
+		if !errors.Is(err, tc.code) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s of %s: %v, want %v with %q", tc.req.Cmd, ifname, err, tc.code, tc.want)
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/tun"
@@ -49,8 +50,9 @@ type served struct {
 	iface *ipoib.Interface
 	ctl   *controlServer // under daemon.mu once serving: a rename replaces it
 	gone  bool           // the socket was closed for good (closeCtl)
-	// A pod's child (childRequest.Netns) lives in another namespace, which
-	// ns identifies, and is named by its owner; both empty otherwise.
+	// A pod's child (control.ChildRequest.Netns) lives in another
+	// namespace, which ns identifies, and is named by its owner; both
+	// empty otherwise.
 	netns string
 	ns    nsID
 	owner string
@@ -204,48 +206,25 @@ func (d *daemon) interfaces() []*ipoib.Interface {
 }
 
 // children names the P_Key children of the first interface.
-func (d *daemon) children() []childInfo {
+func (d *daemon) children() []control.ChildInfo {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := []childInfo{}
+	out := []control.ChildInfo{}
 	for _, s := range d.ifaces[min(1, len(d.ifaces)):] {
-		out = append(out, childInfo{Name: s.iface.Name(), PKey: uint16(s.iface.PKey()), Netns: s.netns, Owner: s.owner})
+		out = append(out, control.ChildInfo{Name: s.iface.Name(), PKey: uint16(s.iface.PKey()), Netns: s.netns, Owner: s.owner})
 	}
 	return out
 }
 
-// childInfo is one child in `show`.
-type childInfo struct {
-	Name  string `json:"name"`
-	PKey  uint16 `json:"pkey"`
-	Netns string `json:"netns,omitempty"` // a pod's child: its namespace
-	Owner string `json:"owner,omitempty"` // a pod's child: who made it
-}
-
-// childRequest asks for a P_Key child of the first interface.
-type childRequest struct {
-	PKey  string   `json:"pkey"`
-	Name  string   `json:"name"`  // default PARENT.PPPP, as the kernel names them
-	Addrs []string `json:"addrs"` // with prefix lengths
-	Mode  string   `json:"mode"`  // default the parent's
-	MTU   int      `json:"mtu"`   // default the mode's
-	// Netns puts the child in another network namespace (a path, or a
-	// name as ip netns lists it): a pod's interface. Such children may
-	// share a P_Key, each with its own UD QP and connections; Owner, which
-	// the CNI plugin sets, names one for del and show.
-	Netns string `json:"netns,omitempty"`
-	Owner string `json:"owner,omitempty"`
-}
-
 // addChild makes a P_Key child. As with the kernel's create_child, the
 // partition's full-membership bit is set, and its name is the parent's
-// with the P_Key in four hex digits.
-func (d *daemon) addChild(r childRequest) (childReply, error) {
+// with the P_Key in four hex digits. Its refusals carry control's codes.
+func (d *daemon) addChild(r control.ChildRequest) (control.ChildReply, error) {
 	d.changing.Lock()
 	defer d.changing.Unlock()
 	pkey, err := ib.ParsePKey(r.PKey)
 	if err != nil {
-		return childReply{}, err
+		return control.ChildReply{}, control.WithCode(control.CodeInvalid, err)
 	}
 	pkey |= ib.PKeyFullMember
 	cfg := d.base
@@ -255,39 +234,39 @@ func (d *daemon) addChild(r childRequest) (childReply, error) {
 		cfg.Name = fmt.Sprintf("%s.%04x", d.parentName(), uint16(pkey))
 	}
 	if err := checkIfname(cfg.Name); err != nil {
-		return childReply{}, err
+		return control.ChildReply{}, control.WithCode(control.CodeInvalid, err)
 	}
 	if r.MTU < 0 {
-		return childReply{}, fmt.Errorf("MTU %d: must be positive", r.MTU)
+		return control.ChildReply{}, control.Errorf(control.CodeInvalid, "MTU %d: must be positive", r.MTU)
 	}
 	if r.Mode != "" {
 		if cfg.Mode, err = ipoib.ParseMode(r.Mode); err != nil {
-			return childReply{}, err
+			return control.ChildReply{}, control.WithCode(control.CodeInvalid, err)
 		}
 		if cfg.Mode == ipoib.Connected && d.base.Mode != ipoib.Connected {
-			return childReply{}, fmt.Errorf("connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
+			return control.ChildReply{}, control.Errorf(control.CodeInvalid, "connected mode: the daemon runs datagram mode (%s)", d.choice.Why)
 		}
 	}
 	if cfg.Addrs, err = childAddrs(r.Addrs); err != nil {
-		return childReply{}, err
+		return control.ChildReply{}, control.WithCode(control.CodeInvalid, err)
 	}
 	if !slices.ContainsFunc(d.dev.Port().PKeys, func(p ib.PKey) bool { return p.Partition() == pkey.Partition() }) {
-		return childReply{}, fmt.Errorf("P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
+		return control.ChildReply{}, control.Errorf(control.CodeInvalid, "P_Key %v is not in the port's P_Key table %v (%s)", pkey, d.dev.Port().PKeys, d.pkeyHint)
 	}
 	pod, err := d.podChild(r, cfg.Name, pkey)
 	if err != nil {
-		return childReply{}, err
+		return control.ChildReply{}, err
 	}
 	if pod != nil {
 		cfg = podConfig(cfg)
 	}
 	iface, err := d.add(cfg, pod)
 	if err != nil {
-		return childReply{}, err
+		return control.ChildReply{}, err
 	}
 	info := iface.Show()
 	cfg.Log.Info("child up", "if", info.Name, "parent", d.parentName(), "pkey", ib.PKey(info.PKey), "link_addr", info.LinkAddr, "mode", info.Mode, "mtu", info.MTU, "netns", r.Netns, "owner", r.Owner)
-	return childReply{Name: info.Name, LinkAddr: info.LinkAddr, MTU: info.MTU}, nil
+	return control.ChildReply{Name: info.Name, LinkAddr: info.LinkAddr, MTU: info.MTU}, nil
 }
 
 // podChild checks r against the children served and, for a child in
@@ -295,29 +274,29 @@ func (d *daemon) addChild(r childRequest) (childReply, error) {
 // the daemon's own). In its own namespace the daemon serves one child per
 // partition, as the kernel's create_child; pods' children may share one,
 // but not a name in one namespace, nor an owner.
-func (d *daemon) podChild(r childRequest, name string, pkey ib.PKey) (*served, error) {
+func (d *daemon) podChild(r control.ChildRequest, name string, pkey ib.PKey) (*served, error) {
 	var pod *served
 	if r.Netns != "" {
 		id, err := netnsID(r.Netns)
 		if err != nil {
-			return nil, err
+			return nil, control.WithCode(control.CodeInvalid, err)
 		}
 		pod = &served{netns: r.Netns, ns: id, owner: r.Owner}
 	} else if r.Owner != "" {
-		return nil, errors.New("an owner names a child in another namespace: give its netns too")
+		return nil, control.Errorf(control.CodeInvalid, "an owner names a child in another namespace: give its netns too")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range d.ifaces {
 		switch {
 		case pod == nil && s.netns == "" && s.iface.PKey().Partition() == pkey.Partition():
-			return nil, fmt.Errorf("%s already serves P_Key %v", s.iface.Name(), s.iface.PKey())
+			return nil, control.Errorf(control.CodeExists, "%s already serves P_Key %v", s.iface.Name(), s.iface.PKey())
 		case pod == nil && s.netns == "" && s.iface.Name() == name:
-			return nil, fmt.Errorf("%s exists", name)
+			return nil, control.Errorf(control.CodeExists, "%s exists", name)
 		case pod != nil && s.netns != "" && s.ns == pod.ns && s.iface.Name() == name:
-			return nil, fmt.Errorf("%s exists in %s", name, r.Netns)
+			return nil, control.Errorf(control.CodeExists, "%s exists in %s", name, r.Netns)
 		case pod != nil && pod.owner != "" && s.owner == pod.owner:
-			return nil, fmt.Errorf("owner %q already has %s in %s", pod.owner, s.iface.Name(), s.netns)
+			return nil, control.Errorf(control.CodeExists, "owner %q already has %s in %s", pod.owner, s.iface.Name(), s.netns)
 		}
 	}
 	return pod, nil
@@ -376,10 +355,10 @@ func (d *daemon) delChild(which string) (string, error) {
 	switch {
 	case k == 0:
 		d.mu.Unlock()
-		return "", fmt.Errorf("%s is not a child: stop the daemon to remove it", which)
+		return "", control.Errorf(control.CodeNotChild, "%s is not a child: stop the daemon to remove it", which)
 	case k < 0:
 		d.mu.Unlock()
-		return "", fmt.Errorf("no child %q of %s", which, d.parentName())
+		return "", control.Errorf(control.CodeNoChild, "no child %q of %s", which, d.parentName())
 	}
 	victim = d.ifaces[k]
 	d.ifaces = slices.Delete(d.ifaces, k, k+1)

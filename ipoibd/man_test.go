@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/spf13/pflag"
 )
@@ -79,7 +80,7 @@ func TestManExamplesParse(t *testing.T) {
 			switch fields[k] {
 			case "child":
 				c := newIfCommand("child " + rest[0])
-				childAddFlags(c, &childRequest{})
+				childAddFlags(c, &control.ChildRequest{})
 				_, _, err = c.parse(rest[1:], &bytes.Buffer{}, "PKEY")
 			default:
 				c := newIfCommand(fields[k])

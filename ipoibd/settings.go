@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
@@ -135,7 +136,7 @@ type verbsPort struct {
 // childFlag is one --child: the flag's text, for errors, and the request.
 type childFlag struct {
 	arg string
-	req childRequest
+	req control.ChildRequest
 }
 
 // parseSettings reads the run command's arguments. Each error names the
@@ -331,7 +332,7 @@ func parseChildren(args []string) ([]childFlag, error) {
 	var out []childFlag
 	for _, c := range args {
 		pkey, addrs, _ := strings.Cut(c, "=")
-		r := childRequest{PKey: pkey}
+		r := control.ChildRequest{PKey: pkey}
 		if addrs != "" {
 			r.Addrs = strings.Split(addrs, ",")
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
@@ -71,8 +72,8 @@ func TestParseSettings(t *testing.T) {
 		{"underlay wait", append([]string{"--underlay-wait", "5s"}, u...), func(s *settings) { s.underlayWait = 5 * time.Second }},
 		{"no underlay wait", append([]string{"--underlay-wait", "0"}, u...), func(s *settings) { s.underlayWait = 0 }},
 		{"children", append([]string{"--child", "0x8002", "--child", "0x8003=192.168.78.1/24,fd01::1/64"}, u...), func(s *settings) {
-			s.children = []childFlag{{"0x8002", childRequest{PKey: "0x8002"}},
-				{"0x8003=192.168.78.1/24,fd01::1/64", childRequest{PKey: "0x8003", Addrs: []string{"192.168.78.1/24", "fd01::1/64"}}}}
+			s.children = []childFlag{{"0x8002", control.ChildRequest{PKey: "0x8002"}},
+				{"0x8003=192.168.78.1/24,fd01::1/64", control.ChildRequest{PKey: "0x8003", Addrs: []string{"192.168.78.1/24", "fd01::1/64"}}}}
 		}},
 		{"softib, own connection service", append([]string{"--cm", "own"}, u...), func(s *settings) { s.connService = "own" }},
 		{"verbs", []string{"--provider", "verbs", "--device", "mlx5_0", "--port", "2", "--cm", "kernel", "--peers", "ipoibd-only"}, func(s *settings) {

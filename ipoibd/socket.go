@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,33 +11,21 @@ import (
 	"net/netip"
 	"strings"
 	"text/tabwriter"
-	"time"
 
+	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"golang.org/x/sys/unix"
 )
 
-// The control socket is an abstract Unix socket named after the interface.
-// Abstract sockets belong to the network namespace, like the interface, so
-// `ip netns exec h1 ipoibd neigh` reaches the daemon of that namespace.
-// Only root may ask (checked with SO_PEERCRED).
+// The control socket is an abstract Unix socket named after the interface
+// (package control speaks its protocol). Abstract sockets belong to the
+// network namespace, like the interface, so `ip netns exec h1 ipoibd
+// neigh` reaches the daemon of that namespace. Only root may ask.
 
-func socketName(ifname string) string { return "@ipoibd/" + ifname }
-
-type request struct {
-	Cmd   string        `json:"cmd"`
-	Child *childRequest `json:"child,omitempty"` // child-add
-	Name  string        `json:"name,omitempty"`  // child-del: a child's name or P_Key; mode: the mode
-	IP    string        `json:"ip,omitempty"`    // neigh-flush: the neighbor (empty: all)
-}
-
-// maxRequest bounds what the server reads of a request.
-const maxRequest = 4096
-
-const errNotRoot = "permission denied: only root may query ipoibd (run it with sudo)"
-
+// controlServer is one interface's control socket: its handler answers
+// what the daemon knows of the interface.
 type controlServer struct {
 	ln    *net.UnixListener
 	iface *ipoib.Interface
@@ -49,7 +37,7 @@ func listenControl(ifname string, iface *ipoib.Interface, d *daemon) (*controlSe
 	// finds it (abstract names are per namespace).
 	var ln *net.UnixListener
 	err := iface.InNetns(func() (err error) {
-		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
+		ln, err = control.Listen(ifname)
 		return err
 	})
 	if err != nil {
@@ -68,137 +56,75 @@ func (s *controlServer) Close() error { return s.ln.Close() }
 func (s *controlServer) serve() {
 	// A client that connects earlier waits in the listen backlog.
 	<-s.d.ready
-	for {
-		conn, err := s.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
-		go s.handle(conn)
-	}
+	_ = (&control.Server{Handler: s}).Serve(s.ln)
 }
 
-func (s *controlServer) handle(conn *net.UnixConn) {
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	enc := json.NewEncoder(conn)
-	// The request is read before any answer, also a refusal: a client
-	// still writing to a closed socket would see EPIPE instead of why.
-	var req request
-	reqErr := json.NewDecoder(bufio.NewReader(io.LimitReader(conn, maxRequest))).Decode(&req)
-	if !peerIsRoot(conn) {
-		_ = enc.Encode(map[string]string{"error": errNotRoot})
-		return
-	}
-	if reqErr != nil {
-		_ = enc.Encode(map[string]string{"error": "bad request"})
-		return
-	}
-	var reply any
+// ServeControl answers one request (control.Handler).
+func (s *controlServer) ServeControl(req *control.Request) (any, error) {
 	switch req.Cmd {
-	case "show":
-		r := showReply{Info: s.iface.Show(), ConnService: s.d.choice, Children: []childInfo{}}
+	case control.CmdShow:
+		r := showReply{Info: s.iface.Show(), ConnService: s.d.choice, Children: []control.ChildInfo{}}
 		if s.iface == s.d.first() {
 			r.Children = s.d.children()
 		} else {
 			r.Parent = s.d.parentName()
 		}
-		reply = r
-	case "child-add", "child-del":
-		reply = s.child(req)
-	case "mode":
-		reply = s.mode(req.Name)
-	case "neigh":
-		reply = s.iface.Neighbors()
-	case "neigh-flush":
-		reply = s.flush(req.IP)
-	case "conn":
-		reply = s.iface.Connections()
-	case "stats":
-		reply = s.iface.Stats()
-	default:
-		reply = map[string]string{"error": "unknown command " + req.Cmd}
+		return r, nil
+	case control.CmdChildAdd, control.CmdChildDel:
+		return s.child(req)
+	case control.CmdMode:
+		return s.mode(req.Name)
+	case control.CmdNeigh:
+		return s.iface.Neighbors(), nil
+	case control.CmdNeighFlush:
+		return s.flush(req.IP)
+	case control.CmdConn:
+		return s.iface.Connections(), nil
+	case control.CmdStats:
+		return s.iface.Stats(), nil
 	}
-	_ = enc.Encode(reply)
+	return nil, control.Errorf(control.CodeUnknownCommand, "unknown command %s", req.Cmd)
 }
 
 // child answers child-add and child-del, which only the first
 // interface's socket takes (children have no children).
-func (s *controlServer) child(req request) any {
+func (s *controlServer) child(req *control.Request) (any, error) {
 	if s.iface != s.d.first() {
-		return map[string]string{"error": s.iface.Name() + " is a child: ask its parent " + s.d.parentName()}
+		return nil, control.Errorf(control.CodeNotParent, "%s is a child: ask its parent %s", s.iface.Name(), s.d.parentName())
 	}
-	var r childReply
-	var err error
-	if req.Cmd == "child-add" {
-		if req.Child == nil {
-			return map[string]string{"error": "bad request"}
-		}
-		r, err = s.d.addChild(*req.Child)
-	} else {
-		r.Name, err = s.d.delChild(req.Name)
+	if req.Cmd == control.CmdChildDel {
+		name, err := s.d.delChild(req.Name)
+		return control.ChildReply{Name: name}, err
 	}
-	if err != nil {
-		return map[string]string{"error": err.Error()}
+	if req.Child == nil {
+		return nil, control.ErrBadRequest
 	}
-	return r
+	return s.d.addChild(*req.Child)
 }
 
 // mode switches the interface between connected and datagram mode.
-func (s *controlServer) mode(name string) any {
+func (s *controlServer) mode(name string) (any, error) {
 	m, err := ipoib.ParseMode(name)
-	if err == nil {
-		err = s.iface.SetMode(m)
-	}
 	if err != nil {
-		return map[string]string{"error": err.Error()}
+		return nil, control.WithCode(control.CodeInvalid, err)
+	}
+	if err := s.iface.SetMode(m); err != nil {
+		return nil, err
 	}
 	info := s.iface.Show()
-	return modeReply{Name: info.Name, Mode: info.Mode, MTU: info.MTU}
+	return control.ModeReply{Name: info.Name, Mode: info.Mode, MTU: info.MTU}, nil
 }
 
 // flush forgets one neighbor or all (ip empty).
-func (s *controlServer) flush(ip string) any {
+func (s *controlServer) flush(ip string) (any, error) {
 	var a netip.Addr
 	if ip != "" {
 		var err error
 		if a, err = netip.ParseAddr(ip); err != nil {
-			return map[string]string{"error": fmt.Sprintf("%q is not an IP address", ip)}
+			return nil, control.Errorf(control.CodeInvalid, "%q is not an IP address", ip)
 		}
 	}
-	return flushReply{Name: s.iface.Name(), Flushed: s.iface.FlushNeighbors(a)}
-}
-
-// flushReply says how many neighbors a flush forgot.
-type flushReply struct {
-	Name    string `json:"name"`
-	Flushed int    `json:"flushed"`
-}
-
-// modeReply is the interface after a mode switch.
-type modeReply struct {
-	Name string `json:"name"`
-	Mode string `json:"mode"`
-	MTU  int    `json:"mtu"`
-}
-
-// childReply names the child made or removed; a child made also says its
-// link address and MTU (what a CNI result reports).
-type childReply struct {
-	Name     string `json:"name"`
-	LinkAddr string `json:"link_addr,omitempty"`
-	MTU      int    `json:"mtu,omitempty"`
-}
-
-func peerIsRoot(conn *net.UnixConn) bool {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var cred *unix.Ucred
-	_ = raw.Control(func(fd uintptr) {
-		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	return err == nil && cred != nil && cred.Uid == 0
+	return control.FlushReply{Name: s.iface.Name(), Flushed: s.iface.FlushNeighbors(a)}, nil
 }
 
 // query asks a running daemon and prints its answer as a table or JSON.
@@ -215,7 +141,7 @@ func query(cmd string, args []string, out io.Writer) error {
 	if _, done, err := c.parse(args, out); done || err != nil {
 		return err
 	}
-	raw, err := ask(*c.ifname, request{Cmd: cmd})
+	raw, err := ask(*c.ifname, control.Request{Cmd: control.Cmd(cmd)})
 	if err != nil {
 		return err
 	}
@@ -236,30 +162,21 @@ func query(cmd string, args []string, out io.Writer) error {
 }
 
 // ask sends one request and returns the reply, or the daemon's error.
-func ask(ifname string, req request) (json.RawMessage, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socketName(ifname), Net: "unix"})
-	if err != nil {
-		return nil, withExit(exitNoDaemon, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, err))
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	// A refusal may already be on its way when our write fails: read it.
-	werr := json.NewEncoder(conn).Encode(req)
-	_ = conn.CloseWrite()
+func ask(ifname string, req control.Request) (json.RawMessage, error) {
 	var raw json.RawMessage
-	if err := json.NewDecoder(conn).Decode(&raw); err != nil {
-		if werr != nil {
-			return nil, withExit(exitNoDaemon, fmt.Errorf("asking the daemon of %s: %w", ifname, werr))
-		}
-		return nil, withExit(exitNoDaemon, fmt.Errorf("reading the answer of the daemon of %s: %w", ifname, err))
+	err := control.Call(context.Background(), ifname, &req, &raw)
+	var ce *control.CallError
+	switch {
+	case err == nil:
+		return raw, nil
+	case !errors.As(err, &ce):
+		return nil, withExit(exitRefused, err)
+	case ce.Op == "dial":
+		return nil, withExit(exitNoDaemon, fmt.Errorf("no ipoibd serves %s in this network namespace (%v)", ifname, ce.Err))
+	case ce.Op == "write":
+		return nil, withExit(exitNoDaemon, fmt.Errorf("asking the daemon of %s: %w", ifname, ce.Err))
 	}
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return nil, withExit(exitRefused, errors.New(e.Error))
-	}
-	return raw, nil
+	return nil, withExit(exitNoDaemon, fmt.Errorf("reading the answer of the daemon of %s: %w", ifname, ce.Err))
 }
 
 // statsObject turns the daemon's counter list into one JSON object.
@@ -396,12 +313,13 @@ func yesNo(b bool) string {
 }
 
 // showReply is `show`: the interface, and the daemon's choice of
-// connection service.
+// connection service. Its fields include control.Show's, which the CNI
+// plugin reads.
 type showReply struct {
 	ipoib.Info
-	ConnService connServiceChoice `json:"cm_choice"`
-	Parent      string            `json:"parent"`   // a child's parent, "" for the first interface
-	Children    []childInfo       `json:"children"` // the first interface's P_Key children
+	ConnService connServiceChoice   `json:"cm_choice"`
+	Parent      string              `json:"parent"`   // a child's parent, "" for the first interface
+	Children    []control.ChildInfo `json:"children"` // the first interface's P_Key children
 }
 
 func advertised(b bool) string {

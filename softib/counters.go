@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 )
 
 // dropCause names why the device dropped a datagram; every drop is counted.
@@ -36,21 +37,23 @@ const (
 	numRoCEDropCauses = dropBadVCRC
 )
 
+// dropNames are the counters' names; those ib/ibtest counts too are
+// package ibqueue's.
 var dropNames = [numDropCauses]string{
-	dropMalformed:    "rx_drop_malformed",
+	dropMalformed:    ibqueue.DropMalformed.Name(),
 	dropBadICRC:      "rx_drop_bad_icrc",
-	dropPKey:         "rx_drop_pkey",
-	dropQKey:         "rx_drop_qkey",
-	dropUnknownQP:    "rx_drop_unknown_qp",
-	dropQPState:      "rx_drop_qp_state",
-	dropNoRecv:       "rx_drop_no_recv_buffer",
-	dropTooLong:      "rx_drop_too_long",
+	dropPKey:         ibqueue.DropPKey.Name(),
+	dropQKey:         ibqueue.DropQKey.Name(),
+	dropUnknownQP:    ibqueue.DropUnknownQP.Name(),
+	dropQPState:      ibqueue.DropQPState.Name(),
+	dropNoRecv:       ibqueue.DropNoRecv.Name(),
+	dropTooLong:      ibqueue.DropTooLong.Name(),
 	dropPSN:          "rx_drop_psn",
 	dropUCIncomplete: "rx_drop_uc_incomplete",
-	dropNotMember:    "rx_drop_not_member",
-	dropCQOverrun:    "cq_overrun",
+	dropNotMember:    ibqueue.DropNotMember.Name(),
+	dropCQOverrun:    ibqueue.DropCQOverrun.Name(),
 	dropTxError:      "tx_error",
-	dropWrongSource:  "rx_drop_wrong_source",
+	dropWrongSource:  ibqueue.DropWrongSource.Name(),
 	dropStaleAck:     "rx_stale_acks",
 	dropSourceShare:  "rx_drop_mad_source_share",
 	dropBadVCRC:      "rx_drop_bad_vcrc",

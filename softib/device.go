@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 	"github.com/ipoibd/ipoibd/softib/wire"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -59,7 +60,7 @@ type Device struct {
 	mgids  map[netip.Addr]ib.GID
 	qpns   qpnAllocator
 	gsi    *qp
-	mads   *madService
+	mads   ibqueue.MADs // QP1's receive side
 
 	// Owned by the receive goroutine.
 	rxPkt   wire.Packet
@@ -79,7 +80,18 @@ type Device struct {
 	rxDone chan struct{}
 }
 
-var _ ib.Device = (*Device)(nil)
+// A Device is an ib.Device with every optional capability (ib.Caps).
+var (
+	_ ib.Device         = (*Device)(nil)
+	_ ib.CQHandlerMaker = (*Device)(nil)
+	_ ib.SubnetEventer  = (*Device)(nil)
+	_ ib.PortStater     = (*Device)(nil)
+	_ ib.QPCounterNamer = (*Device)(nil)
+)
+
+// CQHandlers reports that every CQ the device makes implements
+// ib.CQHandler: the receive goroutine runs its consumer.
+func (d *Device) CQHandlers() bool { return true }
 
 // Overheads of one IB packet on the underlay beyond its payload: the largest
 // header set (BTH + DETH) and the ICRC.
@@ -273,20 +285,8 @@ func (d *Device) RegisterMemory(s *ib.Slab) (ib.MR, error) {
 	if s == nil || len(s.Bytes()) == 0 {
 		return nil, errors.New("softib: register an empty slab")
 	}
-	return &mr{slab: s, lkey: keys.Add(1)}, nil
+	return ibqueue.NewMR(s), nil
 }
-
-// keys hands out memory-region keys, unique across devices.
-var keys atomic.Uint32
-
-type mr struct {
-	slab *ib.Slab
-	lkey uint32
-}
-
-func (m *mr) Slab() *ib.Slab { return m.slab }
-func (m *mr) LKey() uint32   { return m.lkey }
-func (m *mr) Close() error   { return nil }
 
 // CreateCQ makes a completion queue.
 func (d *Device) CreateCQ(size int) (ib.CQ, error) { return newCQ(d, size), nil }
@@ -296,9 +296,7 @@ func (d *Device) CreateSRQ(attr ib.SRQAttr) (ib.SRQ, error) {
 	if attr.MaxWR < 1 {
 		return nil, fmt.Errorf("softib: SRQ depth %d", attr.MaxWR)
 	}
-	s := &srq{q: newRecvQueue(attr.MaxWR, true), dev: d}
-	s.q.limit = attr.Limit
-	return s, nil
+	return &srq{ibqueue.NewRecvQueue(attr.MaxWR, attr.Limit, true)}, nil
 }
 
 // CreateQP makes a queue pair in the Reset state.

@@ -15,6 +15,10 @@
 // queue pairs, the send and receive engines) is built on them and uses
 // them on every packet, so none of them allocates on success.
 //
+// Its completion queues, receive queues (a QP's own and SRQs), QP1's queue
+// of received MADs and the QP state checks are package ibqueue's, which
+// the in-memory provider ib/ibtest shares.
+//
 // On the wire it takes what other RoCEv2 stacks send (rxe, hardware): any
 // UDP source port, hashed into the ICRC as received, and any IPv4
 // Identification, which a UDP socket cannot see but the ICRC covers: the

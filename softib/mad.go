@@ -1,27 +1,23 @@
 package softib
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/madqueue"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
 // madLen is the size of every management datagram.
-const madLen = 256
+const madLen = ibqueue.MADLen
 
 // madService carries MADs over QP1: UD sends with the GSI Q_Key, and
-// received MADs handed to the CM engine through a bounded channel.
+// received MADs handed to the CM engine through a bounded queue
+// (ibqueue.MADQueue).
 type madService struct {
-	dev    *Device
-	recv   chan ib.MAD
-	mu     sync.Mutex
-	shares *madqueue.Shares // who may still join recv; under mu
-	closed bool
+	*ibqueue.MADQueue
+	dev *Device
 }
 
 // madQueue bounds the MADs waiting for the CM engine; beyond it they are
@@ -32,16 +28,12 @@ const madQueue = 256
 
 // MADs opens QP1's management-datagram service.
 func (d *Device) MADs() (ib.MADService, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.mads != nil {
-		return nil, errors.New("softib: the MAD service is already open")
+	q, err := d.mads.Open(madQueue, true)
+	if err != nil {
+		return nil, errorf("%w", err)
 	}
-	d.mads = &madService{dev: d, recv: make(chan ib.MAD, madQueue), shares: madqueue.New(madQueue)}
-	return d.mads, nil
+	return &madService{MADQueue: q, dev: d}, nil
 }
-
-func (m *madService) Recv() <-chan ib.MAD { return m.recv }
 
 // String names the transport, e.g. "softib0 over UDP 10.77.0.1:4791".
 func (m *madService) String() string {
@@ -93,39 +85,5 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 		return errorf("send MAD to %v: %v", to.GID, err)
 	}
 	q.ctr.txMessages.Add(1)
-	return nil
-}
-
-// deliver hands a MAD that arrived on QP1 to the service (receive goroutine).
-func (m *madService) deliver(from ib.MADAddr, b []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed || len(b) != madLen {
-		m.dev.count(dropMalformed)
-		return
-	}
-	if !m.shares.Admit(from, len(m.recv)) {
-		m.dev.count(dropSourceShare)
-		return
-	}
-	mad := ib.MAD{From: from}
-	copy(mad.Data[:], b)
-	select {
-	case m.recv <- mad:
-	default:
-		m.dev.count(dropNoRecv)
-	}
-}
-
-func (m *madService) Close() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.closed {
-		m.closed = true
-		close(m.recv)
-		m.dev.mu.Lock()
-		m.dev.mads = nil
-		m.dev.mu.Unlock()
-	}
 	return nil
 }

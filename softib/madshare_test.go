@@ -115,7 +115,7 @@ func TestMADQueueSourceShareIB(t *testing.T) {
 					got := map[uint16]int{}
 					for _, m := range held {
 						got[m.From.Path.DLID]++
-						d.mads.recv <- m
+						d.mads.Current().Requeue(m)
 					}
 					if len(got) != len(s.want) {
 						t.Errorf("step %d: queued from %d LIDs, want %d", k, len(got), len(s.want))

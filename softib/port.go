@@ -5,16 +5,14 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ipoibd/ipoibd/ib"
 )
-
-var _ ib.PortStater = (*Device)(nil)
 
 // PortActive reports whether the port is up: the underlay interface is up,
 // has a carrier and still has the underlay address, as an InfiniBand port
 // is ACTIVE only with its link (without its address, nothing the port
-// sends leaves).
+// sends leaves). On the loopback interface the address may be any of a
+// prefix configured there (127.0.0.21 under 127.0.0.1/8): the kernel's
+// local route makes the whole prefix local.
 func (d *Device) PortActive() bool {
 	l, err := d.nl.LinkByIndex(d.fab.ifindex)
 	if err != nil {
@@ -32,8 +30,12 @@ func (d *Device) PortActive() bool {
 	if err != nil {
 		return false
 	}
+	loopback := a.Flags&net.FlagLoopback != 0
 	for _, ad := range addrs {
 		if ip, ok := netip.AddrFromSlice(ad.IP); ok && ip.Unmap() == d.fab.local {
+			return true
+		}
+		if loopback && ad.IPNet != nil && ad.IPNet.Contains(d.fab.local.AsSlice()) {
 			return true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
@@ -18,7 +19,8 @@ type qp struct {
 	sendCQ *cq
 	recvCQ *cq
 	srq    *srq
-	rq     *recvQueue // own receive queue when there is no SRQ
+	rq     *ibqueue.RecvQueue // own receive queue when there is no SRQ
+	recv   *ibqueue.RecvQueue // where receives come from: the SRQ's or rq
 	ctr    qpCounters
 
 	mu    sync.Mutex
@@ -50,9 +52,10 @@ func (d *Device) newQP(num ib.QPN, attr ib.QPAttr) *qp {
 		q.recvCQ = c
 	}
 	if s, ok := attr.SRQ.(*srq); ok {
-		q.srq = s
+		q.srq, q.recv = s, s.RecvQueue
 	} else {
-		q.rq = newRecvQueue(max(attr.MaxRecv, 1), false)
+		q.rq = ibqueue.NewRecvQueue(attr.MaxRecv, 0, false)
+		q.recv = q.rq
 	}
 	q.req.depth = max(attr.MaxSend, 1)
 	return q
@@ -81,24 +84,18 @@ func (q *qp) State() ib.QPState {
 func (q *qp) Modify(m ib.QPModify) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if err := ibqueue.CheckModify("softib", q.num, q.typ, q.state, &m); err != nil {
+		return err
+	}
 	switch m.State {
 	case ib.StateInit:
-		if q.state != ib.StateReset && q.state != ib.StateInit {
-			return ib.ErrBadState
-		}
 		pkey, ok := q.dev.tableKey(m.PKey)
 		if !ok {
 			return errorf("modify QP %v to INIT: P_Key %v is not in the port's table %v", q.num, m.PKey, q.dev.port.PKeys)
 		}
 		q.pkey, q.qkey = pkey, m.QKey
 	case ib.StateRTR:
-		if q.state != ib.StateInit {
-			return ib.ErrBadState
-		}
 		if q.typ != ib.UD {
-			if !m.PathMTU.Valid() || !m.DestQPN.Valid() {
-				return errorf("modify QP %v to RTR: path MTU %v, destination QPN %v", q.num, m.PathMTU, m.DestQPN)
-			}
 			a := m.DestGID.Addr()
 			if q.dev.ibp != nil {
 				if !wire.IsUnicastLID(m.Path.DLID) {
@@ -114,9 +111,6 @@ func (q *qp) Modify(m ib.QPModify) error {
 			q.resp.epsn = wire.PSN(m.RecvPSN) & wire.PSNMask
 		}
 	case ib.StateRTS:
-		if q.state != ib.StateRTR && q.state != ib.StateRTS {
-			return ib.ErrBadState
-		}
 		q.timeout = wire.LocalACKTimeout(m.Timeout)
 		q.retryCnt, q.rnrRetry = min(m.RetryCount, 7), min(m.RNRRetry, 7)
 		q.req.start(wire.PSN(m.SendPSN) & wire.PSNMask)
@@ -129,8 +123,6 @@ func (q *qp) Modify(m ib.QPModify) error {
 		q.req = requester{sq: q.req.sq, depth: q.req.depth}
 		q.resp = responder{}
 		return nil
-	default:
-		return ib.ErrBadState
 	}
 	q.state = m.State
 	return nil
@@ -147,30 +139,16 @@ func (q *qp) PostRecv(wrs []ib.RecvWR) (int, error) {
 	if st == ib.StateError {
 		return 0, ib.ErrBadState
 	}
-	return q.rq.post(wrs)
+	return q.rq.PostRecv(wrs)
 }
 
 // takeRecv returns the next receive buffer for this QP.
 func (q *qp) takeRecv() (ib.RecvWR, bool) {
-	var wr ib.RecvWR
-	var ok, low bool
-	if q.srq != nil {
-		wr, ok, low = q.srq.q.take()
-	} else {
-		wr, ok, low = q.rq.take()
-	}
+	wr, ok, low := q.recv.Take()
 	if low {
 		q.dev.recvLow.Store(true)
 	}
 	return wr, ok
-}
-
-func (q *qp) untakeRecv(wr ib.RecvWR) {
-	if q.srq != nil {
-		q.srq.q.untake(wr)
-		return
-	}
-	q.rq.untake(wr)
 }
 
 // Close destroys the QP: outstanding work completes as flushed.
@@ -203,17 +181,17 @@ func (q *qp) fail(status ib.WCStatus) {
 			st = status
 			first = false
 		}
-		q.sendCQ.push(&ib.Completion{ID: e.wr.ID, Status: st, Opcode: ib.WCSend, QPN: q.num})
+		q.sendCQ.Push(&ib.Completion{ID: e.wr.ID, Status: st, Opcode: ib.WCSend, QPN: q.num})
 	}
-	q.sendCQ.signal()
+	q.sendCQ.Signal()
 	if q.resp.haveCur {
-		q.recvCQ.push(&ib.Completion{ID: q.resp.cur.ID, Status: ib.WCFlushError, Opcode: ib.WCRecv, QPN: q.num})
+		q.recvCQ.Push(&ib.Completion{ID: q.resp.cur.ID, Status: ib.WCFlushError, Opcode: ib.WCRecv, QPN: q.num})
 		q.resp.haveCur = false
 	}
 	if q.rq != nil {
-		q.rq.drain(func(wr ib.RecvWR) {
-			q.recvCQ.push(&ib.Completion{ID: wr.ID, Status: ib.WCFlushError, Opcode: ib.WCRecv, QPN: q.num})
+		q.rq.Drain(func(wr ib.RecvWR) {
+			q.recvCQ.Push(&ib.Completion{ID: wr.ID, Status: ib.WCFlushError, Opcode: ib.WCRecv, QPN: q.num})
 		})
 	}
-	q.recvCQ.signal()
+	q.recvCQ.Signal()
 }

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 	"github.com/ipoibd/ipoibd/softib/wire"
 )
 
@@ -92,13 +93,6 @@ func (d *Device) recvMAD(p *wire.Packet, src netip.Addr) {
 		d.count(dropQKey)
 		return
 	}
-	d.mu.Lock()
-	m := d.mads
-	d.mu.Unlock()
-	if m == nil {
-		d.count(dropNoRecv)
-		return
-	}
 	from := ib.MADAddr{GID: ib.GIDFromAddr(src), QPN: p.DETH.SrcQP, PKey: p.BTH.PKey}
 	if d.ibp != nil {
 		// As ib_umad reports it: the way back to the sender (its LID,
@@ -112,7 +106,15 @@ func (d *Device) recvMAD(p *wire.Packet, src netip.Addr) {
 			from.Path.GRH, from.Path.TrafficClass, from.Path.FlowLabel, from.Path.HopLimit = true, s.tclass, s.flow, s.hopLimit
 		}
 	}
-	m.deliver(from, p.Payload)
+	switch d.mads.Deliver(from, p.Payload) {
+	case ibqueue.MADQueued:
+	case ibqueue.MADNoService, ibqueue.MADQueueFull:
+		d.count(dropNoRecv)
+	case ibqueue.MADOverShare:
+		d.count(dropSourceShare)
+	default: // closing, or not a MAD
+		d.count(dropMalformed)
+	}
 }
 
 // multicast delivers a datagram to every QP attached to its group.
@@ -131,15 +133,15 @@ func (d *Device) multicast(p *wire.Packet, src, dst netip.Addr) {
 // of its own partition (the port's table may hold others). A packet it
 // does not take is counted. q.mu is held.
 func (q *qp) receiving(pkey ib.PKey) bool {
+	cause, ok := ibqueue.Admit(q.state, q.pkey, pkey)
 	switch {
-	case q.state != ib.StateRTR && q.state != ib.StateRTS:
-		q.dev.count(dropQPState)
-	case !q.pkey.Accepts(pkey):
+	case ok:
+	case cause == ibqueue.DropPKey:
 		q.dev.count(dropPKey)
 	default:
-		return true
+		q.dev.count(dropQPState)
 	}
-	return false
+	return ok
 }
 
 // recvUD lands a datagram in the next posted buffer, behind a GRH as verbs
@@ -162,7 +164,7 @@ func (q *qp) recvUD(p *wire.Packet, src netip.Addr) {
 	}
 	buf, _ := wr.SGE.Bytes() // checked when posted
 	if len(buf) < ib.GRHLen+len(p.Payload) {
-		q.untakeRecv(wr)
+		q.recv.Untake(wr)
 		d.count(dropTooLong)
 		return
 	}
@@ -190,7 +192,7 @@ func (q *qp) recvUD(p *wire.Packet, src netip.Addr) {
 	q.ctr.rxPackets.Add(1)
 	q.ctr.rxMessages.Add(1)
 	q.ctr.rxBytes.Add(uint64(len(p.Payload)))
-	q.recvCQ.push(&wc)
+	q.recvCQ.Push(&wc)
 	d.touch(q.recvCQ)
 }
 
@@ -273,7 +275,7 @@ func (q *qp) recvConnected(p *wire.Packet, src, dst netip.Addr) {
 	}
 	if r.curLen+len(p.Payload) > len(r.curBuf) {
 		d.count(dropTooLong)
-		q.recvCQ.push(&ib.Completion{ID: r.cur.ID, Status: ib.WCLocalLengthError, Opcode: ib.WCRecv, QPN: q.num})
+		q.recvCQ.Push(&ib.Completion{ID: r.cur.ID, Status: ib.WCLocalLengthError, Opcode: ib.WCRecv, QPN: q.num})
 		r.haveCur = false
 		d.sendAck(q, p.BTH.PSN, wire.NAK(wire.NAKInvalidRequest, r.msn))
 		q.fail(ib.WCFlushError)
@@ -295,7 +297,7 @@ func (q *qp) recvConnected(p *wire.Packet, src, dst netip.Addr) {
 func (q *qp) complete() {
 	r := &q.resp
 	q.ctr.rxMessages.Add(1)
-	q.recvCQ.push(&ib.Completion{ID: r.cur.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num, ByteLen: uint32(r.curLen)})
+	q.recvCQ.Push(&ib.Completion{ID: r.cur.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num, ByteLen: uint32(r.curLen)})
 	r.haveCur = false
 	q.dev.touch(q.recvCQ)
 }
@@ -331,7 +333,7 @@ func (q *qp) recvUC(p *wire.Packet) {
 		if r.haveCur {
 			// A packet went missing (or a new message began early): the
 			// partial message is dropped and its buffer reused.
-			q.untakeRecv(r.cur)
+			q.recv.Untake(r.cur)
 			r.haveCur = false
 			d.count(dropUCIncomplete)
 		}
@@ -351,7 +353,7 @@ func (q *qp) recvUC(p *wire.Packet) {
 	}
 	if r.curLen+len(p.Payload) > len(r.curBuf) {
 		d.count(dropTooLong)
-		q.untakeRecv(r.cur)
+		q.recv.Untake(r.cur)
 		r.haveCur = false
 		return
 	}
@@ -396,7 +398,7 @@ func (d *Device) endTrain() {
 	}
 	d.recvLow.Store(false)
 	for _, c := range d.touched {
-		c.runHandler()
+		c.RunHandler()
 	}
 }
 
@@ -410,7 +412,7 @@ func (d *Device) endBatch() {
 	// it without waiting for the ACK sends (a send through veth runs the
 	// peer's receive path inline, ~100 µs on these VMs).
 	for _, c := range d.touched {
-		c.runHandler()
+		c.RunHandler()
 	}
 	for i, q := range d.acks {
 		q.mu.Lock()
@@ -427,7 +429,7 @@ func (d *Device) endBatch() {
 	// the ACKs are what keeps the sender's window open (waking first cut
 	// BenchmarkRC64KNetns from ~13 to ~2.6 Gbit/s).
 	for i, c := range d.touched {
-		c.signalUnlessHandled()
+		c.SignalUnlessHandled()
 		d.touched[i] = nil
 	}
 	d.touched = d.touched[:0]

@@ -158,10 +158,10 @@ func (q *qp) pump() {
 		for r.n > 0 && wire.Compare(r.sent, r.sq[r.head].first.Add(r.sq[r.head].npkts)) >= 0 {
 			e := r.pop()
 			q.ctr.txMessages.Add(1)
-			q.sendCQ.push(&ib.Completion{ID: e.wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
+			q.sendCQ.Push(&ib.Completion{ID: e.wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
 		}
 		r.acked = r.sent
-		q.sendCQ.signal()
+		q.sendCQ.Signal()
 		return
 	}
 	if wire.Compare(r.acked, r.sent) != 0 {
@@ -279,7 +279,7 @@ func (q *qp) postUD(wrs []ib.SendWR) (int, error) {
 		q.completeUD(wrs[i:i+count], ib.WCSuccess)
 		i += count
 	}
-	q.sendCQ.signal()
+	q.sendCQ.Signal()
 	return len(wrs), nil
 }
 
@@ -323,7 +323,7 @@ func (q *qp) frameUD(tx *txMsg, seg int, wr *ib.SendWR, dest *ah, buf []byte) {
 // completeUD completes wrs with status.
 func (q *qp) completeUD(wrs []ib.SendWR, status ib.WCStatus) {
 	for k := range wrs {
-		q.sendCQ.push(&ib.Completion{ID: wrs[k].ID, Status: status, Opcode: ib.WCSend, QPN: q.num})
+		q.sendCQ.Push(&ib.Completion{ID: wrs[k].ID, Status: status, Opcode: ib.WCSend, QPN: q.num})
 	}
 }
 
@@ -520,10 +520,10 @@ func (q *qp) ackThrough(psn wire.PSN) {
 		}
 		e := r.pop()
 		q.ctr.txMessages.Add(1)
-		q.sendCQ.push(&ib.Completion{ID: e.wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
+		q.sendCQ.Push(&ib.Completion{ID: e.wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
 		completed = true
 	}
 	if completed {
-		q.sendCQ.signal()
+		q.sendCQ.Signal()
 	}
 }

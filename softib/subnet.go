@@ -14,8 +14,6 @@ import (
 // SMA of its own, so its owner, which reads the port through libibumad as
 // the kernel reads its SMA, hands each new assignment to SetSubnet.
 
-var _ ib.SubnetEventer = (*Device)(nil)
-
 // Subnet is an InfiniBand port's assignment by the subnet manager.
 type Subnet struct {
 	LID   uint16

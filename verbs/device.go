@@ -62,7 +62,19 @@ type Device struct {
 	ahs     map[*ah]struct{}
 }
 
-var _ ib.Device = (*Device)(nil)
+// A Device is an ib.Device with every optional capability (ib.Caps).
+var (
+	_ ib.Device         = (*Device)(nil)
+	_ ib.CQHandlerMaker = (*Device)(nil)
+	_ ib.SubnetEventer  = (*Device)(nil)
+	_ ib.PortStater     = (*Device)(nil)
+	_ ib.QPCounterNamer = (*Device)(nil)
+	_ ib.CQHandler      = (*cq)(nil)
+)
+
+// CQHandlers reports that every CQ the device makes implements
+// ib.CQHandler: its event goroutine runs the consumer.
+func (d *Device) CQHandlers() bool { return true }
 
 // limits are the device's capacities; requests are clamped to them.
 type limits struct {

@@ -2,10 +2,6 @@
 
 package verbs
 
-import "github.com/ipoibd/ipoibd/ib"
-
-var _ ib.PortStater = (*Device)(nil)
-
 // PortActive reports whether the port is ACTIVE (sysfs "4: ACTIVE"),
 // read each time: the kernel's port events reach only its own consumers.
 func (d *Device) PortActive() bool {

@@ -7,10 +7,11 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 )
 
-// Device is one port on a Fabric. It implements ib.Device and
-// ib.QPCounterNamer.
+// Device is one port on a Fabric. It implements ib.Device,
+// ib.CQHandlerMaker and ib.QPCounterNamer.
 type Device struct {
 	fab  *Fabric
 	name string
@@ -21,8 +22,8 @@ type Device struct {
 	mu      sync.Mutex
 	qps     map[ib.QPN]*qp
 	groups  map[ib.GID][]*qp // multicast group -> attached UD QPs
-	mads    *madService
-	stalled []*qp // RC QPs holding messages that found no receive buffer
+	mads    ibqueue.MADs     // QP1's receive side
+	stalled []*qp            // RC QPs holding messages that found no receive buffer
 
 	// The inbox is filled by senders and drained by run.
 	inMu   sync.Mutex
@@ -37,64 +38,51 @@ type Device struct {
 	ctr     [numTrafficEnd]atomic.Uint64
 }
 
+// A Device has two of the optional capabilities (ib.Caps): its CQs take
+// a handler, and it names its QPs' counters. It sees no subnet events and
+// no port state.
 var (
 	_ ib.Device         = (*Device)(nil)
+	_ ib.CQHandlerMaker = (*Device)(nil)
 	_ ib.QPCounterNamer = (*Device)(nil)
+	_ ib.CQHandler      = (*cq)(nil)
 )
 
-// Counters: the traffic first, then a drop counter per cause, named as
-// softib names them so that tests read the same names on both.
-type devCounter int
+// CQHandlers reports that every CQ the device makes implements
+// ib.CQHandler: the delivery goroutine runs its consumer.
+func (d *Device) CQHandlers() bool { return true }
 
-const (
-	dropPKey        devCounter = iota // partition check failed
-	dropQKey                          // UD Q_Key check failed
-	dropUnknownQP                     // no such destination QP
-	dropQPState                       // QP not ready to receive
-	dropNoRecv                        // UD/UC or QP1: no receive buffer
-	dropTooLong                       // message larger than the posted buffer
-	dropNotMember                     // multicast for a group nobody here joined
-	dropCQOverrun                     // completion queue full
-	dropWrongSource                   // RC/UC: not from the QP's peer
-	dropMalformed                     // a MAD that is not 256 octets
-	numDropCauses
-)
+// Counters: the traffic first, then a drop counter per cause, the causes
+// and names package ibqueue gives softib too, so that tests read the same
+// names on both.
+type devCounter = ibqueue.Drop
 
+// The traffic counters, after the drops.
 const (
-	rxMessages devCounter = numDropCauses + iota
+	rxMessages devCounter = ibqueue.NumDrops + iota
 	rxBytes
 	txMessages
 	txBytes
 	numTrafficEnd
 )
 
-var counterNames = [...]string{
-	dropPKey:        "rx_drop_pkey",
-	dropQKey:        "rx_drop_qkey",
-	dropUnknownQP:   "rx_drop_unknown_qp",
-	dropQPState:     "rx_drop_qp_state",
-	dropNoRecv:      "rx_drop_no_recv_buffer",
-	dropTooLong:     "rx_drop_too_long",
-	dropNotMember:   "rx_drop_not_member",
-	dropCQOverrun:   "cq_overrun",
-	dropWrongSource: "rx_drop_wrong_source",
-	dropMalformed:   "rx_drop_malformed",
-	rxMessages:      "rx_packets",
-	rxBytes:         "rx_bytes",
-	txMessages:      "tx_packets",
-	txBytes:         "tx_bytes",
+var trafficNames = [...]string{
+	rxMessages - ibqueue.NumDrops: "rx_packets",
+	rxBytes - ibqueue.NumDrops:    "rx_bytes",
+	txMessages - ibqueue.NumDrops: "tx_packets",
+	txBytes - ibqueue.NumDrops:    "tx_bytes",
 }
 
 func (d *Device) count(c devCounter) { d.ctr[c].Add(1) }
 
 // Counters returns the device-wide counters.
 func (d *Device) Counters() []ib.Counter {
-	out := make([]ib.Counter, 0, len(counterNames))
-	for _, c := range []devCounter{rxMessages, rxBytes, txMessages, txBytes} {
-		out = append(out, ib.Counter{Name: counterNames[c], Value: d.ctr[c].Load()})
+	out := make([]ib.Counter, 0, numTrafficEnd)
+	for c := ibqueue.NumDrops; c < numTrafficEnd; c++ {
+		out = append(out, ib.Counter{Name: trafficNames[c-ibqueue.NumDrops], Value: d.ctr[c].Load()})
 	}
-	for c := range numDropCauses {
-		out = append(out, ib.Counter{Name: counterNames[c], Value: d.ctr[c].Load()})
+	for c := range ibqueue.NumDrops {
+		out = append(out, ib.Counter{Name: c.Name(), Value: d.ctr[c].Load()})
 	}
 	return out
 }
@@ -132,12 +120,11 @@ func (d *Device) Close() error {
 	for _, q := range d.qps {
 		qps = append(qps, q)
 	}
-	m := d.mads
 	d.mu.Unlock()
 	for _, q := range qps {
 		q.destroy()
 	}
-	if m != nil {
+	if m := d.mads.Current(); m != nil {
 		m.Close()
 	}
 	// What arrived meanwhile is lost; RC senders learn it.
@@ -217,10 +204,10 @@ func (d *Device) run() {
 // the consumers of the others, as softib's receive goroutine does.
 func (d *Device) endBatch() {
 	for _, c := range d.touched {
-		c.runHandler()
+		c.RunHandler()
 	}
 	for k, c := range d.touched {
-		c.signalUnlessHandled()
+		c.SignalUnlessHandled()
 		d.touched[k] = nil
 	}
 	d.touched = d.touched[:0]
@@ -266,7 +253,7 @@ func (d *Device) land(p *packet) {
 	d.count(rxMessages)
 	d.ctr[rxBytes].Add(uint64(len(p.data)))
 	if !d.portAccepts(p.pkey) {
-		d.count(dropPKey)
+		d.count(ibqueue.DropPKey)
 		if p.kind == kindRC {
 			p.nack(ib.WCRetryExceeded)
 		}
@@ -281,7 +268,7 @@ func (d *Device) land(p *packet) {
 		members := d.groups[p.dgid]
 		d.mu.Unlock()
 		if len(members) == 0 {
-			d.count(dropNotMember)
+			d.count(ibqueue.DropNotMember)
 			return
 		}
 		for _, q := range members {
@@ -294,7 +281,7 @@ func (d *Device) land(p *packet) {
 	d.mu.Unlock()
 	switch {
 	case q == nil:
-		d.count(dropUnknownQP)
+		d.count(ibqueue.DropUnknownQP)
 		if p.kind == kindRC {
 			p.nack(ib.WCRetryExceeded)
 		}
@@ -303,7 +290,7 @@ func (d *Device) land(p *packet) {
 	case p.kind == kindRC && q.typ == ib.RC, p.kind == kindUC && q.typ == ib.UC:
 		q.recvConnected(p)
 	default:
-		d.count(dropUnknownQP) // the transport does not match the QP
+		d.count(ibqueue.DropUnknownQP) // the transport does not match the QP
 		if p.kind == kindRC {
 			p.nack(ib.WCRetryExceeded)
 		}
@@ -358,20 +345,8 @@ func (d *Device) RegisterMemory(s *ib.Slab) (ib.MR, error) {
 	if s == nil || len(s.Bytes()) == 0 {
 		return nil, errors.New("ibtest: register an empty slab")
 	}
-	return &mr{slab: s, lkey: lkeys.Add(1)}, nil
+	return ibqueue.NewMR(s), nil
 }
-
-// lkeys hands out memory-region keys, unique across fabrics.
-var lkeys atomic.Uint32
-
-type mr struct {
-	slab *ib.Slab
-	lkey uint32
-}
-
-func (m *mr) Slab() *ib.Slab { return m.slab }
-func (m *mr) LKey() uint32   { return m.lkey }
-func (m *mr) Close() error   { return nil }
 
 // CreateCQ makes a completion queue.
 func (d *Device) CreateCQ(size int) (ib.CQ, error) {
@@ -386,9 +361,7 @@ func (d *Device) CreateSRQ(attr ib.SRQAttr) (ib.SRQ, error) {
 	if attr.MaxWR < 1 {
 		return nil, fmt.Errorf("ibtest: SRQ depth %d", attr.MaxWR)
 	}
-	s := &srq{q: newRecvQueue(attr.MaxWR), dev: d}
-	s.q.limit = attr.Limit
-	return s, nil
+	return &srq{RecvQueue: ibqueue.NewRecvQueue(attr.MaxWR, attr.Limit, false), dev: d}, nil
 }
 
 // CreateQP makes a queue pair in the Reset state.
@@ -416,7 +389,9 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 		q.depth = min(q.depth, d.maxWR)
 	}
 	if s == nil {
-		q.rq = newRecvQueue(max(attr.MaxRecv, 1))
+		q.recv = ibqueue.NewRecvQueue(attr.MaxRecv, 0, false)
+	} else {
+		q.recv = s.RecvQueue
 	}
 	d.mu.Lock()
 	d.qps[q.num] = q
@@ -469,12 +444,12 @@ func (a *ah) Close() error    { return nil }
 // AttachMulticast makes a UD QP of this device a member of the group; the
 // fake has no LIDs, so mlid is not used.
 func (d *Device) AttachMulticast(iq ib.QP, mgid ib.GID, mlid uint16) error {
+	if !mgid.IsMulticast() {
+		return fmt.Errorf("ibtest: %v is not a multicast GID", mgid)
+	}
 	q, ok := iq.(*qp)
 	if !ok || q.dev != d || q.typ != ib.UD {
 		return errors.New("ibtest: multicast needs a UD QP of this device")
-	}
-	if !mgid.IsMulticast() {
-		return fmt.Errorf("ibtest: %v is not a multicast GID", mgid)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

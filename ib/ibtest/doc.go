@@ -5,7 +5,9 @@
 // UC) go from device to device through memory: no sockets, no root, no
 // network namespaces.
 //
-// Its semantics follow softib where ipoib and cm depend on them: QPs move
+// Its semantics follow softib where ipoib and cm depend on them, and its
+// queues are softib's own (package ibqueue: CQs, receive queues and SRQs,
+// QP1's MAD queue, the QP state checks, drop counter names): QPs move
 // Reset→Init→RTR→RTS (and to Error or back to Reset from anywhere); UD
 // receives carry ib.GRHLen octets of GRH in front of the payload and are
 // checked against the port's P_Key table, the QP's P_Key and its Q_Key; a

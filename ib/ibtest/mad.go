@@ -1,28 +1,25 @@
 package ibtest
 
 import (
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 )
 
 // madLen is the size of every management datagram.
-const madLen = 256
+const madLen = ibqueue.MADLen
 
 // madQueue bounds the MADs waiting for their reader; beyond it they are
 // dropped and counted, as softib does.
 const madQueue = 256
 
 // madService is QP1 of a device: MADs go out as datagrams with the GSI
-// Q_Key and come back through a bounded channel.
+// Q_Key and come back through a bounded queue (ibqueue.MADQueue).
 type madService struct {
-	dev    *Device
-	recv   chan ib.MAD
-	mu     sync.Mutex
-	closed bool
+	*ibqueue.MADQueue
+	dev *Device
 }
 
 // MADs opens QP1's management-datagram service; one owner at a time.
@@ -30,19 +27,15 @@ func (d *Device) MADs() (ib.MADService, error) {
 	if d.closed.Load() {
 		return nil, ib.ErrClosed
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.mads != nil {
-		return nil, errors.New("ibtest: the MAD service is already open")
+	q, err := d.mads.Open(madQueue, false)
+	if err != nil {
+		return nil, errorf("%v", err)
 	}
-	d.mads = &madService{dev: d, recv: make(chan ib.MAD, madQueue)}
-	return d.mads, nil
+	return &madService{MADQueue: q, dev: d}, nil
 }
 
 // String names the transport, e.g. "ibtest0 on an in-memory fabric".
 func (m *madService) String() string { return fmt.Sprintf("%s on an in-memory fabric", m.dev.name) }
-
-func (m *madService) Recv() <-chan ib.MAD { return m.recv }
 
 // Send transmits one MAD to the QP to names (QP1 when 0) with to.PKey (the
 // port's default when 0). From a port with a LID, a MAD whose address
@@ -52,10 +45,7 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 	if len(mad) != madLen {
 		return errorf("MAD of %d octets, want %d", len(mad), madLen)
 	}
-	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
+	if m.Closed() {
 		return ib.ErrClosed
 	}
 	d := m.dev
@@ -86,14 +76,7 @@ func (m *madService) Send(to ib.MADAddr, mad []byte) error {
 // (delivery goroutine).
 func (d *Device) recvMAD(p *packet) {
 	if p.qkey != ib.GSIQKey {
-		d.count(dropQKey)
-		return
-	}
-	d.mu.Lock()
-	m := d.mads
-	d.mu.Unlock()
-	if m == nil {
-		d.count(dropNoRecv)
+		d.count(ibqueue.DropQKey)
 		return
 	}
 	from := ib.MADAddr{GID: p.sgid, QPN: p.srcQPN, PKey: p.pkey}
@@ -107,41 +90,11 @@ func (d *Device) recvMAD(p *packet) {
 			from.GID = ib.GID{}
 		}
 	}
-	m.deliver(from, p.data)
-}
-
-func (m *madService) deliver(from ib.MADAddr, b []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		m.dev.count(dropNoRecv)
-		return
+	switch d.mads.Deliver(from, p.data) {
+	case ibqueue.MADQueued:
+	case ibqueue.MADMalformed:
+		d.count(ibqueue.DropMalformed)
+	default: // none open, closing, or the queue full
+		d.count(ibqueue.DropNoRecv)
 	}
-	if len(b) != madLen {
-		m.dev.count(dropMalformed)
-		return
-	}
-	mad := ib.MAD{From: from}
-	copy(mad.Data[:], b)
-	select {
-	case m.recv <- mad:
-	default:
-		m.dev.count(dropNoRecv)
-	}
-}
-
-// Close stops the service and closes its Recv channel.
-func (m *madService) Close() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.closed {
-		m.closed = true
-		close(m.recv)
-		m.dev.mu.Lock()
-		if m.dev.mads == m {
-			m.dev.mads = nil
-		}
-		m.dev.mu.Unlock()
-	}
-	return nil
 }

@@ -6,20 +6,20 @@ import (
 	"sync/atomic"
 
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ib/ibqueue"
 )
 
 // qp is one queue pair. Its lock is taken by posting goroutines and by its
 // device's delivery goroutine (receives and RC outcomes).
 type qp struct {
-	dev    *Device
-	num    ib.QPN
-	typ    ib.QPType
-	sendCQ *cq
-	recvCQ *cq
-	srq    *srq
-	rq     *recvQueue // own receive queue when there is no SRQ
-	depth  int        // MaxSend granted: RC messages awaiting their outcome
-	ctr    [numQPCounters]atomic.Uint64
+	num            ib.QPN
+	typ            ib.QPType
+	dev            *Device
+	depth          int // MaxSend granted: RC messages awaiting their outcome
+	sendCQ, recvCQ *cq
+	srq            *srq               // nil: recv is the QP's own
+	recv           *ibqueue.RecvQueue // where receives come from: the SRQ's or the QP's own
+	ctr            [numQPCounters]atomic.Uint64
 
 	mu    sync.Mutex
 	state ib.QPState
@@ -73,57 +73,46 @@ func (q *qp) Counters() []ib.Counter {
 	return out
 }
 
-func (q *qp) State() ib.QPState {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.state
-}
-
 // Modify performs the verbs state transitions Reset→Init→RTR→RTS and the
 // move to Error (or back to Reset) from any state.
 func (q *qp) Modify(m ib.QPModify) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	err := ibqueue.CheckModify("ibtest", q.num, q.typ, q.state, &m)
+	if err != nil {
+		return err
+	}
 	switch m.State {
 	case ib.StateInit:
-		if q.state != ib.StateReset && q.state != ib.StateInit {
-			return ib.ErrBadState
-		}
 		if !m.PKey.Valid() || !q.dev.inTable(m.PKey) {
 			return errorf("modify QP %v to INIT: P_Key %v is not in the port's table %v", q.num, m.PKey, q.dev.port.PKeys)
 		}
 		q.pkey, q.qkey = m.PKey, m.QKey
 	case ib.StateRTR:
-		if q.state != ib.StateInit {
-			return ib.ErrBadState
-		}
 		if q.typ != ib.UD {
-			if !m.PathMTU.Valid() || !m.DestQPN.Valid() {
-				return errorf("modify QP %v to RTR: path MTU %v, destination QPN %v", q.num, m.PathMTU, m.DestQPN)
-			}
 			if m.DestGID == (ib.GID{}) || m.DestGID.IsMulticast() {
 				return errorf("modify QP %v to RTR: destination GID %v", q.num, m.DestGID)
 			}
 			q.destGID, q.destQPN = m.DestGID, m.DestQPN
 		}
 	case ib.StateRTS:
-		if q.state != ib.StateRTR && q.state != ib.StateRTS {
-			return ib.ErrBadState
-		}
 		q.rnrRetry = min(m.RNRRetry, 7)
-	case ib.StateError:
+	case ib.StateError, ib.StateReset:
 		q.fail(ib.WCFlushError)
+		if m.State == ib.StateReset {
+			q.state, q.sent = ib.StateReset, q.sent[:0]
+		}
 		return nil
-	case ib.StateReset:
-		q.fail(ib.WCFlushError)
-		q.state = ib.StateReset
-		q.sent = q.sent[:0]
-		return nil
-	default:
-		return ib.ErrBadState
 	}
 	q.state = m.State
 	return nil
+}
+
+// State returns the QP's state.
+func (q *qp) State() ib.QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
 }
 
 // PostSend sends at once. UD and UC sends complete as they leave; an RC
@@ -134,7 +123,7 @@ func (q *qp) PostSend(wrs []ib.SendWR) (int, error) {
 	if q.state != ib.StateRTS {
 		return 0, ib.ErrBadState
 	}
-	defer q.sendCQ.signal()
+	defer q.sendCQ.Signal()
 	for i := range wrs {
 		wr := &wrs[i]
 		buf, err := wr.SGE.Bytes()
@@ -164,7 +153,7 @@ func (q *qp) PostSend(wrs []ib.SendWR) (int, error) {
 		q.countTx(len(buf))
 		q.dev.fab.send(p)
 		if q.typ == ib.UC {
-			q.sendCQ.push(ib.Completion{ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
+			q.sendCQ.Push(&ib.Completion{ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
 		}
 	}
 	return len(wrs), nil
@@ -196,7 +185,7 @@ func (q *qp) sendUD(wr *ib.SendWR, buf []byte) {
 		q.countTx(len(buf))
 		q.dev.fab.send(p)
 	}
-	q.sendCQ.push(ib.Completion{ID: wr.ID, Status: status, Opcode: ib.WCSend, QPN: q.num})
+	q.sendCQ.Push(&ib.Completion{ID: wr.ID, Status: status, Opcode: ib.WCSend, QPN: q.num})
 }
 
 // acked completes the RC sends up to seq with the peer's outcome
@@ -214,7 +203,7 @@ func (q *qp) acked(seq uint64, status ib.WCStatus) {
 	}
 	k := 0
 	for k < len(q.sent) && q.sent[k].seq <= seq {
-		q.sendCQ.push(ib.Completion{ID: q.sent[k].id, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
+		q.sendCQ.Push(&ib.Completion{ID: q.sent[k].id, Status: ib.WCSuccess, Opcode: ib.WCSend, QPN: q.num})
 		k++
 	}
 	q.sent = slices.Delete(q.sent, 0, k)
@@ -223,13 +212,13 @@ func (q *qp) acked(seq uint64, status ib.WCStatus) {
 
 // PostRecv queues receive buffers on the QP's own receive queue.
 func (q *qp) PostRecv(wrs []ib.RecvWR) (int, error) {
-	if q.rq == nil {
+	if q.srq != nil {
 		return 0, errorf("QP %v receives from an SRQ", q.num)
 	}
 	if q.State() == ib.StateError {
 		return 0, ib.ErrBadState
 	}
-	n, err := q.rq.post(wrs)
+	n, err := q.recv.PostRecv(wrs)
 	if n > 0 {
 		q.dev.kick()
 	}
@@ -237,32 +226,18 @@ func (q *qp) PostRecv(wrs []ib.RecvWR) (int, error) {
 }
 
 func (q *qp) takeRecv() (ib.RecvWR, bool) {
-	if q.srq != nil {
-		return q.srq.q.take()
-	}
-	return q.rq.take()
-}
-
-func (q *qp) untakeRecv(wr ib.RecvWR) {
-	if q.srq != nil {
-		q.srq.q.untake(wr)
-		return
-	}
-	q.rq.untake(wr)
+	wr, ok, _ := q.recv.Take()
+	return wr, ok
 }
 
 // receiving reports whether the QP takes traffic now: in RTR or RTS, of
 // its own partition. What it does not take is counted. q.mu is held.
 func (q *qp) receiving(pkey ib.PKey) bool {
-	switch {
-	case q.state != ib.StateRTR && q.state != ib.StateRTS:
-		q.dev.count(dropQPState)
-	case !q.pkey.Accepts(pkey):
-		q.dev.count(dropPKey)
-	default:
-		return true
+	cause, ok := ibqueue.Admit(q.state, q.pkey, pkey)
+	if !ok {
+		q.dev.count(cause)
 	}
-	return false
+	return ok
 }
 
 // recvUD lands a datagram in the next posted buffer behind a GRH, as
@@ -275,18 +250,11 @@ func (q *qp) recvUD(p *packet) {
 		return
 	}
 	if p.qkey != q.qkey {
-		d.count(dropQKey)
+		d.count(ibqueue.DropQKey)
 		return
 	}
-	wr, ok := q.takeRecv()
+	wr, buf, ok := q.takeFor(ib.GRHLen + len(p.data))
 	if !ok {
-		d.count(dropNoRecv)
-		return
-	}
-	buf, _ := wr.SGE.Bytes() // checked when posted
-	if len(buf) < ib.GRHLen+len(p.data) {
-		q.untakeRecv(wr)
-		d.count(dropTooLong)
 		return
 	}
 	sgid := p.sgid
@@ -299,7 +267,7 @@ func (q *qp) recvUD(p *packet) {
 	copy(buf[ib.GRHLen:], p.data)
 	q.ctr[qpRxMessages].Add(1)
 	q.ctr[qpRxBytes].Add(uint64(len(p.data)))
-	q.recvCQ.push(ib.Completion{
+	q.recvCQ.Push(&ib.Completion{
 		ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num,
 		ByteLen: uint32(ib.GRHLen + len(p.data)),
 		SrcQPN:  p.srcQPN, SrcGID: sgid, PKey: p.pkey,
@@ -333,7 +301,7 @@ func (q *qp) recvConnected(p *packet) {
 		return
 	}
 	if p.sgid != q.destGID {
-		d.count(dropWrongSource)
+		d.count(ibqueue.DropWrongSource)
 		p.nack(ib.WCRetryExceeded)
 		return
 	}
@@ -352,18 +320,27 @@ func (q *qp) recvConnected(p *packet) {
 
 // recvUC lands a UC message, or loses it when there is no room.
 func (q *qp) recvUC(p *packet) {
+	if wr, buf, ok := q.takeFor(len(p.data)); ok {
+		q.complete(wr, copy(buf, p.data))
+	}
+}
+
+// takeFor takes the receive buffer a message of n octets lands in; it
+// counts the message dropped when none is posted or the next is too
+// small (which stays posted). q.mu is held.
+func (q *qp) takeFor(n int) (ib.RecvWR, []byte, bool) {
 	wr, ok := q.takeRecv()
 	if !ok {
-		q.dev.count(dropNoRecv)
-		return
+		q.dev.count(ibqueue.DropNoRecv)
+		return wr, nil, false
 	}
-	buf, _ := wr.SGE.Bytes()
-	if len(buf) < len(p.data) {
-		q.untakeRecv(wr)
-		q.dev.count(dropTooLong)
-		return
+	buf, _ := wr.SGE.Bytes() // checked when posted
+	if len(buf) < n {
+		q.recv.Untake(wr)
+		q.dev.count(ibqueue.DropTooLong)
+		return wr, nil, false
 	}
-	q.complete(wr, copy(buf, p.data))
+	return wr, buf, true
 }
 
 // landRC lands an RC message and tells its sender; it reports false when
@@ -375,8 +352,8 @@ func (q *qp) landRC(p *packet) bool {
 	}
 	buf, _ := wr.SGE.Bytes()
 	if len(buf) < len(p.data) {
-		q.dev.count(dropTooLong)
-		q.recvCQ.push(ib.Completion{ID: wr.ID, Status: ib.WCLocalLengthError, Opcode: ib.WCRecv, QPN: q.num})
+		q.dev.count(ibqueue.DropTooLong)
+		q.recvCQ.Push(&ib.Completion{ID: wr.ID, Status: ib.WCLocalLengthError, Opcode: ib.WCRecv, QPN: q.num})
 		p.nack(ib.WCRemoteInvalidRequest)
 		q.fail(ib.WCFlushError)
 		return true
@@ -389,7 +366,7 @@ func (q *qp) landRC(p *packet) bool {
 func (q *qp) complete(wr ib.RecvWR, n int) {
 	q.ctr[qpRxMessages].Add(1)
 	q.ctr[qpRxBytes].Add(uint64(n))
-	q.recvCQ.push(ib.Completion{ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num, ByteLen: uint32(n)})
+	q.recvCQ.Push(&ib.Completion{ID: wr.ID, Status: ib.WCSuccess, Opcode: ib.WCRecv, QPN: q.num, ByteLen: uint32(n)})
 	q.dev.touch(q.recvCQ)
 }
 
@@ -431,17 +408,18 @@ func (q *qp) retryStalled() {
 	q.stalled = nil
 }
 
+// destroy flushes the QP (Close, and its device's Close).
+func (q *qp) destroy() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.fail(ib.WCFlushError)
+}
+
 // Close destroys the QP: outstanding work completes as flushed.
 func (q *qp) Close() error {
 	q.destroy()
 	q.dev.removeQP(q)
 	return nil
-}
-
-func (q *qp) destroy() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.fail(ib.WCFlushError)
 }
 
 // fail moves the QP to Error: the oldest RC send completes with status,
@@ -457,18 +435,18 @@ func (q *qp) fail(status ib.WCStatus) {
 		if k == 0 {
 			st = status
 		}
-		q.sendCQ.push(ib.Completion{ID: e.id, Status: st, Opcode: ib.WCSend, QPN: q.num})
+		q.sendCQ.Push(&ib.Completion{ID: e.id, Status: st, Opcode: ib.WCSend, QPN: q.num})
 	}
 	q.sent = q.sent[:0]
-	q.sendCQ.signal()
+	q.sendCQ.Signal()
 	for _, p := range q.stalled {
 		p.nack(ib.WCRetryExceeded)
 	}
 	q.stalled = nil
-	if q.rq != nil {
-		for _, wr := range q.rq.drain() {
-			q.recvCQ.push(ib.Completion{ID: wr.ID, Status: ib.WCFlushError, Opcode: ib.WCRecv, QPN: q.num})
-		}
+	if q.srq == nil {
+		q.recv.Drain(func(wr ib.RecvWR) {
+			q.recvCQ.Push(&ib.Completion{ID: wr.ID, Status: ib.WCFlushError, Opcode: ib.WCRecv, QPN: q.num})
+		})
 	}
-	q.recvCQ.signal()
+	q.recvCQ.Signal()
 }

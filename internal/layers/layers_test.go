@@ -36,11 +36,12 @@ var allowed = map[string][]string{
 	"counterdoc": nil,
 	// adapters and transports: they know devices and MADs, never the CM's
 	// IPoIB policy or the interface
-	"softib":                        {"ib", "madqueue", "softib/wire"},
+	"ib/ibqueue":                    {"ib", "madqueue"}, // the software providers' rings
+	"softib":                        {"ib", "ib/ibqueue", "softib/wire"},
 	"verbs":                         {"ib", "madqueue"},
 	"umadsa":                        {"ib", "sa"},
 	"rdmacm":                        {"cm", "ib", "verbs"},
-	"ib/ibtest":                     {"ib"},
+	"ib/ibtest":                     {"ib", "ib/ibqueue"},
 	"softib/ibfwd":                  {"ib", "softib/wire"},
 	"softib/ibfwd/cmd/softib-ibfwd": {"softib/ibfwd", "softib/wire"}, // wire: -capture picks the MADs with its frame parser
 	// the kernel seam (an interface's kernel side) and its fake; the TUN
@@ -55,9 +56,13 @@ var allowed = map[string][]string{
 	"metrics":       {"counterdoc", "ib", "ipoib"},
 	// the daemon chooses the providers and the connection service, and
 	// opens each interface's netdev
-	"ipoibd": {"cm", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "tun", "umadsa", "verbs"},
-	// the CNI plugin talks to a daemon over its control socket only
-	"cni":                {"ib"},
+	"ipoibd": {"cm", "control", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "tun", "umadsa", "verbs"},
+	// the control protocol: the daemon's requests, replies, refusals and
+	// socket, which its client commands and the CNI plugin speak
+	"control": nil,
+	// the CNI plugin talks to a daemon over its control socket only, in
+	// package control's words
+	"cni":                {"control", "ib"},
 	"cni/cmd/ipoibd-cni": {"cni"},
 	// tooling
 	"dist":                         nil, // tests only: the shipped recipes under the real tools
@@ -79,6 +84,9 @@ var allowed = map[string][]string{
 	// table) import it; cm's harness must not import cm, whose tests are
 	// inside package cm
 	"cm/cmtest": {"ib", "mad"},
+	// the provider contract as a test suite, which each provider's tests
+	// run
+	"ib/ibconform": {"ib"},
 }
 
 // kernelFree are the packages of an interface that take their kernel side

@@ -55,9 +55,7 @@ func (p Policy) String() string {
 }
 
 // QPFactory makes the connected QPs (in Reset, on the interface's SRQ and
-// CQs); the ipoib layer implements it over its device. A factory that is
-// also an ib.QPCounterNamer has its QPs' counters in ConnCounters from the
-// start.
+// CQs); the ipoib layer implements it over its device.
 type QPFactory interface {
 	CreateQP(t ib.QPType) (ib.QP, error)
 }
@@ -117,6 +115,10 @@ type ManagerConfig struct {
 	ReceiveMTU uint32 // advertised in private data (default LinuxReceiveMTU)
 	PathMTU    ib.MTU
 	QPs        QPFactory
+	// QPCounters, when the device can name its QPs' counters before
+	// making one (ib.Caps.QPCounters), has them in ConnCounters from the
+	// start; nil: each name appears with the first connection.
+	QPCounters ib.QPCounterNamer
 	// IdleTimeout tears down connections without traffic (0: never).
 	IdleTimeout time.Duration
 	// SharedGIDs says the partition's ports may carry several interfaces
@@ -200,8 +202,8 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	m := &Manager{cfg: cfg, conns: map[ib.LinkAddr][]*Connection{}, gone: map[string]uint64{}, byQPN: map[ib.QPN]*Connection{}}
 	// Every QP counter is in ConnCounters from the start, at 0, when the
 	// QPs' maker can name them: no key appears with the first connection.
-	if n, ok := cfg.QPs.(ib.QPCounterNamer); ok {
-		for _, name := range n.QPCounterNames() {
+	if cfg.QPCounters != nil {
+		for _, name := range cfg.QPCounters.QPCounterNames() {
 			if _, dup := m.gone[name]; !dup {
 				m.gone[name] = 0
 				m.goneNames = append(m.goneNames, name)

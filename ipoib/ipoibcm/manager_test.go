@@ -74,8 +74,8 @@ func (f *fakeQPs) CreateQP(t ib.QPType) (ib.QP, error) {
 	return q, nil
 }
 
-// namedQPs can name its QPs' counters before making one.
-type namedQPs struct{ *fakeQPs }
+// namedQPs names the fake QPs' counters before one is made.
+type namedQPs struct{}
 
 func (namedQPs) QPCounterNames() []string { return []string{"modifies", "closes"} }
 
@@ -1069,7 +1069,7 @@ func TestManagerConnCountersKeys(t *testing.T) {
 		t.Run(fmt.Sprintf("namer=%v", namer), func(t *testing.T) {
 			mod := func(c *ManagerConfig) {
 				if namer {
-					c.QPs = namedQPs{c.QPs.(*fakeQPs)}
+					c.QPCounters = namedQPs{}
 				}
 			}
 			f := newFabric(t)

@@ -373,8 +373,8 @@ func (s *session) loop() error {
 		}
 	}
 	st.mu.Unlock()
-	if h, ok := s.cq.(ib.CQHandler); ok && c.cqHandler {
-		h.SetHandler(st.drain) // a no-op once the loop is over
+	if c.cqHandler {
+		ib.CapsOf(s.dev).SetCQHandler(s.cq, st.drain) // a no-op once the loop is over
 	}
 	for {
 		st.drain()
