@@ -5,8 +5,10 @@
 // and runs the datapath.
 //
 // Goroutines: the TUN reader (transmit, which also reaps send
-// completions), the receive-completion loop, and one control goroutine that
-// owns the neighbor table and the connection manager. The datapath reads
+// completions) and one control goroutine that owns the neighbor table and
+// the connection manager; receive completions are taken off by the port
+// the interface runs on (Port: shared with the other interfaces there),
+// which hands each to the interface owning its QP. The datapath reads
 // published neighbor paths without locks and hands anything else to the
 // control goroutine through bounded channels.
 //
@@ -19,9 +21,12 @@
 //     netdev): tun's TUN device and netlink in the daemon, netdevtest's
 //     channel-backed fake in tests (fake_test.go runs the interface's
 //     behaviours as an ordinary user)
+//   - portpool.go: the port's shared resources (the registered slab, the
+//     SRQ, the receive CQ) and the table of QP owners
 //   - tx.go, rx.go: the datapath, one file per direction; post.go: posting
 //     sends in batches and reaping their completions; slots.go: the
-//     registered packet buffers; packet.go: reading IP headers
+//     packet buffers, the port's and each interface's rings; packet.go:
+//     reading IP headers
 //   - control.go: the control goroutine's loop and timers
 //   - pending.go: packets waiting for a neighbor or a connection
 //   - resolve.go: ARP and ND; neighbors.go: what the neighbor state machine
@@ -97,7 +102,12 @@ const ConnectedMTU = 65520
 
 // Config describes one interface.
 type Config struct {
-	Name   string
+	Name string
+	// Port is the port the interface runs on, shared with the other
+	// interfaces there (OpenPort); nil: the interface opens one of its
+	// own over Device, and closes it.
+	Port *Port
+	// Device is the adapter port (Port's, when Port is given).
 	Device ib.Device
 	Addrs  []netip.Prefix
 	// PKey is the partition (default: the port's first P_Key); it must be
@@ -174,11 +184,14 @@ type Interface struct {
 	name atomic.Pointer[string]
 
 	netdev Netdev
-	slots  *slots
-	sendCQ ib.CQ
-	recvCQ ib.CQ
-	udQP   ib.QP
-	srq    ib.SRQ
+	// pool is the port's shared resources (portpool.go): the SRQ and the
+	// receive CQ the interface's QPs use, and its rings' memory. ownPool:
+	// the interface opened it (Config.Port nil) and closes it.
+	pool    *Port
+	ownPool bool
+	slots   *slots
+	sendCQ  ib.CQ
+	udQP    ib.QP
 	// bcast is the broadcast group's address handle, made again when the
 	// SA moves the group (followBroadcast); the datapath loads it.
 	bcast atomic.Pointer[ib.AH]
@@ -214,9 +227,9 @@ type Interface struct {
 	ctl      control // owned by the control goroutine
 	closed   sync.Once
 
-	rxMu     sync.Mutex // drainRecv: the rx goroutine or the provider's
-	rxBuf    rxBuffers
-	stopping atomic.Bool // Close has begun: drainRecv no longer touches the TUN
+	rxBuf    rxBuffers   // under pool.rxMu
+	udHeld   bool        // under pool.rxMu: the UD QP is made ready again (reinitUD), its slots wait
+	stopping atomic.Bool // Close has begun: the port's drain no longer touches the TUN
 	datagram atomic.Bool // datagram mode (SetMode): no connection is asked for
 	started  atomic.Bool // Start ran: Close must ask the control goroutine to shut down
 }
@@ -282,7 +295,7 @@ func New(cfg Config) (_ *Interface, err error) {
 			}
 		}
 	}
-	if i.slots, err = newSlots(i.dev, i.cfg.Queues); err != nil {
+	if err = i.openPool(); err != nil {
 		return nil, err
 	}
 	if err = i.openQueues(); err != nil {
@@ -314,6 +327,12 @@ func (cfg Config) NetdevConfig() (netdev.Config, error) {
 // the interface runs it, who the interface is on the port, and its MTU,
 // with nothing opened yet.
 func settle(cfg Config) (Config, portID, int, error) {
+	if cfg.Port != nil {
+		if cfg.Device != nil && cfg.Device != cfg.Port.dev {
+			return cfg, portID{}, 0, errors.New("ipoib: the config's device is not its port's")
+		}
+		cfg.Device = cfg.Port.dev
+	}
 	if cfg.Device == nil {
 		return cfg, portID{}, 0, errors.New("ipoib: no device")
 	}
@@ -475,32 +494,48 @@ func hasIPv6(ps []netip.Prefix) bool {
 	return false
 }
 
-// openQueues makes the CQs, the UD QP (in RTS with its receives posted),
-// the SRQ for connections, and joins the broadcast group.
+// openPool takes the interface's place on its port: the port (opened
+// here when the config names none) and its rings there.
+func (i *Interface) openPool() error {
+	i.pool = i.cfg.Port
+	if i.pool == nil {
+		p, err := OpenPort(i.dev)
+		if err != nil {
+			return err
+		}
+		i.pool, i.ownPool = p, true
+	}
+	r, err := i.pool.openRing()
+	if err != nil {
+		return err
+	}
+	i.slots = newSlots(r, i.cfg.Queues)
+	return nil
+}
+
+// openQueues makes the send CQ, the UD QP (in RTS with its receives
+// posted, completing on the port's receive CQ) and joins the broadcast
+// group.
 func (i *Interface) openQueues() error {
 	var err error
-	if i.sendCQ, err = i.dev.CreateCQ(4096); err != nil {
+	lay := i.slots.lay
+	// Sends complete once each, at most the budget's and the control
+	// goroutine's in flight: a child's CQ holds twice that; the first
+	// interface's keeps its 4096.
+	depth := 4096
+	if i.slots.own != nil {
+		depth = 2 * (connSendDepth + int(lay.neigh))
+	}
+	if i.sendCQ, err = i.dev.CreateCQ(depth); err != nil {
 		return err
 	}
-	if i.recvCQ, err = i.dev.CreateCQ(4096); err != nil {
+	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.pool.recvCQ, MaxSend: connSendDepth + int(lay.neigh), MaxRecv: int(lay.udRx)}); err != nil {
 		return err
 	}
-	if i.srq, err = i.dev.CreateSRQ(ib.SRQAttr{MaxWR: numSRQRx, Limit: numSRQRx / 4}); err != nil {
-		return err
-	}
-	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.recvCQ, MaxSend: numTx + numNeighTx, MaxRecv: numUDRx}); err != nil {
-		return err
-	}
+	i.pool.owners.set(i.udQP.Num(), i)
 	// The control goroutine's ARP and ND sends share the UD send queue.
-	i.slots.bound(i.udQP.MaxSend() - numNeighTx)
+	i.slots.bound(i.udQP.MaxSend() - int(lay.neigh))
 	if err := i.readyUD(i.qKey()); err != nil {
-		return err
-	}
-	var wrs []ib.RecvWR
-	for s := uint32(firstSRQRx); s < firstUDRx; s++ {
-		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.recvSGE(s)})
-	}
-	if _, err := i.srq.PostRecv(wrs); err != nil {
 		return err
 	}
 	mgid := encap.BroadcastMGID(i.port.pkey, encap.LinkLocal)
@@ -519,31 +554,31 @@ func (i *Interface) openQueues() error {
 	return nil
 }
 
-// qpFactory makes connected QPs on the interface's SRQ and CQs.
+// qpFactory makes connected QPs on the port's SRQ and receive CQ and the
+// interface's send CQ, entered in the port's table as the interface's.
 type qpFactory struct{ i *Interface }
 
 func (f qpFactory) CreateQP(t ib.QPType) (ib.QP, error) {
-	qp, err := f.i.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: f.i.sendCQ, RecvCQ: f.i.recvCQ, SRQ: f.i.srq, MaxSend: connSendDepth})
-	if err == nil {
-		// A device may grant fewer work requests than asked.
-		f.i.slots.bound(qp.MaxSend())
+	i := f.i
+	qp, err := i.dev.CreateQP(ib.QPAttr{Type: t, SendCQ: i.sendCQ, RecvCQ: i.pool.recvCQ, SRQ: i.pool.srq, MaxSend: connSendDepth})
+	if err != nil {
+		return nil, err
 	}
-	return qp, err
+	// A device may grant fewer work requests than asked.
+	i.slots.bound(qp.MaxSend())
+	i.pool.owners.set(qp.Num(), i)
+	return &portQP{QP: qp, port: i.pool, i: i}, nil
 }
 
 // Start runs the datapath and the control goroutine.
 func (i *Interface) Start() {
 	i.started.Store(true)
 	i.ctl.init(i)
-	i.wg.Add(2 + i.netdev.Queues())
+	i.wg.Add(1 + i.netdev.Queues())
 	for q := range i.netdev.Queues() {
 		r := &txReader{queue: q, slots: &i.slots.tx[q]}
 		go func() { defer i.wg.Done(); i.txLoop(r) }()
 	}
-	// Run to completion on the provider's receive goroutine when it can:
-	// no thread wake-up between the fabric and the TUN.
-	i.caps.SetCQHandler(i.recvCQ, i.drainRecv)
-	go func() { defer i.wg.Done(); i.rxLoop() }()
 	go func() { defer i.wg.Done(); i.controlLoop() }()
 }
 
@@ -556,9 +591,7 @@ func (i *Interface) Close() {
 		} else {
 			i.leaveBroadcast()
 		}
-		i.rxMu.Lock() // a drain in progress finishes first
-		i.stopping.Store(true)
-		i.rxMu.Unlock()
+		i.stop()
 		close(i.done)
 		_ = i.netdev.Close() // unblocks the TUN reader
 		i.wg.Wait()
@@ -567,8 +600,22 @@ func (i *Interface) Close() {
 	})
 }
 
-// release closes what New opened, in reverse order.
+// stop ends the port's deliveries to the interface: a drain in progress
+// finishes first, later ones no longer touch the TUN.
+func (i *Interface) stop() {
+	if i.pool == nil {
+		return
+	}
+	i.pool.rxMu.Lock()
+	i.stopping.Store(true)
+	i.pool.rxMu.Unlock()
+}
+
+// release closes what New opened, in reverse order. What the closed QPs
+// completed is drained before their rings go, so that nothing completes
+// in a ring given back.
 func (i *Interface) release() {
+	i.stop()
 	if i.netdev != nil {
 		_ = i.netdev.Close()
 	}
@@ -577,17 +624,17 @@ func (i *Interface) release() {
 	}
 	if i.udQP != nil {
 		_ = i.udQP.Close()
+		i.pool.drain()
+		i.pool.owners.clear(i.udQP.Num(), i)
 	}
-	if i.srq != nil {
-		_ = i.srq.Close()
-	}
-	for _, cq := range []ib.CQ{i.sendCQ, i.recvCQ} {
-		if cq != nil {
-			_ = cq.Close()
-		}
+	if i.sendCQ != nil {
+		_ = i.sendCQ.Close()
 	}
 	if i.slots != nil {
-		i.slots.close()
+		i.pool.closeRing(i.slots.ring)
+	}
+	if i.ownPool {
+		_ = i.pool.Close()
 	}
 }
 

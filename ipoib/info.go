@@ -59,6 +59,15 @@ type Info struct {
 	AdminState string `json:"admin_state"`
 	Carrier    bool   `json:"carrier"`
 	OperState  string `json:"operstate"`
+	// RingSlots are the interface's own packet buffers (transmit, control,
+	// UD receive), RingBytes the octets they take: the first interface's
+	// on a port in its shared slab, every other's registered apart.
+	// PortRegistered is what the port has registered with the device in
+	// all (pinned, on verbs): the shared receive pool, and every
+	// interface's rings.
+	RingSlots      string `json:"ring_slots"`
+	RingBytes      int    `json:"ring_bytes"`
+	PortRegistered int64  `json:"port_registered_bytes"`
 }
 
 // NeighInfo is one neighbor.
@@ -130,6 +139,7 @@ func (i *Interface) Show() Info {
 			Mode: i.Mode().String(), MTU: i.mtu, UDMTU: i.port.udMTU, IBMTU: i.port.ActiveMTU.Bytes(),
 			Neighbors: len(i.neigh.All()), Candidates: i.neigh.NumCandidates(),
 			Offloads: i.offloads(), QKey: uint32(i.qKey()), BcastMLID: i.port.bcast.MLID,
+			RingSlots: i.slots.lay.String(), RingBytes: i.slots.lay.size(), PortRegistered: i.pool.Registered(),
 		}
 		if i.cfg.Subnet != nil {
 			info.Subnet = "sa"

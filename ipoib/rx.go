@@ -12,83 +12,121 @@ import (
 // rxBatch is how many completions one poll takes.
 const rxBatch = 64
 
-// rxLoop drains receive completions whenever the CQ signals: IP packets go
-// to the TUN straight from their slot, ARP and ND are copied to the control
-// goroutine, and every slot is posted again, once per batch. A provider
-// that runs drainRecv itself (ib.CQHandler) signals only for completions
-// added outside its receive goroutine.
-func (i *Interface) rxLoop() {
-	for {
-		select {
-		case <-i.recvCQ.Ready():
-			i.drainRecv()
-		case <-i.done:
-			return
-		}
-	}
-}
+// The port's receive CQ carries the completions of every interface on
+// the port (portpool.go). Port.drain takes them off in batches and hands
+// each to the interface that owns its QP: IP packets go to that
+// interface's TUN straight from their slot, ARP and ND are copied to its
+// control goroutine, and every slot is posted again, once per batch:
+// SRQ slots to the port's SRQ, UD slots to their interface's UD QP.
 
-// drainRecv handles receive completions until the CQ is empty. It runs on
-// the rx goroutine or the provider's; rxMu keeps them apart.
-func (i *Interface) drainRecv() {
-	i.rxMu.Lock()
-	defer i.rxMu.Unlock()
-	if i.stopping.Load() {
-		return
-	}
-	i.drainLocked(false)
-}
-
-// drainLocked is drainRecv's work, with rxMu held. holdUD keeps the UD
-// QP's slots from being posted again: the UD QP is being made again
-// (reinitUD), which posts all of them once it is ready.
-func (i *Interface) drainLocked(holdUD bool) {
-	wc, udWRs, srqWRs := &i.rxBuf.wc, &i.rxBuf.udWRs, &i.rxBuf.srqWRs
-	for {
-		n := i.recvCQ.Poll(wc[:])
-		if n == 0 {
-			return
-		}
-		nud, nsrq := 0, 0
-		for k := range wc[:n] {
-			c := &wc[k]
-			slot := uint32(c.ID)
-			if c.Status == ib.WCFlushError && slot >= firstUDRx {
-				continue // the UD QP is closing
-			}
-			// A flushed SRQ slot was taken by a connection that closed
-			// mid-message: it goes back to the SRQ like any other.
-			if c.Status != ib.WCSuccess && c.Status != ib.WCFlushError {
-				i.ctr.inc(rxErrors)
-			} else if c.Status == ib.WCSuccess {
-				i.receive(slot, c)
-			}
-			if slot < firstUDRx {
-				srqWRs[nsrq] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
-				nsrq++
-			} else if !holdUD {
-				udWRs[nud] = ib.RecvWR{ID: uint64(slot), SGE: i.slots.recvSGE(slot)}
-				nud++
-			}
-		}
-		// The TUN must have what the slots hold before they are posted
-		// again.
-		i.flushCoalesced()
-		if nud > 0 {
-			_, _ = i.udQP.PostRecv(udWRs[:nud])
-		}
-		if nsrq > 0 {
-			_, _ = i.srq.PostRecv(srqWRs[:nsrq])
-		}
-	}
-}
-
-// rxBuffers is drainRecv's scratch, kept in the Interface so that neither
+// portRx is the port's drain scratch, kept in the Port so that no
 // goroutine allocates it per call.
-type rxBuffers struct {
+type portRx struct {
 	wc     [rxBatch]ib.Completion
 	udWRs  [rxBatch]ib.RecvWR
 	srqWRs [rxBatch]ib.RecvWR
+}
+
+// drain handles receive completions until the CQ is empty. It runs on the
+// port's rx goroutine or the provider's; rxMu keeps them apart.
+func (p *Port) drain() {
+	p.rxMu.Lock()
+	defer p.rxMu.Unlock()
+	p.drainLocked()
+}
+
+// drainLocked is drain's work, with rxMu held. Consecutive completions of
+// one interface are handled as a batch: its coalesced packets are written
+// and its UD slots posted when the next belongs to another, and always
+// before the SRQ slots are posted again, as the TUN must have what they
+// hold first.
+func (p *Port) drainLocked() {
+	r := &p.rx
+	for {
+		n := p.recvCQ.Poll(r.wc[:])
+		if n == 0 {
+			return
+		}
+		var cur *Interface
+		nud, nsrq := 0, 0
+		for k := range r.wc[:n] {
+			c := &r.wc[k]
+			i := p.owners.get(c.QPN)
+			if i != cur {
+				cur.endBatch(r.udWRs[:nud])
+				cur, nud = i, 0
+			}
+			if c.ID&srqWRID != 0 {
+				// A flushed SRQ slot was taken by a connection that
+				// closed mid-message: it goes back like any other.
+				slot := uint32(c.ID)
+				if i != nil {
+					i.srqCompletion(p.srqBytes(slot), c)
+				}
+				r.srqWRs[nsrq] = ib.RecvWR{ID: c.ID, SGE: p.srqSGE(slot)}
+				nsrq++
+			} else if i != nil && i.udCompletion(c) {
+				// Without an owner it was a closed interface's UD slot,
+				// whose ring goes with it.
+				r.udWRs[nud] = ib.RecvWR{ID: c.ID, SGE: i.slots.recvSGE(uint32(c.ID))}
+				nud++
+			}
+		}
+		cur.endBatch(r.udWRs[:nud])
+		if nsrq > 0 {
+			_, _ = p.srq.PostRecv(r.srqWRs[:nsrq])
+		}
+	}
+}
+
+// srqCompletion handles a completion of an SRQ slot on one of i's
+// connected QPs.
+func (i *Interface) srqCompletion(buf []byte, c *ib.Completion) {
+	switch {
+	case i.stopping.Load(): // Close has begun: the TUN is not touched
+	case c.Status == ib.WCSuccess:
+		i.receive(buf, c)
+	case c.Status != ib.WCFlushError:
+		i.ctr.inc(rxErrors)
+	}
+}
+
+// udCompletion handles a completion of one of i's UD receive slots and
+// reports whether it is posted again: not when flushed (the UD QP is
+// closing, or made ready again, which posts every slot: udHeld), nor
+// once Close has begun.
+func (i *Interface) udCompletion(c *ib.Completion) bool {
+	slot := uint32(c.ID)
+	if c.Status == ib.WCFlushError || !i.slots.isUDRx(slot) {
+		return false
+	}
+	if i.stopping.Load() {
+		return false
+	}
+	if c.Status != ib.WCSuccess {
+		i.ctr.inc(rxErrors)
+	} else {
+		i.receive(i.slots.bytes(slot), c)
+	}
+	return !i.udHeld
+}
+
+// endBatch ends a batch of i's completions: the TUN gets what the
+// coalescer holds, and the UD slots wrs are posted again. Nothing for a
+// nil i.
+func (i *Interface) endBatch(wrs []ib.RecvWR) {
+	if i == nil {
+		return
+	}
+	i.flushCoalesced()
+	if len(wrs) > 0 {
+		_, _ = i.udQP.PostRecv(wrs)
+	}
+}
+
+// rxBuffers is the receive path's state of one interface, used under
+// its port's rxMu.
+type rxBuffers struct {
 	// gro gathers the TCP segments of one flow in a batch of completions
 	// into one super-packet for the TUN (when offloads are on).
 	gro      offload.Coalescer
@@ -96,9 +134,8 @@ type rxBuffers struct {
 	groBytes uint64 // IP octets gro holds
 }
 
-// receive handles one received IPoIB message.
-func (i *Interface) receive(slot uint32, c *ib.Completion) {
-	buf := i.slots.bytes(slot)
+// receive handles one received IPoIB message, in buf.
+func (i *Interface) receive(buf []byte, c *ib.Completion) {
 	var msg []byte
 	if c.QPN == i.port.local.QPN {
 		if c.ByteLen < ib.GRHLen || int(c.ByteLen) > len(buf) {

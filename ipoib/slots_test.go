@@ -12,7 +12,7 @@ func (p *pool) freeCount() int {
 // newTestSlots is the transmit side of slots without a slab, split among
 // queues.
 func newTestSlots(queues int) *slots {
-	s := &slots{}
+	s := &slots{ring: ring{lay: primaryLayout}}
 	s.init(queues)
 	return s
 }

@@ -37,8 +37,9 @@ func (i *Interface) readyUD(qkey ib.QKey) error {
 			return fmt.Errorf("ipoib: UD QP to %v: %w", m.State, err)
 		}
 	}
-	wrs := make([]ib.RecvWR, 0, numSlots-firstUDRx)
-	for s := uint32(firstUDRx); s < numSlots; s++ {
+	lay := i.slots.lay
+	wrs := make([]ib.RecvWR, 0, lay.udRx)
+	for s := lay.firstUDRx(); s < lay.slots(); s++ {
 		wrs = append(wrs, ib.RecvWR{ID: uint64(s), SGE: i.slots.recvSGE(s)})
 	}
 	_, err := i.udQP.PostRecv(wrs)
@@ -47,24 +48,28 @@ func (i *Interface) readyUD(qkey ib.QKey) error {
 
 // reinitUD runs the UD QP through RESET and back to RTS with qkey, keeping
 // its number, then attaches it to its groups again (a QP in RESET may
-// have lost them). The receive path is held meanwhile: what the QP had
-// received is handled, its flushed slots are posted again with the rest.
+// have lost them). The port's receive path is held meanwhile: what the QP
+// had received is handled, its flushed slots are posted again with the
+// rest.
 // Sends posted meanwhile are refused and counted (tx_drop_post); traffic
 // goes on once it is back.
 func (c *control) reinitUD(qkey ib.QKey) error {
 	i := c.i
-	i.rxMu.Lock()
+	p := i.pool
+	p.rxMu.Lock()
 	if i.stopping.Load() {
-		i.rxMu.Unlock()
+		p.rxMu.Unlock()
 		return nil
 	}
 	err := i.udQP.Modify(ib.QPModify{State: ib.StateReset})
 	if err == nil {
-		i.drainLocked(true)
+		i.udHeld = true
+		p.drainLocked()
+		i.udHeld = false
 		i.qkey.Store(uint32(qkey))
 		err = i.readyUD(qkey)
 	}
-	i.rxMu.Unlock()
+	p.rxMu.Unlock()
 	i.ctr.inc(udReinits)
 	if err != nil {
 		return err

@@ -18,13 +18,15 @@ import (
 )
 
 // daemon is one ipoibd process: one adapter port, its QP1 shared by the
-// CM engines of the interfaces on the port, and those interfaces — the
-// one the flags describe and the P_Key children added at run time, like
-// the kernel's create_child — each with its own control socket, UD QP,
-// neighbors and connections.
+// CM engines of the interfaces on the port, its receive pool (ipoib.Port:
+// the registered slab, the SRQ, the receive CQ) shared by those
+// interfaces — the one the flags describe and the P_Key children added at
+// run time, like the kernel's create_child — each with its own control
+// socket, UD QP, small rings, neighbors and connections.
 type daemon struct {
 	dev    ib.Device
-	mads   io.Closer // QP1's MAD splitter; nil without ipoibd's own connection service
+	port   *ipoib.Port // over base.Device, handed to every interface
+	mads   io.Closer   // QP1's MAD splitter; nil without ipoibd's own connection service
 	choice connServiceChoice
 	base   ipoib.Config // the first interface's: children start from it
 	// netns is the namespace of the first interface and of children not
@@ -89,6 +91,12 @@ func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, choice connService
 		_ = dev.Close()
 		return nil, err
 	}
+	port, err := ipoib.OpenPort(cfg.Device)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
+	d.port, d.base.Port = port, port
 	if choice.Service == connServiceOwn && cfg.Mode == ipoib.Connected {
 		var err error
 		if d.mads, d.base.ConnService, err = ownConnService(dev); err != nil {
@@ -442,6 +450,9 @@ func (d *daemon) Close() error {
 		ifaces[k].iface.Close()
 	}
 	var errs []error
+	if d.port != nil {
+		errs = append(errs, d.port.Close())
+	}
 	if d.mads != nil {
 		errs = append(errs, d.mads.Close())
 	}
