@@ -3,6 +3,7 @@ package ipoib
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -206,42 +207,49 @@ func (p *Port) closeRing(r ring) {
 	p.registered.Add(-int64(r.lay.size()))
 }
 
-// qpTable maps a QPN (24 bits) to the interface whose QP it is: two
-// levels of 4096 entries, read with two atomic loads, no lock and no
-// allocation; written under mu when a QP is made or closed.
+// qpTable maps a QPN to the interface whose QP it is. A reader loads
+// one shard (by the QPN's low octet) and looks the QPN up in its map: no
+// lock, no allocation. A writer, under mu, replaces the shard with a
+// changed copy, which holds about 1/256 of the QPs. Maps keep the cost a
+// few words per QP whatever the QPNs: softib hands out unpredictable
+// ones, which a table indexed by QPN would spread over most of its pages.
 type qpTable struct {
-	mu    sync.Mutex
-	pages [1 << 12]atomic.Pointer[qpPage]
+	mu     sync.Mutex
+	shards [256]atomic.Pointer[map[ib.QPN]*Interface]
 }
 
-type qpPage [1 << 12]atomic.Pointer[Interface]
-
 func (t *qpTable) get(n ib.QPN) *Interface {
-	pg := t.pages[(n>>12)&0xfff].Load()
-	if pg == nil {
-		return nil
+	if m := t.shards[n&0xff].Load(); m != nil {
+		return (*m)[n]
 	}
-	return pg[n&0xfff].Load()
+	return nil
 }
 
 func (t *qpTable) set(n ib.QPN, i *Interface) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	top := &t.pages[(n>>12)&0xfff]
-	pg := top.Load()
-	if pg == nil {
-		pg = new(qpPage)
-		top.Store(pg)
+	shard := &t.shards[n&0xff]
+	m := map[ib.QPN]*Interface{}
+	if old := shard.Load(); old != nil {
+		m = maps.Clone(*old)
 	}
-	pg[n&0xfff].Store(i)
+	m[n] = i
+	shard.Store(&m)
 }
 
 // clear removes n if i still owns it: a QPN the provider gave another
 // interface's QP since stays that one's.
 func (t *qpTable) clear(n ib.QPN, i *Interface) {
-	if pg := t.pages[(n>>12)&0xfff].Load(); pg != nil {
-		pg[n&0xfff].CompareAndSwap(i, nil)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	shard := &t.shards[n&0xff]
+	old := shard.Load()
+	if old == nil || (*old)[n] != i {
+		return
 	}
+	m := maps.Clone(*old)
+	delete(m, n)
+	shard.Store(&m)
 }
 
 // portQP is a connected QP of an interface on the port: closing it takes
