@@ -17,9 +17,9 @@ import (
 
 var sockets atomic.Int32
 
-// serve starts a Server of h on a fresh abstract socket, open to any
-// user, and returns the interface name it serves.
-func serve(t *testing.T, h HandlerFunc) string {
+// listen opens a fresh abstract socket for the test, closed when it ends,
+// and returns the interface name it serves.
+func listen(t *testing.T) (string, *net.UnixListener) {
 	t.Helper()
 	ifname := fmt.Sprintf("ctltest%d.%d", os.Getpid(), sockets.Add(1))
 	ln, err := Listen(ifname)
@@ -27,6 +27,14 @@ func serve(t *testing.T, h HandlerFunc) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	return ifname, ln
+}
+
+// serve starts a Server of h on a fresh abstract socket, open to any
+// user, and returns the interface name it serves.
+func serve(t *testing.T, h HandlerFunc) string {
+	t.Helper()
+	ifname, ln := listen(t)
 	s := &Server{Handler: h, Authorize: func(uint32) bool { return true }}
 	go s.Serve(ln)
 	return ifname
@@ -260,12 +268,7 @@ func TestUpgrade(t *testing.T) {
 // daemon of another version might.
 func serveRaw(t *testing.T, v any) string {
 	t.Helper()
-	ifname := fmt.Sprintf("ctltest%d.%d", os.Getpid(), sockets.Add(1))
-	ln, err := Listen(ifname)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ifname, ln := listen(t)
 	go func() {
 		for {
 			conn, err := ln.Accept()
