@@ -96,18 +96,6 @@ func (d *daemon) loadState() {
 	}
 }
 
-// withRequest is what add keeps of a child made for r (pod, if not nil,
-// already says its namespace): the request, under the name it was made
-// with, for the state file.
-func withRequest(pod *served, r control.ChildRequest, name string) *served {
-	if pod == nil {
-		pod = &served{}
-	}
-	r.Name = name
-	pod.req = &r
-	return pod
-}
-
 // netdevOptions is how s's netdev is opened: a child's persistent, and
 // re-attached if an earlier daemon left it.
 func netdevOptions(s *served) tun.NetdevOptions {

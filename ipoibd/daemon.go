@@ -290,7 +290,9 @@ func (d *daemon) addChild(r control.ChildRequest) (control.ChildReply, error) {
 	}
 	// The slow part (the TUN, netlink, QPs, the CM) runs with no lock
 	// held: other children are made meanwhile.
-	iface, err := d.add(cfg, withRequest(s, r, cfg.Name))
+	r.Name = cfg.Name // the state file keeps the request under the name made
+	s.req = &r
+	iface, err := d.add(cfg, s)
 	if err != nil {
 		return control.ChildReply{}, err
 	}
