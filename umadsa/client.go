@@ -15,6 +15,7 @@ package umadsa
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ var ErrRecvTimeout = errors.New("umadsa: receive timed out")
 
 // ErrNoSM: the port knows no subnet manager (SM LID 0), so there is no SA
 // to ask.
+// ErrClosed: the client was closed before or while the request ran.
+var ErrClosed = errors.New("umadsa: the SA client is closed")
+
 var ErrNoSM = errors.New("the port has no subnet manager (SM LID 0): is one running on the fabric, and is the port active?")
 
 // TimeoutError: the SA did not answer any try.
@@ -75,6 +79,10 @@ type Config struct {
 // returned early again.
 const pollGap = 5 * time.Millisecond
 
+// closeGap bounds one wait in Recv, so that Close ends a request under
+// way within about this long.
+const closeGap = 100 * time.Millisecond
+
 // Counters of the client.
 type Counters struct {
 	Requests, Retries, Timeouts, StatusErrors, Stale atomic.Uint64
@@ -86,8 +94,11 @@ type Client struct {
 	cfg Config
 	mu  sync.Mutex // one outstanding request: answers match by TID alone
 	tid uint32
-	buf [sa.MADLen]byte
-	C   Counters
+	// closing ends a request under way at its next receive: Close waits
+	// for it before the transport goes, whose buffers it still uses.
+	closing atomic.Bool
+	buf     [sa.MADLen]byte
+	C       Counters
 
 	sleep func(time.Duration) // time.Sleep; tests make it free
 }
@@ -122,6 +133,9 @@ func (c *Client) FollowSM(smLID func() (uint16, error)) {
 func (c *Client) do(req sa.Request) (sa.Header, []byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closing.Load() {
+		return sa.Header{}, nil, ErrClosed
+	}
 	c.C.Requests.Add(1)
 	lid, err := c.cfg.SMLID()
 	if err != nil {
@@ -177,11 +191,14 @@ func (c *Client) do(req sa.Request) (sa.Header, []byte, error) {
 func (c *Client) await(req sa.Request) (sa.Header, []byte, sa.Status, error) {
 	deadline := time.Now().Add(c.cfg.Timeout)
 	for {
+		if c.closing.Load() {
+			return sa.Header{}, nil, 0, ErrClosed
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return sa.Header{}, nil, 0, nil
 		}
-		n, status, err := c.t.Recv(c.buf[:], left)
+		n, status, err := c.t.Recv(c.buf[:], min(left, closeGap))
 		if errors.Is(err, ErrRecvTimeout) {
 			c.sleep(min(left, pollGap))
 			continue
@@ -237,4 +254,18 @@ func (c *Client) Join(j sa.JoinRequest) (sa.MCMemberRecord, error) {
 func (c *Client) Leave(mgid ib.GID, pkey ib.PKey, state sa.JoinState) error {
 	_, _, err := c.do(sa.LeaveRequest(c.cfg.PortGID, mgid, pkey, state))
 	return err
+}
+
+// Close ends the client: a request under way ends (ErrClosed) at its
+// next look, at most closeGap later, later ones fail at once; then the
+// transport, if it is an io.Closer, is closed. Closing the transport
+// under a request would free what its receive is writing to.
+func (c *Client) Close() error {
+	c.closing.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.t.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
 }

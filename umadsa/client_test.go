@@ -3,6 +3,7 @@ package umadsa
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +301,66 @@ func TestFollowSM(t *testing.T) {
 		if got := f.lids[len(f.lids)-1]; got != step.want {
 			t.Fatalf("request %d went to LID %d, want %d", i, got, step.want)
 		}
+	}
+}
+
+// silentSA never answers: each Recv waits its whole timeout. It records
+// whether it was used while or after it was closed.
+type silentSA struct {
+	sent     chan struct{}
+	inRecv   atomic.Int32
+	closed   atomic.Bool
+	misused  atomic.Bool
+	closings atomic.Int32
+}
+
+func (f *silentSA) Send([]byte, uint16, time.Duration) error {
+	f.misused.CompareAndSwap(false, f.closed.Load())
+	select {
+	case f.sent <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (f *silentSA) Recv(_ []byte, d time.Duration) (int, int, error) {
+	f.inRecv.Add(1)
+	defer f.inRecv.Add(-1)
+	f.misused.CompareAndSwap(false, f.closed.Load())
+	<-time.After(d)
+	return 0, 0, ErrRecvTimeout
+}
+
+func (f *silentSA) Close() error {
+	f.misused.CompareAndSwap(false, f.inRecv.Load() != 0)
+	f.closed.Store(true)
+	f.closings.Add(1)
+	return nil
+}
+
+// TestCloseUnderRequest: Close ends a request that waits for an answer
+// and closes the transport only after the request let go of it (a umad
+// handle freed under umad_recv is memory written after free); later
+// requests fail at once without sending.
+func TestCloseUnderRequest(t *testing.T) {
+	f := &silentSA{sent: make(chan struct{}, 1)}
+	c := New(f, Config{PortGID: us, SMLID: func() (uint16, error) { return 1, nil }, Timeout: time.Hour, Retries: 1})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.PathRecord(peer, 0xffff)
+		errc <- err
+	}()
+	<-f.sent
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("the request under way ended with %v, want ErrClosed", err)
+	}
+	if _, err := c.PathRecord(peer, 0xffff); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a request after Close: %v, want ErrClosed", err)
+	}
+	if f.misused.Load() || f.closings.Load() != 1 {
+		t.Fatalf("transport used while or after closing: %v, closed %d times", f.misused.Load(), f.closings.Load())
 	}
 }

@@ -233,24 +233,30 @@ func NewPortClient(ca string, port int, timeout time.Duration, retries int) (*Cl
 
 // Exit ends the process through C's exit, so that atexit handlers run:
 // ibsim's libumad2sim.so frees the simulated port's slot there, and a Go
-// os.Exit would skip it.
-func Exit(code int) { C.exit(C.int(code)) }
+// os.Exit would skip it. That handler can hang: it holds its device lock
+// while it joins its receiver thread, which may just have read a MAD and
+// be waiting for that lock. So after exitWait the process ends without
+// the handlers (the slot is then left to the simulator to reclaim).
+func Exit(code int) {
+	time.AfterFunc(exitWait, func() { syscall.Exit(code) })
+	C.exit(C.int(code))
+}
 
-// PortClient is an SA client on a port with the umad handle it owns.
+// exitWait bounds C's exit.
+const exitWait = 3 * time.Second
+
+// PortClient is an SA client on a port with the umad handle it owns
+// (Close ends a request under way, then closes the handle).
 type PortClient struct {
 	*Client
-	u *UMAD
 }
 
 // OpenPortClient opens an SA client on a port with the default timeouts
 // and retries, for the daemon.
 func OpenPortClient(ca string, port int) (*PortClient, error) {
-	c, u, err := NewPortClient(ca, port, 0, 0)
+	c, _, err := NewPortClient(ca, port, 0, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &PortClient{Client: c, u: u}, nil
+	return &PortClient{Client: c}, nil
 }
-
-// Close closes the umad handle.
-func (p *PortClient) Close() error { return p.u.Close() }

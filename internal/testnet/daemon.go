@@ -126,8 +126,18 @@ func (c *Cluster) Stop(k int, sig syscall.Signal) error {
 	exited, err := awaitPidfd(pidfd, stopTimeout)
 	if err == nil && !exited {
 		err = fmt.Errorf("ipoibd on %s (pid %d) still runs %v after %v", c.Host(k), pid, stopTimeout, unix.SignalName(sig))
+		dumpGoroutines(pidfd)
 	}
 	return err
+}
+
+// dumpGoroutines makes a daemon that would not stop write every
+// goroutine's stack to its log (Go's SIGQUIT), so the log the test prints
+// says where it hangs.
+func dumpGoroutines(pidfd int) {
+	if unix.PidfdSendSignal(pidfd, unix.SIGQUIT, nil, 0) == nil {
+		awaitPidfd(pidfd, 5*time.Second)
+	}
 }
 
 // stopForGood stops host k's daemon with SIGTERM, and SIGKILL if that
