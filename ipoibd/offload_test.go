@@ -54,7 +54,8 @@ func TestOffloadedTrafficIsStandardOnTheWire(t *testing.T) {
 		}
 	}
 	if len(udpGot) != (len(want)+udpSeg-1)/udpSeg {
-		t.Errorf("%d of %d UDP datagrams arrived", len(udpGot), (len(want)+udpSeg-1)/udpSeg)
+		t.Errorf("%d of %d UDP datagrams arrived; counters above 0: h1 %v, h2 %v",
+			len(udpGot), (len(want)+udpSeg-1)/udpSeg, nonZero(c.stats(1)), nonZero(c.stats(2)))
 	}
 
 	checks := []struct{ what, filter string }{
@@ -154,4 +155,15 @@ func udpGSOBurst(t *testing.T, c *cluster, a, b int) [][]byte {
 		got = append(got, bytes.Clone(buf[:n]))
 	}
 	return got
+}
+
+// nonZero is the counters of m above 0, for a failure's message.
+func nonZero(m map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
 }
