@@ -45,6 +45,22 @@ func (d *Device) stopAddrGen() error {
 	return nil
 }
 
+// setNoQueue gives the device the noqueue root qdisc before it goes up,
+// which otherwise attaches mq with a pfifo_fast for each of a multiqueue
+// TUN's 256 transmit queues, each with three rings of txqueuelen entries:
+// about 60 MiB of kernel memory per interface at our txqueuelen, zeroed
+// under the RTNL lock (a quarter second of CPU each), and never used, as
+// the TUN never stops a queue (it drops when its own ring, of txqueuelen
+// packets per queue, is full). An operator may still put a qdisc there.
+func (d *Device) setNoQueue() error {
+	q := &netlink.GenericQdisc{QdiscType: "noqueue",
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: d.index, Parent: netlink.HANDLE_ROOT}}
+	if err := d.nl.QdiscReplace(q); err != nil {
+		return fmt.Errorf("tun: %s qdisc noqueue: %w", d.Name(), err)
+	}
+	return nil
+}
+
 // IPv6MinMTU is the smallest link MTU IPv6 runs on (RFC 8200 §5): below
 // it the kernel turns IPv6 off on the link, and on again above.
 const IPv6MinMTU = netdev.IPv6MinMTU

@@ -284,6 +284,9 @@ func (d *Device) configure(cfg Config) error {
 	if err := d.nl.LinkSetTxQLen(link, cfg.TxQueueLen); err != nil {
 		return fmt.Errorf("tun: %s txqueuelen %d: %w", cfg.Name, cfg.TxQueueLen, err)
 	}
+	if err := d.setNoQueue(); err != nil {
+		return err
+	}
 	addrs := cfg.Addrs
 	if cfg.MTU < IPv6MinMTU {
 		// The kernel has no IPv6 on such a link (nor an addrgenmode to
