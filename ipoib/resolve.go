@@ -44,10 +44,13 @@ func (c *control) announce(ip netip.Addr) {
 		c.sendARP(&a, ib.LinkAddr{}, false)
 		return
 	}
-	{
-		m := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: ip, LinkAddr: c.i.port.local, HasLinkAddr: true}
-		c.sendND(&m, ip, allNodes, ib.LinkAddr{}, false)
+	// The replaced address travels in an option of our own that other
+	// receivers skip (neigh.OptReplacedLinkAddr).
+	m := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: ip, LinkAddr: c.i.port.local, HasLinkAddr: true}
+	if r := c.i.cfg.Replaces; r.GID != (ib.GID{}) {
+		m.Replaces, m.HasReplaces = r, true
 	}
+	c.sendND(&m, ip, allNodes, ib.LinkAddr{}, false)
 }
 
 // handleNeighPacket processes an ARP or ND packet from the fabric.
@@ -157,10 +160,15 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 			Target: m.Target, LinkAddr: i.port.local, HasLinkAddr: true}
 		c.sendND(&na, m.Target, src, reply, true)
 	case neigh.TypeNeighborAdvertisement:
-		if m.HasLinkAddr && !c.isLocal(m.Target) && !m.LinkAddr.SameNode(i.port.local) &&
-			i.neigh.Get(m.Target) != nil && c.vouch(p, m.LinkAddr) {
-			c.heard(m.Target, m.LinkAddr, from)
+		if !m.HasLinkAddr || c.isLocal(m.Target) || m.LinkAddr.SameNode(i.port.local) ||
+			i.neigh.Get(m.Target) == nil || !c.vouch(p, m.LinkAddr) {
+			return
 		}
+		if m.HasReplaces && !m.Solicited {
+			c.heardReplacing(m.Target, m.LinkAddr, from, m.Replaces)
+			return
+		}
+		c.heard(m.Target, m.LinkAddr, from)
 	}
 }
 

@@ -18,17 +18,22 @@ import (
 // sending to b. An announcement that names b's own link address as the
 // one it replaces (Config.Replaces: b's daemon restarted and took the
 // interface back) wins at once with SharedGIDs too; one naming another
-// is an impostor's.
+// is an impostor's. The same for IPv6, whose unsolicited NA carries the
+// replaced address in an option of ours.
 func TestSharedGIDClaims(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		shared   bool
 		replaces string // "b": an announcement naming b's link address; "a": naming a's
+		ipv6     bool   // the claim is an NA (the replaced address in its option) for b's IPv6 address
 	}{
-		{"one interface per port: a restart", false, ""},
-		{"shared GIDs: an impostor", true, ""},
-		{"shared GIDs: a restart naming the old address", true, "b"},
-		{"shared GIDs: an impostor naming another address", true, "a"},
+		{"one interface per port: a restart", false, "", false},
+		{"shared GIDs: an impostor", true, "", false},
+		{"shared GIDs: a restart naming the old address", true, "b", false},
+		{"shared GIDs: an impostor naming another address", true, "a", false},
+		{"IPv6, shared GIDs: an impostor", true, "", true},
+		{"IPv6, shared GIDs: a restart naming the old address", true, "b", true},
+		{"IPv6, shared GIDs: an impostor naming another address", true, "a", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newFakeHosts(t, 2, func(c *Config) { c.SharedGIDs = tc.shared })
@@ -45,10 +50,25 @@ func TestSharedGIDClaims(t *testing.T) {
 			if c.port.local.GID != b.port.local.GID || c.port.local.QPN == b.port.local.QPN {
 				t.Fatalf("c %v is not a second interface on b's port %v", c.port.local, b.port.local)
 			}
-			a.send(packetTo(a.ip4, b.ip4, 100, 1))
+			src, dst := a.ip4, b.ip4
+			if tc.ipv6 {
+				src, dst = a.ip6, b.ip6
+			}
+			a.send(packetTo(src, dst, 100, 1))
 			b.next(t)
 			refuted := a.count(impostors)
 			c.do(func() {
+				if tc.ipv6 {
+					na := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: b.ip6, LinkAddr: c.port.local, HasLinkAddr: true}
+					switch tc.replaces {
+					case "b":
+						na.Replaces, na.HasReplaces = b.port.local, true
+					case "a":
+						na.Replaces, na.HasReplaces = a.port.local, true
+					}
+					c.ctl.sendND(&na, b.ip6, a.ip6, a.port.local, true)
+					return
+				}
 				claim := neigh.ARP{Op: neigh.ARPReply, SenderHW: c.port.local, SenderIP: b.ip4, TargetHW: a.port.local, TargetIP: a.ip4}
 				switch tc.replaces {
 				case "b":
@@ -60,16 +80,16 @@ func TestSharedGIDClaims(t *testing.T) {
 			})
 			if !tc.shared || tc.replaces == "b" {
 				waitFor(t, "a to take the claim as b's restart", func() bool {
-					n, _ := a.neighbor(b.ip4)
+					n, _ := a.neighbor(dst)
 					return n.LinkAddr == c.LinkAddr().String()
 				})
 				return
 			}
 			waitFor(t, "a refutes c's claim", func() bool { return a.count(impostors) > refuted })
-			if n, _ := a.neighbor(b.ip4); n.LinkAddr != b.LinkAddr().String() {
+			if n, _ := a.neighbor(dst); n.LinkAddr != b.LinkAddr().String() {
 				t.Errorf("a's neighbor b is at %s after c's claim, want b's %v", n.LinkAddr, b.LinkAddr())
 			}
-			out := packetTo(a.ip4, b.ip4, 100, 2)
+			out := packetTo(src, dst, 100, 2)
 			a.send(out)
 			if got := b.next(t); string(got) != string(out) {
 				t.Fatalf("b got %d octets after c's claim, want a's packet", len(got))

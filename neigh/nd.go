@@ -17,6 +17,12 @@ const (
 const (
 	OptSourceLinkAddr uint8 = 1
 	OptTargetLinkAddr uint8 = 2
+	// OptReplacedLinkAddr is ipoibd's own, in an unsolicited NA: the link
+	// address the target had before its daemon restarted, as a gratuitous
+	// ARP names it in its target hardware address. 253 is one of the two
+	// types RFC 4727 sets aside for experiments; a receiver that does not
+	// know it skips it (RFC 4861 §4.6), as Linux does.
+	OptReplacedLinkAddr uint8 = 253
 )
 
 const (
@@ -27,7 +33,7 @@ const (
 	// 3 (×8 octets), two pad octets, then the 20-octet address (spec §4).
 	LinkAddrOptLen = 24
 	// NDMaxLen is the longest message Encode writes.
-	NDMaxLen = NDHeaderLen + LinkAddrOptLen
+	NDMaxLen = NDHeaderLen + 2*LinkAddrOptLen
 	// IPv6HeaderLen is the fixed IPv6 header in front of the message.
 	IPv6HeaderLen = 40
 	// NDHopLimit is the only hop limit RFC 4861 accepts on ND packets: it
@@ -55,6 +61,10 @@ type NeighborMessage struct {
 	Target                      netip.Addr
 	LinkAddr                    ib.LinkAddr
 	HasLinkAddr                 bool
+	// Replaces, in an NA, is the link address the target's interface
+	// had before (OptReplacedLinkAddr); HasReplaces says it is present.
+	Replaces    ib.LinkAddr
+	HasReplaces bool
 }
 
 const (
@@ -64,10 +74,14 @@ const (
 
 // Len returns the size of the ICMPv6 message Encode writes for m.
 func (m *NeighborMessage) Len() int {
+	n := NDHeaderLen
 	if m.HasLinkAddr {
-		return NDHeaderLen + LinkAddrOptLen
+		n += LinkAddrOptLen
 	}
-	return NDHeaderLen
+	if m.HasReplaces {
+		n += LinkAddrOptLen
+	}
+	return n
 }
 
 // optType is the link-layer option that belongs in m's type of message.
@@ -94,6 +108,9 @@ func (m *NeighborMessage) Encode(b []byte, src, dst netip.Addr) (int, error) {
 	if m.HasLinkAddr && !m.LinkAddr.QPN.Valid() {
 		return 0, ib.ErrField(ndFormat, "link-layer address option", "QPN %#x exceeds 24 bits", uint32(m.LinkAddr.QPN))
 	}
+	if m.HasReplaces && (m.Type != TypeNeighborAdvertisement || !m.Replaces.QPN.Valid()) {
+		return 0, ib.ErrField(ndFormat, "replaced link-layer address option", "only in an NA, with a QPN of 24 bits")
+	}
 	if err := m.check(src, dst); err != nil {
 		return 0, err
 	}
@@ -117,10 +134,15 @@ func (m *NeighborMessage) Encode(b []byte, src, dst netip.Addr) (int, error) {
 	b[4], b[5], b[6], b[7] = flags, 0, 0, 0
 	t := m.Target.As16()
 	copy(b[8:24], t[:])
+	o := b[NDHeaderLen:]
 	if m.HasLinkAddr {
-		o := b[NDHeaderLen:]
 		o[0], o[1], o[2], o[3] = m.optType(), linkAddrOptUnits, 0, 0
 		_ = m.LinkAddr.Encode(o[4:24]) // cannot fail: length and QPN checked
+		o = o[LinkAddrOptLen:]
+	}
+	if m.HasReplaces {
+		o[0], o[1], o[2], o[3] = OptReplacedLinkAddr, linkAddrOptUnits, 0, 0
+		_ = m.Replaces.Encode(o[4:24])
 	}
 	binary.BigEndian.PutUint16(b[2:4], ICMPv6Checksum(src, dst, b))
 	return n, nil
@@ -217,6 +239,10 @@ func DecodeNeighborMessage(b []byte, src, dst netip.Addr) (NeighborMessage, erro
 				m.LinkAddr, _ = ib.DecodeLinkAddr(o[4:24])
 				m.HasLinkAddr = true
 			}
+		}
+		if o[0] == OptReplacedLinkAddr && typ == TypeNeighborAdvertisement && !m.HasReplaces && n == LinkAddrOptLen {
+			m.Replaces, _ = ib.DecodeLinkAddr(o[4:24])
+			m.HasReplaces = true
 		}
 		o = o[n:]
 	}

@@ -78,6 +78,21 @@ var ndGoldens = []struct {
 		src: llB, dst: allNodes,
 		msg: NeighborMessage{Type: TypeNeighborAdvertisement, Override: true, Target: llB, LinkAddr: hwB, HasLinkAddr: true},
 	},
+	{
+		name: "unsolicited NA after a restart, naming the replaced link address",
+		wire: `60 00 00 00 | 00 48 | 3a | ff  # payload length 72
+		       fe80 0000 0000 0000 0202 c903 000b 1234 # source
+		       ff02 0000 0000 0000 0000 0000 0000 0001 # destination ff02::1
+		       88 | 00 | bf 5e
+		       20 00 00 00  # flags O
+		       fe80 0000 0000 0000 0202 c903 000b 1234
+		       02 | 03 | 00 00 | ` + wireB + `
+		       fd           # option 253 (RFC 4727 experimental): the replaced link address
+		       03 | 00 00 | ` + wireA,
+		src: llB, dst: allNodes,
+		msg: NeighborMessage{Type: TypeNeighborAdvertisement, Override: true, Target: llB, LinkAddr: hwB, HasLinkAddr: true,
+			Replaces: hwA, HasReplaces: true},
+	},
 }
 
 func TestNDGolden(t *testing.T) {
@@ -146,6 +161,7 @@ func TestNDOptions(t *testing.T) {
 		nonce      = "0e 01 010203040506"  // RFC 3971 nonce: unknown here
 		mtu        = "05 01 0000 00000800" // MTU option
 		bigUnknown = "fe 02 0000000000000000000000000000"
+		replaced   = "fd 03 0000 " + wireA
 	)
 	ns := NeighborMessage{Type: TypeNeighborSolicitation, Target: llB}
 	nsA := ns
@@ -153,6 +169,8 @@ func TestNDOptions(t *testing.T) {
 	na := NeighborMessage{Type: TypeNeighborAdvertisement, Target: llB}
 	naB := na
 	naB.LinkAddr, naB.HasLinkAddr = hwB, true
+	naBReplacing := naB
+	naBReplacing.Replaces, naBReplacing.HasReplaces = hwA, true
 	tests := []struct {
 		name string
 		msg  []byte
@@ -174,6 +192,11 @@ func TestNDOptions(t *testing.T) {
 		{"NA unknown then target LLA", naWithOptions(t, 0, mtu, tlla), llB, llA, naB},
 		{"NA reserved flag bits ignored", naWithOptions(t, 0x1f), llB, llA, na},
 		{"NA R", naWithOptions(t, 0x80), llB, llA, NeighborMessage{Type: TypeNeighborAdvertisement, Router: true, Target: llB}},
+		{"NA replaced LLA", naWithOptions(t, 0, tlla, replaced), llB, llA, naBReplacing},
+		{"NA replaced LLA first, then target LLA", naWithOptions(t, 0, replaced, tlla), llB, llA, naBReplacing},
+		{"NA first replaced LLA wins", naWithOptions(t, 0, tlla, replaced, "fd 03 0000 "+wireB), llB, llA, naBReplacing},
+		{"NA replaced LLA of length 1 ignored", naWithOptions(t, 0, tlla, "fd 01 020000000001"), llB, llA, naB},
+		{"NS replaced LLA ignored", nsWithOptions(t, replaced, slla), llA, snB, nsA},
 		{"NA R+S+O", naWithOptions(t, 0xff, tlla), llB, llA, NeighborMessage{Type: TypeNeighborAdvertisement, Router: true, Solicited: true, Override: true, Target: llB, LinkAddr: hwB, HasLinkAddr: true}},
 		// A DAD NS whose LLA option has the wrong size carries no
 		// address as far as Linux is concerned, so it is not dropped.
@@ -287,7 +310,10 @@ func TestEncodeNDErrors(t *testing.T) {
 		{"no target", func() NeighborMessage { m := ns; m.Target = netip.Addr{}; return m }(), llA, snB, NDMaxLen, "target"},
 		{"multicast target", func() NeighborMessage { m := ns; m.Target = snB; return m }(), llA, snB, NDMaxLen, "target"},
 		{"QPN", func() NeighborMessage { m := ns; m.LinkAddr.QPN = 1 << 24; return m }(), llA, snB, NDMaxLen, "link-layer address option"},
-		{"short buffer", ns, llA, snB, NDMaxLen - 1, "buffer"},
+		{"short buffer", ns, llA, snB, NDHeaderLen + LinkAddrOptLen - 1, "buffer"},
+		{"short buffer, two options", ndGoldens[4].msg, llB, allNodes, NDMaxLen - 1, "buffer"},
+		{"replaced LLA in an NS", func() NeighborMessage { m := ns; m.Replaces, m.HasReplaces = hwB, true; return m }(), llA, snB, NDMaxLen, "replaced link-layer address option"},
+		{"replaced LLA's QPN", func() NeighborMessage { m := na; m.Replaces, m.HasReplaces = ib.LinkAddr{QPN: 1 << 24}, true; return m }(), llB, llA, NDMaxLen, "replaced link-layer address option"},
 		{"short buffer, no option", NeighborMessage{Type: TypeNeighborSolicitation, Target: llB}, llA, snB, NDHeaderLen - 1, "buffer"},
 		{"IPv4 source", ns, ip4A, snB, NDMaxLen, "source address"},
 		{"multicast source", ns, allNodes, snB, NDMaxLen, "source address"},
@@ -317,7 +343,7 @@ func TestEncodeNDErrors(t *testing.T) {
 			}
 		})
 	}
-	_, err := ns.EncodeIPv6(make([]byte, IPv6HeaderLen+NDMaxLen-1), llA, snB)
+	_, err := ns.EncodeIPv6(make([]byte, IPv6HeaderLen+ns.Len()-1), llA, snB)
 	testutil.WantField(t, err, "IPv6", "buffer")
 	// LinkAddr is not looked at without HasLinkAddr.
 	m := NeighborMessage{Type: TypeNeighborSolicitation, Target: llB, LinkAddr: ib.LinkAddr{QPN: 1 << 30}}
