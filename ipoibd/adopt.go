@@ -47,7 +47,23 @@ type restartState struct {
 	kids     []stateChild
 	problems []stateProblem
 	before   map[string]ib.LinkAddr
+	// notTaken are the pods' children the state file listed that could
+	// not be taken back though their namespace still exists: their
+	// interfaces are there, served by none (under daemon.mu).
+	notTaken []unservedInfo
 }
+
+// unservedInfo is an interface an earlier daemon left that none serves
+// (`show`): it has no carrier and nothing reaches it.
+type unservedInfo struct {
+	Name  string `json:"name"`
+	Netns string `json:"netns,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	Why   string `json:"why"`
+}
+
+// errNamespaceGone: a pod's namespace went, and its interface with it.
+var errNamespaceGone = errors.New("the pod's namespace is gone")
 
 // stateKey names a child in its namespace.
 func stateKey(netns, name string) string { return netns + "\x00" + name }
@@ -160,18 +176,41 @@ func (d *daemon) adoptState() {
 // them until a child add of that name takes them back or ip link del
 // removes them.
 func (d *daemon) logUnserved() {
+	for _, u := range d.unserved() {
+		if u.Netns == "" {
+			d.base.Log.Warn(unservedHere, "if", u.Name)
+		}
+	}
+}
+
+// unservedHere is why an interface in the daemon's namespace is unserved.
+const unservedHere = "interface left by an earlier daemon, served by none (carrier off): ipoibd child add --name takes it back, ip link del removes it"
+
+// unserved lists the interfaces an earlier daemon left that none serves
+// now: those in the daemon's namespace as the kernel has them (a
+// persistent TUN of ours with no queue attached), then the pods' children
+// the state file listed that could not be taken back and still are not.
+func (d *daemon) unserved() []unservedInfo {
+	var out []unservedInfo
 	names, err := tun.Unserved(d.netns)
 	if err != nil {
 		d.base.Log.Debug("listing unserved interfaces", "err", err)
-		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, n := range names {
 		if !slices.ContainsFunc(d.ifaces, func(s *served) bool { return s.netns == "" && s.iface.Name() == n }) {
-			d.base.Log.Warn("interface left by an earlier daemon, served by none (carrier off): ipoibd child add --name takes it back, ip link del removes it", "if", n)
+			out = append(out, unservedInfo{Name: n, Why: unservedHere})
 		}
 	}
+	for _, u := range d.rs.notTaken {
+		if !slices.ContainsFunc(d.ifaces, func(s *served) bool {
+			return s.netns == u.Netns && (s.owner != "" && s.owner == u.Owner || s.iface.Name() == u.Name)
+		}) {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // adoptAll logs what was wrong with the state file and takes back each
@@ -185,8 +224,15 @@ func adoptAll(d *daemon, adopt func(stateChild) error) {
 		d.base.Log.Log(context.Background(), level, "state file "+p.what, "path", d.rs.path, "err", p.err)
 	}
 	for _, c := range d.rs.kids {
-		if err := adopt(c); err != nil {
-			d.base.Log.Warn("child not taken back", "if", c.Name, "pkey", c.PKey, "netns", c.Netns, "owner", c.Owner, "err", err)
+		err := adopt(c)
+		if err == nil {
+			continue
+		}
+		d.base.Log.Warn("child not taken back", "if", c.Name, "pkey", c.PKey, "netns", c.Netns, "owner", c.Owner, "err", err)
+		if c.Netns != "" && !errors.Is(err, errNamespaceGone) {
+			d.mu.Lock()
+			d.rs.notTaken = append(d.rs.notTaken, unservedInfo{Name: c.Name, Netns: c.Netns, Owner: c.Owner, Why: "not taken back: " + err.Error()})
+			d.mu.Unlock()
 		}
 	}
 }
@@ -216,10 +262,10 @@ func (d *daemon) checkNetns(c stateChild) error {
 	}
 	id, err := netnsID(c.Netns)
 	if err != nil {
-		return fmt.Errorf("its namespace is gone: %w", err)
+		return fmt.Errorf("%w: %w", errNamespaceGone, err)
 	}
 	if c.NetnsIno != 0 && (id.ino != c.NetnsIno || id.dev != c.NetnsDev) {
-		return fmt.Errorf("%s names another namespace now: the pod's is gone", c.Netns)
+		return fmt.Errorf("%w: %s names another namespace now", errNamespaceGone, c.Netns)
 	}
 	return nil
 }

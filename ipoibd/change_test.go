@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/internal/testnet"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"golang.org/x/sys/unix"
 )
 
 // queryIf asks host k's daemon of interface ifname (ipoibd CMD IFNAME -j).
@@ -174,6 +176,27 @@ func TestPKeyChildren(t *testing.T) {
 	if out, err := c.try(1, "ip", "-o", "link", "show", "ib0.8001"); err != nil || !strings.Contains(out, "NO-CARRIER") {
 		t.Errorf("h1's ib0.8001 after SIGTERM, want it kept with no carrier: %v\n%s", err, out)
 	}
+	// Without its state file a daemon does not know the child: show
+	// lists it as unserved until a child add takes it back.
+	var ns unix.Stat_t
+	if err := unix.Stat("/run/netns/"+c.host(1), &ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(fmt.Sprintf("/run/ipoibd/ib0.ns%d.state", ns.Ino)); err != nil {
+		t.Fatal(err)
+	}
+	c.start(1, "--softib-pkeys", "0xffff,0x8001")
+	for _, name := range []string{"ib0.8001", "ib0.8002"} {
+		if out := c.on(1, binary, "show"); !strings.Contains(out, "unserved "+name+": interface left by an earlier daemon") {
+			t.Errorf("show without the state file, want %s listed as unserved:\n%s", name, out)
+		}
+	}
+	c.on(1, binary, "child", "add", "0x8001", "--addr", child(1)+"/24")
+	if out := c.on(1, binary, "show"); strings.Contains(out, "unserved ib0.8001") || !strings.Contains(out, "unserved ib0.8002") {
+		t.Errorf("show after child add took ib0.8001 back, want only ib0.8002 unserved:\n%s", out)
+	}
+	c.on(1, "ip", "link", "del", "ib0.8002")
+	c.stop(1, "TERM")
 	// Start returns once ib0's control socket answers, which it does only
 	// once the --child interfaces exist: no waiting here. (When ib0
 	// answered first, this check failed beside a CPU hog, 1 of 4 runs.)

@@ -66,6 +66,7 @@ func (s *controlServer) ServeControl(req *control.Request) (any, error) {
 		r := showReply{Info: s.iface.Show(), ConnService: s.d.choice, Children: []control.ChildInfo{}}
 		if s.iface == s.d.first() {
 			r.Children = s.d.children()
+			r.Unserved = s.d.unserved()
 		} else {
 			r.Parent = s.d.parentName()
 		}
@@ -254,6 +255,13 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage, all bool) error 
 			}
 			fmt.Fprintln(w)
 		}
+		for _, u := range i.Unserved {
+			fmt.Fprintf(w, "    unserved %s", u.Name)
+			if u.Netns != "" {
+				fmt.Fprintf(w, " netns %s owner %s", u.Netns, orDash(u.Owner))
+			}
+			fmt.Fprintf(w, ": %s\n", u.Why)
+		}
 	case "neigh":
 		var ns []ipoib.NeighInfo
 		if err := json.Unmarshal(raw, &ns); err != nil {
@@ -331,6 +339,9 @@ type showReply struct {
 	ConnService connServiceChoice   `json:"cm_choice"`
 	Parent      string              `json:"parent"`   // a child's parent, "" for the first interface
 	Children    []control.ChildInfo `json:"children"` // the first interface's P_Key children
+	// Unserved, on the first interface, are interfaces an earlier daemon
+	// left that none serves (carrier off, unreachable).
+	Unserved []unservedInfo `json:"unserved,omitempty"`
 }
 
 func advertised(b bool) string {

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,6 +85,33 @@ func TestStateFileRobustness(t *testing.T) {
 				if !strings.Contains(got[k], w) {
 					t.Errorf("log line %d %q, want %q in it", k, got[k], w)
 				}
+			}
+		})
+	}
+}
+
+// TestNotTakenBackIsShown: a pod's child that could not be taken back
+// while its namespace still exists is listed as unserved (its interface
+// is there, unreachable) until a child add serves it; one whose namespace
+// is gone is not (its interface went with it).
+func TestNotTakenBackIsShown(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		err   error
+		shown bool
+	}{
+		{"refused", errors.New("P_Key 0x8002 is not in the port's P_Key table"), true},
+		{"namespace gone", fmt.Errorf("%w: stat: no such file", errNamespaceGone), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &daemon{base: ipoib.Config{Name: "ib0", Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+			d.rs.kids = []stateChild{{ChildRequest: control.ChildRequest{PKey: "0x8002", Name: "net1", Netns: "/proc/self/ns/net", Owner: "cni/x/c1/net1"}}}
+			adoptAll(d, func(stateChild) error { return tc.err })
+			shown := slices.ContainsFunc(d.unserved(), func(u unservedInfo) bool {
+				return u.Name == "net1" && u.Owner == "cni/x/c1/net1" && strings.Contains(u.Why, "P_Key 0x8002")
+			})
+			if shown != tc.shown {
+				t.Errorf("net1 listed as unserved: %v, want %v (%+v)", shown, tc.shown, d.unserved())
 			}
 		})
 	}
