@@ -57,6 +57,7 @@ cleanup() {
 	ip -n peer link set ub netns 1 2>/dev/null
 	ip netns del peer 2>/dev/null
 	ip netns del tb1 2>/dev/null
+	ip netns del pod1 2>/dev/null
 }
 trap cleanup EXIT
 
@@ -213,6 +214,30 @@ else
 fi
 ip -d addr show dev ib0 | sed 's/^/  ib0| /'
 
+# --- a pod's child across `systemctl restart`: the unit's ExecStop sees the
+# restart job and does not stop for good, so the child stays in its
+# namespace (the same link, its address) and the new daemon serves it again
+# from the state file in the preserved RuntimeDirectory.
+ip netns add pod1
+pod() { ip netns exec pod1 "$@"; }
+pod_reaches() { pod ping -c 1 -w 2 192.168.100.2; }
+link_of() { pod ip -o link show net1 | cut -d: -f1; }
+why=""
+if ipoibd child add 0xffff --name net1 --netns /run/netns/pod1 --owner testbed/pod1 --addr 192.168.100.9/24 >"$log/child" 2>&1 &&
+	within 30 pod_reaches; then
+	idx=$(link_of) pid=$(prop "$U" MainPID) t=$EPOCHREALTIME
+	systemctl restart "$U" || why+="systemctl restart failed; "
+	restarted "$pid" || why+="no new daemon after the restart; "
+	[ "$(link_of)" = "$idx" ] || why+="net1 is another link now ($(link_of), was $idx); "
+	pod ip -o addr show dev net1 | grep -q ' 192\.168\.100\.9/24 ' || why+="net1 lost its address; "
+	within 30 pod_reaches || why+="the pod does not reach the peer after the restart; "
+	ipoibd show | grep -q 'child net1 .*owner testbed/pod1' || why+="the new daemon does not list net1 as its child; "
+	note "systemctl restart to the pod answering again: $(elapsed "$t")"
+else
+	why+="child add or first ping: $(tr '\n' ' ' <"$log/child")"
+fi
+if [ -z "$why" ]; then pass restart-keeps-pod; else fail restart-keeps-pod "$why"; fi
+
 # --- stop: SIGTERM sends DREQs (the peer counts the disconnect), the daemon
 # exits cleanly within TimeoutStopSec, ib0 and every route on it are gone.
 ping -c 1 -w 10 192.168.100.2 >/dev/null 2>&1
@@ -228,10 +253,11 @@ within 10 above cm_disconnected "${d0:-0}" ||
 	why+="the peer's cm_disconnected stayed at $d0; "
 if [ -z "$why" ]; then pass stop-dreq; else fail stop-dreq "$why"; fi
 routes=$(ip route show table all | grep -E ' dev ib0( |$)|proto 105')
-if ! ip link show ib0 >/dev/null 2>&1 && [ -z "$routes" ]; then
+if ! ip link show ib0 >/dev/null 2>&1 && [ -z "$routes" ] && ! pod ip link show net1 >/dev/null 2>&1 &&
+	[ -z "$(ls /run/ipoibd/ib0 2>/dev/null)" ]; then
 	pass stop-no-leftovers
 else
-	fail stop-no-leftovers "ib0: $(ip -o link show ib0 2>&1 | cut -c1-60); routes: $routes"
+	fail stop-no-leftovers "ib0: $(ip -o link show ib0 2>&1 | cut -c1-60); pod1's net1: $(pod ip -o link show net1 2>&1 | cut -c1-60); routes: $routes; state: $(ls /run/ipoibd/ib0 2>&1)"
 fi
 # Where a start's time goes (TCG is slow): systemd's, then the daemon's.
 journalctl -q -b -u "$U" -o short-monotonic | grep -E 'Starting|msg=up|Started' | sed 's/^/  starts| /'
