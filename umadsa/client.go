@@ -41,11 +41,11 @@ type Transport interface {
 // ErrRecvTimeout is what a Transport's Recv returns when nothing came.
 var ErrRecvTimeout = errors.New("umadsa: receive timed out")
 
-// ErrNoSM: the port knows no subnet manager (SM LID 0), so there is no SA
-// to ask.
 // ErrClosed: the client was closed before or while the request ran.
 var ErrClosed = errors.New("umadsa: the SA client is closed")
 
+// ErrNoSM: the port knows no subnet manager (SM LID 0), so there is no SA
+// to ask.
 var ErrNoSM = errors.New("the port has no subnet manager (SM LID 0): is one running on the fabric, and is the port active?")
 
 // TimeoutError: the SA did not answer any try.
