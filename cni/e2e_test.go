@@ -1,6 +1,7 @@
 package cni_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -60,7 +61,11 @@ func build(t *testing.T) string {
 			// The reference runtime tool, at the version go.mod requires.
 			{"cnitool", "github.com/containernetworking/cni/cnitool"},
 		} {
-			if out, err := exec.Command("go", "build", "-o", filepath.Join(bins, b[0]), b[1]).CombinedOutput(); err != nil {
+			args := []string{"build", "-o", filepath.Join(bins, b[0]), b[1]}
+			if b[0] == "ipoibd" && os.Getenv("IPOIBD_TEST_RACE") != "" {
+				args = append(args, "-race") // the daemon's data races end up in its log
+			}
+			if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("building %s: %v\n%s", b[0], err, out)
 				return
 			}
@@ -163,9 +168,12 @@ func upCluster(t *testing.T, name string, hosts, net int, flags ...string) *test
 	}
 	c.Daemon = filepath.Join(bins, "ipoibd")
 	t.Cleanup(func() {
-		if t.Failed() {
-			for k := 1; k <= hosts; k++ {
-				out, _ := os.ReadFile(c.LogPath(k))
+		for k := 1; k <= hosts; k++ {
+			out, _ := os.ReadFile(c.LogPath(k))
+			if bytes.Contains(out, []byte("WARNING: DATA RACE")) {
+				t.Errorf("h%d's daemon (built with IPOIBD_TEST_RACE) found a data race", k)
+			}
+			if t.Failed() {
 				t.Logf("daemon log of h%d:\n%s", k, out)
 			}
 		}

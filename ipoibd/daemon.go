@@ -128,6 +128,9 @@ func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
 		return nil, err
 	}
 	if cfg.Netdev, err = tun.OpenNetdevWith(nc, netns, netdevOptions(s)); err != nil {
+		if netns != "" && errors.Is(err, unix.EPERM) {
+			err = fmt.Errorf("%w (another network namespace needs CAP_SYS_ADMIN and setns(): under the systemd unit, its drop-in dist/ipoibd-netns.conf)", err)
+		}
 		return nil, err
 	}
 	d.opened(s, nc.Name, cfg.Netdev)

@@ -617,6 +617,7 @@ systemd_overlay() {
 	# The hand-off recipes, not installed: the unmanaged hook installs them
 	# as an operator would, once it has seen the tools without them.
 	mkdir -p "$OV/opt/ipoibd/dist/NetworkManager" "$OV/opt/ipoibd/dist/networkd"
+	cp dist/ipoibd-netns.conf "$OV/opt/ipoibd/dist/"
 	cp dist/NetworkManager/ipoibd-unmanaged.conf "$OV/opt/ipoibd/dist/NetworkManager/"
 	cp dist/networkd/ib0-unmanaged.network "$OV/opt/ipoibd/dist/networkd/"
 	# The underlay: a veth pair networkd makes at boot. ua keeps its

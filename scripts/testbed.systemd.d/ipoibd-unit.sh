@@ -217,14 +217,25 @@ ip -d addr show dev ib0 | sed 's/^/  ib0| /'
 # --- a pod's child across `systemctl restart`: the unit's ExecStop sees the
 # restart job and does not stop for good, so the child stays in its
 # namespace (the same link, its address) and the new daemon serves it again
-# from the state file in the preserved RuntimeDirectory.
+# from the state file in the preserved RuntimeDirectory. The unit's sandbox
+# keeps it out of other namespaces until the operator installs the netns
+# drop-in, which the refusal names.
 ip netns add pod1
 pod() { ip netns exec pod1 "$@"; }
 pod_reaches() { pod ping -c 1 -w 2 192.168.100.2; }
 link_of() { pod ip -o link show net1 | cut -d: -f1; }
+add_pod() { ipoibd child add 0xffff --name net1 --netns /run/netns/pod1 --owner testbed/pod1 --addr 192.168.100.9/24; }
+if ! out=$(add_pod 2>&1) && grep -q 'dist/ipoibd-netns.conf' <<<"$out"; then
+	pass pod-refusal-names-dropin
+else
+	fail pod-refusal-names-dropin "child add without the drop-in: $out"
+fi
+mkdir -p /etc/systemd/system/ipoibd@ib0.service.d
+cp /opt/ipoibd/dist/ipoibd-netns.conf /etc/systemd/system/ipoibd@ib0.service.d/netns.conf
+systemctl daemon-reload
+systemctl restart "$U"
 why=""
-if ipoibd child add 0xffff --name net1 --netns /run/netns/pod1 --owner testbed/pod1 --addr 192.168.100.9/24 >"$log/child" 2>&1 &&
-	within 30 pod_reaches; then
+if add_pod >"$log/child" 2>&1 && within 30 pod_reaches; then
 	idx=$(link_of) pid=$(prop "$U" MainPID) t=$EPOCHREALTIME
 	systemctl restart "$U" || why+="systemctl restart failed; "
 	restarted "$pid" || why+="no new daemon after the restart; "
