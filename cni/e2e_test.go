@@ -63,7 +63,7 @@ func build(t *testing.T) string {
 		} {
 			args := []string{"build", "-o", filepath.Join(bins, b[0]), b[1]}
 			if b[0] == "ipoibd" && os.Getenv("IPOIBD_TEST_RACE") != "" {
-				args = append(args, "-race") // the daemon's data races end up in its log
+				args = slices.Insert(args, 1, "-race") // the daemon's data races end up in its log
 			}
 			if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("building %s: %v\n%s", b[0], err, out)

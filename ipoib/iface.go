@@ -217,6 +217,8 @@ type Interface struct {
 	log  *slog.Logger
 	logs *logLimiter // rate-limits log's lines
 	done chan struct{}
+	// ctlDone is closed when the control goroutine has returned.
+	ctlDone chan struct{}
 	// lost is closed when the interface can carry nothing any more (its
 	// link was deleted, its TUN cannot be read), with lostErr saying why:
 	// the daemon must not outlive it.
@@ -301,7 +303,6 @@ func New(cfg Config) (_ *Interface, err error) {
 	if err = i.openQueues(); err != nil {
 		return nil, err
 	}
-	i.port.local.QPN = i.udQP.Num()
 	i.rxBuf.groOn, _ = i.netdev.Offloads()
 	i.routes = i.netdev.Routes()
 	if cfg.Mode == Connected {
@@ -420,6 +421,7 @@ func newInterface(cfg Config, port portID, mtu int) *Interface {
 		neigh:     neigh.NewTable(8, 65536),
 		logs:      newLogLimiter(cfg.Log.Handler(), logBurst, logWindow),
 		done:      make(chan struct{}),
+		ctlDone:   make(chan struct{}),
 		lost:      make(chan struct{}),
 	}
 	i.name.Store(&cfg.Name)
@@ -532,6 +534,8 @@ func (i *Interface) openQueues() error {
 	if i.udQP, err = i.dev.CreateQP(ib.QPAttr{Type: ib.UD, SendCQ: i.sendCQ, RecvCQ: i.pool.recvCQ, MaxSend: connSendDepth + int(lay.neigh), MaxRecv: int(lay.udRx)}); err != nil {
 		return err
 	}
+	// Set before the port may deliver to the QP: the receive path reads it.
+	i.port.local.QPN = i.udQP.Num()
 	i.pool.owners.set(i.udQP.Num(), i)
 	// The control goroutine's ARP and ND sends share the UD send queue.
 	i.slots.bound(i.udQP.MaxSend() - int(lay.neigh))
@@ -579,7 +583,7 @@ func (i *Interface) Start() {
 		r := &txReader{queue: q, slots: &i.slots.tx[q]}
 		go func() { defer i.wg.Done(); i.txLoop(r) }()
 	}
-	go func() { defer i.wg.Done(); i.controlLoop() }()
+	go func() { defer i.wg.Done(); defer close(i.ctlDone); i.controlLoop() }()
 }
 
 // Close disconnects every connection (DREQs go out), stops the datapath and
@@ -593,6 +597,9 @@ func (i *Interface) Close() {
 		}
 		i.stop()
 		close(i.done)
+		if i.started.Load() {
+			<-i.ctlDone // it uses the netdev (netlink) until it returns
+		}
 		_ = i.netdev.Close() // unblocks the TUN reader
 		i.wg.Wait()
 		i.ctl.subnet.close()
