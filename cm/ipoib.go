@@ -37,6 +37,10 @@ const (
 	// IPoIBPrivateDataLen is the meaningful part of a REQ's or REP's private
 	// data; the rest is zero.
 	IPoIBPrivateDataLen = 8
+	// IPoIBMarkedLen is that with ipoibd's mark after it, in octets 8–11
+	// (PrivateData.BothWays): reserved by RFC 4755, zero from Linux, which
+	// reads only the first 8.
+	IPoIBMarkedLen = 12
 	// LinuxReceiveMTU is the receive MTU Linux advertises in every REQ and
 	// REP: a 65520-octet IP packet plus the 4-octet IPoIB header.
 	LinuxReceiveMTU = 65524
@@ -52,11 +56,19 @@ type PrivateData struct {
 	// ReceiveMTU is the largest IPoIB message (header + IP packet) the
 	// sender accepts on this connection; it must exceed 4.
 	ReceiveMTU uint32
+	// BothWays marks an ipoibd sender: it receives on every connection,
+	// also those it opened, so its peer may send on a connection the
+	// sender opened. The kernel's ipoib cannot take that (it receives on
+	// the connections it accepted only), and sends no mark.
+	BothWays bool
 }
 
+// bothWaysMark is octets 8–11 of a marked private data: "ipd" and 1.
+var bothWaysMark = [4]byte{'i', 'p', 'd', 1}
+
 // Encode writes d into the first 8 octets of a private-data area (e.g.
-// REQ.PrivateData[:]); the octets after them are left as they are (zero in
-// a fresh message).
+// REQ.PrivateData[:]), and the mark into the next 4 when BothWays; the
+// octets after them are left as they are (zero in a fresh message).
 func (d PrivateData) Encode(b []byte) error {
 	if err := ib.NeedLen("IPoIB-CM private data", "buffer", b, IPoIBPrivateDataLen); err != nil {
 		return err
@@ -69,6 +81,12 @@ func (d PrivateData) Encode(b []byte) error {
 	}
 	binary.BigEndian.PutUint32(b[0:4], uint32(d.UDQPN))
 	binary.BigEndian.PutUint32(b[4:8], d.ReceiveMTU)
+	if d.BothWays {
+		if err := ib.NeedLen("IPoIB-CM private data", "buffer", b, IPoIBMarkedLen); err != nil {
+			return err
+		}
+		copy(b[8:12], bothWaysMark[:])
+	}
 	return nil
 }
 
@@ -83,6 +101,7 @@ func DecodePrivateData(b []byte) (PrivateData, error) {
 		UDQPN:      ib.QPN(ib.Get24(b[1:4])),
 		ReceiveMTU: binary.BigEndian.Uint32(b[4:8]),
 	}
+	d.BothWays = len(b) >= IPoIBMarkedLen && [4]byte(b[8:12]) == bothWaysMark
 	// Linux refuses such a REP too (REJ Consumer Reject): the connection MTU
 	// would be zero or negative.
 	if d.ReceiveMTU <= ipoibHeaderLen {

@@ -102,3 +102,33 @@ func TestPrivateData(t *testing.T) {
 	testutil.WantField(t, want.Encode(make([]byte, 7)), "IPoIB-CM private data", "buffer")
 	testutil.WantField(t, PrivateData{UDQPN: 1 << 24, ReceiveMTU: LinuxReceiveMTU}.Encode(make([]byte, 8)), "IPoIB-CM private data", "UD QPN")
 }
+
+// TestPrivateDataMark: ipoibd's mark, octets 8–11, round-trips; Linux's
+// zeros, anything else there, or private data cut before it, is no mark.
+func TestPrivateDataMark(t *testing.T) {
+	marked := PrivateData{UDQPN: 0x48, ReceiveMTU: LinuxReceiveMTU, BothWays: true}
+	area := make([]byte, REQPrivateDataLen)
+	if err := marked.Encode(area); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(area[8:12], []byte("ipd\x01")) || !bytes.Equal(area[12:], make([]byte, REQPrivateDataLen-12)) {
+		t.Errorf("marked encode = % x", area)
+	}
+	testutil.WantField(t, marked.Encode(make([]byte, 11)), "IPoIB-CM private data", "buffer")
+	for _, tc := range []struct {
+		name string
+		pd   []byte
+		want bool
+	}{
+		{"ipoibd's", area, true},
+		{"Linux's zeros", append(area[:8:8], make([]byte, 84)...), false},
+		{"another version octet", append(area[:8:8], 'i', 'p', 'd', 2), false},
+		{"cut after the MTU", area[:8], false},
+		{"cut inside the mark", area[:11], false},
+	} {
+		d, err := DecodePrivateData(tc.pd)
+		if err != nil || d.BothWays != tc.want || d.UDQPN != 0x48 {
+			t.Errorf("%s: %+v, %v; want BothWays %v", tc.name, d, err, tc.want)
+		}
+	}
+}

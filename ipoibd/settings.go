@@ -72,7 +72,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.pkey, "pkey", "0xffff", "partition key of the interface, in hex as every InfiniBand tool writes it (0x optional: 8001 is 0x8001)")
 	fs.StringVar(&o.mode, "mode", "connected", "IPoIB mode: connected or datagram")
 	fs.StringVar(&o.cmModes, "cm-modes", "rc", "connected modes offered: rc, uc or rc,uc")
-	fs.StringVar(&o.policy, "cm-policy", "linux", "sending policy: linux (send on our own connections only, as the kernel's ipoib expects) or rfc (send on connections either side opened; RFC 4755 crossing rule)")
+	fs.StringVar(&o.policy, "cm-policy", "linux", "sending policy: linux (send on our own connections only, as the kernel's ipoib expects) or rfc (send also on connections an ipoibd peer opened, never on a kernel peer's; RFC 4755 crossing rule)")
 	fs.IntVar(&o.mtu, "mtu", 0, "interface MTU (default: 65520 connected, the UD MTU in datagram mode)")
 	fs.StringArrayVar(&o.addrs, "addr", nil, "`ADDRESS/LENGTH` to put on the interface (repeatable), e.g. 192.168.77.1/24 or fd00:77::1/64: a unicast host address and its subnet's prefix length")
 	fs.StringArrayVar(&o.children, "child", nil, "a P_Key child made at start, as ipoibd child add makes one at run time (repeatable): `PKEY[=ADDRESS/LENGTH,...]`, the P_Key in hex, e.g. 8001=192.168.78.1/24")

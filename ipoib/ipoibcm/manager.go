@@ -27,9 +27,11 @@ const (
 	// receives on all, as the kernel ipoib driver expects; REQs are never
 	// refused for crossing.
 	PolicyLinux Policy = iota
-	// PolicyRFC sends on connections either side opened; crossing REQs
-	// (both sides' REQs outstanding at once) are resolved by the RFC 4755
-	// rule. A REQ arriving once ours was answered is accepted as a second
+	// PolicyRFC sends on connections either side opened, but on one the
+	// peer opened only when its REQ carries ipoibd's mark
+	// (cm.PrivateData.BothWays): the kernel receives on the connections
+	// it accepted only. Crossing REQs (both sides' REQs outstanding at
+	// once) are resolved by the RFC 4755 rule. A REQ arriving once ours was answered is accepted as a second
 	// connection: refusing it would lock out a peer that never applies
 	// the rule (the kernel), and replacing ours would undo what the peer
 	// just accepted.
@@ -78,6 +80,9 @@ type Connection struct {
 	comm     *cm.Comm
 	sendable bool
 	up       bool
+	// bothWays: the peer opened it and marked its REQ as ipoibd's
+	// (cm.PrivateData.BothWays): it receives on it, so rfc sends on it.
+	bothWays bool
 	idleSeen uint64
 	idleAt   time.Time
 }
@@ -356,7 +361,7 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 		return false, nil
 	}
 	for _, c := range m.conns[peerKey(peer)] {
-		if c.Outgoing || (m.cfg.Policy == PolicyRFC && c.comm.State != cm.StateTimewait) {
+		if m.carriesSends(c) && c.comm.State != cm.StateTimewait {
 			if c.comm.State != cm.StateTimewait && c.comm.State != cm.StateDREQSent {
 				return true, nil
 			}
@@ -588,7 +593,8 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 		m.reject(cc, cm.RejConsumerReject)
 		return
 	}
-	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, PathMTU: cc.PathMTU, comm: cc}
+	c := &Connection{Peer: peer, QP: qp, MTU: connMTU(pd.ReceiveMTU, m.cfg.ReceiveMTU), Since: m.now, PathMTU: cc.PathMTU, comm: cc,
+		bothWays: pd.BothWays}
 	cc.Context = c
 	// RNR retry 7: an RNR NAK only delays the requester, never kills it
 	// (a Linux requester would otherwise drop the connection).
@@ -673,11 +679,21 @@ func (m *Manager) bringUp(qp ib.QP, cc *cm.Comm, recvPSN uint32) error {
 }
 
 // privateData is the RFC 4755 private data of our REQs, REPs and REJs
-// of a REP: our UD QPN and receive MTU.
+// of a REP: our UD QPN and receive MTU, and the mark that we receive on
+// every connection (cm.PrivateData.BothWays).
 func (m *Manager) privateData() []byte {
-	var priv [cm.IPoIBPrivateDataLen]byte
-	_ = cm.PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU}.Encode(priv[:])
+	var priv [cm.IPoIBMarkedLen]byte
+	_ = cm.PrivateData{UDQPN: m.cfg.Local.QPN, ReceiveMTU: m.cfg.ReceiveMTU, BothWays: true}.Encode(priv[:])
 	return priv[:]
+}
+
+// carriesSends says whether the policy sends on c once it is up: every
+// policy on the connections we opened; rfc also on those an ipoibd peer
+// opened (its REQ marked), never on a kernel peer's, which it receives
+// on only (its receive path takes any other traffic for a connection it
+// accepted: ipoib_cm.c).
+func (m *Manager) carriesSends(c *Connection) bool {
+	return c.Outgoing || (m.cfg.Policy == PolicyRFC && c.bothWays)
 }
 
 func (m *Manager) reject(cc *cm.Comm, reason cm.RejectReason) {
@@ -704,7 +720,7 @@ func (m *Manager) teardown(c *Connection, reason string) {
 }
 
 func (m *Manager) setUp(c *Connection) {
-	if m.cfg.Policy == PolicyRFC || c.Outgoing {
+	if m.carriesSends(c) {
 		c.sendable = true
 	}
 	if c.sendable && !c.up {

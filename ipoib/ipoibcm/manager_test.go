@@ -942,13 +942,23 @@ func (l *linuxPeer) event(ev cm.Event) {
 }
 
 func TestManagerAgainstLinuxPeer(t *testing.T) {
-	for _, order := range []string{"manager-first", "linux-first", "crossing-fifo", "crossing-lifo"} {
-		t.Run(order, func(t *testing.T) {
+	for _, tc := range []struct {
+		order  string
+		policy Policy
+	}{
+		{"manager-first", PolicyLinux}, {"linux-first", PolicyLinux}, {"crossing-fifo", PolicyLinux}, {"crossing-lifo", PolicyLinux},
+		// rfc sends on a connection the peer opened only when its REQ
+		// carries ipoibd's mark, which Linux's never does: the kernel
+		// receives on the connections it accepted only.
+		{"manager-first", PolicyRFC}, {"linux-first", PolicyRFC},
+	} {
+		order := tc.order
+		t.Run(order+"/"+tc.policy.String(), func(t *testing.T) {
 			f := newFabric(t)
 			// The manager has the larger address: under the RFC rule it
 			// would reject the Linux REQ; under the linux policy it must not.
 			l := newLinuxPeer(f, 1)
-			m := newMgrNode(f, 2, PolicyLinux, nil)
+			m := newMgrNode(f, 2, tc.policy, nil)
 			switch order {
 			case "manager-first":
 				m.connect(l.local)
