@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,9 +128,11 @@ func (c *Client) FollowSM(smLID func() (uint16, error)) {
 }
 
 // do sends req and returns the answer's header and record area. Each try
-// waits cfg.Timeout; a busy SA or silence is retried with the same TID
-// (as the MAD layer retries), any other status ends the request with a
-// *sa.StatusError.
+// waits cfg.Timeout; a busy SA or silence is retried, any other status
+// ends the request with a *sa.StatusError. Each try has a TID of its own:
+// ib_umad refuses a send (EINVAL) whose TID is still outstanding from an
+// earlier one, which the kernel's own timeout, a little longer than
+// ours, keeps for a while. An answer to any try of the request is taken.
 func (c *Client) do(req sa.Request) (sa.Header, []byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -144,24 +147,26 @@ func (c *Client) do(req sa.Request) (sa.Header, []byte, error) {
 	if lid == 0 {
 		return sa.Header{}, nil, ErrNoSM
 	}
-	c.tid++
-	// The kernel puts its agent's ID in the TID's high 32 bits: ours are
-	// the low 32, and answers are matched on them.
-	req.TransactionID = uint64(c.tid)
-	var out [sa.MADLen]byte
-	if err := req.MarshalMAD(out[:]); err != nil {
-		return sa.Header{}, nil, err
-	}
 	tries := 1 + c.cfg.Retries
+	tids := make([]uint32, 0, tries)
 	busy := false
 	for try := 0; try < tries; try++ {
 		if try > 0 {
 			c.C.Retries.Add(1)
 		}
+		c.tid++
+		tids = append(tids, c.tid)
+		// The kernel puts its agent's ID in the TID's high 32 bits: ours
+		// are the low 32, and answers are matched on them.
+		req.TransactionID = uint64(c.tid)
+		var out [sa.MADLen]byte
+		if err := req.MarshalMAD(out[:]); err != nil {
+			return sa.Header{}, nil, err
+		}
 		if err := c.t.Send(out[:], lid, c.cfg.Timeout); err != nil {
 			return sa.Header{}, nil, fmt.Errorf("SA %s %s to SM LID %d: %w", req.Method, req.Record.AttrID(), lid, err)
 		}
-		h, data, st, err := c.await(req)
+		h, data, st, err := c.await(req, tids)
 		switch {
 		case err != nil:
 			return h, nil, err
@@ -184,11 +189,12 @@ func (c *Client) do(req sa.Request) (sa.Header, []byte, error) {
 	return sa.Header{}, nil, &TimeoutError{Method: req.Method, Attr: req.Record.AttrID(), SMLID: lid, Tries: tries, Timeout: c.cfg.Timeout}
 }
 
-// await reads until the answer to req comes or the try's time is up (nil
-// data, nil error). A try lasts its whole timeout whatever the transport
-// says: ibsim's umad_recv returns at once when nothing is there, and the
-// MAD layer's own timeout report of our send means no more than ours.
-func (c *Client) await(req sa.Request) (sa.Header, []byte, sa.Status, error) {
+// await reads until the answer to one of req's tries (their TIDs, tids)
+// comes or this try's time is up (nil data, nil error). A try lasts its
+// whole timeout whatever the transport says: ibsim's umad_recv returns at
+// once when nothing is there, and the MAD layer's own timeout report of
+// our send means no more than ours.
+func (c *Client) await(req sa.Request, tids []uint32) (sa.Header, []byte, sa.Status, error) {
 	deadline := time.Now().Add(c.cfg.Timeout)
 	for {
 		if c.closing.Load() {
@@ -207,7 +213,7 @@ func (c *Client) await(req sa.Request) (sa.Header, []byte, sa.Status, error) {
 			return sa.Header{}, nil, 0, fmt.Errorf("SA %s %s: %w", req.Method, req.Record.AttrID(), err)
 		}
 		h, data, err := sa.DecodeMAD(c.buf[:n])
-		if err != nil || uint32(h.TransactionID) != uint32(req.TransactionID) || h.AttributeID != req.Record.AttrID() {
+		if err != nil || !slices.Contains(tids, uint32(h.TransactionID)) || h.AttributeID != req.Record.AttrID() {
 			c.C.Stale.Add(1) // an answer to an earlier request, or noise
 			continue
 		}

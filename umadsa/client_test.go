@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +28,13 @@ type fakeSA struct {
 }
 
 func (f *fakeSA) Send(mad []byte, lid uint16, _ time.Duration) error {
+	// ib_umad refuses a send whose TID an earlier one still holds (its
+	// is_duplicate): here every earlier send is still outstanding.
+	for _, s := range f.sent {
+		if string(s[8:16]) == string(mad[8:16]) {
+			return syscall.EINVAL
+		}
+	}
 	f.queue = append(f.queue, f.answer(append([]byte(nil), mad...), len(f.sent))...)
 	f.sent = append(f.sent, append([]byte(nil), mad...))
 	f.lids = append(f.lids, lid)
@@ -80,6 +88,7 @@ func newClient(f *fakeSA, smlid uint16) *Client {
 }
 
 func TestPathRecordRetries(t *testing.T) {
+	var first []byte // the first try's request, for the late answer
 	stale := func(t *testing.T, req []byte) []byte {
 		b := answerTo(t, req, 0, &answer)
 		b[15]++ // another request's TID
@@ -128,6 +137,13 @@ func TestPathRecordRetries(t *testing.T) {
 		{"busy always", func(t *testing.T, req []byte, _ int) []reply {
 			return []reply{{mad: answerTo(t, req, sa.StatusBusy, &answer)}}
 		}, 3, "status 0x0001 busy", 0, false},
+		{"a late answer to the first try, during the second", func(t *testing.T, req []byte, try int) []reply {
+			if try == 0 {
+				first = req
+				return nil
+			}
+			return []reply{{mad: answerTo(t, first, 0, &answer)}}
+		}, 2, "", 0, false},
 		{"answer for another GID", func(t *testing.T, req []byte, _ int) []reply {
 			other := answer
 			other.DGID = us
@@ -153,9 +169,11 @@ func TestPathRecordRetries(t *testing.T) {
 			if len(f.sent) != tt.tries {
 				t.Errorf("%d tries, want %d", len(f.sent), tt.tries)
 			}
+			// A retry is the first try with a TID of its own.
 			for i, s := range f.sent {
-				if string(s) != string(f.sent[0]) || f.lids[i] != 1 {
-					t.Errorf("try %d differs from the first or went to LID %d", i, f.lids[i])
+				same := string(s[:8]) == string(f.sent[0][:8]) && string(s[16:]) == string(f.sent[0][16:])
+				if !same || (i > 0 && string(s[8:16]) == string(f.sent[i-1][8:16])) || f.lids[i] != 1 {
+					t.Errorf("try %d: not the first with a new TID, or went to LID %d", i, f.lids[i])
 				}
 			}
 			if got := c.C.Stale.Load(); got != tt.stale {
