@@ -55,14 +55,15 @@ type control struct {
 	unreach    tokenBucket // limits the ICMP unreachable errors (unreach.go)
 	// rawWarned: the one warning that IPv4 errors cannot come from our
 	// own address (no raw socket) was logged.
-	rawWarned  bool
-	dropsSeen  [numCounters]uint64 // counter values at the last drop report
-	dropsAt    time.Time
-	pollAddrs  bool   // the address subscription failed: read them each tick
-	linkUp     bool   // the TUN is administratively up (linkChanged)
-	carrier    bool   // the TUN's carrier is on (followPort)
-	noViaCache bool   // the route subscription failed: do not cache next hops
-	subnetSeen uint64 // the device's subnet events taken (followSubnet)
+	rawWarned   bool
+	dropsSeen   [numCounters]uint64 // counter values at the last drop report
+	dropsAt     time.Time
+	pollAddrs   bool   // the address subscription failed: read them each tick
+	linkUp      bool   // the TUN is administratively up (linkChanged)
+	carrier     bool   // the TUN's carrier is on (followPort)
+	portWasDown bool   // followPort saw the port down since it was last active
+	noViaCache  bool   // the route subscription failed: do not cache next hops
+	subnetSeen  uint64 // the device's subnet events taken (followSubnet)
 }
 
 func (c *control) init(i *Interface) {

@@ -148,9 +148,17 @@ func (c *control) followPort() {
 		return
 	}
 	c.carrier = active
-	if active {
-		i.log.Info("port active: carrier on")
-	} else {
+	if !active {
 		i.log.Warn("port down: carrier off")
+		c.portWasDown = true
+		return
+	}
+	i.log.Info("port active: carrier on")
+	if c.portWasDown {
+		// The SM may have dropped our memberships while the port was
+		// down, and raise no client reregister: the kernel's ipoib
+		// flushes and joins again on PORT_ACTIVE too.
+		c.portWasDown = false
+		c.askSubnetAgain("the port is active again")
 	}
 }

@@ -345,11 +345,18 @@ func (c *control) followSubnet() {
 		}
 		c.i.port.LID = port.LID
 	}
+	c.askSubnetAgain("subnet event")
+}
+
+// askSubnetAgain asks the SA again for every path and joins every group
+// again, the broadcast group first; why is for the log.
+func (c *control) askSubnetAgain(why string) {
 	s := c.subnet
 	if s == nil {
 		return
 	}
-	c.i.log.Info("subnet event: asking the SA again for paths and joins")
+	port := c.i.dev.Port()
+	c.i.log.Info(why+": asking the SA again for paths and joins")
 	s.paths.SetLMC(port.LMC) // a LID change may come with a new LMC
 	if m := c.i.mgr; m != nil {
 		if l, ok := m.Service().(interface{ SetLMC(uint8) }); ok {

@@ -294,19 +294,40 @@ func TestSubnetUnstartedLeaves(t *testing.T) {
 	}
 }
 
-// eventDevice is an ibtest device that reports subnet events when a test
-// raises them, as verbs does on an InfiniBand port.
+// eventDevice is an ibtest device that reports subnet events and its
+// port's state when a test changes them, as verbs does on an InfiniBand
+// port.
 type eventDevice struct {
 	*ibtest.Device
 	events atomic.Uint64
+	down   atomic.Bool
 }
 
 func (d *eventDevice) SubnetEvents() uint64 { return d.events.Load() }
+func (d *eventDevice) PortActive() bool     { return !d.down.Load() }
 
 // TestSubnetEventRejoins: after a subnet event (an SM change, a client
-// reregister) the interface joins the broadcast group and every group it
-// is in again and asks for its paths again; traffic goes on.
+// reregister), or the port down and active again with no event (the SM
+// may have dropped our memberships meanwhile), the interface joins the
+// broadcast group and every group it is in again and asks for its paths
+// again; traffic goes on.
 func TestSubnetEventRejoins(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		event func(d *eventDevice, a *fakeHost)
+	}{
+		{"subnet event", func(d *eventDevice, _ *fakeHost) { d.events.Add(1) }},
+		{"port down, then active again", func(d *eventDevice, a *fakeHost) {
+			d.down.Store(true)
+			waitFor(t, "a's carrier off", func() bool { return !a.nd.Carrier() })
+			d.down.Store(false)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRejoins(t, tc.event) })
+	}
+}
+
+func testRejoins(t *testing.T, event func(*eventDevice, *fakeHost)) {
 	f := newFakeSA(0x0b1b)
 	var ev *eventDevice
 	withEvents := func(c *Config) {
@@ -342,7 +363,7 @@ func TestSubnetEventRejoins(t *testing.T) {
 	before := map[ib.GID]int{allNodesMGID: joins(allNodesMGID), bcast: joins(bcast)}
 	queries := f.queried(b.port.local.GID)
 
-	ev.events.Add(1)
+	event(ev, a)
 	waitFor(t, "a joins its groups again", func() bool {
 		return joins(allNodesMGID) > before[allNodesMGID] && joins(bcast) > before[bcast]
 	})
