@@ -356,7 +356,7 @@ func (c *control) askSubnetAgain(why string) {
 		return
 	}
 	port := c.i.dev.Port()
-	c.i.log.Info(why+": asking the SA again for paths and joins")
+	c.i.log.Info(why + ": asking the SA again for paths and joins")
 	s.paths.SetLMC(port.LMC) // a LID change may come with a new LMC
 	if m := c.i.mgr; m != nil {
 		if l, ok := m.Service().(interface{ SetLMC(uint8) }); ok {
