@@ -31,10 +31,10 @@ const (
 	// peer opened only when its REQ carries ipoibd's mark
 	// (cm.PrivateData.BothWays): the kernel receives on the connections
 	// it accepted only. Crossing REQs (both sides' REQs outstanding at
-	// once) are resolved by the RFC 4755 rule. A REQ arriving once ours was answered is accepted as a second
-	// connection: refusing it would lock out a peer that never applies
-	// the rule (the kernel), and replacing ours would undo what the peer
-	// just accepted.
+	// once) are resolved by the RFC 4755 rule. A REQ arriving once ours
+	// was answered is accepted as a second connection: refusing it would
+	// lock out a peer that never applies the rule (the kernel), and
+	// replacing ours would undo what the peer just accepted.
 	PolicyRFC
 )
 
@@ -361,10 +361,8 @@ func (m *Manager) Connect(now time.Time, peer ib.LinkAddr) (bool, error) {
 		return false, nil
 	}
 	for _, c := range m.conns[peerKey(peer)] {
-		if m.carriesSends(c) && c.comm.State != cm.StateTimewait {
-			if c.comm.State != cm.StateTimewait && c.comm.State != cm.StateDREQSent {
-				return true, nil
-			}
+		if m.carriesSends(c) && c.comm.State != cm.StateTimewait && c.comm.State != cm.StateDREQSent {
+			return true, nil
 		}
 	}
 	var path IBPath
