@@ -84,24 +84,7 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // kernelUnreclaimable is the machine's SUnreclaim (/proc/meminfo), in
 // octets: the kernel's slab and large kmalloc memory, where a TUN's
 // queues and qdiscs live.
-func kernelUnreclaimable(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "SUnreclaim:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no SUnreclaim in /proc/meminfo")
-	return 0
-}
+func kernelUnreclaimable(t *testing.T) int64 { return procKiB(t, "/proc/meminfo", "SUnreclaim") }
 
 // registered is what host k's port has registered with its device.
 func (c *cluster) registered(k int) int64 {
@@ -130,13 +113,18 @@ func settledRSS(t *testing.T, pid int) int64 {
 
 // vmRSS reads VmRSS from /proc/PID/status, in octets.
 func vmRSS(t *testing.T, pid int) int64 {
+	return procKiB(t, fmt.Sprintf("/proc/%d/status", pid), "VmRSS")
+}
+
+// procKiB reads the line "key: N kB" of a /proc file, in octets.
+func procKiB(t *testing.T, path, key string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == key+":" {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -144,6 +132,6 @@ func vmRSS(t *testing.T, pid int) int64 {
 			return kb << 10
 		}
 	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	t.Fatalf("no %s in %s", key, path)
 	return 0
 }
