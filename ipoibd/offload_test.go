@@ -54,8 +54,10 @@ func TestOffloadedTrafficIsStandardOnTheWire(t *testing.T) {
 		}
 	}
 	if len(udpGot) != (len(want)+udpSeg-1)/udpSeg {
-		t.Errorf("%d of %d UDP datagrams arrived; counters above 0: h1 %v, h2 %v",
-			len(udpGot), (len(want)+udpSeg-1)/udpSeg, nonZero(c.stats(1)), nonZero(c.stats(2)))
+		udp, _ := c.try(2, "nstat", "-az", "Udp*")
+		link, _ := c.try(2, "ip", "-s", "link", "show", "ib0")
+		t.Errorf("%d of %d UDP datagrams arrived; counters above 0: h1 %v, h2 %v; h2's kernel:\n%s%s",
+			len(udpGot), (len(want)+udpSeg-1)/udpSeg, nonZero(c.stats(1)), nonZero(c.stats(2)), udp, link)
 	}
 
 	checks := []struct{ what, filter string }{
