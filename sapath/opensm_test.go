@@ -39,11 +39,11 @@ func child(arg string) error {
 	if err != nil {
 		return err
 	}
-	c, u, err := umadsa.NewPortClient("", 0, 300*time.Millisecond, 2)
+	c, err := umadsa.NewPortClient("", 0, 300*time.Millisecond, 2)
 	if err != nil {
 		return err
 	}
-	defer u.Close()
+	defer c.Close()
 	w := NewWorker(c, 0xffff)
 	defer w.Close()
 	cache := New(Config{})

@@ -214,21 +214,21 @@ func (u *UMAD) Close() error {
 }
 
 // NewPortClient opens an SA client on a port: its GID from the port, the
-// SM's LID read again for every request.
-func NewPortClient(ca string, port int, timeout time.Duration, retries int) (*Client, *UMAD, error) {
+// SM's LID read again for every request. Its Close closes the umad handle.
+func NewPortClient(ca string, port int, timeout time.Duration, retries int) (*Client, error) {
 	pi, err := QueryPort(ca, port)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	u, err := Open(ca, port)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	smlid := func() (uint16, error) {
 		pi, err := QueryPort(ca, port)
 		return pi.SMLID, err
 	}
-	return New(u, Config{PortGID: pi.GID, SMLID: smlid, Timeout: timeout, Retries: retries}), u, nil
+	return New(u, Config{PortGID: pi.GID, SMLID: smlid, Timeout: timeout, Retries: retries}), nil
 }
 
 // Exit ends the process through C's exit, so that atexit handlers run:
@@ -245,18 +245,6 @@ func Exit(code int) {
 // exitWait bounds C's exit.
 const exitWait = 3 * time.Second
 
-// PortClient is an SA client on a port with the umad handle it owns
-// (Close ends a request under way, then closes the handle).
-type PortClient struct {
-	*Client
-}
-
 // OpenPortClient opens an SA client on a port with the default timeouts
 // and retries, for the daemon.
-func OpenPortClient(ca string, port int) (*PortClient, error) {
-	c, _, err := NewPortClient(ca, port, 0, 0)
-	if err != nil {
-		return nil, err
-	}
-	return &PortClient{Client: c}, nil
-}
+func OpenPortClient(ca string, port int) (*Client, error) { return NewPortClient(ca, port, 0, 0) }

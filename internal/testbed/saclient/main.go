@@ -71,11 +71,11 @@ func run(args []string, ca string, port int, timeout time.Duration, retries int,
 	if err != nil {
 		return err
 	}
-	c, u, err := umadsa.NewPortClient(ca, port, timeout, retries)
+	c, err := umadsa.NewPortClient(ca, port, timeout, retries)
 	if err != nil {
 		return err
 	}
-	defer u.Close()
+	defer c.Close()
 	switch args[0] {
 	case "path":
 		p, err := c.PathRecord(g, pk)
