@@ -86,6 +86,7 @@ const (
 	verbsOwn = "verbs --cm own"
 	kernelCM = "verbs --cm kernel"
 	ib       = "an InfiniBand link layer (softib --softib-link ib, verbs on InfiniBand)"
+	bonded   = "an interface over two or more ports (--underlay given more than once)"
 )
 
 var table = []Entry{
@@ -134,6 +135,7 @@ var table = []Entry{
 	{"tx_super_packets", false, "", "TSO/USO super-packets from the TUN, cut into standard IPoIB packets."},
 	{"tx_drop_offload", true, "", "Super-packets or checksum requests from the TUN that do not parse, dropped."},
 	{"tx_slot_waits", false, "", "Times a TUN reader found all its transmit slots in flight and waited for send completions before reading on (RC holds a slot until the peer acknowledges)."},
+	{"neigh_moved_to_sibling", false, "", "Neighbors that announced a move to the other port they had named before (an interface over two ports failing over), followed at once."},
 	{"rx_coalesced", false, "", "Super-packets written to the TUN, each made of several received TCP segments (receive coalescing)."},
 	{"sa_joins", false, ib, "Multicast joins the subnet administrator granted (the broadcast group's not counted)."},
 	{"sa_join_failures", true, ib, "Multicast joins the subnet administrator refused or did not answer."},
@@ -145,6 +147,10 @@ var table = []Entry{
 	{"learn_lid_mismatch", true, ib, "ARP or ND whose claimed GID's path has another LID than the datagram's source: not learned from."},
 	{"learn_grh_lid_mismatch", true, ib, "ARP or ND whose GRH source GID's path has another LID than the datagram's source: not learned from."},
 	{"learn_no_path", true, ib, "ARP or ND from a source without a GRH whose claim had no path yet to check it against: not learned from."},
+
+	// An interface over several ports (package bond).
+	{"failovers", false, bonded, "Times the interface moved from one port to another (the log has a line for each, with the reason)."},
+	{"failover_time_us", false, bonded, "Microseconds the failovers took in all, from the choice of the new port to its announcements sent (divide by failovers for the mean)."},
 
 	// The connection manager (ipoib/ipoibcm's Manager).
 	{"cm_connects", false, "", "Connections we asked for (REQs sent)."},

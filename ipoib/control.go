@@ -64,6 +64,9 @@ type control struct {
 	portWasDown bool   // followPort saw the port down since it was last active
 	noViaCache  bool   // the route subscription failed: do not cache next hops
 	subnetSeen  uint64 // the device's subnet events taken (followSubnet)
+	// replaces is the link address our announcements name as replaced:
+	// Config.Replaces at start, the port we took over from (Activate).
+	replaces ib.LinkAddr
 }
 
 func (c *control) init(i *Interface) {
@@ -82,6 +85,7 @@ func (c *control) init(i *Interface) {
 	c.broadcasts.Store(&empty)
 	c.now = time.Now()
 	c.linkUp, c.carrier = true, true // as tun.OpenNetdev leaves the device
+	c.replaces = i.cfg.Replaces
 	c.refreshAddrs()
 }
 

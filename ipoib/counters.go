@@ -65,6 +65,7 @@ const (
 	learnGRHMismatch     // InfiniBand ARP/ND whose GRH source GID's path has another LID than the datagram's source: not learned
 	learnNoPath          // InfiniBand ARP/ND from a GRH-less source whose claim has no path yet to check it against: not learned
 	txSlotWaits          // times a TUN reader found all its transmit slots in flight and waited for send completions
+	neighMovedToSibling  // neighbors that moved to the other port they had named (a peer's failover), followed at once
 	numCounters
 )
 
@@ -89,6 +90,7 @@ var counterNames = [numCounters]string{
 	txDropNoPath: "tx_drop_no_path", subnetBcastChanges: "sa_bcast_changes", udReinits: "ud_qp_reinits",
 	pkeyIndexChanges: "pkey_index_changes", learnLIDMismatch: "learn_lid_mismatch",
 	learnGRHMismatch: "learn_grh_lid_mismatch", learnNoPath: "learn_no_path", txSlotWaits: "tx_slot_waits",
+	neighMovedToSibling: "neigh_moved_to_sibling",
 }
 
 type counters [numCounters]atomic.Uint64

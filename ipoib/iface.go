@@ -130,6 +130,14 @@ type Config struct {
 	// peers that hold it move to the new one at once, also where ports
 	// carry several interfaces (SharedGIDs), as for any restarted peer.
 	Replaces ib.LinkAddr
+	// LinkLocal, when valid, is the IPv6 link-local address the interface
+	// answers for instead of its port GUID's: an interface over several
+	// ports (package bond) keeps its first port's on every port, as a
+	// bonded link keeps one.
+	LinkLocal netip.Prefix
+	// Standby starts the interface on standby (SetStandby): one port of
+	// an interface over several, joined and listening, not answering.
+	Standby bool
 	// MaxConns bounds connections past setup (default 4096); beyond it
 	// REQs are rejected with "no resources". Those in setup count against
 	// the CM engine's half-open limits instead (256, 16 per peer), so REQs
@@ -232,6 +240,15 @@ type Interface struct {
 	rxBuf    rxBuffers   // under pool.rxMu
 	udHeld   bool        // under pool.rxMu: the UD QP is made ready again (reinitUD), its slots wait
 	stopping atomic.Bool // Close has begun: the port's drain no longer touches the TUN
+	// standby: the interface is the spare port of an interface over
+	// several (package bond): it receives, but answers no ARP or ND for
+	// our addresses and announces none, so that peers keep the active
+	// port's link address.
+	standby atomic.Bool
+	// sibling is the link address of the other port of an interface over
+	// two, named in our ARP and ND so that peers follow a failover at
+	// once; nil on a single port.
+	sibling atomic.Pointer[ib.LinkAddr]
 	datagram atomic.Bool // datagram mode (SetMode): no connection is asked for
 	started  atomic.Bool // Start ran: Close must ask the control goroutine to shut down
 }
@@ -428,6 +445,7 @@ func newInterface(cfg Config, port portID, mtu int) *Interface {
 	i.log = slog.New(ifHandler{h: i.logs.handler(), name: i.Name})
 	i.qkey.Store(uint32(ib.DefaultIPoIBQKey))
 	i.datagram.Store(cfg.Mode == Datagram)
+	i.standby.Store(cfg.Standby)
 	return i
 }
 

@@ -68,6 +68,23 @@ type Info struct {
 	RingSlots      string `json:"ring_slots"`
 	RingBytes      int    `json:"ring_bytes"`
 	PortRegistered int64  `json:"port_registered_bytes"`
+	// Ports are the ports the interface runs on: its own, or, over
+	// several (package bond), each with its state, the active one first
+	// named by Active.
+	Ports []PortInfo `json:"ports"`
+	// Failovers counts the moves from one port to another, and
+	// LastFailoverMs how long the last took (announcements sent); 0 on a
+	// single port.
+	Failovers      uint64  `json:"failovers"`
+	LastFailoverMs float64 `json:"last_failover_ms"`
+}
+
+// PortInfo is one port of an interface.
+type PortInfo struct {
+	Device   string `json:"device"`
+	LinkAddr string `json:"link_addr"`
+	// State is "active", "standby" or "down" (its port is not active).
+	State string `json:"state"`
 }
 
 // NeighInfo is one neighbor.
@@ -79,6 +96,10 @@ type NeighInfo struct {
 	QPN      uint32 `json:"qpn"`       // 0 when unresolved
 	MTU      int    `json:"mtu"`       // 0 when unresolved
 	Pending  int    `json:"pending"`
+	// Sibling is the link address of the neighbor's other port, as it
+	// told us (an ipoibd over two ports): where it may fail over to; ""
+	// when none is known.
+	Sibling string `json:"sibling"`
 }
 
 // ConnInfo is one connection.
@@ -141,6 +162,7 @@ func (i *Interface) Show() Info {
 			Offloads: i.offloads(), QKey: uint32(i.qKey()), BcastMLID: i.port.bcast.MLID,
 			RingSlots: i.slots.lay.String(), RingBytes: i.slots.lay.size(), PortRegistered: i.pool.Registered(),
 		}
+		info.Ports = []PortInfo{{Device: i.dev.Name(), LinkAddr: i.port.local.String(), State: i.portState()}}
 		if i.cfg.Subnet != nil {
 			info.Subnet = "sa"
 		}
@@ -180,6 +202,18 @@ func (i *Interface) Show() Info {
 	return info
 }
 
+// portState is the interface's port as PortInfo.State says it. Control
+// goroutine only.
+func (i *Interface) portState() string {
+	switch {
+	case !i.ctl.carrier:
+		return "down"
+	case i.standby.Load():
+		return "standby"
+	}
+	return "active"
+}
+
 func (i *Interface) offloads() string {
 	tso, uso := i.netdev.Offloads()
 	switch {
@@ -197,6 +231,9 @@ func (i *Interface) Neighbors() []NeighInfo {
 	i.do(func() {
 		for _, e := range i.neigh.All() {
 			n := NeighInfo{IP: e.IP.String(), State: e.State.String(), Via: "-", Pending: len(e.Pending)}
+			if e.Sibling != (ib.LinkAddr{}) {
+				n.Sibling = e.Sibling.String()
+			}
 			if p := e.Path(); p != nil {
 				n.LinkAddr, n.Via, n.QPN, n.MTU = p.Link.String(), "UD", uint32(p.Link.QPN), p.MTU
 				if p.QP != nil {

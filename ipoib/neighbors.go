@@ -156,12 +156,30 @@ func (c *control) heardReplacing(ip netip.Addr, link, from, replaced ib.LinkAddr
 	if e == nil {
 		return
 	}
-	if from.GID != (ib.GID{}) && from.SameNode(link) && replaced.SameNode(e.Link) && replaced.GID == link.GID {
+	if from.GID != (ib.GID{}) && from.SameNode(link) && replaced.SameNode(e.Link) {
 		old := e.Link
-		c.apply(e, e.Restarted(link, c.now), old)
-		return
+		switch {
+		case replaced.GID == link.GID:
+			c.apply(e, e.Restarted(link, c.now), old)
+			return
+		case e.Sibling.SameNode(link):
+			// The peer moved to the other port it had named (failover).
+			c.i.ctr.inc(neighMovedToSibling)
+			c.apply(e, e.MovedToSibling(link, c.now), old)
+			return
+		}
 	}
 	c.hear(e, link, from)
+}
+
+// heardSibling notes what a packet from ip's node at link said of its
+// other port (neigh.Entry.Sibling): only when the packet came from link
+// itself (its UD source), so that no one but the node names where it may
+// move.
+func (c *control) heardSibling(ip netip.Addr, link, from, sibling ib.LinkAddr) {
+	if from.GID != (ib.GID{}) && from.SameNode(link) {
+		c.i.neigh.NoteSibling(ip, link, sibling)
+	}
 }
 
 // learnFrom takes what a solicitation for one of our addresses tells: its

@@ -58,6 +58,9 @@ func identify(cfg Config) (portID, error) {
 		linkLocal: netdev.LinkLocal(interfaceID(attr.GID)),
 		udMTU:     encap.MTUForIB(attr.ActiveMTU),
 	}
+	if cfg.LinkLocal.IsValid() {
+		port.linkLocal = cfg.LinkLocal
+	}
 	if cfg.Mode == Connected {
 		if cfg.RC {
 			port.local.Flags |= ib.FlagRC

@@ -22,12 +22,14 @@ func (c *control) solicit(e *neigh.Entry) {
 		return
 	}
 	unicast := e.ProbeUnicast()
+	sibling, hasSibling := c.i.Sibling()
 	if e.IP.Is4() {
-		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: src, TargetIP: e.IP}
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: src, TargetIP: e.IP, Sibling: sibling, HasSibling: hasSibling}
 		c.sendARP(&a, e.Link, unicast)
 		return
 	}
-	m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: e.IP, LinkAddr: c.i.port.local, HasLinkAddr: true}
+	m := neigh.NeighborMessage{Type: neigh.TypeNeighborSolicitation, Target: e.IP, LinkAddr: c.i.port.local, HasLinkAddr: true,
+		Sibling: sibling, HasSibling: hasSibling}
 	dst := neigh.SolicitedNode(e.IP)
 	if unicast {
 		dst = e.IP
@@ -35,20 +37,29 @@ func (c *control) solicit(e *neigh.Entry) {
 	c.sendND(&m, src, dst, e.Link, unicast)
 }
 
-// announce tells the fabric where one of our addresses is (on start and
-// when an address is added), so peers holding an old link address for it
-// (we restarted) move to the new one.
+// announce tells the fabric where one of our addresses is (on start, when
+// an address is added and when the interface takes over from its other
+// port), so peers holding an old link address for it (we restarted, or
+// moved) move to the new one. An interface on standby announces nothing.
 func (c *control) announce(ip netip.Addr) {
+	if c.i.standby.Load() {
+		return
+	}
 	if ip.Is4() {
-		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: ip, TargetIP: ip, TargetHW: c.i.cfg.Replaces}
+		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: ip, TargetIP: ip, TargetHW: c.replaces}
+		if c.replaces == (ib.LinkAddr{}) {
+			a.Sibling, a.HasSibling = c.i.Sibling()
+		}
 		c.sendARP(&a, ib.LinkAddr{}, false)
 		return
 	}
 	// The replaced address travels in an option of our own that other
 	// receivers skip (neigh.OptReplacedLinkAddr).
 	m := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: ip, LinkAddr: c.i.port.local, HasLinkAddr: true}
-	if r := c.i.cfg.Replaces; r.GID != (ib.GID{}) {
+	if r := c.replaces; r.GID != (ib.GID{}) {
 		m.Replaces, m.HasReplaces = r, true
+	} else {
+		m.Sibling, m.HasSibling = c.i.Sibling()
 	}
 	c.sendND(&m, ip, allNodes, ib.LinkAddr{}, false)
 }
@@ -95,8 +106,12 @@ func (c *control) handleARP(pkt []byte, m *neighPacket) {
 	default:
 		c.heard(a.SenderIP, a.SenderHW, from)
 	}
-	if forUs && request && a.SenderIP != a.TargetIP {
+	if onLink && a.HasSibling {
+		c.heardSibling(a.SenderIP, a.SenderHW, from, a.Sibling)
+	}
+	if forUs && request && a.SenderIP != a.TargetIP && !i.standby.Load() {
 		r := neigh.ARP{Op: neigh.ARPReply, SenderHW: i.port.local, SenderIP: a.TargetIP, TargetHW: a.SenderHW, TargetIP: a.SenderIP}
+		r.Sibling, r.HasSibling = i.Sibling()
 		c.sendARP(&r, replyTo(a.SenderHW, from), true)
 	}
 }
@@ -155,9 +170,16 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 			}
 			reply = replyTo(m.LinkAddr, from)
 			c.solicitedBy(src, m.LinkAddr, from)
+			if m.HasSibling {
+				c.heardSibling(src, m.LinkAddr, from, m.Sibling)
+			}
+		}
+		if i.standby.Load() {
+			return
 		}
 		na := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Solicited: true, Override: true,
 			Target: m.Target, LinkAddr: i.port.local, HasLinkAddr: true}
+		na.Sibling, na.HasSibling = i.Sibling()
 		c.sendND(&na, m.Target, src, reply, true)
 	case neigh.TypeNeighborAdvertisement:
 		if !m.HasLinkAddr || c.isLocal(m.Target) || m.LinkAddr.SameNode(i.port.local) ||
@@ -169,6 +191,9 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 			return
 		}
 		c.heard(m.Target, m.LinkAddr, from)
+		if m.HasSibling {
+			c.heardSibling(m.Target, m.LinkAddr, from, m.Sibling)
+		}
 	}
 }
 
@@ -183,7 +208,7 @@ func (c *control) sendARP(a *neigh.ARP, to ib.LinkAddr, unicast bool) {
 	}
 	_ = encap.PutHeader(buf, encap.EtherTypeARP)
 	c.i.ctr.inc(arpOut)
-	c.sendNeigh(slot, encap.HeaderLen+neigh.ARPLen, to, unicast, netip.Addr{})
+	c.sendNeigh(slot, encap.HeaderLen+a.Len(), to, unicast, netip.Addr{})
 }
 
 func (c *control) sendND(m *neigh.NeighborMessage, src, dst netip.Addr, to ib.LinkAddr, unicast bool) {

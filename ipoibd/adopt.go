@@ -11,7 +11,6 @@ import (
 
 	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/ib"
-	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/tun"
 )
 
@@ -141,7 +140,7 @@ func (d *daemon) saveState() {
 	}
 	d.mu.Lock()
 	var kids []stateChild
-	var ifaces []*ipoib.Interface
+	var ifaces []netif
 	for _, s := range d.ifaces {
 		if s.req == nil {
 			continue

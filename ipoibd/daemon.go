@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipoibd/ipoibd/bond"
+	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
@@ -34,6 +36,11 @@ type daemon struct {
 	netns string
 	// pkeyHint says where a P_Key missing from the port's table comes from.
 	pkeyHint string
+	// more are the first interface's further ports (--underlay given more
+	// than once): it runs over all of them (bond), and reselect says when
+	// the primary takes over again. Children run on the first port only.
+	more     []*morePort
+	reselect bond.Reselect
 
 	mu     sync.Mutex
 	ifaces []*served // the first, then the children in the order made
@@ -52,7 +59,7 @@ type daemon struct {
 
 // served is one interface and its control socket.
 type served struct {
-	iface *ipoib.Interface
+	iface netif
 	ctl   *controlServer // under daemon.mu once serving: a rename replaces it
 	gone  bool           // the socket was closed for good (closeCtl)
 	// A pod's child (control.ChildRequest.Netns) lives in another
@@ -83,16 +90,42 @@ func (d *daemon) closeCtl(s *served) {
 	_ = ctl.Close()
 }
 
-// newDaemon opens the first interface on dev and starts serving it; on
-// error it closes dev.
-func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, choice connServiceChoice, pkeyHint string) (*daemon, error) {
-	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, ready: make(chan struct{})}
+// morePort is one of the first interface's further ports: its device,
+// receive pool and connection service, as the daemon's own for the first.
+type morePort struct {
+	dev  ib.Device
+	port *ipoib.Port
+	mads io.Closer // nil without ipoibd's own connection service
+	conn cm.ServiceMaker
+}
+
+// close releases what the port holds.
+func (p *morePort) close() error {
+	var errs []error
+	if p.port != nil {
+		errs = append(errs, p.port.Close())
+	}
+	if p.mads != nil {
+		errs = append(errs, p.mads.Close())
+	}
+	return errors.Join(append(errs, p.dev.Close())...)
+}
+
+// newDaemon opens the first interface on dev (and the devices of more,
+// its further ports) and starts serving it; on error it closes them.
+func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, more []ib.Device, reselect bond.Reselect, choice connServiceChoice, pkeyHint string) (*daemon, error) {
+	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, reselect: reselect, ready: make(chan struct{})}
+	for _, m := range more {
+		d.more = append(d.more, &morePort{dev: m})
+	}
 	if err := d.initRestart(); err != nil {
+		d.closeMore()
 		_ = dev.Close()
 		return nil, err
 	}
 	port, err := ipoib.OpenPort(cfg.Device)
 	if err != nil {
+		d.closeMore()
 		_ = dev.Close()
 		return nil, err
 	}
@@ -100,9 +133,14 @@ func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, choice connService
 	if choice.Service == connServiceOwn && cfg.Mode == ipoib.Connected {
 		var err error
 		if d.mads, d.base.ConnService, err = ownConnService(dev); err != nil {
+			d.closeMore()
 			_ = dev.Close()
 			return nil, err
 		}
+	}
+	if err := d.openMore(); err != nil {
+		d.Close()
+		return nil, err
 	}
 	if _, err := d.add(d.base, nil); err != nil {
 		d.Close()
@@ -114,8 +152,9 @@ func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, choice connService
 // add opens an interface, its netdev first, and its control socket and
 // starts it; s, if not nil, carries what the daemon knows of a pod's
 // child, which lives in the pod's namespace.
-func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
+func (d *daemon) add(cfg ipoib.Config, s *served) (netif, error) {
 	netns := d.netns
+	first := s == nil
 	if s == nil {
 		s = &served{}
 	} else if s.netns != "" {
@@ -135,7 +174,7 @@ func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
 	}
 	d.opened(s, nc.Name, cfg.Netdev)
 	cfg.Replaces = s.replaces
-	iface, err := ipoib.New(cfg) // closes the netdev on error
+	iface, err := d.open(cfg, first) // closes the netdev on error
 	if err != nil {
 		return nil, err
 	}
@@ -153,16 +192,70 @@ func (d *daemon) add(cfg ipoib.Config, s *served) (*ipoib.Interface, error) {
 	}
 	s.iface, s.ctl = iface, ctl
 	iface.Start()
-	first := len(d.ifaces) == 0
+	parent := len(d.ifaces) == 0
 	d.ifaces = append(d.ifaces, s)
 	d.mu.Unlock()
-	if !first {
+	if !parent {
 		go d.dropWhenLost(iface)
 	}
 	if s.req != nil {
 		d.saveState()
 	}
 	return iface, nil
+}
+
+// openMore opens the further ports' receive pools and connection
+// services, as newDaemon does the first port's.
+func (d *daemon) openMore() error {
+	for _, p := range d.more {
+		var err error
+		if p.port, err = ipoib.OpenPort(p.dev); err != nil {
+			return err
+		}
+		if d.mads != nil {
+			if p.mads, p.conn, err = ownConnService(p.dev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// closeMore closes the further ports.
+func (d *daemon) closeMore() error {
+	var errs []error
+	for _, p := range d.more {
+		errs = append(errs, p.close())
+	}
+	d.more = nil
+	return errors.Join(errs...)
+}
+
+// open makes the interface cfg describes on its netdev: over every port
+// for the first interface when there are several (bond.Bond, the first
+// port the primary), else on the first port.
+func (d *daemon) open(cfg ipoib.Config, first bool) (netif, error) {
+	if !first || len(d.more) == 0 {
+		i, err := ipoib.New(cfg)
+		if err != nil {
+			return nil, err // not i: a nil *ipoib.Interface is no nil netif
+		}
+		return i, nil
+	}
+	legs := []ipoib.Config{cfg}
+	for _, p := range d.more {
+		l := cfg
+		l.Device, l.Port = p.dev, p.port
+		if p.conn != nil {
+			l.ConnService = p.conn
+		}
+		legs = append(legs, l)
+	}
+	b, err := bond.New(bond.Config{Netdev: cfg.Netdev, Legs: legs, Reselect: d.reselect, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // renamed moves s's control socket to the interface's new name, where
@@ -195,7 +288,7 @@ func (d *daemon) parentName() string {
 // dropWhenLost removes a child whose link was deleted under the daemon,
 // as the kernel's child goes with its link; the first interface's loss
 // ends the daemon instead (serve).
-func (d *daemon) dropWhenLost(iface *ipoib.Interface) {
+func (d *daemon) dropWhenLost(iface netif) {
 	select {
 	case <-iface.Lost():
 	case <-iface.Closing():
@@ -217,7 +310,7 @@ func (d *daemon) dropWhenLost(iface *ipoib.Interface) {
 }
 
 // first returns the interface the flags describe (nil once closing).
-func (d *daemon) first() *ipoib.Interface {
+func (d *daemon) first() netif {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.ifaces) == 0 {
@@ -227,10 +320,10 @@ func (d *daemon) first() *ipoib.Interface {
 }
 
 // interfaces returns every interface served, the first one first.
-func (d *daemon) interfaces() []*ipoib.Interface {
+func (d *daemon) interfaces() []netif {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]*ipoib.Interface, len(d.ifaces))
+	out := make([]netif, len(d.ifaces))
 	for k, s := range d.ifaces {
 		out[k] = s.iface
 	}
@@ -464,7 +557,7 @@ func (d *daemon) Close() error {
 	if c, ok := d.base.Subnet.(io.Closer); ok {
 		errs = append(errs, c.Close())
 	}
-	errs = append(errs, d.dev.Close())
+	errs = append(errs, d.closeMore(), d.dev.Close())
 	return errors.Join(errs...)
 }
 

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/metrics"
 )
 
@@ -60,7 +59,7 @@ func (nopCloser) Close() error { return nil }
 // the perPeer busiest connections of each; "" leaves them off. The
 // endpoint is in the daemon's own network namespace, not the interfaces'
 // (--netns): where a monitoring system reaches the host.
-func startMetrics(addr string, perPeer int, ifaces func() []*ipoib.Interface, log *slog.Logger) (io.Closer, error) {
+func startMetrics(addr string, perPeer int, ifaces func() []netif, log *slog.Logger) (io.Closer, error) {
 	if addr == "" {
 		return nopCloser{}, nil
 	}

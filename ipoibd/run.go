@@ -15,6 +15,7 @@ import (
 	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/softib"
 )
 
 // run is the run command: the flags read and checked, then the daemon
@@ -40,8 +41,10 @@ func run(args []string, out io.Writer) error {
 	defer stopProfiling()
 	if s.provider == providerSoftib {
 		notify := newNotifier(log)
-		if err := awaitUnderlay(s.softib.Addr, s.underlayWait, log, func(st string) { notify.send("STATUS=" + st) }); err != nil {
-			return err
+		for _, sc := range append([]softib.Config{s.softib}, s.softibMore...) {
+			if err := awaitUnderlay(sc.Addr, s.underlayWait, log, func(st string) { notify.send("STATUS=" + st) }); err != nil {
+				return err
+			}
 		}
 	}
 	d, err := openDaemon(s, log)
@@ -96,11 +99,16 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	more, err := openMorePorts(s)
+	if err != nil {
+		_ = dev.Close()
+		return nil, err
+	}
 	// Said once the port is open: a build without verbs fails first.
 	if s.provider == providerVerbs {
 		log.Info("connection service", "cm", orNone(choice.Service), "connected_mode", choice.Advertise, "why", choice.Why)
 	}
-	d, err := newDaemon(cfg, s.netns, dev, choice, pkeyHint)
+	d, err := newDaemon(cfg, s.netns, dev, more, s.reselect, choice, pkeyHint)
 	if errors.Is(err, ipoib.ErrIPv6NeverFits) && s.provider != providerVerbs {
 		err = fmt.Errorf("%w (%s)", err, softibMTUHint)
 	}
@@ -134,6 +142,24 @@ func openProvider(s settings, choice connServiceChoice, cfg *ipoib.Config) (ib.D
 		return dev, softibIBPKeyHint, err
 	}
 	return dev, softibPKeyHint, err
+}
+
+// openMorePorts opens the devices of the first interface's further ports
+// (--underlay given more than once); on error none stays open.
+func openMorePorts(s settings) ([]ib.Device, error) {
+	var out []ib.Device
+	for _, sc := range s.softibMore {
+		var cfg ipoib.Config
+		dev, err := openSoftib(sc, &cfg)
+		if err != nil {
+			for _, d := range out {
+				_ = d.Close()
+			}
+			return nil, fmt.Errorf("--underlay %s: %w", sc.Addr, err)
+		}
+		out = append(out, dev)
+	}
+	return out, nil
 }
 
 // serve announces readiness to systemd and answers signals until one
@@ -177,7 +203,7 @@ func serve(d *daemon, log *slog.Logger) error {
 // logState answers SIGHUP: one line with the interface's state, for an
 // operator who has the journal but no shell in the namespace. Nothing is
 // re-read; the daemon keeps running.
-func logState(log *slog.Logger, iface *ipoib.Interface) {
+func logState(log *slog.Logger, iface netif) {
 	info := iface.Show()
 	drops, trouble := troubleSummary(iface.Stats())
 	log.Info("state (SIGHUP: nothing re-read)", "if", info.Name, "mode", info.Mode, "mtu", info.MTU,

@@ -17,6 +17,7 @@ import (
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
+	"github.com/ipoibd/ipoibd/bond"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/softib/wire"
 	"github.com/spf13/pflag"
@@ -26,7 +27,8 @@ import (
 type options struct {
 	ifname      string
 	provider    string
-	underlay    string
+	underlay    []string
+	reselect    string // --primary-reselect
 	underWait   time.Duration // --underlay-wait
 	softibPort  uint16
 	softibPKeys string
@@ -63,7 +65,8 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.Usage = func() {} // --help prints the whole usage to stdout, not this to stderr
 	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
-	fs.StringVar(&o.underlay, "underlay", "", "softib: IP address of the underlay this host's adapter lives on (required for softib)")
+	fs.StringArrayVar(&o.underlay, "underlay", nil, "softib: IP address of the underlay this host's adapter lives on (required for softib). Given twice or more, the interface runs over one port on each (softib0, softib1, ...): the first is the primary and active, the others warm standbys it fails over to within a second when its port goes down")
+	fs.StringVar(&o.reselect, "primary-reselect", "always", "with two or more ports: when the primary port takes over again once it is back, as the kernel bonding's primary_reselect: always (at once), better (when better than the active one's: with equal ports, when that fails) or failure (only when the active port fails)")
 	fs.DurationVar(&o.underWait, "underlay-wait", 60*time.Second, "softib: wait this long at start for the --underlay address to appear on an interface (a unit started before its network), then give up; 0: fail at once")
 	fs.Uint16Var(&o.softibPort, "softib-port", wire.UDPPort, "softib: UDP port of the fabric")
 	fs.StringVar(&o.softibPKeys, "softib-pkeys", "", "softib: the port's P_Key table, `PKEY[,PKEY...]` in hex (what a subnet manager sets on InfiniBand); P_Key children need theirs here (default: --pkey alone)")
@@ -114,6 +117,10 @@ type settings struct {
 	netns    string
 	provider string        // providerSoftib or providerVerbs
 	softib   softib.Config // with --provider softib
+	// softibMore are the interface's further ports (--underlay given more
+	// than once), and reselect when the primary takes over again.
+	softibMore []softib.Config
+	reselect   bond.Reselect
 	// underlayWait bounds the wait for softib's underlay address.
 	underlayWait time.Duration
 	verbs        verbsPort // with --provider verbs
@@ -183,12 +190,18 @@ func (o *options) settings() (settings, error) {
 		return s, err
 	}
 	s.netns = o.netns
+	if s.reselect, err = bond.ParseReselect(o.reselect); err != nil {
+		return s, fmt.Errorf("--primary-reselect %w", err)
+	}
 	if err := checkConnService(o.provider, o.cm, o.peers); err != nil {
 		return s, err
 	}
 	switch o.provider {
 	case providerSoftib:
 		s.softib, err = o.softibConfig(s.iface.PKey)
+		if err == nil {
+			s.softibMore, err = o.morePorts(s.softib)
+		}
 		s.underlayWait = o.underWait
 		if err == nil && o.underWait < 0 {
 			err = fmt.Errorf("--underlay-wait %v: must not be negative", o.underWait)
@@ -201,6 +214,9 @@ func (o *options) settings() (settings, error) {
 	}
 	if err != nil {
 		return s, err
+	}
+	if len(s.softibMore) == 0 && o.reselect != "always" {
+		return s, errors.New("--primary-reselect is for an interface over two or more ports (--underlay given more than once)")
 	}
 	s.children, err = parseChildren(o.children)
 	return s, err
@@ -273,16 +289,43 @@ func parseCMModes(s string) (rc, uc bool, err error) {
 	return rc, uc, nil
 }
 
+// morePorts are the softib ports of the second --underlay on, each as
+// first but for its address and name; and --primary-reselect for them.
+func (o *options) morePorts(first softib.Config) ([]softib.Config, error) {
+	if len(o.underlay) == 1 {
+		return nil, nil
+	}
+	if first.LinkLayer == softib.LinkInfiniBand {
+		return nil, errors.New("--underlay given more than once: two ports on the simulated InfiniBand subnet (--softib-link ib) are not supported yet; on ethernet they are")
+	}
+	var out []softib.Config
+	seen := map[netip.Addr]bool{first.Addr: true}
+	for k, u := range o.underlay[1:] {
+		a, err := netip.ParseAddr(u)
+		if err != nil {
+			return nil, fmt.Errorf("--underlay %q: not an IP address", u)
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("--underlay %s given twice: each port needs an address of its own", a)
+		}
+		seen[a] = true
+		c := first
+		c.Addr, c.Name = a, fmt.Sprintf("softib%d", k+1)
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // softibConfig reads softib's flags; pkey is the interface's, the port's
 // whole P_Key table unless --softib-pkeys gives one.
 func (o *options) softibConfig(pkey ib.PKey) (softib.Config, error) {
 	cfg := softib.Config{Name: "softib0", Port: o.softibPort, PKeys: []ib.PKey{pkey}}
-	if o.underlay == "" {
+	if len(o.underlay) == 0 {
 		return cfg, errors.New("--underlay is required with --provider softib: the IP address this host's software adapter uses")
 	}
 	var err error
-	if cfg.Addr, err = netip.ParseAddr(o.underlay); err != nil {
-		return cfg, fmt.Errorf("--underlay %q: not an IP address", o.underlay)
+	if cfg.Addr, err = netip.ParseAddr(o.underlay[0]); err != nil {
+		return cfg, fmt.Errorf("--underlay %q: not an IP address", o.underlay[0])
 	}
 	switch o.softibLink {
 	case "ethernet", "":
@@ -322,7 +365,7 @@ func (o *options) softibConfig(pkey ib.PKey) (softib.Config, error) {
 
 // verbsPort reads verbs' flags.
 func (o *options) verbsPort() (verbsPort, error) {
-	if o.underlay != "" {
+	if len(o.underlay) > 0 {
 		return verbsPort{}, errors.New("--underlay is for --provider softib; verbs uses the adapter's own port (--device, --port)")
 	}
 	if o.device == "" {

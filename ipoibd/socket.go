@@ -28,11 +28,11 @@ import (
 // what the daemon knows of the interface.
 type controlServer struct {
 	ln    *net.UnixListener
-	iface *ipoib.Interface
+	iface netif
 	d     *daemon
 }
 
-func listenControl(ifname string, iface *ipoib.Interface, d *daemon) (*controlServer, error) {
+func listenControl(ifname string, iface netif, d *daemon) (*controlServer, error) {
 	// The socket lives in the interface's namespace, where `ipoibd show`
 	// finds it (abstract names are per namespace).
 	var ln *net.UnixListener
@@ -226,6 +226,12 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage, all bool) error 
 			carrier = "on"
 		}
 		fmt.Fprintf(w, "    admin %s, carrier %s, operstate %s\n", orDash(i.AdminState), carrier, orDash(i.OperState))
+		if len(i.Ports) > 1 {
+			for _, p := range i.Ports {
+				fmt.Fprintf(w, "    port %s %s link %s\n", p.Device, p.State, p.LinkAddr)
+			}
+			fmt.Fprintf(w, "    failovers %d (last took %.3f ms)\n", i.Failovers, i.LastFailoverMs)
+		}
 		if i.Offloads != "" {
 			fmt.Fprintf(w, "    tun offloads %s\n", i.Offloads)
 		}

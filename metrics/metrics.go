@@ -74,7 +74,16 @@ type snapshot struct {
 	conns     []ipoib.ConnInfo
 }
 
-func take(i *ipoib.Interface) snapshot {
+// Interface is what the collector reads of an interface: a
+// *ipoib.Interface, or one over several ports (bond.Bond).
+type Interface interface {
+	Show() ipoib.Info
+	Stats() []ib.Counter
+	Neighbors() []ipoib.NeighInfo
+	Connections() []ipoib.ConnInfo
+}
+
+func take(i Interface) snapshot {
 	return snapshot{info: i.Show(), stats: i.Stats(), neighbors: i.Neighbors(), conns: i.Connections()}
 }
 
@@ -114,7 +123,7 @@ type counterDesc struct {
 // scrape (a function, so that interfaces added or removed while the daemon
 // runs are followed), with per-connection series for the perPeer busiest
 // connections of each (0: none).
-func NewCollector(ifaces func() []*ipoib.Interface, perPeer int) prometheus.Collector {
+func NewCollector[I Interface](ifaces func() []I, perPeer int) prometheus.Collector {
 	return newCollector(func() []snapshot {
 		var out []snapshot
 		for _, i := range ifaces() {

@@ -10,6 +10,18 @@ import (
 // ARPLen is the size of an IPv4 ARP packet over IPoIB.
 const ARPLen = 56
 
+// ARPSiblingLen is the trailer an ipoibd host on several ports appends:
+// siblingTag, then its other port's 20-octet link address. A receiver
+// that does not know it takes it for padding, as Linux's arp_rcv does
+// with any octets past the ARP fields.
+const ARPSiblingLen = 4 + ib.LinkAddrLen
+
+// ARPMaxLen is the longest ARP packet Encode writes.
+const ARPMaxLen = ARPLen + ARPSiblingLen
+
+// siblingTag opens the sibling trailer: "IPD" and version 1.
+var siblingTag = [4]byte{'I', 'P', 'D', 1}
+
 // ARP opcodes.
 const (
 	ARPRequest uint16 = 1
@@ -32,13 +44,26 @@ type ARP struct {
 	SenderIP netip.Addr
 	TargetHW ib.LinkAddr
 	TargetIP netip.Addr
+	// Sibling, when HasSibling, is the link address of the sender's
+	// other port (an interface over two ports: the one on standby), in
+	// the trailer after the ARP fields (ARPSiblingLen).
+	Sibling    ib.LinkAddr
+	HasSibling bool
+}
+
+// Len is the length Encode writes for a.
+func (a *ARP) Len() int {
+	if a.HasSibling {
+		return ARPMaxLen
+	}
+	return ARPLen
 }
 
 const arpFormat = "ARP"
 
-// Encode writes a into b[:ARPLen]. On error b is left untouched.
+// Encode writes a into b[:a.Len()]. On error b is left untouched.
 func (a *ARP) Encode(b []byte) error {
-	if err := ib.NeedLen(arpFormat, "buffer", b, ARPLen); err != nil {
+	if err := ib.NeedLen(arpFormat, "buffer", b, a.Len()); err != nil {
 		return err
 	}
 	if a.Op != ARPRequest && a.Op != ARPReply {
@@ -56,6 +81,13 @@ func (a *ARP) Encode(b []byte) error {
 	if !a.TargetIP.Is4() {
 		return ib.ErrField(arpFormat, "target protocol address", "%v is not IPv4", a.TargetIP)
 	}
+	if a.HasSibling && !a.Sibling.QPN.Valid() {
+		return ib.ErrField(arpFormat, "sibling link address", "QPN %#x exceeds 24 bits", uint32(a.Sibling.QPN))
+	}
+	if a.HasSibling {
+		copy(b[ARPLen:], siblingTag[:])
+		_ = a.Sibling.Encode(b[ARPLen+4 : ARPMaxLen])
+	}
 	b = b[:ARPLen]
 	binary.BigEndian.PutUint16(b[0:2], ARPHardwareInfiniBand)
 	binary.BigEndian.PutUint16(b[2:4], arpProtocolIPv4)
@@ -72,7 +104,8 @@ func (a *ARP) Encode(b []byte) error {
 }
 
 // DecodeARP reads an IPv4-over-IPoIB ARP packet from b. Octets after the
-// first ARPLen are ignored (a receive may carry padding). The fixed header
+// first ARPLen are ignored (a receive may carry padding) unless they are
+// a sibling trailer (ARPSiblingLen). The fixed header
 // is checked before the length, so that an ARP for another hardware or
 // protocol is reported as such rather than as truncated.
 func DecodeARP(b []byte) (ARP, error) {
@@ -98,17 +131,21 @@ func DecodeARP(b []byte) (ARP, error) {
 	if len(b) < ARPLen {
 		return ARP{}, arpTruncated(b)
 	}
-	b = b[:ARPLen]
 	// DecodeLinkAddr cannot fail on 20 octets.
 	sha, _ := ib.DecodeLinkAddr(b[8:28])
 	tha, _ := ib.DecodeLinkAddr(b[32:52])
-	return ARP{
+	a := ARP{
 		Op:       op,
 		SenderHW: sha,
 		SenderIP: netip.AddrFrom4([4]byte(b[28:32])),
 		TargetHW: tha,
 		TargetIP: netip.AddrFrom4([4]byte(b[52:56])),
-	}, nil
+	}
+	if len(b) >= ARPMaxLen && [4]byte(b[ARPLen:ARPLen+4]) == siblingTag {
+		a.Sibling, _ = ib.DecodeLinkAddr(b[ARPLen+4 : ARPMaxLen])
+		a.HasSibling = true
+	}
+	return a, nil
 }
 
 // arpFields are the ARP fields by end offset, to name the one a short

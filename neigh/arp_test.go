@@ -45,25 +45,41 @@ var arpGoldens = []struct {
 		       ` + wireZero + ` | c0 a8 64 01`,
 		arp: ARP{Op: ARPRequest, SenderHW: hwA, SenderIP: ip4A, TargetIP: ip4A},
 	},
+	{
+		name: "reply from a host on two ports",
+		wire: `00 20 | 08 00 | 14 | 04 | 00 02
+		       ` + wireA + ` | c0 a8 64 01
+		       ` + wireB + ` | c0 a8 64 02
+		       49 50 44 01  # sibling trailer: "IPD", version 1
+		       ` + wireB + ` # the sender's other port`,
+		arp: ARP{Op: ARPReply, SenderHW: hwA, SenderIP: ip4A, TargetHW: hwB, TargetIP: ip4B, Sibling: hwB, HasSibling: true},
+	},
 }
 
 func TestARPGolden(t *testing.T) {
 	for _, tt := range arpGoldens {
 		wire := testutil.Unhex(t, tt.wire)
-		if len(wire) != ARPLen {
+		if len(wire) != tt.arp.Len() {
 			t.Fatalf("%s: golden is %d octets", tt.name, len(wire))
 		}
 		got, err := DecodeARP(wire)
 		if err != nil || got != tt.arp {
 			t.Errorf("%s: decoded %+v, %v, want %+v", tt.name, got, err, tt.arp)
 		}
-		b := bytes.Repeat([]byte{0xa5}, ARPLen)
+		b := bytes.Repeat([]byte{0xa5}, tt.arp.Len())
 		if err := tt.arp.Encode(b); err != nil || !bytes.Equal(b, wire) {
 			t.Errorf("%s: encoded\n% x, %v, want\n% x", tt.name, b, err, wire)
 		}
 		// Trailing octets (receive padding) are ignored.
 		if got, err := DecodeARP(append(bytes.Clone(wire), 0, 0, 0, 0)); err != nil || got != tt.arp {
 			t.Errorf("%s with trailer: decoded %+v, %v", tt.name, got, err)
+		}
+		// A trailer without the tag is padding, not a sibling.
+		if !tt.arp.HasSibling {
+			padded := append(bytes.Clone(wire), bytes.Repeat([]byte{0x49}, ARPSiblingLen)...)
+			if got, err := DecodeARP(padded); err != nil || got != tt.arp {
+				t.Errorf("%s with untagged padding: decoded %+v, %v", tt.name, got, err)
+			}
 		}
 		// Reserved link-address flag bits are ignored.
 		wire[8] |= 0x3f

@@ -56,9 +56,10 @@ const (
 )
 
 type candidate struct {
-	ip   netip.Addr // zero: a free slot
-	link ib.LinkAddr
-	at   time.Time
+	ip      netip.Addr // zero: a free slot
+	link    ib.LinkAddr
+	sibling ib.LinkAddr // the node's other port, as it said (Entry.Sibling)
+	at      time.Time
 }
 
 type budget struct {
@@ -75,6 +76,9 @@ func (t *Table) Learn(ip netip.Addr, link ib.LinkAddr, from ib.GID, now time.Tim
 	}
 	if k, ok := t.candIndex[ip]; ok {
 		c := &t.cands[k]
+		if !c.link.SameNode(link) {
+			c.sibling = ib.LinkAddr{}
+		}
 		c.link, c.at = link, now
 		return LearnedRefreshed
 	}
@@ -118,17 +122,35 @@ func (t *Table) spend(from ib.GID, now time.Time) bool {
 	return true
 }
 
-// takeCandidate removes ip's candidate and returns its link address, if
-// there is one young enough to believe.
-func (t *Table) takeCandidate(ip netip.Addr, now time.Time) (ib.LinkAddr, bool) {
+// NoteSibling records what ip's node at link said of its other port
+// (Entry.Sibling), on ip's entry or its candidate, where that is at link.
+// The caller has checked that the packet came from link itself.
+func (t *Table) NoteSibling(ip netip.Addr, link, sibling ib.LinkAddr) {
+	if sibling.SameNode(link) {
+		return
+	}
+	if e := t.entries[ip]; e != nil {
+		if e.Resolved() && e.Link.SameNode(link) {
+			e.Sibling = sibling
+		}
+		return
+	}
+	if k, ok := t.candIndex[ip]; ok && t.cands[k].link.SameNode(link) {
+		t.cands[k].sibling = sibling
+	}
+}
+
+// takeCandidate removes ip's candidate and returns it, if there is one
+// young enough to believe.
+func (t *Table) takeCandidate(ip netip.Addr, now time.Time) (candidate, bool) {
 	k, ok := t.candIndex[ip]
 	if !ok {
-		return ib.LinkAddr{}, false
+		return candidate{}, false
 	}
 	c := t.cands[k]
 	delete(t.candIndex, ip)
 	t.cands[k] = candidate{}
-	return c.link, now.Sub(c.at) < CandidateTTL
+	return c, now.Sub(c.at) < CandidateTTL
 }
 
 // CandidateInfo is one candidate, for display.

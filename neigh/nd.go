@@ -23,6 +23,11 @@ const (
 	// types RFC 4727 sets aside for experiments; a receiver that does not
 	// know it skips it (RFC 4861 §4.6), as Linux does.
 	OptReplacedLinkAddr uint8 = 253
+	// OptSiblingLinkAddr is ipoibd's own too, the other experimental type:
+	// the link address of the sender's other port (an interface over two
+	// ports), in an NS or an NA. A peer that knows it accepts a later
+	// announcement that moves the address there at once (failover).
+	OptSiblingLinkAddr uint8 = 254
 )
 
 const (
@@ -32,7 +37,8 @@ const (
 	// LinkAddrOptLen is the IPoIB link-layer address option: type, length
 	// 3 (×8 octets), two pad octets, then the 20-octet address (spec §4).
 	LinkAddrOptLen = 24
-	// NDMaxLen is the longest message Encode writes.
+	// NDMaxLen is the longest message Encode writes: the link-layer
+	// option and one of ours (replaced or sibling, never both).
 	NDMaxLen = NDHeaderLen + 2*LinkAddrOptLen
 	// IPv6HeaderLen is the fixed IPv6 header in front of the message.
 	IPv6HeaderLen = 40
@@ -65,6 +71,10 @@ type NeighborMessage struct {
 	// had before (OptReplacedLinkAddr); HasReplaces says it is present.
 	Replaces    ib.LinkAddr
 	HasReplaces bool
+	// Sibling is the link address of the sender's other port
+	// (OptSiblingLinkAddr); HasSibling says it is present.
+	Sibling    ib.LinkAddr
+	HasSibling bool
 }
 
 const (
@@ -79,6 +89,9 @@ func (m *NeighborMessage) Len() int {
 		n += LinkAddrOptLen
 	}
 	if m.HasReplaces {
+		n += LinkAddrOptLen
+	}
+	if m.HasSibling {
 		n += LinkAddrOptLen
 	}
 	return n
@@ -110,6 +123,9 @@ func (m *NeighborMessage) Encode(b []byte, src, dst netip.Addr) (int, error) {
 	}
 	if m.HasReplaces && (m.Type != TypeNeighborAdvertisement || !m.Replaces.QPN.Valid()) {
 		return 0, ib.ErrField(ndFormat, "replaced link-layer address option", "only in an NA, with a QPN of 24 bits")
+	}
+	if m.HasSibling && (m.HasReplaces || !m.Sibling.QPN.Valid()) {
+		return 0, ib.ErrField(ndFormat, "sibling link-layer address option", "not beside a replaced one, and with a QPN of 24 bits")
 	}
 	if err := m.check(src, dst); err != nil {
 		return 0, err
@@ -143,6 +159,10 @@ func (m *NeighborMessage) Encode(b []byte, src, dst netip.Addr) (int, error) {
 	if m.HasReplaces {
 		o[0], o[1], o[2], o[3] = OptReplacedLinkAddr, linkAddrOptUnits, 0, 0
 		_ = m.Replaces.Encode(o[4:24])
+	}
+	if m.HasSibling {
+		o[0], o[1], o[2], o[3] = OptSiblingLinkAddr, linkAddrOptUnits, 0, 0
+		_ = m.Sibling.Encode(o[4:24])
 	}
 	binary.BigEndian.PutUint16(b[2:4], ICMPv6Checksum(src, dst, b))
 	return n, nil
@@ -243,6 +263,10 @@ func DecodeNeighborMessage(b []byte, src, dst netip.Addr) (NeighborMessage, erro
 		if o[0] == OptReplacedLinkAddr && typ == TypeNeighborAdvertisement && !m.HasReplaces && n == LinkAddrOptLen {
 			m.Replaces, _ = ib.DecodeLinkAddr(o[4:24])
 			m.HasReplaces = true
+		}
+		if o[0] == OptSiblingLinkAddr && !m.HasSibling && n == LinkAddrOptLen {
+			m.Sibling, _ = ib.DecodeLinkAddr(o[4:24])
+			m.HasSibling = true
 		}
 		o = o[n:]
 	}

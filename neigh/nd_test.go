@@ -93,6 +93,20 @@ var ndGoldens = []struct {
 		msg: NeighborMessage{Type: TypeNeighborAdvertisement, Override: true, Target: llB, LinkAddr: hwB, HasLinkAddr: true,
 			Replaces: hwA, HasReplaces: true},
 	},
+	{
+		name: "NS from a host on two ports, naming its other port",
+		wire: `60 00 00 00 | 00 48 | 3a | ff
+		       fe80 0000 0000 0000 0202 c903 000a bcde # source
+		       ff02 0000 0000 0000 0000 0001 ff0b 1234 # destination
+		       87 | 00 | 24 75 | 00 00 00 00
+		       fe80 0000 0000 0000 0202 c903 000b 1234 # target
+		       01 | 03 | 00 00 | ` + wireA + `
+		       fe           # option 254 (RFC 4727 experimental): the sender's other port
+		       03 | 00 00 | ` + wireB,
+		src: llA, dst: snB,
+		msg: NeighborMessage{Type: TypeNeighborSolicitation, Target: llB, LinkAddr: hwA, HasLinkAddr: true,
+			Sibling: hwB, HasSibling: true},
+	},
 }
 
 func TestNDGolden(t *testing.T) {
@@ -162,6 +176,7 @@ func TestNDOptions(t *testing.T) {
 		mtu        = "05 01 0000 00000800" // MTU option
 		bigUnknown = "fe 02 0000000000000000000000000000"
 		replaced   = "fd 03 0000 " + wireA
+		sibling    = "fe 03 0000 " + wireB
 	)
 	ns := NeighborMessage{Type: TypeNeighborSolicitation, Target: llB}
 	nsA := ns
@@ -171,6 +186,10 @@ func TestNDOptions(t *testing.T) {
 	naB.LinkAddr, naB.HasLinkAddr = hwB, true
 	naBReplacing := naB
 	naBReplacing.Replaces, naBReplacing.HasReplaces = hwA, true
+	nsASibling := nsA
+	nsASibling.Sibling, nsASibling.HasSibling = hwB, true
+	naBSibling := naB
+	naBSibling.Sibling, naBSibling.HasSibling = hwB, true
 	tests := []struct {
 		name string
 		msg  []byte
@@ -195,6 +214,10 @@ func TestNDOptions(t *testing.T) {
 		{"NA replaced LLA", naWithOptions(t, 0, tlla, replaced), llB, llA, naBReplacing},
 		{"NA replaced LLA first, then target LLA", naWithOptions(t, 0, replaced, tlla), llB, llA, naBReplacing},
 		{"NA first replaced LLA wins", naWithOptions(t, 0, tlla, replaced, "fd 03 0000 "+wireB), llB, llA, naBReplacing},
+		{"NS sibling", nsWithOptions(t, slla, sibling), llA, snB, nsASibling},
+		{"NA sibling", naWithOptions(t, 0, tlla, sibling), llB, llA, naBSibling},
+		{"NA first sibling wins", naWithOptions(t, 0, sibling, "fe 03 0000 "+wireA, tlla), llB, llA, naBSibling},
+		{"NA short sibling ignored", naWithOptions(t, 0, tlla, bigUnknown), llB, llA, naB},
 		{"NA replaced LLA of length 1 ignored", naWithOptions(t, 0, tlla, "fd 01 020000000001"), llB, llA, naB},
 		{"NS replaced LLA ignored", nsWithOptions(t, replaced, slla), llA, snB, nsA},
 		{"NA R+S+O", naWithOptions(t, 0xff, tlla), llB, llA, NeighborMessage{Type: TypeNeighborAdvertisement, Router: true, Solicited: true, Override: true, Target: llB, LinkAddr: hwB, HasLinkAddr: true}},
@@ -314,6 +337,12 @@ func TestEncodeNDErrors(t *testing.T) {
 		{"short buffer, two options", ndGoldens[4].msg, llB, allNodes, NDMaxLen - 1, "buffer"},
 		{"replaced LLA in an NS", func() NeighborMessage { m := ns; m.Replaces, m.HasReplaces = hwB, true; return m }(), llA, snB, NDMaxLen, "replaced link-layer address option"},
 		{"replaced LLA's QPN", func() NeighborMessage { m := na; m.Replaces, m.HasReplaces = ib.LinkAddr{QPN: 1 << 24}, true; return m }(), llB, llA, NDMaxLen, "replaced link-layer address option"},
+		{"sibling beside replaced", func() NeighborMessage {
+			m := na
+			m.Replaces, m.HasReplaces, m.Sibling, m.HasSibling = hwA, true, hwB, true
+			return m
+		}(), llB, llA, NDMaxLen + LinkAddrOptLen, "sibling link-layer address option"},
+		{"sibling's QPN", func() NeighborMessage { m := na; m.Sibling, m.HasSibling = ib.LinkAddr{QPN: 1 << 24}, true; return m }(), llB, llA, NDMaxLen, "sibling link-layer address option"},
 		{"short buffer, no option", NeighborMessage{Type: TypeNeighborSolicitation, Target: llB}, llA, snB, NDHeaderLen - 1, "buffer"},
 		{"IPv4 source", ns, ip4A, snB, NDMaxLen, "source address"},
 		{"multicast source", ns, allNodes, snB, NDMaxLen, "source address"},

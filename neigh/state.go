@@ -145,6 +145,19 @@ func (e *Entry) Restarted(link ib.LinkAddr, now time.Time) Action {
 	return ActResolved
 }
 
+// MovedToSibling applies an announcement from link, e's Sibling, that it
+// replaces e.Link: the node moved its address to its other port
+// (failover), and the move wins at once; the port it left becomes the
+// sibling. Anything else is heard as any claim.
+func (e *Entry) MovedToSibling(link ib.LinkAddr, now time.Time) Action {
+	if !e.Resolved() || e.Sibling == (ib.LinkAddr{}) || !e.Sibling.SameNode(link) {
+		return e.Heard(link, now)
+	}
+	e.Link, e.Sibling = link, e.Link
+	e.set(Reachable, now)
+	return ActResolved
+}
+
 // Gone is called when the CM showed that e's QPN is gone (a REJ "invalid
 // service ID" or "stale connection" from its port): a claim being checked
 // for the same port wins at once. Otherwise it is Suspect.

@@ -78,6 +78,10 @@ type Entry struct {
 	State   State
 	Link    ib.LinkAddr // valid unless Incomplete/Failed
 	Claim   ib.LinkAddr // Probing: the address a reply claimed
+	// Sibling is the link address of the node's other port, as the node
+	// itself said (an interface over two ports): an announcement that
+	// moves Link there wins at once (MovedToSibling).
+	Sibling ib.LinkAddr
 	Updated time.Time   // last state change or confirmation
 	Probes  int         // requests sent in this state
 	Pending []Pending
@@ -139,8 +143,8 @@ func (t *Table) Create(ip netip.Addr, now time.Time) (*Entry, Action) {
 	}
 	e := &Entry{IP: ip, State: Incomplete, Updated: now}
 	var a Action
-	if link, ok := t.takeCandidate(ip, now); ok {
-		e.Link, e.State = link, Stale
+	if c, ok := t.takeCandidate(ip, now); ok {
+		e.Link, e.Sibling, e.State = c.link, c.sibling, Stale
 		a = ActResolved | e.probe()
 	}
 	t.entries[ip] = e

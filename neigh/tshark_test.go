@@ -19,7 +19,7 @@ func TestTsharkDecodesOurPackets(t *testing.T) {
 	var frames [][]byte
 	var want []string
 	for _, g := range arpGoldens {
-		b := make([]byte, ARPLen)
+		b := make([]byte, g.arp.Len())
 		if err := g.arp.Encode(b); err != nil {
 			t.Fatal(err)
 		}
@@ -51,6 +51,10 @@ func TestTsharkDecodesOurPackets(t *testing.T) {
 			// lists its type and length, skips it, and notes it (an
 			// expert note, not an error).
 			opt = strings.Replace(opt, "|", ","+strconv.Itoa(int(OptReplacedLinkAddr))+"|", 1) + ",3"
+			notes[len(frames)-1] = true
+		}
+		if g.msg.HasSibling {
+			opt = strings.Replace(opt, "|", ","+strconv.Itoa(int(OptSiblingLinkAddr))+"|", 1) + ",3"
 			notes[len(frames)-1] = true
 		}
 		want = append(want, strings.Join([]string{"nd", g.src.String(), g.dst.String(), "255",

@@ -49,6 +49,14 @@ type Packets interface {
 	Close() error
 }
 
+// ReadInterrupter is a Packets whose blocked Reads can be made to return
+// (an error matching os.ErrDeadlineExceeded), so that another reader may
+// take the queue: tun's, which an interface over several ports (package
+// bond) hands from port to port.
+type ReadInterrupter interface {
+	InterruptReads()
+}
+
 // Link is the kernel's side of the interface beyond packets.
 type Link interface {
 	Name() string

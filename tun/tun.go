@@ -28,6 +28,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"syscall"
 	"unsafe"
 
@@ -101,6 +102,9 @@ type queue struct {
 	mu     sync.Mutex
 	r      ioState
 	readFn func(fd uintptr) bool
+	// kicked: InterruptReads set a read deadline in the past; the next
+	// Read clears it before it waits.
+	kicked atomic.Bool
 }
 
 // ioState is one readv or writev in progress.
@@ -372,6 +376,9 @@ func (d *Device) Read(q int, b []byte, h *offload.Hdr) (int, error) {
 	qu := d.queues[q]
 	qu.mu.Lock()
 	defer qu.mu.Unlock()
+	if qu.kicked.Swap(false) {
+		_ = qu.file.SetReadDeadline(time.Time{})
+	}
 	r := &qu.r
 	r.setIov(0, r.hdr[:])
 	r.setIov(1, b)
@@ -389,6 +396,19 @@ func (d *Device) Read(q int, b []byte, h *offload.Hdr) (int, error) {
 		return 0, err
 	}
 	return r.n - offload.HdrLen, nil
+}
+
+// InterruptReads makes every Read blocked now return an error that
+// matches os.ErrDeadlineExceeded; later Reads wait as before. An
+// interface over several ports (package bond) uses it to take its queues'
+// readers back from a port that is no longer active.
+func (d *Device) InterruptReads() {
+	for _, qu := range d.queues {
+		// The deadline first: a Read that clears it before it is set
+		// would otherwise wait on, past the interrupt.
+		_ = qu.file.SetReadDeadline(time.Now())
+		qu.kicked.Store(true)
+	}
 }
 
 // Write writes one whole IP packet, its checksums already valid.

@@ -1,0 +1,358 @@
+// Package bond is one IPoIB interface over several ports, as the
+// kernel's bonding driver in active-backup mode makes one link of several
+// ipoib slaves with fail_over_mac=active: an ipoib.Interface per port (a
+// leg), all on one netdev (the TUN), one of them active.
+//
+// Every leg is warm: its UD QP is in the broadcast group, its connection
+// service listens, it writes what it receives into the TUN and follows
+// its port's state. Only the active leg reads the TUN (sends), answers
+// ARP and ND for our addresses and announces them, so peers know one link
+// address: the active port's. When the active port goes down another leg
+// takes over: it announces our addresses at its link address, naming the
+// one it replaces, and the TUN's queues are handed to its readers. Peers
+// that are ipoibd were told of the other port beforehand (the sibling in
+// our ARP and ND) and move at once; kernel peers take the gratuitous ARP
+// and the unsolicited NA as any.
+//
+// Legs hold the shared netdev through leg (netdev.go), which lets only the
+// active leg's readers at the TUN and sets the carrier from every port's:
+// on while one is up, off with all of them, as a NIC.
+package bond
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/netdev"
+)
+
+// Reselect is when the primary port takes over again once it is back:
+// the kernel bonding's primary_reselect.
+type Reselect uint8
+
+// Reselect policies.
+const (
+	// ReselectAlways: the primary takes over as soon as it is up (the
+	// kernel's default, and ours).
+	ReselectAlways Reselect = iota
+	// ReselectBetter: the primary takes over when its port is better than
+	// the active one's: here, with equal ports, only when that one fails.
+	ReselectBetter
+	// ReselectFailure: the primary takes over only when the active port
+	// fails.
+	ReselectFailure
+)
+
+func (r Reselect) String() string {
+	switch r {
+	case ReselectBetter:
+		return "better"
+	case ReselectFailure:
+		return "failure"
+	}
+	return "always"
+}
+
+// ParseReselect reads always, better or failure.
+func ParseReselect(s string) (Reselect, error) {
+	for _, r := range []Reselect{ReselectAlways, ReselectBetter, ReselectFailure} {
+		if r.String() == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("%q: want always, better or failure", s)
+}
+
+// Config describes an interface over several ports.
+type Config struct {
+	// Netdev is the interface in the kernel, opened as the first leg's
+	// NetdevConfig says. New takes it over: Close closes it, and so does
+	// New on error.
+	Netdev netdev.Netdev
+	// Legs are the interface on each port, the primary first; New sets
+	// their Netdev, LinkLocal (the primary's, for every port) and Standby.
+	Legs     []ipoib.Config
+	Reselect Reselect
+	Log      *slog.Logger
+}
+
+// Bond is a running interface over several ports.
+type Bond struct {
+	nd       netdev.Netdev
+	legs     []*leg
+	reselect Reselect
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	active int // the active leg; -1: none since New (never while running)
+	// turn is closed and made again when the active leg changes or a leg
+	// closes: readers waiting for their leg's turn look again.
+	turn    chan struct{}
+	carrier bool // the netdev's, as set from the legs'
+
+	wake      chan struct{} // a leg's port changed: reselect
+	done      chan struct{}
+	watchDone chan struct{}
+	lost      chan struct{}
+	lostOnce  sync.Once
+	lostErr   error
+
+	failovers  atomic.Uint64
+	lastTookNs atomic.Int64
+	tookSumNs  atomic.Int64
+}
+
+// New opens an interface on each of cfg.Legs' ports over cfg.Netdev, the
+// first active. Nothing runs until Start. On error everything opened is
+// closed, cfg.Netdev too.
+func New(cfg Config) (_ *Bond, err error) {
+	if len(cfg.Legs) < 2 {
+		_ = cfg.Netdev.Close()
+		return nil, errors.New("bond: an interface over several ports needs two or more")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	b := &Bond{
+		nd: cfg.Netdev, reselect: cfg.Reselect, log: cfg.Log, active: 0, carrier: true,
+		turn: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
+		watchDone: make(chan struct{}), lost: make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			for _, l := range b.legs {
+				l.iface.Close()
+			}
+			_ = b.nd.Close()
+		}
+	}()
+	nc, err := cfg.Legs[0].NetdevConfig()
+	if err != nil {
+		return nil, err
+	}
+	for k, lc := range cfg.Legs {
+		l := &leg{b: b, k: k}
+		l.healthy.Store(true)
+		lc.Netdev, lc.LinkLocal, lc.Standby = l, nc.LinkLocal, k != 0
+		if l.iface, err = ipoib.New(lc); err != nil {
+			return nil, fmt.Errorf("port %d (%v): %w", k+1, lc.Device.Name(), err)
+		}
+		b.legs = append(b.legs, l)
+	}
+	b.nameSiblings()
+	return b, nil
+}
+
+// nameSiblings has each leg name, in its ARP and ND, the port that would
+// take over from it: the active leg names the first standby, the others
+// the active one.
+func (b *Bond) nameSiblings() {
+	b.mu.Lock()
+	active := b.active
+	b.mu.Unlock()
+	next := b.nextUp(active)
+	if next < 0 {
+		next = (active + 1) % len(b.legs)
+	}
+	for k, l := range b.legs {
+		sib := b.legs[active].iface.LinkAddr()
+		if k == active {
+			sib = b.legs[next].iface.LinkAddr()
+		}
+		l.iface.SetSibling(sib)
+	}
+}
+
+// Start runs every leg and the port watcher.
+func (b *Bond) Start() {
+	for _, l := range b.legs {
+		l.iface.Start()
+	}
+	go b.watch()
+}
+
+// watch reselects the active leg whenever a port changes, and ends the
+// bond when a leg is lost (its TUN went).
+func (b *Bond) watch() {
+	defer close(b.watchDone)
+	lost := make(chan *leg, len(b.legs))
+	for _, l := range b.legs {
+		go func() {
+			select {
+			case <-l.iface.Lost():
+				lost <- l
+			case <-b.done:
+			}
+		}()
+	}
+	for {
+		select {
+		case <-b.wake:
+			b.reselectNow()
+		case l := <-lost:
+			b.lostOnce.Do(func() { b.lostErr = l.iface.LostErr(); close(b.lost) })
+		case <-b.done:
+			return
+		}
+	}
+}
+
+// reselectNow moves to the leg the policy chooses, and sets the carrier.
+func (b *Bond) reselectNow() {
+	b.mu.Lock()
+	from := b.active
+	healthy := make([]bool, len(b.legs))
+	for k, l := range b.legs {
+		healthy[k] = l.healthy.Load()
+	}
+	to := choose(from, healthy, b.reselect)
+	b.mu.Unlock()
+	b.setCarrier(to >= 0 && healthy[to])
+	if to == from || to < 0 {
+		return
+	}
+	b.failover(from, to, reason(from, healthy))
+}
+
+// reason says why the active leg changes, for the log.
+func reason(from int, healthy []bool) string {
+	if !healthy[from] {
+		return "active port down"
+	}
+	return "primary port back"
+}
+
+// choose is the leg that should be active: the active one while it is
+// up (unless the policy gives the primary, leg 0, back its place), else
+// the first up; active when none is up (nothing to move to).
+func choose(active int, healthy []bool, r Reselect) int {
+	if healthy[0] && active != 0 && (r == ReselectAlways || !healthy[active]) {
+		return 0
+	}
+	if healthy[active] {
+		return active
+	}
+	for k, up := range healthy {
+		if up {
+			return k
+		}
+	}
+	return active
+}
+
+// failover makes leg to the active one: its readers take the TUN's
+// queues, the old leg goes on standby and stops answering, and the new
+// one announces our addresses naming the old link address.
+func (b *Bond) failover(from, to int, why string) {
+	start := time.Now()
+	old, next := b.legs[from], b.legs[to]
+	old.iface.SetStandby(true)
+	b.mu.Lock()
+	b.active = to
+	b.nextTurn()
+	b.mu.Unlock()
+	// The old leg's readers may be blocked in the TUN: they give the
+	// queues back (one packet each at most may leave through it first).
+	if ir, ok := b.nd.(netdev.ReadInterrupter); ok {
+		ir.InterruptReads()
+	}
+	b.nameSiblings()
+	next.iface.Activate(old.iface.LinkAddr())
+	took := time.Since(start)
+	b.failovers.Add(1)
+	b.lastTookNs.Store(int64(took))
+	b.tookSumNs.Add(int64(took))
+	b.log.Warn("failover", "if", next.iface.Name(), "from", old.iface.DeviceName(), "to", next.iface.DeviceName(),
+		"reason", why, "link_addr", next.iface.LinkAddr(), "took", took.Round(time.Microsecond))
+}
+
+// nextTurn wakes the readers waiting for their leg's turn. b.mu is held.
+func (b *Bond) nextTurn() {
+	close(b.turn)
+	b.turn = make(chan struct{})
+}
+
+// setCarrier sets the netdev's carrier when it changes.
+func (b *Bond) setCarrier(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if on == b.carrier {
+		return
+	}
+	if err := b.nd.SetCarrier(on); err != nil {
+		b.log.Warn("setting the carrier", "err", err)
+		return
+	}
+	b.carrier = on
+	if on {
+		b.log.Info("a port is active: carrier on", "if", b.Name())
+	} else {
+		b.log.Warn("every port down: carrier off", "if", b.Name())
+	}
+}
+
+// nextUp is the first leg after k that is up, -1 if none.
+func (b *Bond) nextUp(k int) int {
+	for d := 1; d < len(b.legs); d++ {
+		j := (k + d) % len(b.legs)
+		if b.legs[j].healthy.Load() {
+			return j
+		}
+	}
+	return -1
+}
+
+// Active is the interface on the active port.
+func (b *Bond) Active() *ipoib.Interface {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.legs[b.active].iface
+}
+
+// Legs are the interfaces on every port, the primary first.
+func (b *Bond) Legs() []*ipoib.Interface {
+	out := make([]*ipoib.Interface, len(b.legs))
+	for k, l := range b.legs {
+		out[k] = l.iface
+	}
+	return out
+}
+
+// Failovers counts the moves from port to port, and says how long the
+// last one took.
+func (b *Bond) Failovers() (uint64, time.Duration) {
+	return b.failovers.Load(), time.Duration(b.lastTookNs.Load())
+}
+
+// Lost is closed when the interface can carry nothing any more (its TUN
+// went); LostErr says why.
+func (b *Bond) Lost() <-chan struct{} { return b.lost }
+
+// LostErr is why the interface was lost (nil while Lost is open).
+func (b *Bond) LostErr() error {
+	select {
+	case <-b.lost:
+		return b.lostErr
+	default:
+		return nil
+	}
+}
+
+// Close closes every leg, then the netdev.
+func (b *Bond) Close() {
+	select {
+	case <-b.done:
+		return
+	default:
+	}
+	close(b.done)
+	for _, l := range b.legs {
+		l.iface.Close()
+	}
+	_ = b.nd.Close()
+}
