@@ -248,7 +248,7 @@ type Interface struct {
 	// sibling is the link address of the other port of an interface over
 	// two, named in our ARP and ND so that peers follow a failover at
 	// once; nil on a single port.
-	sibling atomic.Pointer[ib.LinkAddr]
+	sibling  atomic.Pointer[ib.LinkAddr]
 	datagram atomic.Bool // datagram mode (SetMode): no connection is asked for
 	started  atomic.Bool // Start ran: Close must ask the control goroutine to shut down
 }

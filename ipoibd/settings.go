@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipoibd/ipoibd/bond"
 	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
-	"github.com/ipoibd/ipoibd/bond"
 	"github.com/ipoibd/ipoibd/softib"
 	"github.com/ipoibd/ipoibd/softib/wire"
 	"github.com/spf13/pflag"
@@ -28,7 +28,7 @@ type options struct {
 	ifname      string
 	provider    string
 	underlay    []string
-	reselect    string // --primary-reselect
+	reselect    string        // --primary-reselect
 	underWait   time.Duration // --underlay-wait
 	softibPort  uint16
 	softibPKeys string

@@ -75,15 +75,15 @@ type Entry struct {
 	UDFallbacks atomic.Uint64
 
 	// Control goroutine only:
-	State   State
-	Link    ib.LinkAddr // valid unless Incomplete/Failed
-	Claim   ib.LinkAddr // Probing: the address a reply claimed
+	State State
+	Link  ib.LinkAddr // valid unless Incomplete/Failed
+	Claim ib.LinkAddr // Probing: the address a reply claimed
 	// Sibling is the link address of the node's other port, as the node
 	// itself said (an interface over two ports): an announcement that
 	// moves Link there wins at once (MovedToSibling).
 	Sibling ib.LinkAddr
-	Updated time.Time   // last state change or confirmation
-	Probes  int         // requests sent in this state
+	Updated time.Time // last state change or confirmation
+	Probes  int       // requests sent in this state
 	Pending []Pending
 }
 

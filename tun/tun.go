@@ -28,8 +28,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/ipoibd/ipoibd/offload"
