@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/netdev"
 )
@@ -94,6 +95,8 @@ type Bond struct {
 	// closes: readers waiting for their leg's turn look again.
 	turn    chan struct{}
 	carrier bool // the netdev's, as set from the legs'
+	// replaced is the link address the last failover moved from.
+	replaced ib.LinkAddr
 
 	wake      chan struct{} // a leg's port changed: reselect
 	done      chan struct{}
@@ -212,11 +215,25 @@ func (b *Bond) reselectNow() {
 	}
 	to := choose(from, healthy, b.reselect)
 	b.mu.Unlock()
-	b.setCarrier(to >= 0 && healthy[to])
-	if to == from || to < 0 {
-		return
+	back := b.setCarrier(to >= 0 && healthy[to])
+	switch {
+	case to != from:
+		b.failover(from, to, reason(from, healthy))
+	case back:
+		// Back from every port down on the one that was active: an
+		// announcement of the move made just before may have been lost
+		// with the port, so it is made again, as a NIC's link coming up
+		// sends a gratuitous ARP.
+		b.legs[to].iface.Activate(b.replacedLast())
 	}
-	b.failover(from, to, reason(from, healthy))
+}
+
+// replacedLast is the link address the last failover moved from (what
+// announcements name as replaced); zero before any.
+func (b *Bond) replacedLast() ib.LinkAddr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.replaced
 }
 
 // reason says why the active leg changes, for the log.
@@ -253,7 +270,7 @@ func (b *Bond) failover(from, to int, why string) {
 	old, next := b.legs[from], b.legs[to]
 	old.iface.SetStandby(true)
 	b.mu.Lock()
-	b.active = to
+	b.active, b.replaced = to, old.iface.LinkAddr()
 	b.nextTurn()
 	b.mu.Unlock()
 	// The old leg's readers may be blocked in the TUN: they give the
@@ -277,23 +294,28 @@ func (b *Bond) nextTurn() {
 	b.turn = make(chan struct{})
 }
 
-// setCarrier sets the netdev's carrier when it changes.
-func (b *Bond) setCarrier(on bool) {
+// setCarrier sets the netdev's carrier when it changes, and reports
+// whether it came on now.
+func (b *Bond) setCarrier(on bool) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if on == b.carrier {
-		return
+	same := on == b.carrier
+	b.mu.Unlock()
+	if same {
+		return false
 	}
 	if err := b.nd.SetCarrier(on); err != nil {
 		b.log.Warn("setting the carrier", "err", err)
-		return
+		return false
 	}
+	b.mu.Lock()
 	b.carrier = on
+	b.mu.Unlock()
 	if on {
 		b.log.Info("a port is active: carrier on", "if", b.Name())
 	} else {
 		b.log.Warn("every port down: carrier off", "if", b.Name())
 	}
+	return on
 }
 
 // nextUp is the first leg after k that is up, -1 if none.
