@@ -158,6 +158,7 @@ var table = []Entry{
 	{"cm_peer_restarts", false, "", "Peers found restarted (a new UD QPN at a known GID): their old connections were torn down."},
 	{"cm_idle_reaped", false, "", "Connections torn down after --idle-timeout without traffic."},
 	{"cm_send_failures", true, "", "Connections whose queue pair reported a failed send, torn down."},
+	{"cm_rnr_failovers", false, "", "Connections to a kernel ipoib peer whose receive queue ran dry (RNR retries exceeded), made again at once."},
 	{"cm_qp_errors", true, "", "Connections whose queue pair could not be brought up or went into error."},
 
 	// The CM engine (package cm), with --cm own.
