@@ -36,7 +36,7 @@ func TestWaitLastWQE(t *testing.T) {
 		tc.event(ch)
 		timeout := 50 * time.Millisecond
 		if tc.want {
-			timeout = time.Hour // an event must end the wait, not the timer
+			timeout = 1000 * lastWQETimeout // an event must end the wait, not the timer
 		}
 		if got := waitLastWQE(ch, timeout); got != tc.want {
 			t.Errorf("%s: waitLastWQE = %v, want %v", tc.name, got, tc.want)
