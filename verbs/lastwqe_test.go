@@ -22,8 +22,8 @@ func (e *end) counter(name string) uint64 {
 }
 
 // Closing a QP on the SRQ waits for its IBV_EVENT_QP_LAST_WQE_REACHED
-// before the destroy (issue 38, item 5), without Close itself waiting for
-// it; and every receive posted on the SRQ is either still posted or came
+// before the destroy (issue 38, item 5), or lastWQETimeout where the
+// device sends none (rxe), without Close itself waiting for it; and every receive posted on the SRQ is either still posted or came
 // back as a completion: none is lost with the QP, even one taken by a
 // message that was arriving when the QP closed.
 func TestCloseOnSRQAwaitsLastWQE(t *testing.T) {
@@ -88,12 +88,21 @@ func TestCloseOnSRQAwaitsLastWQE(t *testing.T) {
 			if took >= lastWQETimeout {
 				bad = append(bad, "Close waited for the event itself")
 			}
-			gotEvents := b.counter("async_qp_last_wqe_reached") - events
-			if gotEvents != tc.events {
-				bad = append(bad, fmt.Sprintf("%d LAST_WQE_REACHED events, want %d", gotEvents, tc.events))
+			// rxe (Linux 6.1) never reports LAST_WQE_REACHED (seen in the
+			// test bed): there the destroy comes after the timeout, counted.
+			wantEvents, wantTimeouts := tc.events, uint64(0)
+			if strings.HasPrefix(b.dev.cfg.Device, "rxe") {
+				wantEvents, wantTimeouts = 0, tc.events
 			}
-			if got := b.counter("qp_last_wqe_timeouts") - timeouts; got != 0 {
-				bad = append(bad, fmt.Sprintf("qp_last_wqe_timeouts grew by %d", got))
+			gotEvents := b.counter("async_qp_last_wqe_reached") - events
+			if gotEvents != wantEvents {
+				bad = append(bad, fmt.Sprintf("%d LAST_WQE_REACHED events, want %d", gotEvents, wantEvents))
+			}
+			if got := b.counter("qp_last_wqe_timeouts") - timeouts; got != wantTimeouts {
+				bad = append(bad, fmt.Sprintf("qp_last_wqe_timeouts grew by %d, want %d", got, wantTimeouts))
+			}
+			if wantTimeouts > 0 && waited < lastWQETimeout {
+				bad = append(bad, "destroyed before the wait for the event was over")
 			}
 			// What the QP took from the SRQ completed (delivered or
 			// flushed) before it went: the rest is still posted.
