@@ -164,6 +164,7 @@ var table = []Entry{
 	{"cm_peer_restarts", false, "", "Peers found restarted (a new UD QPN at a known GID): their old connections were torn down."},
 	{"cm_idle_reaped", false, "", "Connections torn down after --idle-timeout without traffic."},
 	{"cm_send_failures", true, "", "Connections whose queue pair reported a failed send, torn down."},
+	{"cm_rnr_failovers", false, "", "Connections to a kernel ipoib peer whose receive queue ran dry (RNR retries exceeded), made again at once."},
 	{"cm_qp_errors", true, "", "Connections whose queue pair could not be brought up or went into error."},
 
 	// The CM engine (package cm), with --cm own.
@@ -281,6 +282,7 @@ var table = []Entry{
 	{"dev_poll_errors", true, verbs, "ibv_poll_cq calls that failed."},
 	{"dev_cq_notify_errors", true, verbs, "Completion queues that could not be re-armed or whose events could not be read."},
 	{"dev_srq_arm_errors", true, verbs, "ibv_modify_srq calls that refused a shared receive queue limit."},
+	{"dev_qp_last_wqe_timeouts", true, verbs, "Closed queue pairs on the shared receive queue destroyed after 1 s without their LAST_WQE_REACHED event (rxe never sends it: one per connection closed there)."},
 	{"dev_ip_join_errors", true, verbs, "RoCE: multicast groups of IP the interface could not join."},
 	{"dev_async_unknown", true, verbs, "Asynchronous events of a type this build does not know."},
 	{"dev_async_*", true, verbs, "The adapter's asynchronous events by type (IBV_EVENT_...): errors of a queue pair, completion queue or device."},

@@ -49,17 +49,17 @@ func (c *control) sendFailed(f sendFailure) {
 	if conn == nil || conn.State() != cm.StateEstablished {
 		return
 	}
-	c.connFailed(conn, f.cause())
+	c.connFailed(conn, f.cause(), f.status)
 }
 
 // connFailed counts, logs and tears down a connection that cannot send,
 // and puts its neighbors back on UD until a new one is up.
-func (c *control) connFailed(conn *ipoibcm.Connection, cause string) {
+func (c *control) connFailed(conn *ipoibcm.Connection, cause string, status ib.WCStatus) {
 	i := c.i
 	i.ctr.inc(txConnErrors)
 	// A peer that died or restarted: routine, counted in tx_conn_errors.
 	i.log.Info("connection cannot send; reconnecting", "peer", conn.Peer, "peer_ip", i.peerIPs(conn.Peer), "qpn", conn.QP.Num(), "cause", cause)
-	i.mgr.SendFailed(c.now, conn.QP.Num())
+	i.mgr.SendFailed(c.now, conn.QP.Num(), status)
 }
 
 // connection finds the connection whose local QP is qpn.
@@ -89,7 +89,7 @@ func (c *control) checkConns(max int) {
 		}
 		max--
 		if conn.QP.State() == ib.StateError {
-			c.connFailed(conn, "QP in the error state")
+			c.connFailed(conn, "QP in the error state", ib.WCSuccess)
 		}
 	}
 }

@@ -109,6 +109,13 @@ func (d *Device) handleAsync(ev C.struct_ipoibd_async) {
 			q.asyncErrors.Add(1)
 		}
 		slog.Warn("verbs: QP error event", "device", d.cfg.Device, "event", name, "qpn", ib.QPN(ev.qpn))
+	case C.IBV_EVENT_QP_LAST_WQE_REACHED:
+		d.mu.Lock()
+		q := d.qpByNum[uint32(ev.qpn)]
+		d.mu.Unlock()
+		if q != nil {
+			q.reachedLastWQE()
+		}
 	case C.IBV_EVENT_CQ_ERR, C.IBV_EVENT_DEVICE_FATAL, C.IBV_EVENT_SRQ_ERR, C.IBV_EVENT_WQ_FATAL:
 		slog.Error("verbs: async error event", "device", d.cfg.Device, "event", name)
 	case C.IBV_EVENT_PORT_ERR:

@@ -54,6 +54,9 @@ type devCounters struct {
 	notifyErrors atomic.Uint64 // a CQ could not be re-armed or its events read
 	armErrors    atomic.Uint64 // ibv_modify_srq refused an SRQ limit
 	ipJoinErrors atomic.Uint64 // RoCE: the interface could not join an IP group
+	// lastWQETimeouts counts QPs on an SRQ destroyed without their
+	// IBV_EVENT_QP_LAST_WQE_REACHED, after lastWQETimeout (drain.go).
+	lastWQETimeouts atomic.Uint64
 }
 
 // Counters returns the provider's counters and, where the kernel exposes
@@ -68,6 +71,7 @@ func (d *Device) Counters() []ib.Counter {
 		{Name: "cq_notify_errors", Value: c.notifyErrors.Load()},
 		{Name: "srq_arm_errors", Value: c.armErrors.Load()},
 		{Name: "ip_join_errors", Value: c.ipJoinErrors.Load()},
+		{Name: "qp_last_wqe_timeouts", Value: c.lastWQETimeouts.Load()},
 		{Name: "async_unknown", Value: c.asyncUnknown.Load()},
 	}
 	for t, name := range asyncNames {

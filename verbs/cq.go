@@ -216,9 +216,14 @@ func (c *cq) drainLocked() {
 // destroyed).
 func (c *cq) drain() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	n := len(c.pending)
 	if !c.closed {
 		c.drainLocked()
+	}
+	more := len(c.pending) > n
+	c.mu.Unlock()
+	if more {
+		c.signal() // the consumer may have seen the event that brought them
 	}
 }
 
@@ -259,8 +264,10 @@ func (c *cq) use() bool {
 	return true
 }
 
-// Close destroys the CQ; its QPs must be closed first.
+// Close destroys the CQ; its QPs must be closed first (Close waits for
+// the destroys a QP's Close left running).
 func (c *cq) Close() error {
+	c.dev.destroys.wait()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -52,6 +52,10 @@ type Device struct {
 	// on a LID change, SM change or client reregister (rereadAddr).
 	addr atomic.Pointer[portAddr]
 
+	// destroys are QPs closed on an SRQ whose destroy waits for their
+	// last WQE (drain.go): the SRQ, CQs and the device wait for them.
+	destroys inflight
+
 	mu      sync.Mutex
 	closed  atomic.Bool
 	qps     map[*qp]struct{}
@@ -264,6 +268,11 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		return nil
 	}
+	d.mu.Unlock()
+	// QPs closed before still wait for their events, which the async
+	// reader below delivers: let them finish first.
+	d.destroys.wait()
+	d.mu.Lock()
 	qps, srqs, ahs, cqs, mrs := keys(d.qps), values(d.srqs), keys(d.ahs), keys(d.cqs), keys(d.mrs)
 	d.mu.Unlock()
 	if d.async != nil {

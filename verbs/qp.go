@@ -18,6 +18,7 @@ import "C"
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -50,6 +51,11 @@ type qp struct {
 	state  ib.QPState // last state set (the adapter may have moved to ERROR since)
 	closed bool
 	groups map[ib.GID]attachment // attached multicast GIDs (as sent on the wire)
+
+	// lastWQE is closed when IBV_EVENT_QP_LAST_WQE_REACHED names the QP
+	// (made for QPs on an SRQ only; drain.go).
+	lastWQE     chan struct{}
+	lastWQEOnce sync.Once
 }
 
 var qpTypes = map[ib.QPType]C.enum_ibv_qp_type{ib.RC: C.IBV_QPT_RC, ib.UC: C.IBV_QPT_UC, ib.UD: C.IBV_QPT_UD}
@@ -75,6 +81,9 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 		return nil, ib.ErrClosed
 	}
 	q := &qp{dev: d, typ: attr.Type, sendCQ: scq, recvCQ: rcq, srq: s}
+	if s != nil {
+		q.lastWQE = make(chan struct{})
+	}
 	if !q.hold() {
 		return nil, ib.ErrClosed
 	}
@@ -218,7 +227,11 @@ func (q *qp) PostRecv(wrs []ib.RecvWR) (int, error) {
 // Close destroys the QP. Outstanding work completes as flushed: the QP
 // moves to ERROR, what the adapter completed is taken off the CQs before
 // the QP goes (some providers discard a destroyed QP's completions), and
-// the provider completes whatever is left.
+// the provider completes whatever is left. A QP on an SRQ is destroyed
+// only after its IBV_EVENT_QP_LAST_WQE_REACHED (or lastWQETimeout): Close
+// returns once it is in ERROR and its completions so far are taken, and
+// the destroy finishes in the background (drain.go). The SRQ, the CQs and
+// the device wait for it when they close.
 func (q *qp) Close() error {
 	q.mu.Lock()
 	if q.closed {
@@ -233,12 +246,49 @@ func (q *qp) Close() error {
 	if q.rq != nil {
 		recvTab = q.rq.close()
 	}
-	if st := q.queryStateLocked(); st != ib.StateReset && st != ib.StateError {
+	st := q.queryStateLocked()
+	if st != ib.StateReset && st != ib.StateError {
 		_ = q.moveTo(C.IBV_QPS_ERR)
 	}
 	q.state = ib.StateError
 	// The kernel refuses to destroy a QP that is still attached to a group.
 	q.detachAllLocked()
+	q.sendCQ.drain()
+	q.recvCQ.drain()
+	await := awaitsLastWQE(q.srq != nil, st != ib.StateReset, q.dev.closed.Load())
+	if await {
+		q.dev.destroys.add()
+	}
+	q.mu.Unlock()
+	if !await {
+		return q.destroyClosed(recvTab)
+	}
+	go func() {
+		defer q.dev.destroys.done()
+		if !waitLastWQE(q.lastWQE, lastWQETimeout) {
+			q.dev.ctr.lastWQETimeouts.Add(1)
+			slog.Warn("verbs: no LAST_WQE_REACHED event for a closed QP on the SRQ; destroying it anyway",
+				"device", q.dev.cfg.Device, "qpn", q.num, "waited", lastWQETimeout)
+		}
+		if err := q.destroyClosed(nil); err != nil {
+			slog.Warn("verbs: destroying a closed QP", "device", q.dev.cfg.Device, "qpn", q.num, "err", err)
+		}
+	}()
+	return nil
+}
+
+// reachedLastWQE records the QP's IBV_EVENT_QP_LAST_WQE_REACHED.
+func (q *qp) reachedLastWQE() {
+	if q.lastWQE == nil {
+		return
+	}
+	q.lastWQEOnce.Do(func() { close(q.lastWQE) })
+}
+
+// destroyClosed destroys a closed QP, after taking what its CQs hold, and
+// completes as flushed what its own queues still had.
+func (q *qp) destroyClosed(recvTab *wrTable) error {
+	q.mu.Lock()
 	q.sendCQ.drain()
 	q.recvCQ.drain()
 	rc := C.ibv_destroy_qp(q.qp)

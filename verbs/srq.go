@@ -121,9 +121,11 @@ func (s *srq) use() bool {
 	return true
 }
 
-// Close destroys the SRQ; its QPs must be closed first. Posted buffers
-// complete as flushed on the receive CQ its QPs used, if that is still open.
+// Close destroys the SRQ; its QPs must be closed first (Close waits for
+// the destroys a QP's Close left running). Posted buffers complete as
+// flushed on the receive CQ its QPs used, if that is still open.
 func (s *srq) Close() error {
+	s.dev.destroys.wait() // QPs closed on it whose destroy is under way
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

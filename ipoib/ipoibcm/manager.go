@@ -177,6 +177,9 @@ type ManagerStats struct {
 	PeerRestarts uint64 `counter:"peer_restarts"`
 	IdleReaped   uint64 `counter:"idle_reaped"`
 	SendFails    uint64 `counter:"send_failures"`
+	// RNRFailovers counts connections made again at once because the
+	// peer's receive queue ran dry (RNR retries exceeded: sendRNRRetry).
+	RNRFailovers uint64 `counter:"rnr_failovers"`
 	QPErrors     uint64 `counter:"qp_errors"`
 }
 
@@ -418,15 +421,27 @@ func (m *Manager) Disconnect(now time.Time, peer ib.LinkAddr, reason string) {
 	}
 }
 
-// SendFailed reports an error completion on a connection's QP: the peer is
-// gone or lost the connection, so it is torn down and resolved again.
-func (m *Manager) SendFailed(now time.Time, qpn ib.QPN) {
+// SendFailed reports an error completion on a connection's QP (status is
+// the completion's; ib.WCSuccess when the post itself was refused): the
+// peer is gone or lost the connection, so it is torn down and resolved
+// again. An RNR retry count exceeded is the exception: the peer is there,
+// its receive queue ran dry, so the connection is made again at once,
+// with no back-off, as the kernel's ipoib does (see sendRNRRetry).
+func (m *Manager) SendFailed(now time.Time, qpn ib.QPN, status ib.WCStatus) {
 	m.now = now
 	for _, cs := range m.conns {
 		for _, c := range cs {
 			if c.QP.Num() == qpn && c.comm.State != cm.StateTimewait {
 				m.Stats.SendFails++
 				peer := c.Peer
+				if status == ib.WCRNRRetryExceeded {
+					m.Stats.RNRFailovers++
+					m.teardown(c, "receiver not ready")
+					if _, err := m.Connect(now, peer); err != nil {
+						m.refused(peer, "connecting again after an RNR failure: "+err.Error())
+					}
+					return
+				}
 				// What failed, for the log line of the refusal.
 				what := fmt.Sprintf("send failed on the %v connection, QPN %v to the peer's QPN %v", c.QP.Type(), c.QP.Num(), c.RemoteQPN())
 				m.teardown(c, "send failed")
@@ -585,7 +600,7 @@ func (m *Manager) request(cc *cm.Comm, req *cm.REQ) {
 		m.reject(cc, cm.RejNoQP)
 		return
 	}
-	if err := m.bringUp(qp, cc, cc.RecvPSN); err != nil {
+	if err := m.bringUp(qp, cc, cc.RecvPSN, cc.RNRRetry); err != nil {
 		_ = qp.Close()
 		m.Stats.QPErrors++
 		m.reject(cc, cm.RejConsumerReject)
@@ -635,7 +650,7 @@ func (m *Manager) reply(c *Connection, rep *cm.REP) {
 	}
 	pd, err := cm.DecodePrivateData(rep.PrivateData[:])
 	if err == nil {
-		err = m.bringUp(c.QP, c.comm, c.comm.RecvPSN)
+		err = m.bringUp(c.QP, c.comm, c.comm.RecvPSN, sendRNRRetry(c.comm.RNRRetry, pd.BothWays))
 	}
 	if err != nil {
 		m.Stats.QPErrors++
@@ -655,8 +670,31 @@ func (m *Manager) reply(c *Connection, rep *cm.REP) {
 	m.setUp(c)
 }
 
-// bringUp moves a QP through Init and RTR to RTS with what the CM agreed.
-func (m *Manager) bringUp(qp ib.QP, cc *cm.Comm, recvPSN uint32) error {
+// minRNRTimer is the RNR NAK timer code of our receiving QPs: 1, 0.01 ms,
+// the shortest. A requester that meets our SRQ empty tries again almost at
+// once; the port posts the SRQ's slots again as soon as their packets are
+// written to the TUN. (ib_cm gives the kernel's QPs code 0, 655.36 ms; the
+// measure is in docs/ipoib-cm.md §7.6.)
+const minRNRTimer = 1
+
+// sendRNRRetry is the RNR retry count of our QP on a connection we opened,
+// from the REP's (granted) and whether the REP carries ipoibd's mark. An
+// ipoibd peer answers an RNR NAK with minRNRTimer: retrying for ever (7)
+// costs 0.01 ms a NAK and loses nothing. Any other peer is taken for the
+// kernel's ipoib, whose QPs ask for 655.36 ms a NAK: there we retry 0
+// times, as the kernel does between its own peers, and a dry receive queue
+// fails the connection, which is made again at once (SendFailed) instead
+// of stalling every flow to the peer for 655 ms a NAK.
+func sendRNRRetry(granted uint8, ipoibdPeer bool) uint8 {
+	if !ipoibdPeer {
+		return 0
+	}
+	return min(granted, 7)
+}
+
+// bringUp moves a QP through Init and RTR to RTS with what the CM agreed,
+// retrying RNR NAKs rnrRetry times.
+func (m *Manager) bringUp(qp ib.QP, cc *cm.Comm, recvPSN uint32, rnrRetry uint8) error {
 	// On an InfiniBand path the ACK timeout follows its packet lifetime,
 	// as the REQ said; elsewhere ours.
 	timeout := uint8(ackTimeout)
@@ -665,8 +703,8 @@ func (m *Manager) bringUp(qp ib.QP, cc *cm.Comm, recvPSN uint32) error {
 	}
 	steps := []ib.QPModify{
 		{State: ib.StateInit, PKey: m.cfg.PKey},
-		{State: ib.StateRTR, DestGID: cc.RemoteGID, DestQPN: cc.RemoteQPN, PathMTU: cc.PathMTU, RecvPSN: recvPSN, MinRNRTmr: 1, Path: cc.Address},
-		{State: ib.StateRTS, SendPSN: cc.SendPSN, Timeout: timeout, RetryCount: 7, RNRRetry: cc.RNRRetry},
+		{State: ib.StateRTR, DestGID: cc.RemoteGID, DestQPN: cc.RemoteQPN, PathMTU: cc.PathMTU, RecvPSN: recvPSN, MinRNRTmr: minRNRTimer, Path: cc.Address},
+		{State: ib.StateRTS, SendPSN: cc.SendPSN, Timeout: timeout, RetryCount: 7, RNRRetry: rnrRetry},
 	}
 	for _, s := range steps {
 		if err := qp.Modify(s); err != nil {

@@ -645,11 +645,11 @@ func TestManagerSendFailed(t *testing.T) {
 	var refusedPeer ib.LinkAddr
 	b.m.cfg.Refused = func(p ib.LinkAddr, reason string) { refusedPeer = p; b.refused = append(b.refused, reason) }
 	nlog := len(f.Log)
-	b.m.SendFailed(f.Now, cb.QP.Num()+12345) // not ours: nothing
+	b.m.SendFailed(f.Now, cb.QP.Num()+12345, ib.WCRetryExceeded) // not ours: nothing
 	if len(b.downs) != 0 || len(f.Log) != nlog {
 		t.Fatalf("unknown QPN acted upon")
 	}
-	b.m.SendFailed(f.Now, cb.QP.Num())
+	b.m.SendFailed(f.Now, cb.QP.Num(), ib.WCRetryExceeded)
 	what := fmt.Sprintf("send failed on the RC connection, QPN %v to the peer's QPN %v", cb.QP.Num(), cb.RemoteQPN())
 	if !slices.Equal(b.downs, []string{"send failed"}) || !slices.Equal(b.refused, []string{what}) || !refusedPeer.SameNode(a.local) || b.m.Stats.SendFails != 1 {
 		t.Errorf("downs %v refused %v peer %v", b.downs, b.refused, refusedPeer)
@@ -661,7 +661,7 @@ func TestManagerSendFailed(t *testing.T) {
 	if cb.Sendable() {
 		t.Errorf("failed connection still sendable")
 	}
-	b.m.SendFailed(f.Now, cb.QP.Num()) // again: already going
+	b.m.SendFailed(f.Now, cb.QP.Num(), ib.WCRetryExceeded) // again: already going
 	f.Run(time.Minute)
 	if len(a.downs) != 1 || len(b.downs) != 1 {
 		t.Errorf("downs a %v b %v", a.downs, b.downs)
