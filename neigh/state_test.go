@@ -191,3 +191,76 @@ func FuzzStateMachine(f *testing.F) {
 		}
 	})
 }
+
+// TestMovedToSibling: an announcement from the sibling the node named
+// moves the entry at once and makes the port it left the sibling; any
+// other is an ordinary claim.
+func TestMovedToSibling(t *testing.T) {
+	now := time.Unix(1000, 0)
+	hwC := hwB
+	hwC.QPN++
+	for _, tc := range []struct {
+		name        string
+		state       State
+		sibling     ib.LinkAddr
+		claim       ib.LinkAddr
+		want        Action
+		wantLink    ib.LinkAddr
+		wantSibling ib.LinkAddr
+		wantState   State
+	}{
+		{"to the sibling", Reachable, hwB, hwB, ActResolved, hwB, hwA, Reachable},
+		{"to the sibling, from Stale", Stale, hwB, hwB, ActResolved, hwB, hwA, Reachable},
+		{"no sibling known", Reachable, ib.LinkAddr{}, hwB, ActProbe, hwA, ib.LinkAddr{}, Probing},
+		{"another QPN at the sibling's port", Reachable, hwB, hwC, ActProbe, hwA, hwB, Probing},
+		{"unresolved: heard as any", Incomplete, hwB, hwB, ActResolved, hwB, hwB, Reachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Entry{State: tc.state, Link: hwA, Sibling: tc.sibling}
+			if tc.state == Incomplete {
+				e.Link = ib.LinkAddr{}
+			}
+			if got := e.MovedToSibling(tc.claim, now); got != tc.want {
+				t.Errorf("action %v, want %v", got, tc.want)
+			}
+			if e.Link != tc.wantLink || e.Sibling != tc.wantSibling || e.State != tc.wantState {
+				t.Errorf("entry %v sibling %v %v, want %v sibling %v %v", e.Link, e.Sibling, e.State, tc.wantLink, tc.wantSibling, tc.wantState)
+			}
+		})
+	}
+}
+
+// TestNoteSibling: what a node says of its other port sticks to its
+// entry or candidate only while that is at the address it spoke from,
+// and a candidate that moves forgets it.
+func TestNoteSibling(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ipE, ipC := netip.MustParseAddr("192.168.100.7"), netip.MustParseAddr("192.168.100.8")
+	hwC := hwB
+	hwC.GID[15]++
+	tab := NewTable(8, 64)
+	e, _ := tab.Create(ipE, now)
+	e.Link, e.State = hwA, Reachable
+	tab.NoteSibling(ipE, hwC, hwB) // spoken from another address: ignored
+	tab.NoteSibling(ipE, hwA, hwA) // itself: ignored
+	if e.Sibling != (ib.LinkAddr{}) {
+		t.Fatalf("sibling %v noted from a packet not at the entry's address", e.Sibling)
+	}
+	tab.NoteSibling(ipE, hwA, hwB)
+	if e.Sibling != hwB {
+		t.Fatalf("entry's sibling %v, want %v", e.Sibling, hwB)
+	}
+	tab.Learn(ipC, hwA, hwA.GID, now)
+	tab.NoteSibling(ipC, hwA, hwB)
+	c, _ := tab.Create(ipC, now)
+	if c.Link != hwA || c.Sibling != hwB {
+		t.Fatalf("entry from a candidate: %v sibling %v, want %v sibling %v", c.Link, c.Sibling, hwA, hwB)
+	}
+	tab.Delete(c)
+	tab.Learn(ipC, hwA, hwA.GID, now)
+	tab.NoteSibling(ipC, hwA, hwB)
+	tab.Learn(ipC, hwC, hwC.GID, now) // the candidate moved
+	if c, _ := tab.Create(ipC, now); c.Sibling != (ib.LinkAddr{}) {
+		t.Fatalf("a candidate that moved kept its sibling %v", c.Sibling)
+	}
+}

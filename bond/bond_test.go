@@ -1,0 +1,114 @@
+package bond
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/ipoibd/ipoibd/netdev"
+	"github.com/ipoibd/ipoibd/netdev/netdevtest"
+	"github.com/ipoibd/ipoibd/offload"
+)
+
+func TestChoose(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		active  int
+		healthy []bool
+		r       Reselect
+		want    int
+	}{
+		{"primary up and active", 0, []bool{true, true}, ReselectAlways, 0},
+		{"primary down: the standby", 0, []bool{false, true}, ReselectAlways, 1},
+		{"every port down: stay", 0, []bool{false, false}, ReselectAlways, 0},
+		{"primary back, always", 1, []bool{true, true}, ReselectAlways, 0},
+		{"primary back, better: equal ports stay", 1, []bool{true, true}, ReselectBetter, 1},
+		{"primary back, failure: stay", 1, []bool{true, true}, ReselectFailure, 1},
+		{"active fails, failure: the primary", 1, []bool{true, false}, ReselectFailure, 0},
+		{"active fails, third port", 1, []bool{false, false, true}, ReselectAlways, 2},
+		{"standby down, active up", 0, []bool{true, false}, ReselectFailure, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := choose(tc.active, tc.healthy, tc.r); got != tc.want {
+				t.Errorf("choose = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseReselect(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    Reselect
+		wantErr bool
+	}{
+		{"always", ReselectAlways, false},
+		{"better", ReselectBetter, false},
+		{"failure", ReselectFailure, false},
+		{"", 0, true},
+		{"Always", 0, true},
+	} {
+		got, err := ParseReselect(tc.in)
+		if got != tc.want || (err != nil) != tc.wantErr {
+			t.Errorf("ParseReselect(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+}
+
+// TestLegsTakeTurns: only the active leg reads the netdev and sets its MTU
+// and routes; a switch hands the reads to the other leg, and a closed
+// leg's reader returns.
+func TestLegsTakeTurns(t *testing.T) {
+	nd := netdevtest.New().Open(netdev.Config{Name: "ib0", MTU: 2044})
+	b := &Bond{nd: nd, turn: make(chan struct{}), wake: make(chan struct{}, 1)}
+	a, s := &leg{b: b, k: 0}, &leg{b: b, k: 1}
+	b.legs = []*leg{a, s}
+	type read struct {
+		leg *leg
+		n   int
+		err error
+	}
+	reads := make(chan read, 2)
+	for _, l := range b.legs {
+		go func() {
+			var h offload.Hdr
+			buf := make([]byte, 64)
+			n, err := l.Read(0, buf, &h)
+			reads <- read{l, n, err}
+		}()
+	}
+	nd.In <- netdevtest.Packet{B: []byte{0x45, 1, 2}}
+	if r := <-reads; r.leg != a || r.n != 3 || r.err != nil {
+		t.Fatalf("first packet read by leg %d: %d, %v; want leg 0", r.leg.k, r.n, r.err)
+	}
+	dst := netip.MustParseAddr("192.168.9.2")
+	if _, err := s.Routes().Set(dst, 1500); err != nil || s.SetMTU(1500) != nil || nd.MTU() != 2044 {
+		t.Fatalf("the standby leg set the MTU (%d) or failed: %v", nd.MTU(), err)
+	}
+	b.mu.Lock()
+	b.active = 1
+	b.nextTurn()
+	b.mu.Unlock()
+	nd.In <- netdevtest.Packet{B: []byte{0x45, 3}}
+	if r := <-reads; r.leg != s || r.n != 2 {
+		t.Fatalf("after the switch, read by leg %d (%d octets); want leg 1", r.leg.k, r.n)
+	}
+	if err := s.SetMTU(1500); err != nil || nd.MTU() != 1500 {
+		t.Fatalf("the active leg's MTU: %d, %v", nd.MTU(), err)
+	}
+	// The new standby's reader waits its turn; closing it ends the wait.
+	go func() {
+		var h offload.Hdr
+		n, err := a.Read(0, make([]byte, 64), &h)
+		reads <- read{a, n, err}
+	}()
+	_ = a.Close()
+	if r := <-reads; r.leg != a || !errors.Is(r.err, errLegClosed) {
+		t.Fatalf("closed leg's read: leg %d, %v", r.leg.k, r.err)
+	}
+	// A leg's carrier is its port's state, which wakes the reselection.
+	_ = s.SetCarrier(false)
+	if s.healthy.Load() || len(b.wake) != 1 {
+		t.Fatalf("SetCarrier(false): healthy %v, wake %d", s.healthy.Load(), len(b.wake))
+	}
+}
