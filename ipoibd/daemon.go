@@ -93,10 +93,11 @@ func (d *daemon) closeCtl(s *served) {
 // morePort is one of the first interface's further ports: its device,
 // receive pool and connection service, as the daemon's own for the first.
 type morePort struct {
-	dev  ib.Device
-	port *ipoib.Port
-	mads io.Closer // nil without ipoibd's own connection service
-	conn cm.ServiceMaker
+	dev    ib.Device
+	port   *ipoib.Port
+	mads   io.Closer // nil without ipoibd's own connection service
+	conn   cm.ServiceMaker
+	subnet ipoib.Subnet // the port's SA client on InfiniBand (verbs), else nil
 }
 
 // close releases what the port holds.
@@ -108,16 +109,16 @@ func (p *morePort) close() error {
 	if p.mads != nil {
 		errs = append(errs, p.mads.Close())
 	}
+	if c, ok := p.subnet.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
 	return errors.Join(append(errs, p.dev.Close())...)
 }
 
 // newDaemon opens the first interface on dev (and the devices of more,
 // its further ports) and starts serving it; on error it closes them.
-func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, more []ib.Device, reselect bond.Reselect, choice connServiceChoice, pkeyHint string) (*daemon, error) {
-	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, reselect: reselect, ready: make(chan struct{})}
-	for _, m := range more {
-		d.more = append(d.more, &morePort{dev: m})
-	}
+func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, more []*morePort, reselect bond.Reselect, choice connServiceChoice, pkeyHint string) (*daemon, error) {
+	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, reselect: reselect, more: more, ready: make(chan struct{})}
 	if err := d.initRestart(); err != nil {
 		d.closeMore()
 		_ = dev.Close()
@@ -212,7 +213,7 @@ func (d *daemon) openMore() error {
 		if p.port, err = ipoib.OpenPort(p.dev); err != nil {
 			return err
 		}
-		if d.mads != nil {
+		if d.mads != nil && p.conn == nil {
 			if p.mads, p.conn, err = ownConnService(p.dev); err != nil {
 				return err
 			}
@@ -245,7 +246,7 @@ func (d *daemon) open(cfg ipoib.Config, first bool) (netif, error) {
 	legs := []ipoib.Config{cfg}
 	for _, p := range d.more {
 		l := cfg
-		l.Device, l.Port = p.dev, p.port
+		l.Device, l.Port, l.Subnet = p.dev, p.port, p.subnet
 		if p.conn != nil {
 			l.ConnService = p.conn
 		}

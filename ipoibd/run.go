@@ -99,7 +99,7 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	more, err := openMorePorts(s)
+	more, err := openMorePorts(s, choice)
 	if err != nil {
 		_ = dev.Close()
 		return nil, err
@@ -144,20 +144,33 @@ func openProvider(s settings, choice connServiceChoice, cfg *ipoib.Config) (ib.D
 	return dev, softibPKeyHint, err
 }
 
-// openMorePorts opens the devices of the first interface's further ports
-// (--underlay given more than once); on error none stays open.
-func openMorePorts(s settings) ([]ib.Device, error) {
-	var out []ib.Device
+// openMorePorts opens the first interface's further ports (--underlay or
+// --device given more than once): their devices, and on verbs the kernel's
+// connection service and the SA's client each needs, as the first port's.
+// On error none stays open.
+func openMorePorts(s settings, choice connServiceChoice) ([]*morePort, error) {
+	var out []*morePort
+	fail := func(err error) ([]*morePort, error) {
+		for _, p := range out {
+			_ = p.close()
+		}
+		return nil, err
+	}
 	for _, sc := range s.softibMore {
 		var cfg ipoib.Config
 		dev, err := openSoftib(sc, &cfg)
 		if err != nil {
-			for _, d := range out {
-				_ = d.Close()
-			}
-			return nil, fmt.Errorf("--underlay %s: %w", sc.Addr, err)
+			return fail(fmt.Errorf("--underlay %s: %w", sc.Addr, err))
 		}
-		out = append(out, dev)
+		out = append(out, &morePort{dev: dev})
+	}
+	for _, vp := range s.verbsMore {
+		var cfg ipoib.Config
+		dev, err := openVerbs(vp, choice, &cfg)
+		if err != nil {
+			return fail(fmt.Errorf("--device %s:%d: %w", vp.device, vp.port, err))
+		}
+		out = append(out, &morePort{dev: dev, conn: cfg.ConnService, subnet: cfg.Subnet})
 	}
 	return out, nil
 }

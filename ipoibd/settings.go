@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +46,7 @@ type options struct {
 	maxConns    int
 	logLevel    string
 	netns       string
-	device      string
+	device      []string
 	port        int
 	cm          string
 	peers       string
@@ -83,8 +84,8 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.maxConns, "max-conns", 4096, "most connections past setup at once; further REQs are rejected (no resources). Those in setup have their own bounds (256, 16 per peer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name as ip netns lists it, or a path; default: the daemon's, and no namespace is entered). Entering one needs CAP_SYS_ADMIN")
-	fs.StringVar(&o.device, "device", "", "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices)")
-	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device")
+	fs.StringArrayVar(&o.device, "device", nil, "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices), or `DEVICE[:PORT]` with its port. Given twice or more, the interface runs over each port (mlx5_0:1 and mlx5_0:2, or two adapters), the first the primary, as --underlay does on softib")
+	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device (of each --device that names none)")
 	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, or ipoibd-only to advertise connected mode anyway. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); with --metrics-per-peer, ipoibd_peer_tx_bytes_total and ipoibd_peer_rx_bytes_total; each with an interface label (children too); and the Go runtime's and the process's")
@@ -124,6 +125,7 @@ type settings struct {
 	// underlayWait bounds the wait for softib's underlay address.
 	underlayWait time.Duration
 	verbs        verbsPort // with --provider verbs
+	verbsMore    []verbsPort // the interface's further ports (--device given more than once)
 	// connService and peers are --cm and --peers; which connection
 	// service runs also depends on the host (chooseConnService).
 	connService string
@@ -208,15 +210,15 @@ func (o *options) settings() (settings, error) {
 		}
 		s.softibIB = s.softib.LinkLayer == softib.LinkInfiniBand
 	case providerVerbs:
-		s.verbs, err = o.verbsPort()
+		s.verbs, s.verbsMore, err = o.verbsPorts()
 	default:
 		err = fmt.Errorf("--provider %q: want softib or verbs", o.provider)
 	}
 	if err != nil {
 		return s, err
 	}
-	if len(s.softibMore) == 0 && o.reselect != "always" {
-		return s, errors.New("--primary-reselect is for an interface over two or more ports (--underlay given more than once)")
+	if len(s.softibMore) == 0 && len(s.verbsMore) == 0 && o.reselect != "always" {
+		return s, errors.New("--primary-reselect is for an interface over two or more ports (--underlay or --device given more than once)")
 	}
 	s.children, err = parseChildren(o.children)
 	return s, err
@@ -363,18 +365,37 @@ func (o *options) softibConfig(pkey ib.PKey) (softib.Config, error) {
 	return cfg, nil
 }
 
-// verbsPort reads verbs' flags.
-func (o *options) verbsPort() (verbsPort, error) {
+// verbsPorts reads verbs' flags: the first port, and the interface's
+// further ones (--device given more than once).
+func (o *options) verbsPorts() (verbsPort, []verbsPort, error) {
 	if len(o.underlay) > 0 {
-		return verbsPort{}, errors.New("--underlay is for --provider softib; verbs uses the adapter's own port (--device, --port)")
+		return verbsPort{}, nil, errors.New("--underlay is for --provider softib; verbs uses the adapter's own port (--device, --port)")
 	}
-	if o.device == "" {
-		return verbsPort{}, errors.New("--device is required with --provider verbs: the RDMA device, e.g. mlx5_0 (ibv_devices lists them)")
+	if len(o.device) == 0 {
+		return verbsPort{}, nil, errors.New("--device is required with --provider verbs: the RDMA device, e.g. mlx5_0 (ibv_devices lists them)")
 	}
 	if o.port < 1 || o.port > 255 {
-		return verbsPort{}, fmt.Errorf("--port %d: want 1-255", o.port)
+		return verbsPort{}, nil, fmt.Errorf("--port %d: want 1-255", o.port)
 	}
-	return verbsPort{device: o.device, port: o.port}, nil
+	var ports []verbsPort
+	for _, d := range o.device {
+		p := verbsPort{device: d, port: o.port}
+		if name, num, ok := strings.Cut(d, ":"); ok {
+			n, err := strconv.Atoi(num)
+			if err != nil || n < 1 || n > 255 || name == "" {
+				return verbsPort{}, nil, fmt.Errorf("--device %q: want DEVICE or DEVICE:PORT, the port 1-255", d)
+			}
+			p = verbsPort{device: name, port: n}
+		}
+		if slices.Contains(ports, p) {
+			return verbsPort{}, nil, fmt.Errorf("--device %s port %d given twice", p.device, p.port)
+		}
+		ports = append(ports, p)
+	}
+	if len(ports) == 1 {
+		return ports[0], nil, nil
+	}
+	return ports[0], ports[1:], nil
 }
 
 // parseChildren reads --child PKEY[=ADDR,...]: the P_Key and addresses are

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ipoibd/ipoibd/bond"
 	"github.com/ipoibd/ipoibd/control"
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
@@ -83,6 +84,19 @@ func TestParseSettings(t *testing.T) {
 		{"verbs, port 255", []string{"--provider", "verbs", "--device", "rxe0", "--port", "255"}, func(s *settings) {
 			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"rxe0", 255}
 		}},
+		{"verbs, two ports of one adapter", []string{"--provider", "verbs", "--device", "mlx5_0", "--device", "mlx5_0:2", "--primary-reselect", "failure"}, func(s *settings) {
+			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"mlx5_0", 1}
+			s.verbsMore, s.reselect = []verbsPort{{"mlx5_0", 2}}, bond.ReselectFailure
+		}},
+		{"verbs, two adapters on --port", []string{"--provider", "verbs", "--device", "mlx5_0", "--device", "mlx5_1", "--port", "2"}, func(s *settings) {
+			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"mlx5_0", 2}
+			s.verbsMore = []verbsPort{{"mlx5_1", 2}}
+		}},
+		{"softib, two ports", append([]string{"--underlay", "10.1.0.1", "--primary-reselect", "better"}, u...), func(s *settings) {
+			s.softibMore = []softib.Config{s.softib}
+			s.softibMore[0].Addr, s.softibMore[0].Name, s.reselect = netip.MustParseAddr("10.0.0.1"), "softib1", bond.ReselectBetter
+			s.softib.Addr = netip.MustParseAddr("10.1.0.1")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseSettings(tc.args)
@@ -156,6 +170,13 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"verbs with an underlay", append(verbs, u...), "--underlay is for --provider softib"},
 		{"verbs port 0", append(verbs, "--port", "0"), "--port 0: want 1-255"},
 		{"verbs port 256", append(verbs, "--port", "256"), "--port 256: want 1-255"},
+		{"verbs device port 0", append(verbs, "--device", "mlx5_0:0"), `--device "mlx5_0:0": want DEVICE or DEVICE:PORT`},
+		{"verbs device without a name", append(verbs, "--device", ":2"), `--device ":2"`},
+		{"verbs port twice", append(verbs, "--device", "mlx5_0:1"), "--device mlx5_0 port 1 given twice"},
+		{"underlay twice", append([]string{"--underlay", "10.0.0.1"}, u...), "--underlay 10.0.0.1 given twice"},
+		{"two ports on the InfiniBand subnet", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790", "--underlay", "10.1.0.1"}, u...), "--softib-link ib) are not supported yet"},
+		{"reselect on one port", append([]string{"--primary-reselect", "failure"}, u...), "--primary-reselect is for an interface over two or more ports"},
+		{"bad reselect", append([]string{"--underlay", "10.1.0.1", "--primary-reselect", "never"}, u...), `--primary-reselect "never": want always, better or failure`},
 		{"child of no partition", append([]string{"--child", "0x8000"}, u...), `--child "0x8000": P_Key`},
 		{"child with a bad address", append([]string{"--child", "0x8001=192.168.78.1"}, u...), `--child "0x8001=192.168.78.1": address "192.168.78.1"`},
 		{"child with no P_Key", append([]string{"--child", "=192.168.78.1/24"}, u...), `--child "=192.168.78.1/24"`},

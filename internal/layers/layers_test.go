@@ -54,9 +54,12 @@ var allowed = map[string][]string{
 	"ipoib/ipoibcm": {"cm", "encap", "ib"},
 	"ipoib":         {"cm", "encap", "ib", "ipoib/ipoibcm", "mtu", "neigh", "netdev", "offload", "sa", "sapath"},
 	"metrics":       {"counterdoc", "ib", "ipoib"},
+	// one interface over several ports: an ipoib.Interface per port on
+	// one netdev
+	"bond": {"ib", "ipoib", "mtu", "netdev", "offload"},
 	// the daemon chooses the providers and the connection service, and
 	// opens each interface's netdev
-	"ipoibd": {"cm", "control", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "tun", "umadsa", "verbs"},
+	"ipoibd": {"bond", "cm", "control", "counterdoc", "ib", "ipoib", "ipoib/ipoibcm", "metrics", "rdmacm", "softib", "softib/wire", "tun", "umadsa", "verbs"},
 	// the control protocol: the daemon's requests, replies, refusals and
 	// socket, which its client commands and the CNI plugin speak
 	"control": nil,
@@ -93,7 +96,7 @@ var allowed = map[string][]string{
 // kernelFree are the packages of an interface that take their kernel side
 // as a netdev.Netdev and must reach no TUN or netlink, directly or not
 // (go list -deps): the interface runs as an ordinary user on a fake.
-var kernelFree = []string{"ipoib", "ipoib/ipoibcm", "netdev", "netdev/netdevtest"}
+var kernelFree = []string{"bond", "ipoib", "ipoib/ipoibcm", "netdev", "netdev/netdevtest"}
 
 // kernelOnly are the packages that only the TUN netdev and the daemon may
 // depend on.
