@@ -100,6 +100,8 @@ type Bond struct {
 
 	wake      chan struct{} // a leg's port changed: reselect
 	done      chan struct{}
+	closeOnce sync.Once
+	started   atomic.Bool
 	watchDone chan struct{}
 	lost      chan struct{}
 	lostOnce  sync.Once
@@ -173,6 +175,7 @@ func (b *Bond) nameSiblings() {
 
 // Start runs every leg and the port watcher.
 func (b *Bond) Start() {
+	b.started.Store(true)
 	for _, l := range b.legs {
 		l.iface.Start()
 	}
@@ -365,16 +368,17 @@ func (b *Bond) LostErr() error {
 	}
 }
 
-// Close closes every leg, then the netdev.
+// Close closes every leg, then the netdev. A failover under way ends
+// first.
 func (b *Bond) Close() {
-	select {
-	case <-b.done:
-		return
-	default:
-	}
-	close(b.done)
-	for _, l := range b.legs {
-		l.iface.Close()
-	}
-	_ = b.nd.Close()
+	b.closeOnce.Do(func() {
+		close(b.done)
+		if b.started.Load() {
+			<-b.watchDone
+		}
+		for _, l := range b.legs {
+			l.iface.Close()
+		}
+		_ = b.nd.Close()
+	})
 }

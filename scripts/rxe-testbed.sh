@@ -93,7 +93,7 @@ GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers libibumad3 pe
 KEY_PKGS=("${GUEST_PKGS[@]}" libc6 libibverbs1 librdmacm1 libibumad3)
 # Module subset (relative to /lib/modules/KVER/kernel): RDMA plus what rxe and
 # rdma_cm pull in (udp tunnels, crc32 crypto, configfs).
-MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/configfs drivers/net/veth.ko drivers/net/tun.ko drivers/net/bonding)
+MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/configfs drivers/net/veth.ko drivers/net/tun.ko drivers/net/bonding net/tls)
 
 cd "$(dirname "$0")/.."
 
