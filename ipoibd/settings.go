@@ -124,7 +124,7 @@ type settings struct {
 	reselect   bond.Reselect
 	// underlayWait bounds the wait for softib's underlay address.
 	underlayWait time.Duration
-	verbs        verbsPort // with --provider verbs
+	verbs        verbsPort   // with --provider verbs
 	verbsMore    []verbsPort // the interface's further ports (--device given more than once)
 	// connService and peers are --cm and --peers; which connection
 	// service runs also depends on the host (chooseConnService).
