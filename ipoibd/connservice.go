@@ -77,22 +77,23 @@ func chooseConnService(provider, cmFlag, peers string, mode ipoib.Mode, cmLoaded
 	if len(holders) > 0 {
 		held = " (used by " + strings.Join(holders, ", ") + ")"
 	}
+	const ownCM = "ipoibd's CM on QP1 through ib_umad, RFC 4755 service IDs"
 	switch {
 	case cmFlag == connServiceOwn && loaded:
 		return connServiceChoice{}, verbs.CMLoadedError(holders)
 	case cmFlag == connServiceOwn:
-		return connServiceChoice{Service: connServiceOwn, Advertise: true, Why: "--cm own: ipoibd's CM on QP1 through ib_umad, RFC 4755 service IDs"}, nil
+		return connServiceChoice{Service: connServiceOwn, Advertise: true, Why: "--cm own: connected mode with kernel ipoib and ipoibd peers (" + ownCM + ")"}, nil
 	case cmFlag == "auto" && !loaded:
-		return connServiceChoice{Service: connServiceOwn, Advertise: true, Why: "ib_cm is not loaded: ipoibd's CM on QP1 through ib_umad, RFC 4755 service IDs"}, nil
+		return connServiceChoice{Service: connServiceOwn, Advertise: true, Why: "ib_cm is not loaded: connected mode with kernel ipoib and ipoibd peers (" + ownCM + ")"}, nil
 	}
 	why := "--cm kernel"
 	if cmFlag == "auto" {
-		why = "ib_cm is loaded" + held + ", so the kernel CM through librdmacm"
+		why = "ib_cm is loaded" + held
 	}
 	if peers == "ipoibd-only" {
-		return connServiceChoice{Service: connServiceKernel, Advertise: true, Why: why + " and --peers ipoibd-only: its mapped service IDs reach ipoibd peers only"}, nil
+		return connServiceChoice{Service: connServiceKernel, Advertise: true, Why: why + ", --peers ipoibd-only: connected mode with ipoibd peers only, through the kernel CM's mapped service IDs; a kernel ipoib peer's REQs would be refused and its unicast to us lost"}, nil
 	}
-	return connServiceChoice{Service: connServiceKernel, Why: why + "; connected mode not advertised, datagram only: its mapped service IDs would refuse a kernel ipoib peer (--peers ipoibd-only if every peer is ipoibd)"}, nil
+	return connServiceChoice{Service: connServiceKernel, Why: why + ": datagram only, with every peer (the kernel CM cannot take RFC 4755 connections); for connected mode unload ib_cm and use --cm own, or, if every peer is ipoibd, add --peers ipoibd-only"}, nil
 }
 
 // ownConnService starts ipoibd's CM engine on the port's QP1: one MAD
