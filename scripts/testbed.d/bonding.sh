@@ -25,17 +25,17 @@ if ! answering "$pid" "$ns"; then
 	exit 0
 fi
 pass up
-in() { ip netns exec "$ns" "$@"; }
-in ip link add bond0 type bond mode active-backup fail_over_mac active miimon 100
-in ip link set ib0 down
-if out=$(in ip link set ib0 master bond0 2>&1); then
+inns() { ip netns exec "$ns" "$@"; }
+inns ip link add bond0 type bond mode active-backup fail_over_mac active miimon 100
+inns ip link set ib0 down
+if out=$(inns ip link set ib0 master bond0 2>&1); then
 	echo "bonding: the TUN was taken as a slave"
-	in ip -d link show bond0
-	in ip link set bond0 up
-	in ip link set ib0 up
-	in ip addr add 192.168.61.11/24 dev bond0
+	inns ip -d link show bond0
+	inns ip link set bond0 up
+	inns ip link set ib0 up
+	inns ip addr add 192.168.61.11/24 dev bond0
 	cat "/proc/net/bonding/bond0" 2>/dev/null
-	echo "bonding: ipoibd's addresses now: $(in ipoibd show --json | grep -o '"addrs":[^]]*]')"
+	echo "bonding: ipoibd's addresses now: $(inns ipoibd show --json | grep -o '"addrs":[^]]*]')"
 	pass enslave-accepted
 else
 	echo "bonding: the TUN was refused as a slave: $out"
@@ -44,5 +44,5 @@ else
 fi
 kill -TERM "$pid"
 wait "$pid"
-in ip link del bond0 2>/dev/null
+inns ip link del bond0 2>/dev/null
 ip netns del "$ns"
