@@ -31,6 +31,18 @@ static int sa_port(const char *ca, int port, unsigned *lid, unsigned *lmc, unsig
 	umad_release_port(&p);
 	return 0;
 }
+
+// sa_set_grh addresses the MAD in umad by GID: a GRH to dgid from the
+// port's GID at gid_index.
+static void sa_set_grh(void *umad, const unsigned char *dgid, int gid_index) {
+	ib_mad_addr_t a;
+	memset(&a, 0, sizeof a);
+	memcpy(a.gid, dgid, 16);
+	a.hop_limit = 64;
+	umad_set_grh(umad, &a);
+	// umad_set_grh leaves the source GID's index out.
+	((struct ib_user_mad *)umad)->addr.gid_index = gid_index;
+}
 */
 import "C"
 
@@ -64,6 +76,20 @@ type UMAD struct {
 	sbuf   unsafe.Pointer // umad_size() + 256, C memory
 	rbuf   unsafe.Pointer
 	once   sync.Once
+	// dgid, when set, addresses every MAD by GID (SetDestGID).
+	dgid     *ib.GID
+	gidIndex int
+}
+
+// SetDestGID makes the agent's MADs carry a GRH to dgid, from the port's
+// GID at gidIndex: for an SA reached by GID rather than by the SM's LID
+// (a RoCE port, where the rxe test bed stands a silent agent in for the
+// SA). The LID given to Send is then what the address handle carries
+// beside it.
+func (u *UMAD) SetDestGID(dgid ib.GID, gidIndex int) {
+	u.smu.Lock()
+	defer u.smu.Unlock()
+	u.dgid, u.gidIndex = &dgid, gidIndex
 }
 
 var initOnce sync.Once
@@ -162,7 +188,15 @@ func (u *UMAD) Send(mad []byte, lid uint16, timeout time.Duration) error {
 	C.memcpy(C.umad_get_mad(u.sbuf), unsafe.Pointer(&mad[0]), sa.MADLen)
 	C.umad_set_addr(u.sbuf, C.int(lid), 1, u.sl, C.int(int32(gsiQKey)))
 	C.umad_set_pkey(u.sbuf, 0)
-	if rc := C.umad_send(u.portID, u.agent, u.sbuf, sa.MADLen, C.int(timeout.Milliseconds()), 0); rc < 0 {
+	if u.dgid != nil {
+		C.sa_set_grh(u.sbuf, (*C.uchar)(unsafe.Pointer(&u.dgid[0])), C.int(u.gidIndex))
+	}
+	if rc, werr := C.umad_send(u.portID, u.agent, u.sbuf, sa.MADLen, C.int(timeout.Milliseconds()), 0); rc < 0 {
+		// libibumad returns EIO for any failed write; the write's own
+		// errno (EINVAL for a TID still pending) is left in errno.
+		if e, ok := werr.(syscall.Errno); ok && e != 0 {
+			return fmt.Errorf("umad_send: %w", e)
+		}
 		return fmt.Errorf("umad_send: %w", syscall.Errno(-rc))
 	}
 	return nil

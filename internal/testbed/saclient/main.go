@@ -9,6 +9,8 @@
 //	saclient [flags] path DGID
 //	saclient [flags] join MGID        (as a full member; --like or --qkey: create if new)
 //	saclient [flags] leave MGID
+//	saclient [flags] silent DURATION    (an SA that never answers: judge.go)
+//	saclient [flags] -dgid GID dupsend DGID
 //
 // Errors are one line on stderr and exit status 1. It always leaves
 // through C's exit: libumad2sim.so frees the simulator's slot in an atexit
@@ -22,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -38,11 +41,19 @@ func main() {
 	like := flag.String("like", "", "join: create the group with this group's parameters (joined first), as the kernel's ipoib creates a group like its broadcast group")
 	qkey := flag.String("qkey", "", "join: create the group with this Q_Key (and MTU code 4, rate code 3)")
 	state := flag.Uint("state", 1, "join/leave: the join state bits (1 full, 8 send-only full)")
+	dgid := flag.String("dgid", "", "send to the SA at this GID (with a GRH) instead of the SM's LID: a silent agent on a RoCE port")
+	gidIndex := flag.Int("gid-index", 0, "with -dgid: the port's GID index to send from")
 	flag.Parse()
 	if *retries == 0 {
 		*retries = -1 // umadsa's "none"
 	}
-	if err := run(flag.Args(), *ca, *port, *timeout, *retries, *pkey, *like, *qkey, sa.JoinState(*state)); err != nil {
+	var err error
+	if *dgid != "" || len(flag.Args()) > 0 && flag.Arg(0) == "silent" {
+		err = judge(flag.Args(), *ca, *port, *timeout, *retries, *dgid, *gidIndex)
+	} else {
+		err = run(flag.Args(), *ca, *port, *timeout, *retries, *pkey, *like, *qkey, sa.JoinState(*state))
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "saclient:", err)
 		umadsa.Exit(1)
 	}
@@ -121,6 +132,47 @@ func run(args []string, ca string, port int, timeout time.Duration, retries int,
 		return emit(map[string]any{"left": g.String()})
 	}
 	return fmt.Errorf("unknown request %q", args[0])
+}
+
+// judge runs the requests of judge.go, and path through a client
+// addressed by GID.
+func judge(args []string, ca string, port int, timeout time.Duration, retries int, dgidS string, gidIndex int) error {
+	if len(args) != 2 {
+		return errors.New("usage: saclient silent DURATION | -dgid GID dupsend DGID | -dgid GID path DGID")
+	}
+	if args[0] == "silent" {
+		d, err := time.ParseDuration(args[1])
+		if err != nil {
+			return err
+		}
+		return silent(ca, port, d)
+	}
+	dgid, err := ib.ParseGID(dgidS)
+	if err != nil {
+		return err
+	}
+	target, err := ib.ParseGID(args[1])
+	if err != nil {
+		return err
+	}
+	u, pi, err := byGID(ca, port, dgid, gidIndex)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "dupsend":
+		defer u.Close()
+		return dupsend(u, pi, target, 2*time.Second)
+	case "path":
+		// The LID beside the GRH: any but 0, which the client takes for
+		// "no SM".
+		c := umadsa.New(u, umadsa.Config{PortGID: pi.GID, SMLID: func() (uint16, error) { return 1, nil }, Timeout: timeout, Retries: retries})
+		defer c.Close()
+		_, err := c.PathRecord(target, 0xffff)
+		return emit(map[string]any{"error": errText(err), "timed_out": errors.As(err, new(*umadsa.TimeoutError)),
+			"einval": errors.Is(err, syscall.EINVAL), "requests": c.C.Requests.Load(), "retries": c.C.Retries.Load()})
+	}
+	return fmt.Errorf("unknown request %q with -dgid", args[0])
 }
 
 func emit(v any) error { return json.NewEncoder(os.Stdout).Encode(v) }
