@@ -115,6 +115,12 @@ type Config struct {
 	PKey   ib.PKey
 	Mode   Mode
 	RC, UC bool // connected modes offered in our link address (default RC)
+	// SendOnly, in connected mode, offers no connected mode (our link
+	// address carries neither RC nor UC: peers send to us over UD) and
+	// still connects to peers that offer it: the kernel CM's AF_IB active
+	// side towards kernel ipoib peers (rdmacm.NewRFCSender), which can
+	// open RFC 4755 connections but not accept them.
+	SendOnly bool
 	Policy ipoibcm.Policy
 	// MTU of the interface (default: 65520 connected, the UD MTU datagram).
 	MTU int

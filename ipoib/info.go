@@ -182,6 +182,9 @@ func (i *Interface) Show() Info {
 				modes = append(modes, "uc")
 			}
 			info.CMModes, info.Policy = strings.Join(modes, ","), i.cfg.Policy.String()
+			if i.cfg.SendOnly {
+				info.CMModes = "rc (send only: peers send to us over UD)"
+			}
 			info.Conns = len(i.mgr.Connections())
 			info.CM = fmt.Sprint(i.mgr.Service())
 		}

@@ -61,7 +61,7 @@ func identify(cfg Config) (portID, error) {
 	if cfg.LinkLocal.IsValid() {
 		port.linkLocal = cfg.LinkLocal
 	}
-	if cfg.Mode == Connected {
+	if cfg.Mode == Connected && !cfg.SendOnly {
 		if cfg.RC {
 			port.local.Flags |= ib.FlagRC
 		}

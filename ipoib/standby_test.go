@@ -2,6 +2,7 @@ package ipoib
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/encap"
@@ -128,5 +129,40 @@ func TestSiblingMove(t *testing.T) {
 				t.Errorf("neigh_moved_to_sibling counted %v, want %v", got, tc.wantMovedSeen)
 			}
 		})
+	}
+}
+
+// TestSendOnlyConnects: an interface that offers no connected mode
+// (Config.SendOnly, the AF_IB sender towards kernel ipoib peers) has a
+// link address without RC or UC, so its peer sends to it over UD, and it
+// still sends to that peer over an RC connection of its own.
+func TestSendOnlyConnects(t *testing.T) {
+	h := newFakeHosts(t, 2, func(c *Config) { c.SendOnly = true })
+	a, b := h[0], h[1]
+	if f := a.LinkAddr().Flags; f&(ib.FlagRC|ib.FlagUC) != 0 {
+		t.Fatalf("a's link address offers %v", f)
+	}
+	if s := a.Show(); !strings.Contains(s.CMModes, "send only") {
+		t.Errorf("show's cm modes %q do not say send only", s.CMModes)
+	}
+	out := packetTo(a.ip4, b.ip4, 84, 1)
+	a.send(out)
+	if got := b.next(t); string(got) != string(out) {
+		t.Fatalf("b got %d octets, want a's %d-octet packet", len(got), len(out))
+	}
+	waitFor(t, "a's RC connection to b", func() bool {
+		n, _ := a.neighbor(b.ip4)
+		return n.Via == "RC"
+	})
+	back := packetTo(b.ip4, a.ip4, 84, 2)
+	b.send(back)
+	if got := a.next(t); string(got) != string(back) {
+		t.Fatalf("a got %d octets, want b's %d-octet packet", len(got), len(back))
+	}
+	if n, _ := b.neighbor(a.ip4); n.Via != "UD" {
+		t.Errorf("b reaches a via %s, want UD (a offers no connected mode)", n.Via)
+	}
+	if b.count(txConnected) != 0 {
+		t.Errorf("b sent %d packets over connections to a send-only peer", b.count(txConnected))
 	}
 }

@@ -29,7 +29,10 @@ const (
 type connServiceChoice struct {
 	Service   string `json:"cm_service"` // connServiceOwn, connServiceKernel, or "" (datagram mode)
 	Advertise bool   `json:"connected_advertised"`
-	Why       string `json:"cm_why"`
+	// SendOnly: connected mode as a sender only (--peers rfc-send): RC
+	// to RFC 4755 peers through rdma_cm's AF_IB, datagram offered.
+	SendOnly bool   `json:"connected_send_only"`
+	Why      string `json:"cm_why"`
 }
 
 // checkConnService checks --cm and --peers against each other and the
@@ -41,9 +44,9 @@ func checkConnService(provider, cmFlag, peers string) error {
 		return fmt.Errorf("--cm %q: want own, kernel or auto", cmFlag)
 	}
 	switch peers {
-	case "any", "ipoibd-only":
+	case "any", "ipoibd-only", "rfc-send":
 	default:
-		return fmt.Errorf("--peers %q: want any or ipoibd-only", peers)
+		return fmt.Errorf("--peers %q: want any, ipoibd-only or rfc-send", peers)
 	}
 	if provider == providerSoftib && cmFlag == connServiceKernel {
 		return errors.New("--cm kernel is for --provider verbs: softib has no kernel CM, ipoibd's own runs on its QP1")
@@ -90,6 +93,9 @@ func chooseConnService(provider, cmFlag, peers string, mode ipoib.Mode, cmLoaded
 	if cmFlag == "auto" {
 		why = "ib_cm is loaded" + held
 	}
+	if peers == "rfc-send" {
+		return connServiceChoice{Service: connServiceKernel, SendOnly: true, Why: why + ", --peers rfc-send: connected mode as a sender only: RC to kernel ipoib (and ipoibd --cm own) peers at RFC 4755's service IDs through rdma_cm's AF_IB (InfiniBand ports only; judged on paper, not yet on hardware); datagram offered, so every peer sends to us over UD"}, nil
+	}
 	if peers == "ipoibd-only" {
 		return connServiceChoice{Service: connServiceKernel, Advertise: true, Why: why + ", --peers ipoibd-only: connected mode with ipoibd peers only, through the kernel CM's mapped service IDs; a kernel ipoib peer's REQs would be refused and its unicast to us lost"}, nil
 	}
@@ -109,8 +115,11 @@ func ownConnService(dev ib.Device) (io.Closer, cm.ServiceMaker, error) {
 
 // kernelConnService is the kernel's CM through librdmacm on a verbs
 // device (--cm kernel).
-func kernelConnService(dev ib.Device) cm.ServiceMaker {
+func kernelConnService(dev ib.Device, sendOnly bool) cm.ServiceMaker {
 	return func(p cm.ServiceParams) (cm.Service, error) {
+		if sendOnly {
+			return rdmacm.NewRFCSender(dev, p.Events)
+		}
 		return rdmacm.New(dev, p.Events)
 	}
 }

@@ -38,6 +38,9 @@ func TestChooseConnService(t *testing.T) {
 		{"verbs datagram", "verbs", "kernel", "any", ipoib.Datagram, loaded, "", false, "--mode datagram"},
 		{"bad cm", "verbs", "kernel-ish", "any", ipoib.Connected, loaded, "", false, "--cm \"kernel-ish\""},
 		{"bad peers", "verbs", "auto", "some", ipoib.Connected, loaded, "", false, "--peers \"some\""},
+		{"verbs auto, ib_cm loaded, rfc-send", "verbs", "auto", "rfc-send", ipoib.Connected, loaded, connServiceKernel, false, "connected mode as a sender only"},
+		{"verbs kernel, rfc-send: paper only", "verbs", "kernel", "rfc-send", ipoib.Connected, unloaded, connServiceKernel, false, "judged on paper"},
+		{"verbs auto, ib_cm unloaded, rfc-send: our own CM does both ways", "verbs", "auto", "rfc-send", ipoib.Connected, unloaded, connServiceOwn, true, "kernel ipoib and ipoibd peers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := chooseConnService(tc.provider, tc.cm, tc.peers, tc.mode, tc.cmLoaded)
@@ -49,6 +52,9 @@ func TestChooseConnService(t *testing.T) {
 			}
 			if got.Service != tc.service || got.Advertise != tc.advertise || !strings.Contains(got.Why, tc.err) {
 				t.Errorf("%+v; want service %q advertise %v, why with %q", got, tc.service, tc.advertise, tc.err)
+			}
+			if want := tc.peers == "rfc-send" && tc.service == connServiceKernel; got.SendOnly != want {
+				t.Errorf("send only %v, want %v", got.SendOnly, want)
 			}
 		})
 	}

@@ -24,7 +24,7 @@ func openVerbs(p verbsPort, choice connServiceChoice, cfg *ipoib.Config) (ib.Dev
 	}
 	cfg.Device = dev
 	if kernel {
-		cfg.ConnService = kernelConnService(dev)
+		cfg.ConnService = kernelConnService(dev, choice.SendOnly)
 	}
 	// With ipoibd's own connection service the CM engine runs on the
 	// device's MADs (ib_umad), as on softib (newDaemon). On InfiniBand

@@ -92,7 +92,10 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Mode == ipoib.Connected && !choice.Advertise {
+	switch {
+	case cfg.Mode == ipoib.Connected && choice.SendOnly:
+		cfg.SendOnly = true
+	case cfg.Mode == ipoib.Connected && !choice.Advertise:
 		cfg.Mode = ipoib.Datagram
 	}
 	dev, pkeyHint, err := openProvider(s, choice, &cfg)

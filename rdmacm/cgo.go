@@ -248,6 +248,14 @@ func addrFor(m addrMode, gid ib.GID, port uint16, scope int, pkey ib.PKey) *sock
 	return a
 }
 
+// addrForSID is a peer's AF_IB address at service ID sid as it is.
+func addrForSID(m addrMode, gid ib.GID, sid uint64, pkey ib.PKey) *sockaddr {
+	a := &sockaddr{}
+	a.len = C.ipoibd_sockaddr(&a.ss, C.int(m.family()), (*C.uint8_t)(unsafe.Pointer(&gid[0])),
+		0, 0, C.uint16_t(pkey), C.uint64_t(sid))
+	return a
+}
+
 // createID makes an id of QP type qpType (0: any) bound to src on ch.
 func createID(ch *C.struct_rdma_event_channel, src *sockaddr, qpType int) (cmID, error) {
 	var id cmID

@@ -41,13 +41,9 @@ func (s *Service) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, error) {
 	if m := modeFor(s.at.Ethernet, p.RemoteGID); m != s.mode {
 		return nil, fmt.Errorf("rdmacm: peer GID %v needs %s, but this port uses %s", p.RemoteGID, m, s.mode)
 	}
-	port, err := servicePort(p.ServiceID)
+	dst, priv, err := s.destination(p)
 	if err != nil {
 		return nil, err
-	}
-	priv := p.PrivateData
-	if s.mode == modeIB {
-		priv = append(make([]byte, afIBPad), priv...)
 	}
 	src := s.addr(s.gid, 0)
 	id, err := createID(s.ch, src, int(qpType))
@@ -55,7 +51,7 @@ func (s *Service) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, error) {
 		s.ctr.fail("rdma_create_ep")
 		return nil, err
 	}
-	if err := resolveAddr(id, src, s.addr(p.RemoteGID, port)); err != nil {
+	if err := resolveAddr(id, src, dst); err != nil {
 		s.ctr.fail("rdma_resolve_addr")
 		s.destroy(id)
 		return nil, err
@@ -67,6 +63,29 @@ func (s *Service) Connect(now time.Time, p cm.ConnectParams) (*cm.Comm, error) {
 	}}
 	s.add(cn, cm.StateREQSent)
 	return cn.c, nil
+}
+
+// destination is the peer's address for a REQ to p.ServiceID and the
+// private data it carries: the service ID's rdma_cm port (another ipoibd's
+// mapping, addr.go) with the AF_IB pad; or, sending to RFC 4755 peers
+// (NewRFCSender), the service ID itself and the private data at octet 0,
+// as a kernel ipoib peer reads it.
+func (s *Service) destination(p cm.ConnectParams) (*sockaddr, []byte, error) {
+	if s.rfcIDs {
+		if _, err := cm.ParseIPoIBServiceID(p.ServiceID); err != nil {
+			return nil, nil, err
+		}
+		return addrForSID(s.mode, p.RemoteGID, p.ServiceID, s.pkey), p.PrivateData, nil
+	}
+	port, err := servicePort(p.ServiceID)
+	if err != nil {
+		return nil, nil, err
+	}
+	priv := p.PrivateData
+	if s.mode == modeIB {
+		priv = append(make([]byte, afIBPad), priv...)
+	}
+	return s.addr(p.RemoteGID, port), priv, nil
 }
 
 // Accept answers a connection request with a REP (rdma_accept) carrying

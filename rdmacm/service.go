@@ -43,6 +43,9 @@ type Service struct {
 	mode   addrMode
 	scope  int     // IPv6 link-local: the GID's interface
 	pkey   ib.PKey // AF_IB addresses: the port's default partition
+	// rfcIDs: Connect asks for RFC 4755's service ID itself (AF_IB, no
+	// mapping, no pad), as a kernel ipoib peer listens (NewRFCSender).
+	rfcIDs bool
 
 	ch   *C.struct_rdma_event_channel
 	stop func() // ends the watcher of ch
@@ -103,6 +106,27 @@ func New(dev ib.Device, events func(cm.Event)) (cm.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// NewRFCSender is the kernel CM's connection service for a node where
+// ib_cm is loaded but the peers are the kernel's ipoib: its connections go
+// to RFC 4755's service IDs themselves, through rdma_cm's AF_IB active
+// side, which puts a destination's service ID in the REQ as it is and our
+// private data at octet 0. Only outgoing connections: rdma_cm cannot listen
+// on those IDs, so the interface offers no connected mode (ipoib's
+// Config.SendOnly) and peers send to it over UD. AF_IB needs an InfiniBand
+// port: on RoCE it is refused here. Judged on paper only (docs/hardware.md).
+func NewRFCSender(dev ib.Device, events func(cm.Event)) (cm.Service, error) {
+	s, err := newService(dev, events)
+	if err != nil {
+		return nil, err
+	}
+	if s.mode != modeIB {
+		_ = s.Close()
+		return nil, fmt.Errorf("rdmacm: connections to RFC 4755 service IDs need an InfiniBand port (rdma_cm's AF_IB); %s is %s", s.dev, s.mode)
+	}
+	s.rfcIDs = true
 	return s, nil
 }
 

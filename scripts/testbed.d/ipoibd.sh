@@ -60,6 +60,17 @@ for ns in ipa ipb; do ip netns del "$ns" 2>/dev/null; ip netns add "$ns"; done
 baseline=$(rdma resource show 2>&1)
 echo "rdma resource show before the daemons: $baseline"
 
+# --- --peers rfc-send (connected mode as a sender through rdma_cm's AF_IB)
+# needs an InfiniBand port: on rxe it is refused at start, saying so, and
+# leaves nothing behind (the datagram section's no-leaks check follows).
+if out=$(timeout 60 ipoibd --provider verbs --device "$A" --netns ipa --cm kernel --peers rfc-send --addr 192.168.60.1/24 2>&1); then
+	fail rfc-send-refused-on-roce "it started on RoCE"
+elif echo "$out" | grep -q "need an InfiniBand port"; then
+	pass rfc-send-refused-on-roce
+else
+	fail rfc-send-refused-on-roce "$(echo "$out" | tail -n 2 | tr '\n' ' ')"
+fi
+
 # --- datagram mode: UD only (ARP/ND over the broadcast and solicited-node groups).
 # Daemon 1 asks for the kernel CM without saying its peers are all ipoibd:
 # it must not advertise connected mode (a kernel ipoib peer's REQ would be
