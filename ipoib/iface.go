@@ -121,7 +121,7 @@ type Config struct {
 	// side towards kernel ipoib peers (rdmacm.NewRFCSender), which can
 	// open RFC 4755 connections but not accept them.
 	SendOnly bool
-	Policy ipoibcm.Policy
+	Policy   ipoibcm.Policy
 	// MTU of the interface (default: 65520 connected, the UD MTU datagram).
 	MTU int
 	// IdleTimeout tears down unused connections (0: never).
