@@ -46,9 +46,13 @@ type portReader interface {
 // port from its SMA and hands a changed assignment to dev.SetSubnet,
 // which raises the events the interface follows as on a ConnectX port
 // (paths asked again, groups joined again, connections made again when
-// our LID moved). A port that went down and came back is taken as a
-// client reregister: the SM that brought it up again may hold none of our
-// memberships. The reader is closed when the watch stops.
+// our LID moved). A port the SMA reports not ACTIVE is set down
+// (softib's SetPortActive), as an HCA raises PORT_ERR, and up again when
+// it is ACTIVE, as PORT_ACTIVE: the interface follows that as the
+// kernel's ipoib does, joining every group again (the SM may have dropped
+// our memberships while the port was down). No client reregister is
+// made up for it: ibsim keeps none of the SM's ClientReregister bits, so
+// a reading never carries one. The reader is closed when the watch stops.
 func watchSubnet(dev *softib.Device, r portReader, interval time.Duration, log *slog.Logger) *watchedPort {
 	w := &watchedPort{Device: dev, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -94,6 +98,7 @@ func (f *subnetFollower) take(pi umadsa.PortInfo, err error) {
 	if !pi.Active || pi.LID == 0 {
 		if !f.down {
 			f.log.Warn("the port is not active: waiting for the subnet manager", "state", pi.State, "lid", pi.LID)
+			f.setActive(false)
 		}
 		f.down = true
 		return
@@ -104,12 +109,25 @@ func (f *subnetFollower) take(pi umadsa.PortInfo, err error) {
 			return
 		}
 	}
-	ev, err := f.dev.SetSubnet(softib.Subnet{LID: pi.LID, LMC: pi.LMC, SMLID: pi.SMLID, PKeys: pi.PKeys, Reregister: f.down})
-	f.down = false
+	ev, err := f.dev.SetSubnet(softib.Subnet{LID: pi.LID, LMC: pi.LMC, SMLID: pi.SMLID, PKeys: pi.PKeys})
+	if f.down {
+		// After the new assignment: the interface asks its paths and
+		// joins again from the port as it is now.
+		f.log.Info("the SMA reports the port ACTIVE again", "lid", pi.LID, "sm_lid", pi.SMLID)
+		f.setActive(true)
+		f.down = false
+	}
 	switch {
 	case err != nil:
 		f.log.Error("the SM's assignment of the port is not one softib can take: keeping the old one", "lid", pi.LID, "lmc", pi.LMC, "sm_lid", pi.SMLID, "err", err)
 	case ev != 0:
 		f.log.Info("the subnet manager changed the port", "events", ev.String(), "lid", pi.LID, "lmc", pi.LMC, "sm_lid", pi.SMLID, "pkeys", len(pi.PKeys))
+	}
+}
+
+// setActive hands the port's state to the device.
+func (f *subnetFollower) setActive(active bool) {
+	if err := f.dev.SetPortActive(active); err != nil {
+		f.log.Error("setting the port's state", "active", active, "err", err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 )
 
 // TestSubnetFollower feeds readings of the port to the follower: each
-// step's reading, the port's LID after it and the subnet events counted
-// so far.
+// step's reading, the port's LID and state after it and the subnet events
+// counted so far.
 func TestSubnetFollower(t *testing.T) {
 	dev, err := softib.Open(softib.Config{Addr: netip.MustParseAddr("127.88.96.1"), Port: uint16(20000 + (os.Getpid()+13)%30000),
 		LinkLayer: softib.LinkInfiniBand, IB: softib.IBConfig{LID: 3, SMLID: 1, Forwarder: netip.MustParseAddrPort("127.88.96.254:4790")}})
@@ -34,21 +34,30 @@ func TestSubnetFollower(t *testing.T) {
 		pi     umadsa.PortInfo
 		err    error
 		lid    uint16
+		down   bool // the port not active after the step
 		events uint64
 	}{
 		{name: "as opened", pi: up(3, 1, full...), lid: 3},
 		{name: "read fails", err: errors.New("timeout"), lid: 3},
 		{name: "LID moved", pi: up(5, 1, full...), lid: 5, events: 1},
 		{name: "SM moved", pi: up(5, 2, full...), lid: 5, events: 2},
-		{name: "port down: nothing taken", pi: umadsa.PortInfo{State: 2}, lid: 5, events: 2},
-		{name: "up again unchanged: a reregister", pi: up(5, 2, full...), lid: 5, events: 3},
-		{name: "P_Key table with a gap: kept", pi: up(5, 2, ib.DefaultPKey, 0, 0x8002), lid: 5, events: 3},
-		{name: "P_Key added", pi: up(5, 2, ib.DefaultPKey, 0x8002), lid: 5, events: 4},
-		{name: "multicast LID refused", pi: up(0xc001, 2, ib.DefaultPKey, 0x8002), lid: 5, events: 4},
+		{name: "port down: nothing taken, the port down", pi: umadsa.PortInfo{State: 2}, lid: 5, down: true, events: 2},
+		{name: "still down", pi: umadsa.PortInfo{State: 1}, lid: 5, down: true, events: 2},
+		{name: "up again unchanged: active, no event", pi: up(5, 2, full...), lid: 5, events: 2},
+		{name: "down again", pi: umadsa.PortInfo{State: 1}, lid: 5, down: true, events: 2},
+		{name: "up again with a new LID", pi: up(7, 2, full...), lid: 7, events: 3},
+		{name: "P_Key table with a gap: kept", pi: up(7, 2, ib.DefaultPKey, 0, 0x8002), lid: 7, events: 3},
+		{name: "P_Key added", pi: up(7, 2, ib.DefaultPKey, 0x8002), lid: 7, events: 4},
+		{name: "multicast LID refused", pi: up(0xc001, 2, ib.DefaultPKey, 0x8002), lid: 7, events: 4},
 	} {
 		f.take(s.pi, s.err)
 		if got := dev.Port().LID; got != s.lid || dev.SubnetEvents() != s.events {
 			t.Fatalf("%s: LID %d, %d events; want %d, %d", s.name, got, dev.SubnetEvents(), s.lid, s.events)
+		}
+		// The underlay (loopback) is up: only the SM's word can make
+		// the port down.
+		if down := !dev.PortActive(); down != s.down {
+			t.Fatalf("%s: port down %v, want %v", s.name, down, s.down)
 		}
 	}
 }

@@ -47,6 +47,7 @@ type ibPort struct {
 	// one assignment with the LMC of another.
 	addr   atomic.Pointer[ibAddr]
 	events atomic.Uint64                    // subnet events raised (SubnetEvents)
+	down   atomic.Bool                      // not ACTIVE by the SM's word (SetPortActive)
 	mlids  atomic.Pointer[map[uint16][]*qp] // attached MLID -> QPs
 	mgid   map[ib.GID]uint16                // attached MGID -> MLID (d.mu)
 }

@@ -95,6 +95,9 @@ func TestSetSubnetRoCE(t *testing.T) {
 	if _, err := d.SetSubnet(Subnet{LID: 1, SMLID: 1, PKeys: []ib.PKey{ib.DefaultPKey}}); !errors.Is(err, ErrNotIB) {
 		t.Fatalf("SetSubnet on RoCE: %v, want ErrNotIB", err)
 	}
+	if err := d.SetPortActive(false); !errors.Is(err, ErrNotIB) || !d.PortActive() {
+		t.Fatalf("SetPortActive(false) on RoCE: %v, port active %v; want ErrNotIB and the port still up", err, d.PortActive())
+	}
 	if d.SubnetEvents() != 0 {
 		t.Fatal("a RoCE port counted subnet events")
 	}

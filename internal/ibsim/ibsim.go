@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -120,6 +121,7 @@ type Fabric struct {
 	netns  string
 	server netip.Addr
 	smNode string // the node OpenSM runs as
+	con    *console
 }
 
 // Options shape a fabric other than Up's.
@@ -135,6 +137,10 @@ type Options struct {
 	// run their commands in Netns too.
 	Netns  string
 	Server netip.Addr
+	// Console keeps ibsim's console open on a pipe, for Command (its
+	// Unlink and ReLink cut and restore links). Without it ibsim runs
+	// with -n: a console whose input ends would be read again forever.
+	Console bool
 }
 
 // RemotePort is ibsim's control port in remote mode (its default); node
@@ -175,10 +181,25 @@ func UpWith(t testing.TB, o Options) *Fabric {
 	if err := os.WriteFile(net, []byte(o.Topology), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sim := exec.Command("ibsim", "-n", "-s", net)
-	sim.Env = append(os.Environ(), "IBSIM_SOCKNAME="+f.sock)
+	args := []string{"-n", "-s", net}
+	if o.Console {
+		args = args[1:]
+	}
 	if f.netns != "" {
-		sim = f.inNetns(exec.Command("ibsim", "-r", "-l", fmt.Sprint(RemotePort), "-n", "-s", net))
+		args = append([]string{"-r", "-l", fmt.Sprint(RemotePort)}, args...)
+	}
+	sim := f.inNetns(exec.Command("ibsim", args...))
+	if f.netns == "" {
+		sim.Env = append(os.Environ(), "IBSIM_SOCKNAME="+f.sock)
+	}
+	if o.Console {
+		f.con = &console{more: make(chan struct{}, 1)}
+		in, err := sim.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.con.in = in
+		sim.Stdout = f.con
 	}
 	f.start(t, sim)
 	// ibsim says it is ready before it binds its sockets, and they are
@@ -488,4 +509,86 @@ func (f *Fabric) SwitchLIDOf(t testing.TB, name string) string {
 		t.Fatalf("ibswitches: no %s:\n%s", name, out)
 	}
 	return m[1]
+}
+
+// consolePrompt ends everything ibsim's console prints for a command.
+const consolePrompt = "sim> "
+
+// console is ibsim's console: its input, and what it printed.
+type console struct {
+	in   io.WriteCloser
+	cmd  sync.Mutex // one command at a time
+	mu   sync.Mutex
+	out  bytes.Buffer
+	more chan struct{} // capacity one: output came
+}
+
+func (c *console) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.out.Write(p)
+	c.mu.Unlock()
+	select {
+	case c.more <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// prompts counts the prompts printed so far and returns the output after
+// the n-th (all of it for n 0).
+func (c *console) prompts(n int) (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.out.String()
+	after := s
+	for i := 0; i < n; i++ {
+		j := strings.Index(after, consolePrompt)
+		if j < 0 {
+			break
+		}
+		after = after[j+len(consolePrompt):]
+	}
+	return strings.Count(s, consolePrompt), after
+}
+
+// Command runs one line on ibsim's console (the fabric needs
+// Options.Console) and returns what it printed for it: "Unlink \"h2\""
+// cuts every link of node h2 (its port goes DOWN, the switch at the other
+// end sends the SM a trap 128), "ReLink \"h2\"" restores them (INIT, a
+// trap again, until the SM makes the port ACTIVE). It fails the test if
+// no prompt follows within 10 s.
+func (f *Fabric) Command(t testing.TB, line string) string {
+	t.Helper()
+	c := f.con
+	if c == nil {
+		t.Fatal("ibsim: Command on a fabric without Options.Console")
+	}
+	c.cmd.Lock()
+	defer c.cmd.Unlock()
+	deadline := time.After(10 * time.Second)
+	// The first prompt comes when ibsim is ready; a command waits for it.
+	n, _ := c.prompts(0)
+	for n == 0 {
+		select {
+		case <-c.more:
+		case <-deadline:
+			_, all := c.prompts(0)
+			t.Fatalf("ibsim printed no console prompt: %q", all)
+		}
+		n, _ = c.prompts(0)
+	}
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		t.Fatalf("ibsim console: %s: %v", line, err)
+	}
+	for {
+		m, after := c.prompts(n)
+		if m > n {
+			return strings.TrimSpace(after[:strings.Index(after, consolePrompt)])
+		}
+		select {
+		case <-c.more:
+		case <-deadline:
+			t.Fatalf("ibsim console: no prompt after %q within 10 s: %q", line, after)
+		}
+	}
 }
