@@ -58,12 +58,13 @@ type control struct {
 	rawWarned   bool
 	dropsSeen   [numCounters]uint64 // counter values at the last drop report
 	dropsAt     time.Time
-	pollAddrs   bool   // the address subscription failed: read them each tick
-	linkUp      bool   // the TUN is administratively up (linkChanged)
-	carrier     bool   // the TUN's carrier is on (followPort)
-	portWasDown bool   // followPort saw the port down since it was last active
-	noViaCache  bool   // the route subscription failed: do not cache next hops
-	subnetSeen  uint64 // the device's subnet events taken (followSubnet)
+	pollAddrs   bool      // the address subscription failed: read them each tick
+	linkUp      bool      // the TUN is administratively up (linkChanged)
+	carrier     bool      // the TUN's carrier is on (followPort)
+	portWasDown bool      // followPort saw the port down since it was last active
+	noViaCache  bool      // the route subscription failed: do not cache next hops
+	subnetSeen  uint64    // the device's subnet events taken (followSubnet)
+	portAt      time.Time // when followPort last read the port's state
 	// replaces is the link address our announcements name as replaced:
 	// Config.Replaces at start, the port we took over from (Activate).
 	replaces ib.LinkAddr
@@ -250,8 +251,13 @@ func (c *control) tick() {
 		}
 		c.syncGroups()
 		c.reapAHs()
-		c.followPort()
 		c.followSubnet()
+	}
+	// A port of an interface over several (it has a sibling) is watched
+	// each tick: its failover waits for this; alone, each second.
+	if _, bonded := i.Sibling(); bonded || c.now.Sub(c.portAt) >= groupSyncInterval {
+		c.portAt = c.now
+		c.followPort()
 	}
 	c.subnetTick()
 	if c.now.Sub(c.connsAt) >= c.connsEvery {
