@@ -138,7 +138,7 @@ func TestIBSubnetPortBounce(t *testing.T) {
 	t.Logf("before the cut: h2's solicited-node group %s (%s) has members %v (h1 is %s)", snGroup, snMGID, groupMembers(t, fab, snMGID), h1GID)
 
 	cutLog := len(readLog(c, 2))
-	if out := fab.Command(t, `Unlink "h2"`); out != "" {
+	if out := fab.Console(t, `Unlink "h2"`); out != "" {
 		t.Logf("ibsim Unlink: %s", out)
 	}
 	cut := time.Now()
@@ -159,7 +159,7 @@ func TestIBSubnetPortBounce(t *testing.T) {
 	// the multicast membership, which ARP and ND need.
 
 	backLog := len(readLog(c, 2))
-	if out := fab.Command(t, `ReLink "h2"`); out != "" {
+	if out := fab.Console(t, `ReLink "h2"`); out != "" {
 		t.Logf("ibsim ReLink: %s", out)
 	}
 	back := time.Now()

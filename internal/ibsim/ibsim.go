@@ -551,13 +551,13 @@ func (c *console) prompts(n int) (int, string) {
 	return strings.Count(s, consolePrompt), after
 }
 
-// Command runs one line on ibsim's console (the fabric needs
+// Console runs one line on ibsim's console (the fabric needs
 // Options.Console) and returns what it printed for it: "Unlink \"h2\""
 // cuts every link of node h2 (its port goes DOWN, the switch at the other
 // end sends the SM a trap 128), "ReLink \"h2\"" restores them (INIT, a
 // trap again, until the SM makes the port ACTIVE). It fails the test if
 // no prompt follows within 10 s.
-func (f *Fabric) Command(t testing.TB, line string) string {
+func (f *Fabric) Console(t testing.TB, line string) string {
 	t.Helper()
 	c := f.con
 	if c == nil {
