@@ -69,8 +69,12 @@ func (b *Bond) Stats() []ib.Counter {
 	}
 	n := b.failovers.Load()
 	took := uint64(b.tookSumNs.Load() / 1000)
-	return append(out, ib.Counter{Name: "failovers", Value: n}, ib.Counter{Name: "failover_time_us", Value: took})
+	names := CounterNames()
+	return append(out, ib.Counter{Name: names[0], Value: n}, ib.Counter{Name: names[1], Value: took})
 }
+
+// CounterNames are the bond's own counters, after its ports' in Stats.
+func CounterNames() []string { return []string{"failovers", "failover_time_us"} }
 
 // SetMode switches every port's interface.
 func (b *Bond) SetMode(m ipoib.Mode) error {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ipoibd/ipoibd/bond"
 	"github.com/ipoibd/ipoibd/cm"
 	"github.com/ipoibd/ipoibd/counterdoc"
 	"github.com/ipoibd/ipoibd/ib"
@@ -17,7 +18,7 @@ import (
 // with softib, as the packages that count them enumerate them (the stats
 // structs by reflection, the name tables), with the daemon's prefixes.
 func knownCounters(t *testing.T) []string {
-	names := ipoib.CounterNames()
+	names := append(ipoib.CounterNames(), bond.CounterNames()...)
 	add := func(prefix string, cs []ib.Counter) {
 		for _, c := range cs {
 			names = append(names, prefix+c.Name)

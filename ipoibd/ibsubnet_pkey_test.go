@@ -134,21 +134,7 @@ func ibSubnetUnder(t *testing.T, name string, conf func(dir string, guid func(k 
 		guids[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k)).guid
 	}
 	fab.RestartSM(t, conf(fab.Dir(), func(k int) uint64 { return guids[k] }), nil)
-	nodes := map[int]ibNode{}
-	for k := 1; k <= 4; k++ {
-		nodes[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k))
-	}
-
-	fwdAddr := fmt.Sprintf("%s:4790", c.tn.Underlay(fabHost))
-	args := []string{"-listen", fwdAddr, "-sm-node", "sm", "-refresh", "300ms"}
-	for k := 1; k <= 4; k++ {
-		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
-	}
-	startForwarder(t, c, fabHost, fab, args)
-	runOnFabric(t, c, fab, 4)
-	for k := 1; k <= 4; k++ {
-		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
-	}
+	nodes := daemonsOnFabric(t, c, fab, fabHost, 4)
 	return c, fab, nodes
 }
 

@@ -33,21 +33,7 @@ func TestIBSubnetSMRestart(t *testing.T) {
 	}
 	fab := ibsim.UpWith(t, ibsim.Options{Topology: ibSubnetTopology, SMNode: "sm", Netns: c.host(fabHost), Server: c.tn.Underlay(fabHost)})
 	sm := ibstatPort(t, fab, "sm")
-	nodes := map[int]ibNode{}
-	for k := 1; k <= daemons; k++ {
-		nodes[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k))
-	}
-	fwdAddr := fmt.Sprintf("%s:4790", c.tn.Underlay(fabHost))
-	args := []string{"-listen", fwdAddr, "-sm-node", "sm", "-refresh", "300ms"}
-	for k := 1; k <= daemons; k++ {
-		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
-	}
-	startForwarder(t, c, fabHost, fab, args)
-
-	runOnFabric(t, c, fab, daemons)
-	for k := 1; k <= daemons; k++ {
-		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
-	}
+	nodes := daemonsOnFabric(t, c, fab, fabHost, daemons)
 	pairs := [][2]int{{1, 2}, {2, 1}}
 	// The first packets wait on joins and on OpenSM's MFT entries
 	// reaching the forwarder, which a loaded machine slows.

@@ -72,6 +72,28 @@ var ibBinaries = sync.OnceValues(func() ([2]string, error) {
 // runOnFabric makes hosts 1..n of c run the rdma-tagged ipoibd as nodes
 // h1..hn of fab; the daemons leave before the simulator (their exit tells
 // it).
+// daemonsOnFabric starts the fabric forwarder on host fabHost for hosts
+// 1..n (their ports as ibstat reads them) and a daemon on each, over
+// --softib-link ib: the hosts' ports.
+func daemonsOnFabric(t *testing.T, c *cluster, fab *ibsim.Fabric, fabHost, n int) map[int]ibNode {
+	t.Helper()
+	nodes := map[int]ibNode{}
+	for k := 1; k <= n; k++ {
+		nodes[k] = ibstatPort(t, fab, fmt.Sprintf("h%d", k))
+	}
+	fwdAddr := fmt.Sprintf("%s:4790", c.tn.Underlay(fabHost))
+	args := []string{"-listen", fwdAddr, "-sm-node", "sm", "-refresh", "300ms"}
+	for k := 1; k <= n; k++ {
+		args = append(args, "-port", fmt.Sprintf("%#x,%d@%s:4791", nodes[k].guid, nodes[k].lid, c.underlay(k)))
+	}
+	startForwarder(t, c, fabHost, fab, args)
+	runOnFabric(t, c, fab, n)
+	for k := 1; k <= n; k++ {
+		c.start(k, "--softib-link", "ib", "--softib-fabric", fwdAddr)
+	}
+	return nodes
+}
+
 func runOnFabric(t *testing.T, c *cluster, fab *ibsim.Fabric, n int) {
 	t.Helper()
 	bins, err := ibBinaries()
