@@ -240,10 +240,13 @@ func TestServiceCrossing(t *testing.T) {
 	na, nb := newNode(t, a, false), newNode(t, b, false)
 	na.connect(nb.local)
 	nb.connect(na.local)
+	// Settled: every connection established and, under rfc, carrying
+	// sends (an incoming one may become so a Poll after it is
+	// established).
 	settled := func(n *node, peer ib.LinkAddr) bool {
 		cs := n.mgr.Connections()
 		for _, c := range cs {
-			if c.State() != cm.StateEstablished {
+			if c.State() != cm.StateEstablished || !c.Sendable() {
 				return false
 			}
 		}
