@@ -89,8 +89,10 @@ type Bond struct {
 	reselect Reselect
 	log      *slog.Logger
 
+	// active is the active leg: read on every TUN read (leg.Read), so
+	// atomic; changed under mu with turn.
+	active atomic.Int32
 	mu     sync.Mutex
-	active int // the active leg; -1: none since New (never while running)
 	// turn is closed and made again when the active leg changes or a leg
 	// closes: readers waiting for their leg's turn look again.
 	turn    chan struct{}
@@ -124,7 +126,7 @@ func New(cfg Config) (_ *Bond, err error) {
 		cfg.Log = slog.Default()
 	}
 	b := &Bond{
-		nd: cfg.Netdev, reselect: cfg.Reselect, log: cfg.Log, active: 0, carrier: true,
+		nd: cfg.Netdev, reselect: cfg.Reselect, log: cfg.Log, carrier: true,
 		turn: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		watchDone: make(chan struct{}), lost: make(chan struct{}),
 	}
@@ -157,9 +159,7 @@ func New(cfg Config) (_ *Bond, err error) {
 // take over from it: the active leg names the first standby, the others
 // the active one.
 func (b *Bond) nameSiblings() {
-	b.mu.Lock()
-	active := b.active
-	b.mu.Unlock()
+	active := int(b.active.Load())
 	next := b.nextUp(active)
 	if next < 0 {
 		next = (active + 1) % len(b.legs)
@@ -210,14 +210,12 @@ func (b *Bond) watch() {
 
 // reselectNow moves to the leg the policy chooses, and sets the carrier.
 func (b *Bond) reselectNow() {
-	b.mu.Lock()
-	from := b.active
+	from := int(b.active.Load())
 	healthy := make([]bool, len(b.legs))
 	for k, l := range b.legs {
 		healthy[k] = l.healthy.Load()
 	}
 	to := choose(from, healthy, b.reselect)
-	b.mu.Unlock()
 	back := b.setCarrier(to >= 0 && healthy[to])
 	switch {
 	case to != from:
@@ -273,7 +271,8 @@ func (b *Bond) failover(from, to int, why string) {
 	old, next := b.legs[from], b.legs[to]
 	old.iface.SetStandby(true)
 	b.mu.Lock()
-	b.active, b.replaced = to, old.iface.LinkAddr()
+	b.active.Store(int32(to))
+	b.replaced = old.iface.LinkAddr()
 	b.nextTurn()
 	b.mu.Unlock()
 	// The old leg's readers may be blocked in the TUN: they give the
@@ -334,9 +333,7 @@ func (b *Bond) nextUp(k int) int {
 
 // Active is the interface on the active port.
 func (b *Bond) Active() *ipoib.Interface {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.legs[b.active].iface
+	return b.legs[b.active.Load()].iface
 }
 
 // Legs are the interfaces on every port, the primary first.

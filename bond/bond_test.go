@@ -86,7 +86,7 @@ func TestLegsTakeTurns(t *testing.T) {
 		t.Fatalf("the standby leg set the MTU (%d) or failed: %v", nd.MTU(), err)
 	}
 	b.mu.Lock()
-	b.active = 1
+	b.active.Store(1)
 	b.nextTurn()
 	b.mu.Unlock()
 	nd.In <- netdevtest.Packet{B: []byte{0x45, 3}}

@@ -30,11 +30,17 @@ func (b *Bond) Closing() <-chan struct{} { return b.done }
 // Show is the active port's description, with every port and the
 // failovers.
 func (b *Bond) Show() ipoib.Info {
-	info := b.Active().Show()
-	info.Ports = info.Ports[:0]
+	active := b.Active()
+	var info ipoib.Info
+	var ports []ipoib.PortInfo
 	for _, i := range b.Legs() {
-		info.Ports = append(info.Ports, i.Show().Ports...)
+		li := i.Show()
+		if i == active {
+			info = li
+		}
+		ports = append(ports, li.Ports...)
 	}
+	info.Ports = ports
 	n, took := b.Failovers()
 	info.Failovers, info.LastFailoverMs = n, float64(took.Microseconds())/1000
 	return info

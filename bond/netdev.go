@@ -26,17 +26,19 @@ type leg struct {
 
 var errLegClosed = errors.New("bond: the port's interface is closed")
 
-func (l *leg) isActive() bool {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	return l.b.active == l.k
-}
+func (l *leg) isActive() bool { return int(l.b.active.Load()) == l.k }
 
-// waitTurn returns once the leg is active (true) or closed (false).
+// waitTurn returns once the leg is active (true) or closed (false). The
+// active leg's readers pass without a lock, once per TUN read.
 func (l *leg) waitTurn() bool {
 	for {
+		if l.isActive() && !l.closed.Load() {
+			return true
+		}
+		// Read under mu, which a switch holds while it moves the turn:
+		// no wake-up is lost between the look and the wait.
 		l.b.mu.Lock()
-		active, turn := l.b.active == l.k, l.b.turn
+		active, turn := l.isActive(), l.b.turn
 		l.b.mu.Unlock()
 		switch {
 		case l.closed.Load():

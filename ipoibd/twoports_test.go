@@ -107,7 +107,7 @@ func startPinger(t *testing.T, c *cluster, k int, dst string) *pinger {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	seq := regexp.MustCompile(`icmp_seq=(\d+) `)
+	seq, sent := regexp.MustCompile(`icmp_seq=(\d+) `), regexp.MustCompile(`(\d+) packets transmitted`)
 	go func() {
 		defer close(p.done)
 		lines := bufio.NewScanner(out)
@@ -118,7 +118,7 @@ func startPinger(t *testing.T, c *cluster, k int, dst string) *pinger {
 				p.seqs = append(p.seqs, n)
 				p.mu.Unlock()
 			}
-			if m := regexp.MustCompile(`(\d+) packets transmitted`).FindStringSubmatch(lines.Text()); m != nil {
+			if m := sent.FindStringSubmatch(lines.Text()); m != nil {
 				p.sent, _ = strconv.Atoi(m[1])
 			}
 		}

@@ -376,7 +376,7 @@ func (d *Device) Read(q int, b []byte, h *offload.Hdr) (int, error) {
 	qu := d.queues[q]
 	qu.mu.Lock()
 	defer qu.mu.Unlock()
-	if qu.kicked.Swap(false) {
+	if qu.kicked.Load() && qu.kicked.Swap(false) { // a plain load on every read, the swap only after a kick
 		_ = qu.file.SetReadDeadline(time.Time{})
 	}
 	r := &qu.r
