@@ -14,9 +14,17 @@
 // our ARP and ND) and move at once; kernel peers take the gratuitous ARP
 // and the unsolicited NA as any.
 //
-// Legs hold the shared netdev through leg (netdev.go), which lets only the
-// active leg's readers at the TUN and sets the carrier from every port's:
-// on while one is up, off with all of them, as a NIC.
+// Beyond bonding, the bond may spread flows over every port that is up
+// (Config.Spread): each reads some of the TUN's queues, and the kernel
+// keeps a flow on one queue. A port that is not the active one (a rail)
+// sends to peers with two ports at their other port's link address, and
+// hands every other packet to the active port (ipoib's rail.go); what a
+// port receives is written on a queue it reads, so that the replies of a
+// flow leave by the port its packets came in on (tun's flow steering).
+//
+// Legs hold the shared netdev through leg (netdev.go), which lets only a
+// queue's owner read it and sets the carrier from every port's: on while
+// one is up, off with all of them, as a NIC.
 package bond
 
 import (
@@ -77,9 +85,36 @@ type Config struct {
 	Netdev netdev.Netdev
 	// Legs are the interface on each port, the primary first; New sets
 	// their Netdev, LinkLocal (the primary's, for every port) and Standby.
-	Legs     []ipoib.Config
+	Legs []ipoib.Config
+	Policy
+	Log *slog.Logger
+}
+
+// Policy is how the ports share the work.
+type Policy struct {
 	Reselect Reselect
-	Log      *slog.Logger
+	// Spread puts flows on every port that is up, not only the active
+	// one's (it needs two TUN queues or more).
+	Spread bool
+}
+
+// Modes, as --bond-mode names them: active-backup is the kernel bonding's
+// mode (one port carries everything); spread puts flows on every port
+// that is up.
+const (
+	ModeActiveBackup = "active-backup"
+	ModeSpread       = "spread"
+)
+
+// ParseMode reads a mode: whether it spreads flows.
+func ParseMode(s string) (spread bool, err error) {
+	switch s {
+	case ModeSpread:
+		return true, nil
+	case ModeActiveBackup:
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: want %s or %s", s, ModeSpread, ModeActiveBackup)
 }
 
 // Bond is a running interface over several ports.
@@ -87,13 +122,16 @@ type Bond struct {
 	nd       netdev.Netdev
 	legs     []*leg
 	reselect Reselect
+	spread   bool
 	log      *slog.Logger
 
-	// active is the active leg: read on every TUN read (leg.Read), so
-	// atomic; changed under mu with turn.
+	// active is the active leg.
 	active atomic.Int32
+	// owners are the leg that reads each TUN queue: read on every TUN
+	// read (leg.Read), so atomic; changed under mu with turn.
+	owners []atomic.Int32
 	mu     sync.Mutex
-	// turn is closed and made again when the active leg changes or a leg
+	// turn is closed and made again when a queue changes hands or a leg
 	// closes: readers waiting for their leg's turn look again.
 	turn    chan struct{}
 	carrier bool // the netdev's, as set from the legs'
@@ -126,8 +164,9 @@ func New(cfg Config) (_ *Bond, err error) {
 		cfg.Log = slog.Default()
 	}
 	b := &Bond{
-		nd: cfg.Netdev, reselect: cfg.Reselect, log: cfg.Log, carrier: true,
-		turn: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
+		nd: cfg.Netdev, reselect: cfg.Reselect, spread: cfg.Spread, log: cfg.Log, carrier: true,
+		owners: make([]atomic.Int32, cfg.Netdev.Queues()),
+		turn:   make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		watchDone: make(chan struct{}), lost: make(chan struct{}),
 	}
 	defer func() {
@@ -145,7 +184,7 @@ func New(cfg Config) (_ *Bond, err error) {
 	for k, lc := range cfg.Legs {
 		l := &leg{b: b, k: k}
 		l.healthy.Store(true)
-		lc.Netdev, lc.LinkLocal, lc.Standby = l, nc.LinkLocal, k != 0
+		lc.Netdev, lc.LinkLocal, lc.Standby, lc.Bonded = l, nc.LinkLocal, k != 0, true
 		if l.iface, err = ipoib.New(lc); err != nil {
 			return nil, fmt.Errorf("port %d (%v): %w", k+1, lc.Device.Name(), err)
 		}
@@ -156,21 +195,25 @@ func New(cfg Config) (_ *Bond, err error) {
 }
 
 // nameSiblings has each leg name, in its ARP and ND, the port that would
-// take over from it: the active leg names the first standby, the others
-// the active one.
-func (b *Bond) nameSiblings() {
-	active := int(b.active.Load())
-	next := b.nextUp(active)
-	if next < 0 {
-		next = (active + 1) % len(b.legs)
+// take over from it: the active leg the first other port that is up (none
+// when none is: peers must not move, or spread flows, to a port that is
+// down), the others the active one. It reports whether the active leg's
+// changed: peers are told by an announcement.
+func (b *Bond) nameSiblings() bool {
+	active := b.legs[b.active.Load()].iface
+	var sib ib.LinkAddr
+	if next := b.nextUp(int(b.active.Load())); next >= 0 {
+		sib = b.legs[next].iface.LinkAddr()
 	}
-	for k, l := range b.legs {
-		sib := b.legs[active].iface.LinkAddr()
-		if k == active {
-			sib = b.legs[next].iface.LinkAddr()
+	was, _ := active.Sibling()
+	for _, l := range b.legs {
+		if l.iface == active {
+			l.iface.SetSibling(sib)
+		} else {
+			l.iface.SetSibling(active.LinkAddr())
 		}
-		l.iface.SetSibling(sib)
 	}
+	return was != sib
 }
 
 // Start runs every leg and the port watcher.
@@ -179,13 +222,21 @@ func (b *Bond) Start() {
 	for _, l := range b.legs {
 		l.iface.Start()
 	}
+	b.assign()
 	go b.watch()
 }
 
-// watch reselects the active leg whenever a port changes, and ends the
+// railSync is how often rails take the active port's knowledge of its
+// neighbors' other ports (Rail entries).
+const railSync = 100 * time.Millisecond
+
+// watch reselects the active leg whenever a port changes, keeps the
+// rails' entries in step with the active port's neighbors, and ends the
 // bond when a leg is lost (its TUN went).
 func (b *Bond) watch() {
 	defer close(b.watchDone)
+	sync := time.NewTicker(railSync)
+	defer sync.Stop()
 	lost := make(chan *leg, len(b.legs))
 	for _, l := range b.legs {
 		go func() {
@@ -200,6 +251,8 @@ func (b *Bond) watch() {
 		select {
 		case <-b.wake:
 			b.reselectNow()
+		case <-sync.C:
+			b.syncRails()
 		case l := <-lost:
 			b.lostOnce.Do(func() { b.lostErr = l.iface.LostErr(); close(b.lost) })
 		case <-b.done:
@@ -217,6 +270,11 @@ func (b *Bond) reselectNow() {
 	}
 	to := choose(from, healthy, b.reselect)
 	back := b.setCarrier(to >= 0 && healthy[to])
+	// Peers learn first which other port is up now (a port back is named
+	// before a fail-back to it, which they then follow at once).
+	if b.nameSiblings() && healthy[from] && !back {
+		b.legs[from].iface.Announce()
+	}
 	switch {
 	case to != from:
 		b.failover(from, to, reason(from, healthy))
@@ -227,6 +285,7 @@ func (b *Bond) reselectNow() {
 		// sends a gratuitous ARP.
 		b.legs[to].iface.Activate(b.replacedLast())
 	}
+	b.assign()
 }
 
 // replacedLast is the link address the last failover moved from (what
@@ -273,13 +332,8 @@ func (b *Bond) failover(from, to int, why string) {
 	b.mu.Lock()
 	b.active.Store(int32(to))
 	b.replaced = old.iface.LinkAddr()
-	b.nextTurn()
 	b.mu.Unlock()
-	// The old leg's readers may be blocked in the TUN: they give the
-	// queues back (one packet each at most may leave through it first).
-	if ir, ok := b.nd.(netdev.ReadInterrupter); ok {
-		ir.InterruptReads()
-	}
+	b.assign()
 	b.nameSiblings()
 	next.iface.Activate(old.iface.LinkAddr())
 	took := time.Since(start)

@@ -3,6 +3,8 @@ package bond
 import (
 	"errors"
 	"net/netip"
+	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ipoibd/ipoibd/netdev"
@@ -36,6 +38,49 @@ func TestChoose(t *testing.T) {
 	}
 }
 
+func TestDeal(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		active  int
+		healthy []bool
+		queues  int
+		spread  bool
+		want    []int
+	}{
+		{"active-backup", 0, []bool{true, true}, 4, false, []int{0}},
+		{"spread over both", 0, []bool{true, true}, 2, true, []int{0, 1}},
+		{"spread, the active one first", 1, []bool{true, true}, 4, true, []int{1, 0}},
+		{"spread, one port down", 0, []bool{true, false}, 4, true, []int{0}},
+		{"spread, the active port down", 0, []bool{false, true}, 4, true, []int{0}},
+		{"spread, one queue: the active port only", 0, []bool{true, true}, 1, true, []int{0}},
+		{"spread, three ports, two queues", 2, []bool{true, true, true}, 2, true, []int{2, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := deal(tc.active, tc.healthy, tc.queues, tc.spread); !slices.Equal(got, tc.want) {
+				t.Errorf("deal = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		spread  bool
+		wantErr bool
+	}{
+		{"spread", true, false},
+		{"active-backup", false, false},
+		{"balance-rr", false, true},
+		{"", false, true},
+	} {
+		spread, err := ParseMode(tc.in)
+		if spread != tc.spread || (err != nil) != tc.wantErr {
+			t.Errorf("ParseMode(%q) = %v, %v", tc.in, spread, err)
+		}
+	}
+}
+
 func TestParseReselect(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
@@ -60,7 +105,7 @@ func TestParseReselect(t *testing.T) {
 // leg's reader returns.
 func TestLegsTakeTurns(t *testing.T) {
 	nd := netdevtest.New().Open(netdev.Config{Name: "ib0", MTU: 2044})
-	b := &Bond{nd: nd, turn: make(chan struct{}), wake: make(chan struct{}, 1)}
+	b := &Bond{nd: nd, turn: make(chan struct{}), wake: make(chan struct{}, 1), owners: make([]atomic.Int32, nd.Queues())}
 	a, s := &leg{b: b, k: 0}, &leg{b: b, k: 1}
 	b.legs = []*leg{a, s}
 	type read struct {
@@ -87,6 +132,7 @@ func TestLegsTakeTurns(t *testing.T) {
 	}
 	b.mu.Lock()
 	b.active.Store(1)
+	b.owners[0].Store(1)
 	b.nextTurn()
 	b.mu.Unlock()
 	nd.In <- netdevtest.Packet{B: []byte{0x45, 3}}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
+	"github.com/ipoibd/ipoibd/neigh"
 )
 
 // What the daemon asks of an interface, answered for all ports: the
@@ -46,8 +47,23 @@ func (b *Bond) Show() ipoib.Info {
 	return info
 }
 
-// Neighbors are the active port's neighbors: those our traffic goes to.
-func (b *Bond) Neighbors() []ipoib.NeighInfo { return b.Active().Neighbors() }
+// Neighbors are the active port's neighbors, then the rails' Rail entries
+// (state RAIL: the same addresses at their other port).
+func (b *Bond) Neighbors() []ipoib.NeighInfo {
+	active := b.Active()
+	out := active.Neighbors()
+	for _, i := range b.Legs() {
+		if i == active || !i.Rail() {
+			continue
+		}
+		for _, n := range i.Neighbors() {
+			if n.State == neigh.Rail.String() {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
 
 // Connections are every port's connections.
 func (b *Bond) Connections() []ipoib.ConnInfo {

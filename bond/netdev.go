@@ -13,14 +13,16 @@ import (
 )
 
 // leg is one port's interface and its view of the shared netdev: packets
-// written go straight through; reads, the MTU and the per-destination
-// routes only while the leg is active; its carrier is its port's state,
-// which the bond weighs with the others'.
+// written go through the leg's home queue; reads of the queues the bond
+// gave it; the MTU and the per-destination routes only while the leg is
+// active; its carrier is its port's state, which the bond weighs with the
+// others'.
 type leg struct {
 	b       *Bond
 	k       int
 	iface   *ipoib.Interface
-	healthy atomic.Bool // its port is up (the interface's SetCarrier)
+	healthy atomic.Bool  // its port is up (the interface's SetCarrier)
+	home    atomic.Int32 // the queue its writes go through (Bond.homeOf)
 	closed  atomic.Bool
 }
 
@@ -28,22 +30,24 @@ var errLegClosed = errors.New("bond: the port's interface is closed")
 
 func (l *leg) isActive() bool { return int(l.b.active.Load()) == l.k }
 
-// waitTurn returns once the leg is active (true) or closed (false). The
-// active leg's readers pass without a lock, once per TUN read.
-func (l *leg) waitTurn() bool {
+func (l *leg) owns(q int) bool { return int(l.b.owners[q].Load()) == l.k }
+
+// waitTurn returns once the leg reads queue q (true) or is closed
+// (false). The owner's reader passes without a lock, once per TUN read.
+func (l *leg) waitTurn(q int) bool {
 	for {
-		if l.isActive() && !l.closed.Load() {
+		if l.owns(q) && !l.closed.Load() {
 			return true
 		}
-		// Read under mu, which a switch holds while it moves the turn:
-		// no wake-up is lost between the look and the wait.
+		// Read under mu, which the bond holds while it moves queues: no
+		// wake-up is lost between the look and the wait.
 		l.b.mu.Lock()
-		active, turn := l.isActive(), l.b.turn
+		owns, turn := l.owns(q), l.b.turn
 		l.b.mu.Unlock()
 		switch {
 		case l.closed.Load():
 			return false
-		case active:
+		case owns:
 			return true
 		}
 		<-turn
@@ -52,10 +56,10 @@ func (l *leg) waitTurn() bool {
 
 func (l *leg) Queues() int { return l.b.nd.Queues() }
 
-// Read reads the TUN's queue q once the leg is active. A read interrupted
-// because another leg took over waits for the leg's turn again.
+// Read reads the TUN's queue q once the leg owns it. A read interrupted
+// because the queue went to another leg waits for the leg's turn again.
 func (l *leg) Read(q int, b []byte, h *offload.Hdr) (int, error) {
-	for l.waitTurn() {
+	for l.waitTurn(q) {
 		n, err := l.b.nd.Read(q, b, h)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			continue
@@ -65,8 +69,20 @@ func (l *leg) Read(q int, b []byte, h *offload.Hdr) (int, error) {
 	return 0, errLegClosed
 }
 
-func (l *leg) Write(b []byte) (int, error) { return l.b.nd.Write(b) }
+// Write and WriteGSO write through the leg's home queue: the kernel reads
+// the flow's next packets from there (tun's flow steering), so the leg a
+// flow came in by sends its replies.
+func (l *leg) Write(b []byte) (int, error) {
+	if qw, ok := l.b.nd.(netdev.QueueWriter); ok {
+		return qw.WriteOn(int(l.home.Load()), b)
+	}
+	return l.b.nd.Write(b)
+}
+
 func (l *leg) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
+	if qw, ok := l.b.nd.(netdev.QueueWriter); ok {
+		return qw.WriteGSOOn(int(l.home.Load()), h, parts)
+	}
 	return l.b.nd.WriteGSO(h, parts)
 }
 func (l *leg) SendIPv4(b []byte) error        { return l.b.nd.SendIPv4(b) }

@@ -136,6 +136,8 @@ var table = []Entry{
 	{"tx_drop_offload", true, "", "Super-packets or checksum requests from the TUN that do not parse, dropped."},
 	{"tx_slot_waits", false, "", "Times a TUN reader found all its transmit slots in flight and waited for send completions before reading on (RC holds a slot until the peer acknowledges)."},
 	{"neigh_moved_to_sibling", false, "", "Neighbors that announced a move to the other port they had named before (an interface over two ports failing over), followed at once."},
+	{"tx_handoffs", false, "", "Packets a port that is not the active one read from the TUN while flows were spread over both rails, and handed to the active port: their destination has no second port it knows (a peer with one port, a kernel peer, multicast)."},
+	{"tx_drop_handoff", true, "", "Packets handed to the active port that it could not take: it was closing."},
 	{"rx_coalesced", false, "", "Super-packets written to the TUN, each made of several received TCP segments (receive coalescing)."},
 	{"sa_joins", false, ib, "Multicast joins the subnet administrator granted (the broadcast group's not counted)."},
 	{"sa_join_failures", true, ib, "Multicast joins the subnet administrator refused or did not answer."},

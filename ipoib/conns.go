@@ -70,7 +70,7 @@ func (i *Interface) connUp(conn *ipoibcm.Connection) {
 	}
 	es := i.neigh.ByLink(conn.Peer)
 	for _, e := range es {
-		p := c.udPath(e.Link)
+		p := c.udPath(e)
 		if p == nil || i.datagram.Load() { // datagram mode: a peer's connection carries only its sends
 			continue
 		}
@@ -89,7 +89,7 @@ func (i *Interface) connDown(conn *ipoibcm.Connection, reason string) {
 	var ps []*neigh.Path
 	for _, e := range es {
 		if p := e.Path(); p != nil && p.QP == conn.QP {
-			moved, ps = append(moved, e), append(ps, c.udPath(e.Link))
+			moved, ps = append(moved, e), append(ps, c.udPath(e))
 		}
 	}
 	c.publishAll(moved, ps)
@@ -110,6 +110,10 @@ func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 	// was made again): a claim of a new one need not wait for silence.
 	gone := strings.HasSuffix(reason, cm.RejInvalidServiceID.String()) || strings.HasSuffix(reason, cm.RejStaleConnection.String())
 	for _, e := range es {
+		if e.State == neigh.Rail {
+			c.forget(e) // its flows go through the active port (SetRailNeighbors)
+			continue
+		}
 		if old := e.Link; gone {
 			c.apply(e, e.Gone(c.now), old)
 		} else {

@@ -255,7 +255,7 @@ func (c *control) tick() {
 	}
 	// A port of an interface over several (it has a sibling) is watched
 	// each tick: its failover waits for this; alone, each second.
-	if _, bonded := i.Sibling(); bonded || c.now.Sub(c.portAt) >= groupSyncInterval {
+	if i.cfg.Bonded || c.now.Sub(c.portAt) >= groupSyncInterval {
 		c.portAt = c.now
 		c.followPort()
 	}

@@ -66,6 +66,8 @@ const (
 	learnNoPath          // InfiniBand ARP/ND from a GRH-less source whose claim has no path yet to check it against: not learned
 	txSlotWaits          // times a TUN reader found all its transmit slots in flight and waited for send completions
 	neighMovedToSibling  // neighbors that moved to the other port they had named (a peer's failover), followed at once
+	txHandoffs           // packets a rail read and handed to the active port: no Rail entry for their destination (rail.go)
+	txDropHandoff        // such packets the active port could not take: it was closing
 	numCounters
 )
 
@@ -90,7 +92,7 @@ var counterNames = [numCounters]string{
 	txDropNoPath: "tx_drop_no_path", subnetBcastChanges: "sa_bcast_changes", udReinits: "ud_qp_reinits",
 	pkeyIndexChanges: "pkey_index_changes", learnLIDMismatch: "learn_lid_mismatch",
 	learnGRHMismatch: "learn_grh_lid_mismatch", learnNoPath: "learn_no_path", txSlotWaits: "tx_slot_waits",
-	neighMovedToSibling: "neigh_moved_to_sibling",
+	neighMovedToSibling: "neigh_moved_to_sibling", txHandoffs: "tx_handoffs", txDropHandoff: "tx_drop_handoff",
 }
 
 type counters [numCounters]atomic.Uint64

@@ -144,6 +144,10 @@ type Config struct {
 	// Standby starts the interface on standby (SetStandby): one port of
 	// an interface over several, joined and listening, not answering.
 	Standby bool
+	// Bonded: the interface is one port of several (package bond). Its
+	// port is checked every tick, and it keeps a share of its transmit
+	// slots for packets the other ports hand it (Carry).
+	Bonded bool
 	// MaxConns bounds connections past setup (default 4096); beyond it
 	// REQs are rejected with "no resources". Those in setup count against
 	// the CM engine's half-open limits instead (256, 16 per peer), so REQs
@@ -254,7 +258,11 @@ type Interface struct {
 	// sibling is the link address of the other port of an interface over
 	// two, named in our ARP and ND so that peers follow a failover at
 	// once; nil on a single port.
-	sibling  atomic.Pointer[ib.LinkAddr]
+	sibling atomic.Pointer[ib.LinkAddr]
+	// handoff is the active port's interface while this one is a rail
+	// (SetRail); carrier takes what the other ports hand this one.
+	handoff  atomic.Pointer[Interface]
+	carrier  *carrier
 	datagram atomic.Bool // datagram mode (SetMode): no connection is asked for
 	started  atomic.Bool // Start ran: Close must ask the control goroutine to shut down
 }
@@ -535,7 +543,11 @@ func (i *Interface) openPool() error {
 	if err != nil {
 		return err
 	}
-	i.slots = newSlots(r, i.cfg.Queues)
+	pools := i.cfg.Queues
+	if i.cfg.Bonded {
+		pools++ // the carrier's (rail.go)
+	}
+	i.slots = newSlots(r, pools)
 	return nil
 }
 
@@ -606,6 +618,10 @@ func (i *Interface) Start() {
 	for q := range i.netdev.Queues() {
 		r := &txReader{queue: q, slots: &i.slots.tx[q]}
 		go func() { defer i.wg.Done(); i.txLoop(r) }()
+	}
+	if i.cfg.Bonded {
+		q := i.netdev.Queues()
+		i.carrier = &carrier{r: txReader{queue: q, slots: &i.slots.tx[q]}}
 	}
 	go func() { defer i.wg.Done(); defer close(i.ctlDone); i.controlLoop() }()
 }

@@ -83,8 +83,14 @@ type Info struct {
 type PortInfo struct {
 	Device   string `json:"device"`
 	LinkAddr string `json:"link_addr"`
-	// State is "active", "standby" or "down" (its port is not active).
+	// State is "active", "standby", "rail" (not the active port, it
+	// carries flows to peers' second ports) or "down" (its port is not
+	// active).
 	State string `json:"state"`
+	// TxPackets and RxPackets are the IP packets the port sent and
+	// received.
+	TxPackets uint64 `json:"tx_packets"`
+	RxPackets uint64 `json:"rx_packets"`
 }
 
 // NeighInfo is one neighbor.
@@ -162,7 +168,8 @@ func (i *Interface) Show() Info {
 			Offloads: i.offloads(), QKey: uint32(i.qKey()), BcastMLID: i.port.bcast.MLID,
 			RingSlots: i.slots.lay.String(), RingBytes: i.slots.lay.size(), PortRegistered: i.pool.Registered(),
 		}
-		info.Ports = []PortInfo{{Device: i.dev.Name(), LinkAddr: i.port.local.String(), State: i.portState()}}
+		info.Ports = []PortInfo{{Device: i.dev.Name(), LinkAddr: i.port.local.String(), State: i.portState(),
+			TxPackets: i.ctr[txPackets].Load(), RxPackets: i.ctr[rxPackets].Load()}}
 		if i.cfg.Subnet != nil {
 			info.Subnet = "sa"
 		}
@@ -211,6 +218,8 @@ func (i *Interface) portState() string {
 	switch {
 	case !i.ctl.carrier:
 		return "down"
+	case i.handoff.Load() != nil:
+		return "rail"
 	case i.standby.Load():
 		return "standby"
 	}

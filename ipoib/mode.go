@@ -52,7 +52,7 @@ func (c *control) setMode(m Mode) error {
 		// connected mode may connect again and are accepted.
 		for _, e := range i.neigh.All() {
 			if p := e.Path(); p != nil && p.QP != nil {
-				c.publish(e, c.udPath(e.Link))
+				c.publish(e, c.udPath(e))
 			}
 		}
 		for _, conn := range i.mgr.Connections() {

@@ -41,13 +41,13 @@ func (c *control) apply(e *neigh.Entry, a neigh.Action, old ib.LinkAddr) {
 	}
 }
 
-// udPath makes the UD path to a link address.
-func (c *control) udPath(link ib.LinkAddr) *neigh.Path {
-	ah := c.ah(link.GID)
+// udPath makes the UD path to e's link address.
+func (c *control) udPath(e *neigh.Entry) *neigh.Path {
+	ah := c.ah(e.Link.GID)
 	if ah == nil {
 		return nil
 	}
-	return &neigh.Path{Link: link, AH: ah, MTU: c.i.port.udMTU}
+	return &neigh.Path{Link: e.Link, AH: ah, MTU: c.i.port.udMTU, Rail: e.State == neigh.Rail}
 }
 
 // unicastAH is an address handle and when the control goroutine last
@@ -173,9 +173,9 @@ func (c *control) heardReplacing(ip netip.Addr, link, from, replaced ib.LinkAddr
 }
 
 // heardSibling notes what a packet from ip's node at link said of its
-// other port (neigh.Entry.Sibling): only when the packet came from link
-// itself (its UD source), so that no one but the node names where it may
-// move.
+// other port (neigh.Entry.Sibling; zero when it named none: it has no
+// other port up): only when the packet came from link itself (its UD
+// source), so that no one but the node names where it may move.
 func (c *control) heardSibling(ip netip.Addr, link, from, sibling ib.LinkAddr) {
 	if from.GID != (ib.GID{}) && from.SameNode(link) {
 		c.i.neigh.NoteSibling(ip, link, sibling)
@@ -210,7 +210,7 @@ func (c *control) resolved(e *neigh.Entry, old ib.LinkAddr) {
 	if old.GID != (ib.GID{}) && !old.SameNode(link) && c.i.mgr != nil {
 		c.i.mgr.Disconnect(c.now, old, "neighbor moved")
 	}
-	p := c.udPath(link)
+	p := c.udPath(e)
 	if p == nil {
 		return
 	}
@@ -278,7 +278,8 @@ func (c *control) forget(e *neigh.Entry) {
 	for _, p := range c.i.neigh.Delete(e) {
 		c.i.drop(p.Slot, txDropNoNeigh)
 	}
-	if err := c.i.routes.Remove(e.IP); err != nil {
+	// A Rail entry installed no route: the active port's entry did.
+	if err := c.i.routes.Remove(e.IP); e.State != neigh.Rail && err != nil {
 		c.i.log.Warn("removing a route", "dst", e.IP, "err", err)
 	}
 	if c.i.mgr != nil && e.Link.GID != (ib.GID{}) && len(c.i.neigh.ByLink(e.Link)) == 0 {

@@ -18,7 +18,9 @@ var allNodes = netip.MustParseAddr("ff02::1")
 // group) while unresolved, unicast to the known address when confirming.
 func (c *control) solicit(e *neigh.Entry) {
 	src, ok := c.onLink(e.IP)
-	if !ok {
+	if !ok || c.i.standby.Load() {
+		// A port on standby must not tell peers our addresses are at its
+		// link address: they are the active port's.
 		return
 	}
 	unicast := e.ProbeUnicast()
@@ -47,9 +49,7 @@ func (c *control) announce(ip netip.Addr) {
 	}
 	if ip.Is4() {
 		a := neigh.ARP{Op: neigh.ARPRequest, SenderHW: c.i.port.local, SenderIP: ip, TargetIP: ip, TargetHW: c.replaces}
-		if c.replaces == (ib.LinkAddr{}) {
-			a.Sibling, a.HasSibling = c.i.Sibling()
-		}
+		a.Sibling, a.HasSibling = c.i.Sibling()
 		c.sendARP(&a, ib.LinkAddr{}, false)
 		return
 	}
@@ -58,9 +58,8 @@ func (c *control) announce(ip netip.Addr) {
 	m := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: ip, LinkAddr: c.i.port.local, HasLinkAddr: true}
 	if r := c.replaces; r.GID != (ib.GID{}) {
 		m.Replaces, m.HasReplaces = r, true
-	} else {
-		m.Sibling, m.HasSibling = c.i.Sibling()
 	}
+	m.Sibling, m.HasSibling = c.i.Sibling()
 	c.sendND(&m, ip, allNodes, ib.LinkAddr{}, false)
 }
 
@@ -106,7 +105,7 @@ func (c *control) handleARP(pkt []byte, m *neighPacket) {
 	default:
 		c.heard(a.SenderIP, a.SenderHW, from)
 	}
-	if onLink && a.HasSibling {
+	if onLink {
 		c.heardSibling(a.SenderIP, a.SenderHW, from, a.Sibling)
 	}
 	if forUs && request && a.SenderIP != a.TargetIP && !i.standby.Load() {
@@ -170,9 +169,7 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 			}
 			reply = replyTo(m.LinkAddr, from)
 			c.solicitedBy(src, m.LinkAddr, from)
-			if m.HasSibling {
-				c.heardSibling(src, m.LinkAddr, from, m.Sibling)
-			}
+			c.heardSibling(src, m.LinkAddr, from, m.Sibling)
 		}
 		if i.standby.Load() {
 			return
@@ -188,12 +185,10 @@ func (c *control) handleND(pkt []byte, p *neighPacket) {
 		}
 		if m.HasReplaces && !m.Solicited {
 			c.heardReplacing(m.Target, m.LinkAddr, from, m.Replaces)
-			return
+		} else {
+			c.heard(m.Target, m.LinkAddr, from)
 		}
-		c.heard(m.Target, m.LinkAddr, from)
-		if m.HasSibling {
-			c.heardSibling(m.Target, m.LinkAddr, from, m.Sibling)
-		}
+		c.heardSibling(m.Target, m.LinkAddr, from, m.Sibling)
 	}
 }
 

@@ -30,12 +30,19 @@ func (i *Interface) Standby() bool { return i.standby.Load() }
 func (i *Interface) Activate(replaced ib.LinkAddr) {
 	i.standby.Store(false)
 	i.do(func() {
-		c := &i.ctl
-		c.replaces = replaced
-		for _, p := range c.addrs {
-			c.announce(p.Addr())
-		}
+		i.ctl.replaces = replaced
+		i.ctl.announceAll()
 	})
+}
+
+// Announce announces every address again, as Activate did last: peers
+// learn a changed sibling (SetSibling) at once. Nothing on standby.
+func (i *Interface) Announce() { i.do(i.ctl.announceAll) }
+
+func (c *control) announceAll() {
+	for _, p := range c.addrs {
+		c.announce(p.Addr())
+	}
 }
 
 // SetSibling names the link address of the interface's other port in its

@@ -48,15 +48,25 @@ func (i *Interface) txLoop(r *txReader) {
 			i.markLost(err)
 			return
 		}
-		switch {
-		case r.hdr.GSOType != offload.GSONone:
-			i.transmitSegments(r, slot, n)
-		case r.hdr.Flags&offload.FlagNeedsCsum != 0 && offload.Complete(r.hdr, buf[encap.HeaderLen:encap.HeaderLen+n]) != nil:
-			i.drop(slot, txDropOffload)
-		default:
-			i.transmit(&r.sends, slot, buf, n)
+		if i.handedOff(slot, n, &r.hdr) {
+			continue
 		}
+		i.sendRead(r, slot, n)
 		i.postBatch(&r.sends)
+	}
+}
+
+// sendRead sends the n-octet packet r read into slot with header r.hdr:
+// a super-packet cut into wire packets, a checksum completed, or as it is.
+func (i *Interface) sendRead(r *txReader, slot uint32, n int) {
+	buf := i.slots.bytes(slot)
+	switch {
+	case r.hdr.GSOType != offload.GSONone:
+		i.transmitSegments(r, slot, n)
+	case r.hdr.Flags&offload.FlagNeedsCsum != 0 && offload.Complete(r.hdr, buf[encap.HeaderLen:encap.HeaderLen+n]) != nil:
+		i.drop(slot, txDropOffload)
+	default:
+		i.transmit(&r.sends, slot, buf, n)
 	}
 }
 

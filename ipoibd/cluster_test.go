@@ -199,7 +199,23 @@ func (c *cluster) neighbors(k int) map[string]ipoib.NeighInfo {
 	c.query(k, "neigh", &ns)
 	m := map[string]ipoib.NeighInfo{}
 	for _, n := range ns {
-		m[n.IP] = n
+		if _, ok := m[n.IP]; !ok { // the active port's, not a rail's (RAIL)
+			m[n.IP] = n
+		}
+	}
+	return m
+}
+
+// railNeighbors are host k's Rail entries: its neighbors' other ports,
+// where its second rail sends.
+func (c *cluster) railNeighbors(k int) map[string]ipoib.NeighInfo {
+	var ns []ipoib.NeighInfo
+	c.query(k, "neigh", &ns)
+	m := map[string]ipoib.NeighInfo{}
+	for _, n := range ns {
+		if n.State == "RAIL" {
+			m[n.IP] = n
+		}
 	}
 	return m
 }

@@ -37,10 +37,10 @@ type daemon struct {
 	// pkeyHint says where a P_Key missing from the port's table comes from.
 	pkeyHint string
 	// more are the first interface's further ports (--underlay given more
-	// than once): it runs over all of them (bond), and reselect says when
-	// the primary takes over again. Children run on the first port only.
-	more     []*morePort
-	reselect bond.Reselect
+	// than once): it runs over all of them (bond), as policy says. Children
+	// run on the first port only.
+	more   []*morePort
+	policy bond.Policy
 
 	mu     sync.Mutex
 	ifaces []*served // the first, then the children in the order made
@@ -117,8 +117,8 @@ func (p *morePort) close() error {
 
 // newDaemon opens the first interface on dev (and the devices of more,
 // its further ports) and starts serving it; on error it closes them.
-func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, more []*morePort, reselect bond.Reselect, choice connServiceChoice, pkeyHint string) (*daemon, error) {
-	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, reselect: reselect, more: more, ready: make(chan struct{})}
+func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, more []*morePort, policy bond.Policy, choice connServiceChoice, pkeyHint string) (*daemon, error) {
+	d := &daemon{dev: dev, choice: choice, base: cfg, netns: netns, pkeyHint: pkeyHint, policy: policy, more: more, ready: make(chan struct{})}
 	if err := d.initRestart(); err != nil {
 		d.closeMore()
 		_ = dev.Close()
@@ -252,7 +252,7 @@ func (d *daemon) open(cfg ipoib.Config, first bool) (netif, error) {
 		}
 		legs = append(legs, l)
 	}
-	b, err := bond.New(bond.Config{Netdev: cfg.Netdev, Legs: legs, Reselect: d.reselect, Log: cfg.Log})
+	b, err := bond.New(bond.Config{Netdev: cfg.Netdev, Legs: legs, Policy: d.policy, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}

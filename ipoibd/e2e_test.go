@@ -101,11 +101,12 @@ type iperf3Result struct {
 	sent, received, gbps float64
 }
 
-// runIperf3 runs a TCP test from host a to host b.
-func runIperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int) iperf3Result {
+// runIperf3 runs a TCP test from host a to host b, with the client's
+// extra flags.
+func runIperf3(t *testing.T, c *cluster, a, b int, dst string, seconds int, extra ...string) iperf3Result {
 	t.Helper()
 	iperf3Server(t, c, b, dst, "-1")
-	out, err := c.try(a, "iperf3", "-c", dst, "-t", fmt.Sprint(seconds), "-J")
+	out, err := c.try(a, append([]string{"iperf3", "-c", dst, "-t", fmt.Sprint(seconds), "-J"}, extra...)...)
 	if err != nil {
 		t.Fatalf("iperf3 to %s: %v\n%s", dst, err, out)
 	}

@@ -111,7 +111,7 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 	if s.provider == providerVerbs {
 		log.Info("connection service", "cm", orNone(choice.Service), "connected_mode", choice.Advertise, "why", choice.Why)
 	}
-	d, err := newDaemon(cfg, s.netns, dev, more, s.reselect, choice, pkeyHint)
+	d, err := newDaemon(cfg, s.netns, dev, more, s.bonding, choice, pkeyHint)
 	if errors.Is(err, ipoib.ErrIPv6NeverFits) && s.provider != providerVerbs {
 		err = fmt.Errorf("%w (%s)", err, softibMTUHint)
 	}

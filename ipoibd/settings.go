@@ -30,6 +30,7 @@ type options struct {
 	provider    string
 	underlay    []string
 	reselect    string        // --primary-reselect
+	bondMode    string        // --bond-mode
 	underWait   time.Duration // --underlay-wait
 	softibPort  uint16
 	softibPKeys string
@@ -67,6 +68,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
 	fs.StringArrayVar(&o.underlay, "underlay", nil, "softib: IP address of the underlay this host's adapter lives on (required for softib). Given twice or more, the interface runs over one port on each (softib0, softib1, ...): the first is the primary and active, the others warm standbys it fails over to within a second when its port goes down")
+	fs.StringVar(&o.bondMode, "bond-mode", bond.ModeSpread, "with two or more ports: spread (each flow on one port that is up; to peers with two ports too, over both rails; every other peer sees only the active port) or active-backup (the active port carries everything, as the kernel bonding's mode)")
 	fs.StringVar(&o.reselect, "primary-reselect", "always", "with two or more ports: when the primary port takes over again once it is back, as the kernel bonding's primary_reselect: always (at once), better (when better than the active one's: with equal ports, when that fails) or failure (only when the active port fails)")
 	fs.DurationVar(&o.underWait, "underlay-wait", 60*time.Second, "softib: wait this long at start for the --underlay address to appear on an interface (a unit started before its network), then give up; 0: fail at once")
 	fs.Uint16Var(&o.softibPort, "softib-port", wire.UDPPort, "softib: UDP port of the fabric")
@@ -119,9 +121,9 @@ type settings struct {
 	provider string        // providerSoftib or providerVerbs
 	softib   softib.Config // with --provider softib
 	// softibMore are the interface's further ports (--underlay given more
-	// than once), and reselect when the primary takes over again.
+	// than once), and how they share the work.
 	softibMore []softib.Config
-	reselect   bond.Reselect
+	bonding    bond.Policy
 	// underlayWait bounds the wait for softib's underlay address.
 	underlayWait time.Duration
 	verbs        verbsPort   // with --provider verbs
@@ -192,8 +194,11 @@ func (o *options) settings() (settings, error) {
 		return s, err
 	}
 	s.netns = o.netns
-	if s.reselect, err = bond.ParseReselect(o.reselect); err != nil {
+	if s.bonding.Reselect, err = bond.ParseReselect(o.reselect); err != nil {
 		return s, fmt.Errorf("--primary-reselect %w", err)
+	}
+	if s.bonding.Spread, err = bond.ParseMode(o.bondMode); err != nil {
+		return s, fmt.Errorf("--bond-mode %w", err)
 	}
 	if err := checkConnService(o.provider, o.cm, o.peers); err != nil {
 		return s, err
@@ -217,8 +222,8 @@ func (o *options) settings() (settings, error) {
 	if err != nil {
 		return s, err
 	}
-	if len(s.softibMore) == 0 && len(s.verbsMore) == 0 && o.reselect != "always" {
-		return s, errors.New("--primary-reselect is for an interface over two or more ports (--underlay or --device given more than once)")
+	if len(s.softibMore) == 0 && len(s.verbsMore) == 0 && (o.reselect != "always" || o.bondMode != bond.ModeSpread) {
+		return s, errors.New("--primary-reselect and --bond-mode are for an interface over two or more ports (--underlay or --device given more than once)")
 	}
 	s.children, err = parseChildren(o.children)
 	return s, err

@@ -29,6 +29,7 @@ func softibDefaults() settings {
 		underlayWait: time.Minute,
 		connService:  "auto",
 		peers:        "any",
+		bonding:      bond.Policy{Spread: true},
 	}
 }
 
@@ -86,15 +87,20 @@ func TestParseSettings(t *testing.T) {
 		}},
 		{"verbs, two ports of one adapter", []string{"--provider", "verbs", "--device", "mlx5_0", "--device", "mlx5_0:2", "--primary-reselect", "failure"}, func(s *settings) {
 			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"mlx5_0", 1}
-			s.verbsMore, s.reselect = []verbsPort{{"mlx5_0", 2}}, bond.ReselectFailure
+			s.verbsMore, s.bonding.Reselect = []verbsPort{{"mlx5_0", 2}}, bond.ReselectFailure
 		}},
 		{"verbs, two adapters on --port", []string{"--provider", "verbs", "--device", "mlx5_0", "--device", "mlx5_1", "--port", "2"}, func(s *settings) {
 			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"mlx5_0", 2}
 			s.verbsMore = []verbsPort{{"mlx5_1", 2}}
 		}},
+		{"softib, two ports, active-backup", append([]string{"--underlay", "10.1.0.1", "--bond-mode", "active-backup"}, u...), func(s *settings) {
+			s.softibMore = []softib.Config{s.softib}
+			s.softibMore[0].Addr, s.softibMore[0].Name, s.bonding.Spread = netip.MustParseAddr("10.0.0.1"), "softib1", false
+			s.softib.Addr = netip.MustParseAddr("10.1.0.1")
+		}},
 		{"softib, two ports", append([]string{"--underlay", "10.1.0.1", "--primary-reselect", "better"}, u...), func(s *settings) {
 			s.softibMore = []softib.Config{s.softib}
-			s.softibMore[0].Addr, s.softibMore[0].Name, s.reselect = netip.MustParseAddr("10.0.0.1"), "softib1", bond.ReselectBetter
+			s.softibMore[0].Addr, s.softibMore[0].Name, s.bonding.Reselect = netip.MustParseAddr("10.0.0.1"), "softib1", bond.ReselectBetter
 			s.softib.Addr = netip.MustParseAddr("10.1.0.1")
 		}},
 	} {
@@ -175,7 +181,9 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"verbs port twice", append(verbs, "--device", "mlx5_0:1"), "--device mlx5_0 port 1 given twice"},
 		{"underlay twice", append([]string{"--underlay", "10.0.0.1"}, u...), "--underlay 10.0.0.1 given twice"},
 		{"two ports on the InfiniBand subnet", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790", "--underlay", "10.1.0.1"}, u...), "--softib-link ib) are not supported yet"},
-		{"reselect on one port", append([]string{"--primary-reselect", "failure"}, u...), "--primary-reselect is for an interface over two or more ports"},
+		{"reselect on one port", append([]string{"--primary-reselect", "failure"}, u...), "--primary-reselect and --bond-mode are for an interface over two or more ports"},
+		{"bond mode on one port", append([]string{"--bond-mode", "active-backup"}, u...), "--primary-reselect and --bond-mode are for an interface over two or more ports"},
+		{"bad bond mode", append([]string{"--underlay", "10.1.0.1", "--bond-mode", "balance-rr"}, u...), `--bond-mode "balance-rr": want spread or active-backup`},
 		{"bad reselect", append([]string{"--underlay", "10.1.0.1", "--primary-reselect", "never"}, u...), `--primary-reselect "never": want always, better or failure`},
 		{"child of no partition", append([]string{"--child", "0x8000"}, u...), `--child "0x8000": P_Key`},
 		{"child with a bad address", append([]string{"--child", "0x8001=192.168.78.1"}, u...), `--child "0x8001=192.168.78.1": address "192.168.78.1"`},

@@ -228,7 +228,7 @@ func printTable(out io.Writer, cmd string, raw json.RawMessage, all bool) error 
 		fmt.Fprintf(w, "    admin %s, carrier %s, operstate %s\n", orDash(i.AdminState), carrier, orDash(i.OperState))
 		if len(i.Ports) > 1 {
 			for _, p := range i.Ports {
-				fmt.Fprintf(w, "    port %s %s link %s\n", p.Device, p.State, p.LinkAddr)
+				fmt.Fprintf(w, "    port %s %s link %s tx %d rx %d\n", p.Device, p.State, p.LinkAddr, p.TxPackets, p.RxPackets)
 			}
 			fmt.Fprintf(w, "    failovers %d (last took %.3f ms)\n", i.Failovers, i.LastFailoverMs)
 		}

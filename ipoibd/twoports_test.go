@@ -148,7 +148,8 @@ func (p *pinger) stop() (sent, answered, longestGap int) {
 }
 
 // TestTwoPortsFailover runs h1 and h2 over two ports each, rail A and rail
-// B, and h3 on rail A alone. With an iperf3 stream from h2 to h1 and pings
+// B (h1 spreading flows, the default; h2 in active-backup), and h3 on
+// rail A alone. With an iperf3 stream from h2 to h1 and pings
 // from h2 and h3, h1's rail-A link goes down: h1 moves to rail B within a
 // second (at most 10 pings at 0.1 s lost in a row, iperf3 ends well),
 // says so in show and stats, and its peers follow; rail A back, the
@@ -160,11 +161,11 @@ func TestTwoPortsFailover(t *testing.T) {
 	c := newCluster(t, "rails", 3)
 	railB(t, c, 1, 2, 3)
 	c.start(1, "--underlay", railBAddr(c, 1))
-	c.start(2, "--underlay", railBAddr(c, 2), "--primary-reselect", "failure")
+	c.start(2, "--underlay", railBAddr(c, 2), "--primary-reselect", "failure", "--bond-mode", "active-backup")
 	c.start(3)
-	for k := 1; k <= 2; k++ {
-		if s := c.show(k); len(s.Ports) != 2 || activePort(s) != "softib0" || portState(s, "softib1") != "standby" {
-			t.Fatalf("h%d at start: ports %+v, want softib0 active and softib1 standby", k, s.Ports)
+	for k, second := range map[int]string{1: "rail", 2: "standby"} {
+		if s := c.show(k); len(s.Ports) != 2 || activePort(s) != "softib0" || portState(s, "softib1") != second {
+			t.Fatalf("h%d at start: ports %+v, want softib0 active and softib1 %s", k, s.Ports, second)
 		}
 	}
 	c.ping(2, c.ip4(1), 2)

@@ -123,8 +123,9 @@ func (t *Table) spend(from ib.GID, now time.Time) bool {
 }
 
 // NoteSibling records what ip's node at link said of its other port
-// (Entry.Sibling), on ip's entry or its candidate, where that is at link.
-// The caller has checked that the packet came from link itself.
+// (Entry.Sibling), on ip's entry or its candidate, where that is at link:
+// a zero sibling says it has none up. The caller has checked that the
+// packet came from link itself.
 func (t *Table) NoteSibling(ip netip.Addr, link, sibling ib.LinkAddr) {
 	if sibling.SameNode(link) {
 		return

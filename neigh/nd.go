@@ -38,8 +38,8 @@ const (
 	// 3 (×8 octets), two pad octets, then the 20-octet address (spec §4).
 	LinkAddrOptLen = 24
 	// NDMaxLen is the longest message Encode writes: the link-layer
-	// option and one of ours (replaced or sibling, never both).
-	NDMaxLen = NDHeaderLen + 2*LinkAddrOptLen
+	// option and both of ours (replaced and sibling: a failover's NA).
+	NDMaxLen = NDHeaderLen + 3*LinkAddrOptLen
 	// IPv6HeaderLen is the fixed IPv6 header in front of the message.
 	IPv6HeaderLen = 40
 	// NDHopLimit is the only hop limit RFC 4861 accepts on ND packets: it
@@ -124,8 +124,8 @@ func (m *NeighborMessage) Encode(b []byte, src, dst netip.Addr) (int, error) {
 	if m.HasReplaces && (m.Type != TypeNeighborAdvertisement || !m.Replaces.QPN.Valid()) {
 		return 0, ib.ErrField(ndFormat, "replaced link-layer address option", "only in an NA, with a QPN of 24 bits")
 	}
-	if m.HasSibling && (m.HasReplaces || !m.Sibling.QPN.Valid()) {
-		return 0, ib.ErrField(ndFormat, "sibling link-layer address option", "not beside a replaced one, and with a QPN of 24 bits")
+	if m.HasSibling && !m.Sibling.QPN.Valid() {
+		return 0, ib.ErrField(ndFormat, "sibling link-layer address option", "QPN %#x exceeds 24 bits", uint32(m.Sibling.QPN))
 	}
 	if err := m.check(src, dst); err != nil {
 		return 0, err
@@ -159,6 +159,7 @@ func (m *NeighborMessage) Encode(b []byte, src, dst netip.Addr) (int, error) {
 	if m.HasReplaces {
 		o[0], o[1], o[2], o[3] = OptReplacedLinkAddr, linkAddrOptUnits, 0, 0
 		_ = m.Replaces.Encode(o[4:24])
+		o = o[LinkAddrOptLen:]
 	}
 	if m.HasSibling {
 		o[0], o[1], o[2], o[3] = OptSiblingLinkAddr, linkAddrOptUnits, 0, 0

@@ -91,6 +91,8 @@ func (e *Entry) set(s State, now time.Time) {
 // first, and only its silence lets the claim win (Tick).
 func (e *Entry) Heard(link ib.LinkAddr, now time.Time) Action {
 	switch {
+	case e.State == Rail:
+		return 0 // the bond's, not the fabric's
 	case e.State == Incomplete || e.State == Failed:
 		e.Link = link
 		e.set(Reachable, now)
@@ -137,7 +139,7 @@ func (e *Entry) Proven(link ib.LinkAddr, now time.Time) Action {
 // silence would cost seconds of traffic, so the claim wins at once, as a
 // connection proves it (Proven). Anything else is Heard.
 func (e *Entry) Restarted(link ib.LinkAddr, now time.Time) Action {
-	if !e.Resolved() || e.Link.GID != link.GID || e.Link.SameNode(link) {
+	if !e.Resolved() || e.State == Rail || e.Link.GID != link.GID || e.Link.SameNode(link) {
 		return e.Heard(link, now)
 	}
 	e.Link = link
@@ -150,7 +152,7 @@ func (e *Entry) Restarted(link ib.LinkAddr, now time.Time) Action {
 // (failover), and the move wins at once; the port it left becomes the
 // sibling. Anything else is heard as any claim.
 func (e *Entry) MovedToSibling(link ib.LinkAddr, now time.Time) Action {
-	if !e.Resolved() || e.Sibling == (ib.LinkAddr{}) || !e.Sibling.SameNode(link) {
+	if !e.Resolved() || e.State == Rail || e.Sibling == (ib.LinkAddr{}) || !e.Sibling.SameNode(link) {
 		return e.Heard(link, now)
 	}
 	e.Link, e.Sibling = link, e.Link

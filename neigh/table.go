@@ -30,9 +30,14 @@ const (
 	Probing
 	// Failed: no answer; packets to it are dropped until it is asked again.
 	Failed
+	// Rail: set by the interface's bond (Table.Pin): the neighbor's other
+	// port, reached over this port's rail while the active port knows the
+	// neighbor. Never asked for: this port is silent, and the bond moves
+	// or removes the entry as the active port's knowledge changes.
+	Rail
 )
 
-var stateNames = []string{"INCOMPLETE", "REACHABLE", "STALE", "PROBING", "FAILED"}
+var stateNames = []string{"INCOMPLETE", "REACHABLE", "STALE", "PROBING", "FAILED", "RAIL"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
@@ -53,6 +58,9 @@ type Path struct {
 	// Packets and Bytes count the IP packets and octets sent on the
 	// connection (its figures, idle detection); nil for UD.
 	Packets, Bytes *atomic.Uint64
+	// Rail: the path of a Rail entry, which a port that is not the
+	// active one may send on.
+	Rail bool
 }
 
 // Pending is a packet waiting for resolution or a connection: the
@@ -152,6 +160,23 @@ func (t *Table) Create(ip netip.Addr, now time.Time) (*Entry, Action) {
 	return e, a
 }
 
+// Pin makes ip's entry a Rail entry at link, making one if there is none
+// (nil when the table is full). ActResolved: link is new for it; the
+// previous link address is returned beside it.
+func (t *Table) Pin(ip netip.Addr, link ib.LinkAddr, now time.Time) (*Entry, Action, ib.LinkAddr) {
+	e, _ := t.Create(ip, now)
+	if e == nil {
+		return nil, 0, ib.LinkAddr{}
+	}
+	old, was := e.Link, e.State
+	e.Link, e.Claim, e.Sibling = link, ib.LinkAddr{}, ib.LinkAddr{}
+	e.set(Rail, now)
+	if was == Rail && old == link {
+		return e, 0, old
+	}
+	return e, ActResolved, old
+}
+
 // Delete removes an entry and returns its pending packets to the caller.
 func (t *Table) Delete(e *Entry) []Pending {
 	if t.entries[e.IP] != e {
@@ -203,7 +228,7 @@ func (t *Table) All() []*Entry {
 func (t *Table) ByLink(a ib.LinkAddr) []*Entry {
 	var out []*Entry
 	for _, e := range t.entries {
-		if (e.State == Reachable || e.State == Stale || e.State == Probing) && e.Link.SameNode(a) {
+		if (e.State == Reachable || e.State == Stale || e.State == Probing || e.State == Rail) && e.Link.SameNode(a) {
 			out = append(out, e)
 		}
 	}

@@ -57,6 +57,15 @@ type ReadInterrupter interface {
 	InterruptReads()
 }
 
+// QueueWriter is a Packets that writes through a chosen queue: the kernel
+// reads a flow's next packets from the queue its last one was written on
+// (tun's automatic steering), so an interface over several ports (package
+// bond) writes what a port received on a queue that port reads.
+type QueueWriter interface {
+	WriteOn(q int, b []byte) (int, error)
+	WriteGSOOn(q int, h offload.Hdr, parts [][]byte) (int, error)
+}
+
 // Link is the kernel's side of the interface beyond packets.
 type Link interface {
 	Name() string

@@ -87,10 +87,6 @@ type Device struct {
 	link     netlink.Link
 	index    int
 
-	wmu     sync.Mutex
-	w       ioState
-	writeFn func(fd uintptr) bool // built once: a write allocates no closure
-
 	persist persistState // persist.go
 }
 
@@ -102,6 +98,10 @@ type queue struct {
 	mu     sync.Mutex
 	r      ioState
 	readFn func(fd uintptr) bool
+	// wmu guards w, the writes made through this descriptor (WriteOn).
+	wmu     sync.Mutex
+	w       ioState
+	writeFn func(fd uintptr) bool
 	// kicked: InterruptReads set a read deadline in the past; the next
 	// Read clears it before it waits.
 	kicked atomic.Bool
@@ -222,9 +222,8 @@ func create(name string, flags uint16, wantOffload bool, n int) (*Device, error)
 			d.closeQueues()
 			return nil, err
 		}
-		q.readFn = q.r.readv
+		q.readFn, q.writeFn = q.r.readv, q.w.writev
 	}
-	d.writeFn = d.w.writev
 	return d, nil
 }
 
@@ -411,28 +410,42 @@ func (d *Device) InterruptReads() {
 	}
 }
 
-// Write writes one whole IP packet, its checksums already valid.
-func (d *Device) Write(b []byte) (int, error) {
-	d.wmu.Lock()
-	defer d.wmu.Unlock()
-	w := &d.w
+// Write writes one whole IP packet, its checksums already valid, through
+// the first queue.
+func (d *Device) Write(b []byte) (int, error) { return d.WriteOn(0, b) }
+
+// WriteGSO is WriteGSOOn the first queue.
+func (d *Device) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
+	return d.WriteGSOOn(0, h, parts)
+}
+
+// WriteOn writes one whole IP packet through queue q. The kernel sends a
+// flow's packets to the queue its last packet was written through (tun's
+// automatic steering): the queue a packet is written on is the queue its
+// replies are read from.
+func (d *Device) WriteOn(q int, b []byte) (int, error) {
+	qu := d.queues[q]
+	qu.wmu.Lock()
+	defer qu.wmu.Unlock()
+	w := &qu.w
 	w.hdr = [offload.HdrLen]byte{}
 	w.setIov(0, w.hdr[:])
 	w.setIov(1, b)
 	w.niov = 2
-	return d.write()
+	return d.write(qu)
 }
 
-// WriteGSO writes one packet made of parts (at most 128) with header h:
-// a super-packet the kernel takes as if it had come in that way
-// (offload.Coalescer makes them).
-func (d *Device) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
+// WriteGSOOn writes through queue q one packet made of parts (at most
+// 128) with header h: a super-packet the kernel takes as if it had come
+// in that way (offload.Coalescer makes them).
+func (d *Device) WriteGSOOn(q int, h offload.Hdr, parts [][]byte) (int, error) {
 	if len(parts) > maxParts {
 		return 0, fmt.Errorf("tun: %s write: %d parts, at most %d", d.name, len(parts), maxParts)
 	}
-	d.wmu.Lock()
-	defer d.wmu.Unlock()
-	w := &d.w
+	qu := d.queues[q]
+	qu.wmu.Lock()
+	defer qu.wmu.Unlock()
+	w := &qu.w
 	h.Encode(w.hdr[:])
 	w.setIov(0, w.hdr[:])
 	w.niov = 1
@@ -442,18 +455,18 @@ func (d *Device) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
 			w.niov++
 		}
 	}
-	return d.write()
+	return d.write(qu)
 }
 
-// write issues the writev d.w holds; d.wmu is held.
-func (d *Device) write() (int, error) {
-	if err := d.queues[0].rc.Write(d.writeFn); err != nil {
+// write issues the writev qu.w holds; qu.wmu is held.
+func (d *Device) write(qu *queue) (int, error) {
+	if err := qu.rc.Write(qu.writeFn); err != nil {
 		return 0, err
 	}
-	if d.w.errno != 0 {
-		return 0, fmt.Errorf("tun: %s write: %w", d.name, d.w.errno)
+	if qu.w.errno != 0 {
+		return 0, fmt.Errorf("tun: %s write: %w", d.name, qu.w.errno)
 	}
-	return d.w.n - offload.HdrLen, nil
+	return qu.w.n - offload.HdrLen, nil
 }
 
 func (s *ioState) setIov(k int, b []byte) {

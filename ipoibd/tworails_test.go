@@ -1,0 +1,98 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ipoibd/ipoibd/ipoib"
+)
+
+// portTraffic is how many packets the port dev sent and received.
+func portTraffic(i ipoib.Info, dev string) (tx, rx uint64) {
+	for _, p := range i.Ports {
+		if p.Device == dev {
+			return p.TxPackets, p.RxPackets
+		}
+	}
+	return 0, 0
+}
+
+// TestTwoRailsSpread runs h1 and h2 over two ports each, spreading flows
+// (the default), and h3 on rail A alone. Each learns the other's second
+// port (a RAIL entry); 16 TCP streams from h2 to h1 go over both rails
+// (the kernel puts each on one TUN queue, at random: all 16 on one has a
+// chance of 2⁻¹⁵): both of h2's ports send, both of h1's receive. UDP
+// flows from h1 to the single-port h3 that the kernel puts on h1's second
+// rail are handed to its active port (tx_handoffs), until h3's replies
+// steer them to the active port's queue. Then h1's rail-B link goes
+// down under the streams: its peers stop using it (h1 names no other
+// port), and iperf3 ends well.
+func TestTwoRailsSpread(t *testing.T) {
+	c := newCluster(t, "spread", 3)
+	railB(t, c, 1, 2, 3)
+	c.start(1, "--underlay", railBAddr(c, 1), "--tun-queues", "2")
+	c.start(2, "--underlay", railBAddr(c, 2), "--tun-queues", "2")
+	c.start(3)
+	c.ping(1, c.ip4(2), 1)
+	c.ping(2, c.ip4(1), 1)
+	h1, h2 := c.show(1), c.show(2)
+	await(t, 5*time.Second, "each two-port host's second rail knows the other's second port", func() bool {
+		return c.railNeighbors(1)[c.ip4(2)].LinkAddr == h2.Ports[1].LinkAddr &&
+			c.railNeighbors(2)[c.ip4(1)].LinkAddr == h1.Ports[1].LinkAddr
+	})
+
+	tx0, _ := portTraffic(h2, "softib0")
+	tx1, _ := portTraffic(h2, "softib1")
+	_, rx1 := portTraffic(h1, "softib1")
+	r := runIperf3(t, c, 2, 1, c.ip4(1), 5, "-P", "16")
+	h1, h2 = c.show(1), c.show(2)
+	a, _ := portTraffic(h2, "softib0")
+	b, _ := portTraffic(h2, "softib1")
+	_, in1 := portTraffic(h1, "softib1")
+	t.Logf("16 streams h2 → h1: %.2f Gbit/s; h2 sent %d packets on rail A, %d on rail B; h1 received %d on rail B",
+		r.gbps, a-tx0, b-tx1, in1-rx1)
+	// A stream moves about 10⁵ packets in 5 s; both rails carry some.
+	if a-tx0 < 1000 || b-tx1 < 1000 || in1-rx1 < 1000 {
+		t.Errorf("the streams did not use both rails: h2 sent %d on A, %d on B; h1 received %d on B", a-tx0, b-tx1, in1-rx1)
+	}
+
+	// UDP flows to the single-port h3: those read by h1's rail are handed
+	// to its active port, and arrive.
+	iperf3Server(t, c, 3, c.ip4(3), "-1")
+	out, err := c.try(1, "iperf3", "-c", c.ip4(3), "-u", "-b", "20M", "-l", "1200", "-P", "8", "-t", "2")
+	if err != nil {
+		t.Fatalf("UDP to h3: %v\n%s", err, out)
+	}
+	st := c.stats(1)
+	t.Logf("h1: tx_handoffs %d, tx_drop_handoff %d", st["tx_handoffs"], st["tx_drop_handoff"])
+	if st["tx_handoffs"] == 0 || st["tx_drop_handoff"] != 0 {
+		t.Errorf("h1's rail handed off %d packets to h3 (%d dropped): want some, none dropped", st["tx_handoffs"], st["tx_drop_handoff"])
+	}
+	if n := c.neighbors(3)[c.ip4(1)]; n.LinkAddr != h1.Ports[0].LinkAddr {
+		t.Errorf("h3 knows h1 at %s, want its active port %s", n.LinkAddr, h1.Ports[0].LinkAddr)
+	}
+
+	// h1's rail B goes down under the streams.
+	iperf3Server(t, c, 1, c.ip4(1), "-1")
+	done := make(chan error, 1)
+	var iperfOut string
+	go func() {
+		var err error
+		iperfOut, err = c.try(2, "iperf3", "-c", c.ip4(1), "-t", "8", "-P", "8")
+		done <- err
+	}()
+	await(t, 5*time.Second, "streams on h1's rail B", func() bool {
+		_, rx := portTraffic(c.show(1), "softib1")
+		return rx > in1+1000
+	})
+	c.on(1, "ip", "link", "set", "eth1", "down")
+	await(t, 5*time.Second, "h1's rail B down", func() bool { return portState(c.show(1), "softib1") == "down" })
+	await(t, 5*time.Second, "h2's second rail forgets h1's", func() bool { _, ok := c.railNeighbors(2)[c.ip4(1)]; return !ok })
+	if err := <-done; err != nil {
+		t.Fatalf("iperf3 across the loss of h1's rail B: %v\n%s", err, iperfOut)
+	}
+	if s := c.show(1); activePort(s) != "softib0" || s.Failovers != 0 {
+		t.Errorf("h1 after its rail B went: ports %+v, failovers %d", s.Ports, s.Failovers)
+	}
+	c.ping(2, c.ip4(1), 2)
+}
