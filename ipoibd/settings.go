@@ -67,7 +67,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.Usage = func() {} // --help prints the whole usage to stdout, not this to stderr
 	fs.StringVar(&o.ifname, "ifname", "ib0", "name of the IPoIB interface to create")
 	fs.StringVar(&o.provider, "provider", "softib", "InfiniBand provider: softib (software, over UDP) or verbs (rdma-core)")
-	fs.StringArrayVar(&o.underlay, "underlay", nil, "softib: IP address of the underlay this host's adapter lives on (required for softib). Given twice or more, the interface runs over one port on each (softib0, softib1, ...): the first is the primary and active, the others warm standbys it fails over to within a second when its port goes down")
+	fs.StringArrayVar(&o.underlay, "underlay", nil, "softib: IP address of the underlay this host's adapter lives on (required for softib). Given twice or more, the interface runs over one port on each (softib0, softib1, ...): the first is the primary and active, the others warm standbys it fails over to within a second when its port goes down (--softib-link ethernet only: under ibsim a process has one port)")
 	fs.StringVar(&o.bondMode, "bond-mode", bond.ModeSpread, "with two or more ports: spread (each flow on one port that is up; to peers with two ports too, over both rails; every other peer sees only the active port) or active-backup (the active port carries everything, as the kernel bonding's mode)")
 	fs.StringVar(&o.reselect, "primary-reselect", "always", "with two or more ports: when the primary port takes over again once it is back, as the kernel bonding's primary_reselect: always (at once), better (when better than the active one's: with equal ports, when that fails) or failure (only when the active port fails)")
 	fs.DurationVar(&o.underWait, "underlay-wait", 60*time.Second, "softib: wait this long at start for the --underlay address to appear on an interface (a unit started before its network), then give up; 0: fail at once")
@@ -296,6 +296,13 @@ func parseCMModes(s string) (rc, uc bool, err error) {
 	return rc, uc, nil
 }
 
+// errOnePortOnIB refuses a second port on the simulated subnet: ibsim's
+// libumad2sim.so attaches a process to its node's first port alone, so a
+// second port's SA client would send by the first port and reach no SA
+// once that port's link is cut (internal/ibsim's
+// TestDualPortHCAOnePortPerProcess).
+var errOnePortOnIB = errors.New("--underlay given more than once: two ports on the simulated InfiniBand subnet (--softib-link ib) cannot be: ibsim's libumad2sim.so gives a process only its node's first port for MADs, so a second port could reach the SA only through the first, and not at all once it fails; on ethernet they work")
+
 // morePorts are the softib ports of the second --underlay on, each as
 // first but for its address and name; and --primary-reselect for them.
 func (o *options) morePorts(first softib.Config) ([]softib.Config, error) {
@@ -303,7 +310,7 @@ func (o *options) morePorts(first softib.Config) ([]softib.Config, error) {
 		return nil, nil
 	}
 	if first.LinkLayer == softib.LinkInfiniBand {
-		return nil, errors.New("--underlay given more than once: two ports on the simulated InfiniBand subnet (--softib-link ib) are not supported yet; on ethernet they are")
+		return nil, errOnePortOnIB
 	}
 	var out []softib.Config
 	seen := map[netip.Addr]bool{first.Addr: true}

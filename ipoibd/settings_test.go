@@ -180,7 +180,7 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"verbs device without a name", append(verbs, "--device", ":2"), `--device ":2"`},
 		{"verbs port twice", append(verbs, "--device", "mlx5_0:1"), "--device mlx5_0 port 1 given twice"},
 		{"underlay twice", append([]string{"--underlay", "10.0.0.1"}, u...), "--underlay 10.0.0.1 given twice"},
-		{"two ports on the InfiniBand subnet", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790", "--underlay", "10.1.0.1"}, u...), "--softib-link ib) are not supported yet"},
+		{"two ports on the InfiniBand subnet", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790", "--underlay", "10.1.0.1"}, u...), "--softib-link ib) cannot be: ibsim's libumad2sim.so gives a process only its node's first port"},
 		{"reselect on one port", append([]string{"--primary-reselect", "failure"}, u...), "--primary-reselect and --bond-mode are for an interface over two or more ports"},
 		{"bond mode on one port", append([]string{"--bond-mode", "active-backup"}, u...), "--primary-reselect and --bond-mode are for an interface over two or more ports"},
 		{"bad bond mode", append([]string{"--underlay", "10.1.0.1", "--bond-mode", "balance-rr"}, u...), `--bond-mode "balance-rr": want spread or active-backup`},
