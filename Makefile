@@ -34,7 +34,7 @@ else
 CNI_BIN_DIR ?= $(PREFIX)/libexec/cni
 endif
 
-.PHONY: build test testbed testbed-systemd lint fuzz bench bench-verbs bench-ab demo deps deps-proof install uninstall unit man soak
+.PHONY: bench-rails build test testbed testbed-systemd lint fuzz bench bench-verbs bench-ab demo deps deps-proof install uninstall unit man soak
 
 build:
 	$(GO) build ./...
@@ -100,6 +100,13 @@ bench: build
 # test; about 10 minutes); writes its section of BENCHMARKS.md.
 bench-verbs:
 	GO=$(GO) scripts/bench-verbs.sh
+
+# Both rails: 4 TCP streams between two hosts with two ports each, spreading
+# flows and in active-backup, beside one rail's bare underlay (root; not
+# part of test; RAILS_REPS runs of each, default 3).
+bench-rails:
+	scripts/deps.sh runtime
+	cd ipoibd && IPOIBD_BENCH_RAILS=$${RAILS_REPS:-3} $(GO) test -run TestTwoRailsBench -v -timeout 30m . | grep -E '^\s+tworails_test.go:[0-9]+: [|a-z]'
 
 # Did a change make the datapath slower? The daemon of revision OLD against
 # the working tree's, runs interleaved (root; not part of test).

@@ -1,6 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +20,18 @@ func portTraffic(i ipoib.Info, dev string) (tx, rx uint64) {
 		}
 	}
 	return 0, 0
+}
+
+// awaitRails waits until h1's and h2's second rails know each other's
+// second port: a flow started before goes over the active ports (the
+// first reply steers it there) and stays.
+func awaitRails(t *testing.T, c *cluster) {
+	t.Helper()
+	h1, h2 := c.show(1), c.show(2)
+	await(t, 5*time.Second, "each two-port host's second rail knows the other's second port", func() bool {
+		return c.railNeighbors(1)[c.ip4(2)].LinkAddr == h2.Ports[1].LinkAddr &&
+			c.railNeighbors(2)[c.ip4(1)].LinkAddr == h1.Ports[1].LinkAddr
+	})
 }
 
 // TestTwoRailsSpread runs h1 and h2 over two ports each, spreading flows
@@ -35,11 +52,8 @@ func TestTwoRailsSpread(t *testing.T) {
 	c.start(3)
 	c.ping(1, c.ip4(2), 1)
 	c.ping(2, c.ip4(1), 1)
+	awaitRails(t, c)
 	h1, h2 := c.show(1), c.show(2)
-	await(t, 5*time.Second, "each two-port host's second rail knows the other's second port", func() bool {
-		return c.railNeighbors(1)[c.ip4(2)].LinkAddr == h2.Ports[1].LinkAddr &&
-			c.railNeighbors(2)[c.ip4(1)].LinkAddr == h1.Ports[1].LinkAddr
-	})
 
 	tx0, _ := portTraffic(h2, "softib0")
 	tx1, _ := portTraffic(h2, "softib1")
@@ -95,4 +109,82 @@ func TestTwoRailsSpread(t *testing.T) {
 		t.Errorf("h1 after its rail B went: ports %+v, failovers %d", s.Ports, s.Failovers)
 	}
 	c.ping(2, c.ip4(1), 2)
+}
+
+// TestTwoRailsBench (make bench-rails; skipped unless IPOIBD_BENCH_RAILS
+// gives the runs) measures 4 TCP streams between two hosts with two ports
+// each, spreading flows and in active-backup, runs interleaved, beside
+// the bare underlay of one rail: what both rails bring on this machine.
+func TestTwoRailsBench(t *testing.T) {
+	reps, _ := strconv.Atoi(os.Getenv("IPOIBD_BENCH_RAILS"))
+	if reps < 1 {
+		t.Skip("a benchmark: IPOIBD_BENCH_RAILS=N runs it N times (make bench-rails)")
+	}
+	runs := map[string][]float64{}
+	shares := map[string][]float64{}
+	for rep := range reps {
+		for _, mode := range []string{"spread", "active-backup", "underlay"} {
+			t.Run(fmt.Sprintf("%s-%d", mode, rep+1), func(t *testing.T) {
+				c := newCluster(t, "railsbench", 2)
+				railB(t, c, 1, 2)
+				dst := c.underlay(1) // h1's rail-A link
+				if mode != "underlay" {
+					for k := 1; k <= 2; k++ {
+						c.start(k, "--underlay", railBAddr(c, k), "--tun-queues", "2", "--bond-mode", mode)
+					}
+					c.ping(2, c.ip4(1), 1)
+					c.ping(1, c.ip4(2), 1)
+					if mode == "spread" {
+						awaitRails(t, c)
+					}
+					dst = c.ip4(1)
+				}
+				var before []uint64
+				if mode != "underlay" {
+					before = c.portsTx(2)
+				}
+				r := runIperf3(t, c, 2, 1, dst, 10, "-P", "4")
+				share := 0.0
+				if mode != "underlay" {
+					after := c.portsTx(2)
+					a, b := after[0]-before[0], after[1]-before[1]
+					share = float64(b) / float64(max(a+b, 1))
+				}
+				runs[mode] = append(runs[mode], r.gbps)
+				shares[mode] = append(shares[mode], share)
+				t.Logf("%s: %.2f Gbit/s, rail B's share of h2's packets %.2f", mode, r.gbps, share)
+			})
+		}
+	}
+	t.Logf("| configuration | Gbit/s, median (runs) | rail B's share of the sender's packets (runs) |")
+	t.Logf("|---|---|---|")
+	for _, mode := range []string{"spread", "active-backup", "underlay"} {
+		t.Logf("| %s | %.2f (%s) | %s |", mode, median(runs[mode]), floats(runs[mode], "%.2f"), floats(shares[mode], "%.2f"))
+	}
+}
+
+// portsTx is how many packets each of host k's ports sent.
+func (c *cluster) portsTx(k int) []uint64 {
+	var out []uint64
+	for _, p := range c.show(k).Ports {
+		out = append(out, p.TxPackets)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func floats(v []float64, format string) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, fmt.Sprintf(format, x))
+	}
+	return strings.Join(s, " ")
 }
