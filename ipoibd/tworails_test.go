@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -71,11 +72,23 @@ func TestTwoRailsSpread(t *testing.T) {
 	}
 
 	// UDP flows to the single-port h3: those read by h1's rail are handed
-	// to its active port, and arrive.
+	// to its active port, and arrive (with 16 flows, none on the rail's
+	// queue has a chance of 2⁻¹⁶).
 	iperf3Server(t, c, 3, c.ip4(3), "-1")
-	out, err := c.try(1, "iperf3", "-c", c.ip4(3), "-u", "-b", "20M", "-l", "1200", "-P", "8", "-t", "2")
+	out, err := c.try(1, "iperf3", "-c", c.ip4(3), "-u", "-b", "10M", "-l", "1200", "-P", "16", "-t", "2", "-J")
 	if err != nil {
 		t.Fatalf("UDP to h3: %v\n%s", err, out)
+	}
+	var udp struct {
+		End struct {
+			Sum struct {
+				Packets     int     `json:"packets"`
+				LostPercent float64 `json:"lost_percent"`
+			} `json:"sum"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal([]byte(out), &udp); err != nil || udp.End.Sum.Packets == 0 || udp.End.Sum.LostPercent > 1 {
+		t.Errorf("UDP to h3: %d datagrams, %.2f %% lost (%v), want some and at most 1 %%", udp.End.Sum.Packets, udp.End.Sum.LostPercent, err)
 	}
 	st := c.stats(1)
 	t.Logf("h1: tx_handoffs %d, tx_drop_handoff %d", st["tx_handoffs"], st["tx_drop_handoff"])

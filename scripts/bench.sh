@@ -646,6 +646,12 @@ NOTES
 	echo "over several processes; opening N devices is quadratic in N (softib.Open looks its address"
 	echo "up in the full address list): the largest row takes minutes to open."
 	echo
+	# The sections measured by other runs (per pod, per port, both rails:
+	# the tests and make bench-rails) stay as they were written.
+	if [ -f "$out" ] && grep -q '^<!-- measured apart: ' "$out"; then
+		awk '/^<!-- measured apart: / { s = 1 } s { print } /^<!-- measured apart end -->/ { s = 0 }' "$out"
+		echo
+	fi
 	echo "## Go micro-benchmarks"
 	echo
 	echo "softib RC, 64 KiB messages between two namespaces: \`${rc_line:-n/a}\`"
