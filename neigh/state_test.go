@@ -87,6 +87,13 @@ func TestTransitions(t *testing.T) {
 		{"stale silent is forgotten", start{state: Stale, link: linkA, probes: MaxProbes, age: ProbeDeadline(MaxProbes)}, tick, ActForget, Stale, linkA, MaxProbes, true, false},
 		{"failed kept", start{state: Failed, probes: MaxProbes, age: FailedTime}, tick, 0, Failed, ib.LinkAddr{}, MaxProbes, false, false},
 		{"failed forgotten", start{state: Failed, probes: MaxProbes, age: FailedTime + 1}, tick, ActForget, Failed, ib.LinkAddr{}, MaxProbes, false, false},
+		// Rail: the bond's entries; nothing from the fabric or the clock moves them.
+		{"rail deaf to claims", start{state: Rail, link: linkA}, heard(linkB), 0, Rail, linkA, 0, true, false},
+		{"rail deaf to restarts", start{state: Rail, link: linkA}, restarted(linkA2), 0, Rail, linkA, 0, true, false},
+		{"rail not suspected", start{state: Rail, link: linkA}, suspect, 0, Rail, linkA, 0, true, false},
+		{"rail not gone", start{state: Rail, link: linkA}, gone, 0, Rail, linkA, 0, true, false},
+		{"rail never ages", start{state: Rail, link: linkA, age: time.Hour}, tick, 0, Rail, linkA, 0, true, false},
+		{"rail connects", start{state: Rail, link: linkA}, wanted, ActConnect, Rail, linkA, 0, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0.Add(tc.from.age)
@@ -262,5 +269,46 @@ func TestNoteSibling(t *testing.T) {
 	tab.Learn(ipC, hwC, hwC.GID, now) // the candidate moved
 	if c, _ := tab.Create(ipC, now); c.Sibling != (ib.LinkAddr{}) {
 		t.Fatalf("a candidate that moved kept its sibling %v", c.Sibling)
+	}
+	tab.NoteSibling(ipE, hwA, ib.LinkAddr{}) // its other port went down
+	if e.Sibling != (ib.LinkAddr{}) {
+		t.Fatalf("a packet naming no sibling left %v", e.Sibling)
+	}
+}
+
+// TestPin: the bond's Rail entries are made, moved and left alone by Pin,
+// and resolved only when their address is new.
+func TestPin(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ip := netip.MustParseAddr("192.168.100.9")
+	tab := NewTable(8, 64)
+	for _, tc := range []struct {
+		name   string
+		link   ib.LinkAddr
+		want   Action
+		oldWas ib.LinkAddr
+	}{
+		{"new entry", linkA, ActResolved, ib.LinkAddr{}},
+		{"the same again", linkA, 0, linkA},
+		{"moved", linkB, ActResolved, linkA},
+	} {
+		e, a, old := tab.Pin(ip, tc.link, now)
+		if e == nil || a != tc.want || old != tc.oldWas || e.State != Rail || e.Link != tc.link {
+			t.Fatalf("%s: Pin = %+v, %b, old %v; want Rail at %v, %b, old %v", tc.name, e, a, old, tc.link, tc.want, tc.oldWas)
+		}
+	}
+	if got := tab.ByLink(linkB); len(got) != 1 {
+		t.Fatalf("ByLink finds %d Rail entries, want 1: connections publish to it", len(got))
+	}
+	// A learned entry becomes the bond's.
+	ip2 := netip.MustParseAddr("192.168.100.10")
+	e, _ := tab.Create(ip2, now)
+	e.Link, e.State, e.Sibling = linkA, Reachable, linkB
+	if e2, a, old := tab.Pin(ip2, linkB, now); e2 != e || a != ActResolved || old != linkA || e.Sibling != (ib.LinkAddr{}) {
+		t.Fatalf("pinning a learned entry: %b old %v sibling %v", a, old, e.Sibling)
+	}
+	full := NewTable(8, 0)
+	if e, _, _ := full.Pin(ip, linkA, now); e != nil {
+		t.Fatalf("a full table pinned %v", e)
 	}
 }
