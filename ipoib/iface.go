@@ -202,6 +202,7 @@ type Interface struct {
 	name atomic.Pointer[string]
 
 	netdev Netdev
+	flows  *flowWriter // nil: one queue, or a bond's port (its own queue)
 	// pool is the port's shared resources (portpool.go): the SRQ and the
 	// receive CQ the interface's QPs use, and its rings' memory. ownPool:
 	// the interface opened it (Config.Port nil) and closes it.
@@ -304,6 +305,7 @@ func New(cfg Config) (_ *Interface, err error) {
 	}
 	i := newInterface(cfg, port, mtu)
 	i.netdev = cfg.Netdev
+	i.flows = newFlowWriter(cfg.Netdev)
 	defer func() {
 		if err != nil {
 			i.leaveBroadcast()

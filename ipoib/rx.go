@@ -199,7 +199,7 @@ func (i *Interface) deliver(pkt []byte) {
 			}
 		}
 	}
-	if _, err := i.netdev.Write(pkt); err != nil {
+	if _, err := i.write(pkt); err != nil {
 		i.countWriteFailed(err, 1)
 		return
 	}
@@ -219,9 +219,12 @@ func (i *Interface) flushCoalesced() {
 	r.groBytes = 0
 	h, parts := r.gro.Flush()
 	var err error
-	if held == 1 {
-		_, err = i.netdev.Write(parts[0])
-	} else {
+	switch {
+	case held == 1:
+		_, err = i.write(parts[0])
+	case i.flows != nil:
+		_, err = i.flows.qw.WriteGSOOn(i.flows.queueOf(parts[0]), h, parts)
+	default:
 		_, err = i.netdev.WriteGSO(h, parts)
 	}
 	if err != nil {
@@ -233,6 +236,14 @@ func (i *Interface) flushCoalesced() {
 	}
 	i.ctr.add(rxPackets, uint64(held))
 	i.ctr.add(rxBytes, bytes)
+}
+
+// write writes a received packet through its flow's queue.
+func (i *Interface) write(pkt []byte) (int, error) {
+	if i.flows != nil {
+		return i.flows.qw.WriteOn(i.flows.queueOf(pkt), pkt)
+	}
+	return i.netdev.Write(pkt)
 }
 
 // countWriteFailed counts n received packets the TUN did not take. While

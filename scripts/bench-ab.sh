@@ -12,7 +12,8 @@
 #   AB_SECONDS  iperf3 duration of each run (default 5)
 #   AB_REPS     runs per side and path (default 5)
 #   AB_NET      cluster number: underlay 10.N.0.0/24 (default 251)
-#   AB_PATHS    the paths to run (default "rc uc ud ud2044 rc1460"; also ud1460)
+#   AB_PATHS    the paths to run (default "rc uc ud ud2044 rc1460"; also ud1460,
+#               and rc4: RC with 4 streams)
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,6 +79,7 @@ for p in "${paths[@]}"; do
 	iperf_args=()
 	case $p in
 	rc) flags=() ;;
+	rc4) flags=() iperf_args=(-P 4) ;; # 4 streams: what the TUN's queues share
 	uc) flags=(--cm-modes uc) ;;
 	ud) flags=(--mode datagram) ;;
 	ud2044) flags=(--mode datagram --mtu 2044) ;;
@@ -85,7 +87,7 @@ for p in "${paths[@]}"; do
 	# into 1460-octet segments, what make bench's 1460 rows send.
 	rc1460) flags=() iperf_args=(-M 1460) ;;
 	ud1460) flags=(--mode datagram) iperf_args=(-M 1460) ;;
-	*) die "unknown path $p (rc, uc, ud, ud2044, rc1460, ud1460)" ;;
+	*) die "unknown path $p (rc, rc4, uc, ud, ud2044, rc1460, ud1460)" ;;
 	esac
 	a=() b=()
 	for ((r = 1; r <= reps; r++)); do
