@@ -251,7 +251,10 @@ func (b *Bond) watch() {
 		select {
 		case <-b.wake:
 			b.reselectNow()
-		case <-sync.C:
+		case now := <-sync.C:
+			if b.checkReach(now) {
+				b.reselectNow()
+			}
 			b.syncRails()
 		case l := <-lost:
 			b.lostOnce.Do(func() { b.lostErr = l.iface.LostErr(); close(b.lost) })
@@ -264,12 +267,9 @@ func (b *Bond) watch() {
 // reselectNow moves to the leg the policy chooses, and sets the carrier.
 func (b *Bond) reselectNow() {
 	from := int(b.active.Load())
-	healthy := make([]bool, len(b.legs))
-	for k, l := range b.legs {
-		healthy[k] = l.healthy.Load()
-	}
+	healthy := b.usable()
 	to := choose(from, healthy, b.reselect)
-	back := b.setCarrier(to >= 0 && healthy[to])
+	back := b.setCarrier(b.anyUp())
 	// Peers learn first which other port is up now (a port back is named
 	// before a fail-back to it, which they then follow at once).
 	if b.nameSiblings() && healthy[from] && !back {
@@ -277,7 +277,7 @@ func (b *Bond) reselectNow() {
 	}
 	switch {
 	case to != from:
-		b.failover(from, to, reason(from, healthy))
+		b.failover(from, to, b.reason(from))
 	case back:
 		// Back from every port down on the one that was active: an
 		// announcement of the move made just before may have been lost
@@ -297,11 +297,42 @@ func (b *Bond) replacedLast() ib.LinkAddr {
 }
 
 // reason says why the active leg changes, for the log.
-func reason(from int, healthy []bool) string {
-	if !healthy[from] {
+func (b *Bond) reason(from int) string {
+	switch l := b.legs[from]; {
+	case !l.healthy.Load():
 		return "active port down"
+	case l.unreachable:
+		return "every connection on the active port failed"
 	}
 	return "primary port back"
+}
+
+// usable are the legs that may carry traffic: their port is up and, while
+// another's is up and reaches its peers, it reaches its own (reach.go in
+// ipoib). When every port that is up fails its connections, their ports'
+// state alone counts: there is nowhere better to go.
+func (b *Bond) usable() []bool {
+	up, ok := make([]bool, len(b.legs)), make([]bool, len(b.legs))
+	anyOK := false
+	for k, l := range b.legs {
+		up[k] = l.healthy.Load()
+		ok[k] = up[k] && !l.unreachable
+		anyOK = anyOK || ok[k]
+	}
+	if !anyOK {
+		return up
+	}
+	return ok
+}
+
+// anyUp reports whether some leg's port is up: the link's carrier.
+func (b *Bond) anyUp() bool {
+	for _, l := range b.legs {
+		if l.healthy.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // choose is the leg that should be active: the active one while it is
@@ -374,11 +405,11 @@ func (b *Bond) setCarrier(on bool) bool {
 	return on
 }
 
-// nextUp is the first leg after k that is up, -1 if none.
+// nextUp is the first usable leg after k, -1 if none.
 func (b *Bond) nextUp(k int) int {
+	usable := b.usable()
 	for d := 1; d < len(b.legs); d++ {
-		j := (k + d) % len(b.legs)
-		if b.legs[j].healthy.Load() {
+		if j := (k + d) % len(b.legs); usable[j] {
 			return j
 		}
 	}

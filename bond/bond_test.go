@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ipoibd/ipoibd/netdev"
 	"github.com/ipoibd/ipoibd/netdev/netdevtest"
@@ -156,5 +157,66 @@ func TestLegsTakeTurns(t *testing.T) {
 	_ = s.SetCarrier(false)
 	if s.healthy.Load() || len(b.wake) != 1 {
 		t.Fatalf("SetCarrier(false): healthy %v, wake %d", s.healthy.Load(), len(b.wake))
+	}
+}
+
+// TestUsable: a port that fails every connection is out of use while
+// another port is up and reaches its peers; when none does, the ports'
+// state alone counts.
+func TestUsable(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		up, unreach, want []bool
+	}{
+		{"all well", []bool{true, true}, []bool{false, false}, []bool{true, true}},
+		{"the primary unreachable", []bool{true, true}, []bool{true, false}, []bool{false, true}},
+		{"both unreachable: the ports' state", []bool{true, true}, []bool{true, true}, []bool{true, true}},
+		{"the other port down: stay", []bool{true, false}, []bool{true, false}, []bool{true, false}},
+		{"down and unreachable", []bool{false, true}, []bool{false, true}, []bool{false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Bond{}
+			for k := range tc.up {
+				l := &leg{b: b, k: k, unreachable: tc.unreach[k]}
+				l.healthy.Store(tc.up[k])
+				b.legs = append(b.legs, l)
+			}
+			if got := b.usable(); !slices.Equal(got, tc.want) {
+				t.Errorf("usable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReachStep: a port that fails every connection is held out for a
+// hold that doubles each time (up to 10 min), let try again when it is
+// over, and healed at once (hold reset) when a connection comes up on it.
+func TestReachStep(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := &leg{}
+	for _, st := range []struct {
+		at                  time.Duration
+		says                bool
+		began, retry, unrch bool
+		hold                time.Duration
+	}{
+		{0, true, true, false, true, 30 * time.Second},
+		{29 * time.Second, true, false, false, true, 30 * time.Second},
+		{31 * time.Second, true, false, true, false, 30 * time.Second}, // held long enough: tried again
+		{40 * time.Second, true, true, false, true, time.Minute},       // failed again: twice the hold
+		{50 * time.Second, false, false, false, false, 0},              // a connection came up: healed
+		{60 * time.Second, true, true, false, true, 30 * time.Second},
+	} {
+		began, retry := l.reachStep(st.says, t0.Add(st.at))
+		if began != st.began || retry != st.retry || l.unreachable != st.unrch || l.hold != st.hold {
+			t.Fatalf("at %v: began %v retry %v unreachable %v hold %v; want %v %v %v %v",
+				st.at, began, retry, l.unreachable, l.hold, st.began, st.retry, st.unrch, st.hold)
+		}
+	}
+	l.hold = 8 * time.Minute
+	l.unreachable = false
+	l.reachStep(true, t0)
+	if l.hold != maxReachHold {
+		t.Errorf("hold %v after 8 min, want the 10 min cap", l.hold)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ipoib"
 	"github.com/ipoibd/ipoibd/mtu"
@@ -24,6 +25,12 @@ type leg struct {
 	healthy atomic.Bool  // its port is up (the interface's SetCarrier)
 	home    atomic.Int32 // the queue its writes go through (Bond.homeOf)
 	closed  atomic.Bool
+
+	// Bond goroutine only: the port fails every connection (Unreachable),
+	// and when it may be tried again (reach.go).
+	unreachable bool
+	retryAt     time.Time
+	hold        time.Duration
 }
 
 var errLegClosed = errors.New("bond: the port's interface is closed")

@@ -14,11 +14,7 @@ import "github.com/ipoibd/ipoibd/netdev"
 // goroutine (and Start).
 func (b *Bond) assign() {
 	active := int(b.active.Load())
-	healthy := make([]bool, len(b.legs))
-	for k, l := range b.legs {
-		healthy[k] = l.healthy.Load()
-	}
-	readers := deal(active, healthy, len(b.owners), b.spread)
+	readers := deal(active, b.usable(), len(b.owners), b.spread)
 	moved := false
 	b.mu.Lock()
 	for q := range b.owners {

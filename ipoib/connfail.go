@@ -57,6 +57,9 @@ func (c *control) sendFailed(f sendFailure) {
 func (c *control) connFailed(conn *ipoibcm.Connection, cause string, status ib.WCStatus) {
 	i := c.i
 	i.ctr.inc(txConnErrors)
+	if status == ib.WCRetryExceeded {
+		c.reachFailed(conn.Peer.GID) // nothing acknowledged our sends
+	}
 	// A peer that died or restarted: routine, counted in tx_conn_errors.
 	i.log.Info("connection cannot send; reconnecting", "peer", conn.Peer, "peer_ip", i.peerIPs(conn.Peer), "qpn", conn.QP.Num(), "cause", cause)
 	i.mgr.SendFailed(c.now, conn.QP.Num(), status)

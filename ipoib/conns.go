@@ -58,6 +58,7 @@ func (c *control) connect(e *neigh.Entry) {
 // connUp publishes a connection as the path of every neighbor on its peer.
 func (i *Interface) connUp(conn *ipoibcm.Connection) {
 	c := &i.ctl
+	c.reached()
 	delete(c.backoff, ib.LinkAddr{QPN: conn.Peer.QPN, GID: conn.Peer.GID})
 	// A connection proves the claimed port's new QPN alive, not its old
 	// one gone, unless one port is one interface (no SharedGIDs).
@@ -100,6 +101,9 @@ func (i *Interface) connDown(conn *ipoibcm.Connection, reason string) {
 // checks its neighbors again: it may have restarted with a new address.
 func (i *Interface) connRefused(peer ib.LinkAddr, reason string) {
 	c := &i.ctl
+	if reason == "timeout" {
+		c.reachFailed(peer.GID) // the REQ was never answered
+	}
 	key := ib.LinkAddr{QPN: peer.QPN, GID: peer.GID}
 	b := c.backoff[key]
 	b.wait = min(max(2*b.wait, connectBackoff), maxBackoff)

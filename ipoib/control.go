@@ -47,6 +47,7 @@ type control struct {
 	ahs        map[ib.GID]*unicastAH        // unicast address handles
 	connsAt    time.Time                    // when connections' QPs were last checked
 	connsEvery time.Duration                // connCheckInterval (tests change it)
+	reach      reachState                   // connection failures in a row (reach.go)
 	backoff    map[ib.LinkAddr]backoff      // peers that refused or failed a connection
 	sends      sendBatch
 	wc         [rxBatch]ib.Completion

@@ -262,10 +262,12 @@ type Interface struct {
 	sibling atomic.Pointer[ib.LinkAddr]
 	// handoff is the active port's interface while this one is a rail
 	// (SetRail); carrier takes what the other ports hand this one.
-	handoff  atomic.Pointer[Interface]
-	carrier  *carrier
-	datagram atomic.Bool // datagram mode (SetMode): no connection is asked for
-	started  atomic.Bool // Start ran: Close must ask the control goroutine to shut down
+	handoff atomic.Pointer[Interface]
+	// unreachable: every connection on the port failed lately (reach.go).
+	unreachable atomic.Bool
+	carrier     *carrier
+	datagram    atomic.Bool // datagram mode (SetMode): no connection is asked for
+	started     atomic.Bool // Start ran: Close must ask the control goroutine to shut down
 }
 
 type mcastDest struct {

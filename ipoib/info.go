@@ -84,8 +84,8 @@ type PortInfo struct {
 	Device   string `json:"device"`
 	LinkAddr string `json:"link_addr"`
 	// State is "active", "standby", "rail" (not the active port, it
-	// carries flows to peers' second ports) or "down" (its port is not
-	// active).
+	// carries flows to peers' second ports), "unreachable" (up, but every
+	// connection on it failed lately) or "down" (its port is not active).
 	State string `json:"state"`
 	// TxPackets and RxPackets are the IP packets the port sent and
 	// received.
@@ -218,6 +218,8 @@ func (i *Interface) portState() string {
 	switch {
 	case !i.ctl.carrier:
 		return "down"
+	case i.unreachable.Load():
+		return "unreachable"
 	case i.handoff.Load() != nil:
 		return "rail"
 	case i.standby.Load():

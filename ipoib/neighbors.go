@@ -37,6 +37,9 @@ func (c *control) apply(e *neigh.Entry, a neigh.Action, old ib.LinkAddr) {
 		c.connect(e)
 	}
 	if a.Has(neigh.ActForget) {
+		if e.State == neigh.Stale && e.Probes >= neigh.MaxProbes {
+			c.reachFailed(e.Link.GID) // a live neighbor fell silent
+		}
 		c.forget(e)
 	}
 }

@@ -89,3 +89,42 @@ func TestRailHandsOff(t *testing.T) {
 		t.Errorf("a handoff the active port could not take was not counted (tx_drop_handoff %d)", rail.ctr[txDropHandoff].Load())
 	}
 }
+
+// TestUnreachable: REQs never answered, to two nodes or more, three in a
+// row, make the port unreachable; to one node they never do (a dead peer
+// is not the port's fault); a refusal (REJ: the peer was reached) does
+// not count, and a connection up, or ForgetUnreachable, ends the run.
+func TestUnreachable(t *testing.T) {
+	h := newFakeHostsOn(t, ibtest.Config{}, 1)
+	i := h[0].Interface
+	node := func(k byte) ib.LinkAddr {
+		return ib.LinkAddr{Flags: ib.FlagRC, QPN: 0x40, GID: ib.GIDFromAddr(netip.AddrFrom4([4]byte{10, 77, 0, k}))}
+	}
+	for _, tc := range []struct {
+		name    string
+		peers   []byte
+		reasons []string
+		want    bool
+	}{
+		{"one dead node", []byte{1, 1, 1, 1}, []string{"timeout", "timeout", "timeout", "timeout"}, false},
+		{"two nodes, three timeouts", []byte{1, 2, 1}, []string{"timeout", "timeout", "timeout"}, true},
+		{"two nodes, two timeouts", []byte{1, 2}, []string{"timeout", "timeout"}, false},
+		{"refusals reach the peer", []byte{1, 2, 3}, []string{"rejected: consumer reject", "rejected: consumer reject", "rejected: consumer reject"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i.ForgetUnreachable()
+			i.do(func() {
+				for k, p := range tc.peers {
+					i.connRefused(node(p), tc.reasons[k])
+				}
+			})
+			if i.Unreachable() != tc.want {
+				t.Errorf("Unreachable = %v, want %v", i.Unreachable(), tc.want)
+			}
+		})
+	}
+	i.ForgetUnreachable()
+	if i.Unreachable() {
+		t.Errorf("ForgetUnreachable left the port unreachable")
+	}
+}

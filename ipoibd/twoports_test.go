@@ -290,3 +290,51 @@ func checkDump(t *testing.T, d dumpRun) {
 		t.Errorf("no ARP in the rail-B capture: the failover's announcement is missing")
 	}
 }
+
+// TestTwoPortsUnreachable: h1's rail-A port stays up but reaches nothing
+// (nftables drops its softib datagrams): every connection on h1's active
+// port fails, to h2 and to h3, and h1 moves to rail B, where its peers
+// follow; pings from h1 to both are answered again.
+func TestTwoPortsUnreachable(t *testing.T) {
+	if _, err := lookTools("nft"); err != nil {
+		t.Skip(err)
+	}
+	c := newCluster(t, "unreach", 3)
+	railB(t, c, 1, 2, 3)
+	c.start(1, "--underlay", railBAddr(c, 1), "--bond-mode", "active-backup")
+	c.start(2)
+	c.start(3)
+	c.ping(1, c.ip4(2), 2)
+	c.ping(1, c.ip4(3), 2)
+	p2, p3 := startPinger(t, c, 1, c.ip4(2)), startPinger(t, c, 1, c.ip4(3))
+	cut := time.Now()
+	// Port A's datagrams, by its underlay address: routing may send port
+	// B's out of eth0 too (the underlay's routes, not a rail's cable).
+	a := c.underlay(1)
+	c.on(1, "nft", "add table inet cut; add chain inet cut out { type filter hook output priority 0; }; add chain inet cut in { type filter hook input priority 0; };"+
+		" add rule inet cut out ip saddr "+a+" udp dport 4791 drop; add rule inet cut in ip daddr "+a+" udp dport 4791 drop")
+	await(t, 60*time.Second, "h1 on rail B", func() bool { return activePort(c.show(1)) == "softib1" })
+	moved := time.Since(cut)
+	for k, p := range map[int]*pinger{2: p2, 3: p3} {
+		p.mu.Lock()
+		n := len(p.seqs)
+		p.mu.Unlock()
+		await(t, 10*time.Second, fmt.Sprintf("h1's pings to h%d answered again", k), func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return len(p.seqs) >= n+5
+		})
+		sent, got, gap := p.stop()
+		t.Logf("h1's pings to h%d: %d sent, %d answered, at most %d in a row lost", k, sent, got, gap)
+		// Detection: the connections' transport retries, then the
+		// neighbors' unanswered probes (3 s).
+		if gap > 100 {
+			t.Errorf("h1 lost %d pings in a row to h%d, want at most 100 (10 s)", gap, k)
+		}
+	}
+	s := c.show(1)
+	t.Logf("h1 moved to rail B %v after its rail A stopped forwarding; ports %+v", moved.Round(time.Millisecond), s.Ports)
+	if s.Failovers != 1 || portState(s, "softib0") != "unreachable" || !s.Carrier {
+		t.Errorf("h1 after the move: failovers %d, ports %+v, carrier %v", s.Failovers, s.Ports, s.Carrier)
+	}
+}
