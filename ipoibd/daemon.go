@@ -37,8 +37,8 @@ type daemon struct {
 	// pkeyHint says where a P_Key missing from the port's table comes from.
 	pkeyHint string
 	// more are the first interface's further ports (--underlay given more
-	// than once): it runs over all of them (bond), as policy says. Children
-	// run on the first port only.
+	// than once): it and its children run over all of them (bond), as
+	// policy says.
 	more   []*morePort
 	policy bond.Policy
 
@@ -155,7 +155,6 @@ func newDaemon(cfg ipoib.Config, netns string, dev ib.Device, more []*morePort, 
 // child, which lives in the pod's namespace.
 func (d *daemon) add(cfg ipoib.Config, s *served) (netif, error) {
 	netns := d.netns
-	first := s == nil
 	if s == nil {
 		s = &served{}
 	} else if s.netns != "" {
@@ -175,7 +174,7 @@ func (d *daemon) add(cfg ipoib.Config, s *served) (netif, error) {
 	}
 	d.opened(s, nc.Name, cfg.Netdev)
 	cfg.Replaces = s.replaces
-	iface, err := d.open(cfg, first) // closes the netdev on error
+	iface, err := d.open(cfg) // closes the netdev on error
 	if err != nil {
 		return nil, err
 	}
@@ -233,10 +232,11 @@ func (d *daemon) closeMore() error {
 }
 
 // open makes the interface cfg describes on its netdev: over every port
-// for the first interface when there are several (bond.Bond, the first
-// port the primary), else on the first port.
-func (d *daemon) open(cfg ipoib.Config, first bool) (netif, error) {
-	if !first || len(d.more) == 0 {
+// when there are several (bond.Bond, the first port the primary), P_Key
+// children and pods' too, so that they fail over with the parent; else on
+// the first port.
+func (d *daemon) open(cfg ipoib.Config) (netif, error) {
+	if len(d.more) == 0 {
 		i, err := ipoib.New(cfg)
 		if err != nil {
 			return nil, err // not i: a nil *ipoib.Interface is no nil netif

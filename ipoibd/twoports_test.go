@@ -149,7 +149,7 @@ func (p *pinger) stop() (sent, answered, longestGap int) {
 
 // TestTwoPortsFailover runs h1 and h2 over two ports each, rail A and rail
 // B (h1 spreading flows, the default; h2 in active-backup), and h3 on
-// rail A alone. With an iperf3 stream from h2 to h1 and pings
+// rail A alone; h1 and h2 have a P_Key child each, over both ports. With an iperf3 stream from h2 to h1 and pings
 // from h2 and h3, h1's rail-A link goes down: h1 moves to rail B within a
 // second (at most 10 pings at 0.1 s lost in a row, iperf3 ends well),
 // says so in show and stats, and its peers follow; rail A back, the
@@ -160,9 +160,14 @@ func (p *pinger) stop() (sent, answered, longestGap int) {
 func TestTwoPortsFailover(t *testing.T) {
 	c := newCluster(t, "rails", 3)
 	railB(t, c, 1, 2, 3)
-	c.start(1, "--underlay", railBAddr(c, 1))
-	c.start(2, "--underlay", railBAddr(c, 2), "--primary-reselect", "failure", "--bond-mode", "active-backup")
+	c.start(1, "--underlay", railBAddr(c, 1), "--softib-pkeys", "0xffff,0x8001")
+	c.start(2, "--underlay", railBAddr(c, 2), "--primary-reselect", "failure", "--bond-mode", "active-backup", "--softib-pkeys", "0xffff,0x8001")
 	c.start(3)
+	// P_Key children run over both ports too, and fail over with ib0.
+	child := func(k int) string { return fmt.Sprintf("172.16.%d.%d", c.net, k) }
+	for k := 1; k <= 2; k++ {
+		c.on(k, binary, "child", "add", "0x8001", "--addr", child(k)+"/24")
+	}
 	for k, second := range map[int]string{1: "rail", 2: "standby"} {
 		if s := c.show(k); len(s.Ports) != 2 || activePort(s) != "softib0" || portState(s, "softib1") != second {
 			t.Fatalf("h%d at start: ports %+v, want softib0 active and softib1 %s", k, s.Ports, second)
@@ -185,7 +190,8 @@ func TestTwoPortsFailover(t *testing.T) {
 		iperfOut = out
 		iperfDone <- err
 	}()
-	p2, p3 := startPinger(t, c, 2, c.ip4(1)), startPinger(t, c, 3, c.ip4(1))
+	c.ping(2, child(1), 1)
+	p2, p3, pc := startPinger(t, c, 2, c.ip4(1)), startPinger(t, c, 3, c.ip4(1)), startPinger(t, c, 2, child(1))
 	await(t, 10*time.Second, "h2's first pings answered", func() bool { p2.mu.Lock(); defer p2.mu.Unlock(); return len(p2.seqs) >= 20 })
 	c.on(1, "ip", "link", "set", "eth0", "down")
 	await(t, 5*time.Second, "h1 on rail B", func() bool { return activePort(c.show(1)) == "softib1" })
@@ -193,14 +199,19 @@ func TestTwoPortsFailover(t *testing.T) {
 		t.Fatalf("iperf3 across the failover: %v\n%s", err, iperfOut)
 	}
 	for _, p := range []struct {
-		from int
+		from string
 		p    *pinger
-	}{{2, p2}, {3, p3}} {
+	}{{"h2", p2}, {"h3", p3}, {"h2's child", pc}} {
 		sent, got, gap := p.p.stop()
-		t.Logf("h%d's pings across the failover: %d sent, %d answered, at most %d in a row lost", p.from, sent, got, gap)
+		t.Logf("%s's pings across the failover: %d sent, %d answered, at most %d in a row lost", p.from, sent, got, gap)
 		if gap > 10 {
-			t.Errorf("h%d lost %d pings in a row across the failover, want at most 10", p.from, gap)
+			t.Errorf("%s lost %d pings in a row across the failover, want at most 10", p.from, gap)
 		}
+	}
+	var ch ipoib.Info
+	c.queryIf(1, "show", "ib0.8001", &ch)
+	if activePort(ch) != "softib1" || ch.Failovers != 1 {
+		t.Errorf("h1's child after the failover: ports %+v, failovers %d", ch.Ports, ch.Failovers)
 	}
 	s := c.show(1)
 	if s.Failovers != 1 || portState(s, "softib0") != "down" || s.LinkAddr != s.Ports[1].LinkAddr {
