@@ -95,8 +95,18 @@ func TestRailHandsOff(t *testing.T) {
 // is not the port's fault); a refusal (REJ: the peer was reached) does
 // not count, and a connection up, or ForgetUnreachable, ends the run.
 func TestUnreachable(t *testing.T) {
-	h := newFakeHostsOn(t, ibtest.Config{}, 1)
+	h := newFakeHostsOn(t, ibtest.Config{}, 2, func(c *Config) { c.Bonded = true })
 	i := h[0].Interface
+	// With one port there is nowhere to go: nothing is counted.
+	single := h[1].Interface
+	single.do(func() {
+		for k := range byte(4) {
+			single.connRefused(ib.LinkAddr{QPN: 0x40, GID: ib.GIDFromAddr(netip.AddrFrom4([4]byte{10, 77, 0, k}))}, "timeout")
+		}
+	})
+	if single.Unreachable() {
+		t.Errorf("an interface on one port was made unreachable")
+	}
 	node := func(k byte) ib.LinkAddr {
 		return ib.LinkAddr{Flags: ib.FlagRC, QPN: 0x40, GID: ib.GIDFromAddr(netip.AddrFrom4([4]byte{10, 77, 0, k}))}
 	}

@@ -27,6 +27,9 @@ type reachState struct {
 
 // reachFailed notes a connection to peer that failed without reaching it.
 func (c *control) reachFailed(peer ib.GID) {
+	if !c.i.cfg.Bonded {
+		return // with one port there is nowhere else to go
+	}
 	r := &c.reach
 	r.failures++
 	if r.nodes == nil {
