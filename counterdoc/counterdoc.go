@@ -144,7 +144,7 @@ var table = []Entry{
 	{"tx_drop_joining", true, "", "Multicast packets dropped because the group's send-only join was still under way."},
 	{"tx_drop_no_path", true, "", "Unicast ARP or ND answers dropped because there was no path record to their node yet (the node asks again)."},
 	{"sa_bcast_changes", false, ib, "Changes of the broadcast group's Q_Key, MLID or path that the subnet administrator made, followed."},
-	{"ud_qp_reinits", false, "", "Times the UD queue pair was made ready again for a new Q_Key or P_Key index."},
+	{"ud_qp_reinits", false, "", "Times the UD queue pair was made ready again: for a new Q_Key or P_Key index, or when its port came back with it in error."},
 	{"pkey_index_changes", false, ib, "Times the port's P_Key table moved our partition: the UD queue pair was made ready again and the connections torn down."},
 	{"learn_lid_mismatch", true, ib, "ARP or ND whose claimed GID's path has another LID than the datagram's source: not learned from."},
 	{"learn_grh_lid_mismatch", true, ib, "ARP or ND whose GRH source GID's path has another LID than the datagram's source: not learned from."},

@@ -59,7 +59,7 @@ const (
 	txDropJoining        // multicast packets to a group whose send-only join (InfiniBand) is under way
 	txDropNoPath         // unicast ARP/ND answers dropped: no path record (InfiniBand) to the node yet
 	subnetBcastChanges   // the SA changed the broadcast group's Q_Key, MLID or path: followed (udqp.go)
-	udReinits            // the UD QP went through RESET to RTS again (a new Q_Key or P_Key index)
+	udReinits            // the UD QP went through RESET to RTS again (a new Q_Key or P_Key index, or its port back with it in ERROR)
 	pkeyIndexChanges     // the port's P_Key table moved our partition: UD QP made ready again, connections torn down
 	learnLIDMismatch     // InfiniBand ARP/ND whose claimed GID's path has another LID than the datagram's source: not learned
 	learnGRHMismatch     // InfiniBand ARP/ND whose GRH source GID's path has another LID than the datagram's source: not learned

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
 	"github.com/ipoibd/ipoibd/netdev"
 )
@@ -131,6 +132,24 @@ func (c *control) republish() {
 	c.publishAll(es, ps)
 }
 
+// readyUDAgain makes the UD QP ready again when the port comes back and
+// finds it in ERROR: a send while the port was down failed, and rxe moves
+// a QP to ERROR on any failed send (the kernel's ipoib puts a UD QP the
+// adapter stopped back to RTS too, ipoib_qp_state_validate_work). It goes
+// through RESET to RTS, keeping its number (our link address), before the
+// carrier comes on: over several ports, the carrier is what a fail-back
+// to this port waits for, and its announcements leave by this QP.
+func (c *control) readyUDAgain() {
+	i := c.i
+	if i.udQP.State() != ib.StateError {
+		return
+	}
+	i.log.Warn("the port is active again with the UD QP in error: making it ready again")
+	if err := c.reinitUD(i.qKey()); err != nil {
+		i.log.Error("making the UD QP ready again after the port came back failed; restart the interface", "err", err)
+	}
+}
+
 // followPort sets the carrier from the port's state, when the provider can
 // tell it.
 func (c *control) followPort() {
@@ -142,6 +161,9 @@ func (c *control) followPort() {
 	active := ps.PortActive()
 	if active == c.carrier {
 		return
+	}
+	if active {
+		c.readyUDAgain()
 	}
 	if err := i.netdev.SetCarrier(active); err != nil {
 		i.log.Warn("setting the carrier", "err", err)

@@ -399,3 +399,51 @@ func TestSubnetDatagramMTU(t *testing.T) {
 		t.Errorf("netdev MTU %d, want the group's UD MTU 2044", got)
 	}
 }
+
+// TestPortBackUDQPInError: a port that comes back finds the UD QP in
+// ERROR (rxe moves it there when a send fails while the port is down):
+// the QP goes through RESET to RTS again, keeping its number, before the
+// carrier comes on, and datagrams flow both ways again.
+func TestPortBackUDQPInError(t *testing.T) {
+	var ev *eventDevice
+	h := newFakeHosts(t, 2, func(c *Config) {
+		c.Mode = Datagram
+		ev = &eventDevice{Device: c.Device.(*ibtest.Device)}
+		c.Device = ev
+	}, func(c *Config) { c.Mode = Datagram })
+	a, b := h[0], h[1]
+	out := packetTo(a.ip4, b.ip4, 500, 1)
+	a.send(out)
+	if got := b.next(t); string(got) != string(out) {
+		t.Fatalf("b got %d octets, want a's packet", len(got))
+	}
+	qpn := a.udQP.Num()
+	ev.down.Store(true)
+	waitFor(t, "a's carrier off", func() bool { return !a.nd.Carrier() })
+	if err := a.udQP.Modify(ib.QPModify{State: ib.StateError}); err != nil {
+		t.Fatal(err)
+	}
+	ev.down.Store(false)
+	waitFor(t, "a's carrier on", func() bool { return a.nd.Carrier() })
+	if n := a.count(udReinits); n != 1 {
+		t.Errorf("ud_qp_reinits %d, want 1", n)
+	}
+	if st := a.udQP.State(); st != ib.StateRTS {
+		t.Errorf("UD QP %v once the carrier is on, want RTS", st)
+	}
+	if got := a.udQP.Num(); got != qpn {
+		t.Errorf("UD QPN %v, want %v (our link address)", got, qpn)
+	}
+	for seq := byte(2); seq < 4; seq++ {
+		p := packetTo(a.ip4, b.ip4, 500, seq)
+		a.send(p)
+		if got := b.next(t); string(got) != string(p) {
+			t.Fatalf("packet %d after the port came back: b got %d octets", seq, len(got))
+		}
+		p = packetTo(b.ip4, a.ip4, 500, seq)
+		b.send(p)
+		if got := a.next(t); string(got) != string(p) {
+			t.Fatalf("packet %d after the port came back: a got %d octets", seq, len(got))
+		}
+	}
+}

@@ -92,8 +92,10 @@ GUEST_PKGS=(rdma-core ibverbs-utils rdmacm-utils ibverbs-providers libibumad3 pe
 # the host link against these.
 KEY_PKGS=("${GUEST_PKGS[@]}" libc6 libibverbs1 librdmacm1 libibumad3)
 # Module subset (relative to /lib/modules/KVER/kernel): RDMA plus what rxe and
-# rdma_cm pull in (udp tunnels, crc32 crypto, configfs).
-MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/configfs drivers/net/veth.ko drivers/net/tun.ko drivers/net/bonding net/tls)
+# rdma_cm pull in (udp tunnels, crc32 crypto, configfs); net/sched: the dualport
+# hook joins a third rxe device's veth to va's wire with tc (ingress, flower,
+# mirred), as a macvlan or VLAN of va would give rxe0 its addresses too.
+MODULE_DIRS=(drivers/infiniband crypto arch/x86/crypto lib net/ipv4 net/ipv6 fs/configfs drivers/net/veth.ko drivers/net/tun.ko drivers/net/bonding net/tls net/sched)
 
 cd "$(dirname "$0")/.."
 
@@ -226,7 +228,7 @@ build_image() {
 	cp -a "$kmod"/modules.order "$kmod"/modules.builtin* "$root/lib/modules/$KVER/"
 	# No -F System.map: the package's is a stub.
 	depmod -b "$root" "$KVER"
-	modprobe -d "$root" -S "$KVER" -n -a veth tun rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic configfs ||
+	modprobe -d "$root" -S "$KVER" -n -a veth tun sch_ingress cls_flower act_mirred rdma_rxe ib_uverbs rdma_ucm ib_umad crc32_generic configfs ||
 		die "module subset is incomplete"
 	# Prune what a test VM never reads.
 	rm -rf "${root:?}"/usr/share/{doc,man,info,locale,lintian,linda,bug} \
