@@ -5,7 +5,6 @@ import (
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
-	"github.com/ipoibd/ipoibd/neigh"
 )
 
 // What the daemon asks of an interface, answered for all ports: the
@@ -57,7 +56,7 @@ func (b *Bond) Neighbors() []ipoib.NeighInfo {
 			continue
 		}
 		for _, n := range i.Neighbors() {
-			if n.State == neigh.Rail.String() {
+			if n.State == ipoib.RailState {
 				out = append(out, n)
 			}
 		}

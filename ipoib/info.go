@@ -93,6 +93,10 @@ type PortInfo struct {
 	RxPackets uint64 `json:"rx_packets"`
 }
 
+// RailState is the state of a Rail entry in NeighInfo: a neighbor's
+// other port, which a rail sends to (rail.go).
+var RailState = neigh.Rail.String()
+
 // NeighInfo is one neighbor.
 type NeighInfo struct {
 	IP       string `json:"ip"`
