@@ -59,14 +59,14 @@ func TestTwoRailsSpread(t *testing.T) {
 	tx0, _ := portTraffic(h2, "softib0")
 	tx1, _ := portTraffic(h2, "softib1")
 	_, rx1 := portTraffic(h1, "softib1")
-	r := runIperf3(t, c, 2, 1, c.ip4(1), 5, "-P", "16")
+	r := runIperf3(t, c, 2, 1, c.ip4(1), 3, "-P", "16")
 	h1, h2 = c.show(1), c.show(2)
 	a, _ := portTraffic(h2, "softib0")
 	b, _ := portTraffic(h2, "softib1")
 	_, in1 := portTraffic(h1, "softib1")
 	t.Logf("16 streams h2 → h1: %.2f Gbit/s; h2 sent %d packets on rail A, %d on rail B; h1 received %d on rail B",
 		r.gbps, a-tx0, b-tx1, in1-rx1)
-	// A stream moves about 10⁵ packets in 5 s; both rails carry some.
+	// 16 streams move about 2·10⁴ packets in 3 s; both rails carry some.
 	if a-tx0 < 1000 || b-tx1 < 1000 || in1-rx1 < 1000 {
 		t.Errorf("the streams did not use both rails: h2 sent %d on A, %d on B; h1 received %d on B", a-tx0, b-tx1, in1-rx1)
 	}
@@ -105,7 +105,7 @@ func TestTwoRailsSpread(t *testing.T) {
 	var iperfOut string
 	go func() {
 		var err error
-		iperfOut, err = c.try(2, "iperf3", "-c", c.ip4(1), "-t", "8", "-P", "8")
+		iperfOut, err = c.try(2, "iperf3", "-c", c.ip4(1), "-t", "6", "-P", "8")
 		done <- err
 	}()
 	await(t, 5*time.Second, "streams on h1's rail B", func() bool {
