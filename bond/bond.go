@@ -120,6 +120,7 @@ func ParseMode(s string) (spread bool, err error) {
 // Bond is a running interface over several ports.
 type Bond struct {
 	nd       netdev.Netdev
+	qw       netdev.QueueWriter // nd's, if it writes through a chosen queue (tun)
 	legs     []*leg
 	reselect Reselect
 	spread   bool
@@ -163,7 +164,8 @@ func New(cfg Config) (_ *Bond, err error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	b := &Bond{
+	qw, _ := cfg.Netdev.(netdev.QueueWriter)
+	b := &Bond{qw: qw,
 		nd: cfg.Netdev, reselect: cfg.Reselect, spread: cfg.Spread, log: cfg.Log, carrier: true,
 		owners: make([]atomic.Int32, cfg.Netdev.Queues()),
 		turn:   make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),

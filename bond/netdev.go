@@ -80,15 +80,15 @@ func (l *leg) Read(q int, b []byte, h *offload.Hdr) (int, error) {
 // the flow's next packets from there (tun's flow steering), so the leg a
 // flow came in by sends its replies.
 func (l *leg) Write(b []byte) (int, error) {
-	if qw, ok := l.b.nd.(netdev.QueueWriter); ok {
-		return qw.WriteOn(int(l.home.Load()), b)
+	if l.b.qw != nil {
+		return l.b.qw.WriteOn(int(l.home.Load()), b)
 	}
 	return l.b.nd.Write(b)
 }
 
 func (l *leg) WriteGSO(h offload.Hdr, parts [][]byte) (int, error) {
-	if qw, ok := l.b.nd.(netdev.QueueWriter); ok {
-		return qw.WriteGSOOn(int(l.home.Load()), h, parts)
+	if l.b.qw != nil {
+		return l.b.qw.WriteGSOOn(int(l.home.Load()), h, parts)
 	}
 	return l.b.nd.WriteGSO(h, parts)
 }

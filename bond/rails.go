@@ -1,6 +1,10 @@
 package bond
 
-import "github.com/ipoibd/ipoibd/netdev"
+import (
+	"slices"
+
+	"github.com/ipoibd/ipoibd/netdev"
+)
 
 // Spreading flows (Config.Spread): the TUN's queues are dealt to the
 // ports that are up, the active one first; a port that reads queues and
@@ -30,7 +34,7 @@ func (b *Bond) assign() {
 	b.mu.Unlock()
 	for k, l := range b.legs {
 		l.home.Store(int32(b.homeOf(k)))
-		switch rail := k != active && contains(readers, k); {
+		switch rail := k != active && slices.Contains(readers, k); {
 		case rail:
 			l.iface.SetRail(b.legs[active].iface)
 		case l.iface.Rail():
@@ -69,15 +73,6 @@ func (b *Bond) homeOf(k int) int {
 		}
 	}
 	return 0
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // syncRails gives every rail the active leg's neighbors whose other port

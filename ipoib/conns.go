@@ -38,7 +38,7 @@ func (c *control) connect(e *neigh.Entry) {
 		c.flush(e) // no connection will come: what waits goes over UD
 		return
 	}
-	if b, ok := c.backoff[ib.LinkAddr{QPN: e.Link.QPN, GID: e.Link.GID}]; ok && c.now.Before(b.until) {
+	if c.backedOff(e.Link) {
 		c.flush(e)
 		return
 	}
@@ -53,6 +53,12 @@ func (c *control) connect(e *neigh.Entry) {
 		i.log.Warn("connecting", "peer", e.Link, "peer_ip", e.IP, "err", err)
 	}
 	c.flush(e)
+}
+
+// backedOff reports whether connecting to link waits after a refusal.
+func (c *control) backedOff(link ib.LinkAddr) bool {
+	b, ok := c.backoff[ib.LinkAddr{QPN: link.QPN, GID: link.GID}]
+	return ok && c.now.Before(b.until)
 }
 
 // connUp publishes a connection as the path of every neighbor on its peer.

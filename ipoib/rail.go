@@ -74,12 +74,6 @@ func (i *Interface) SetRailNeighbors(m map[netip.Addr]ib.LinkAddr) {
 	})
 }
 
-// backedOff reports whether connecting to link waits after a refusal.
-func (c *control) backedOff(link ib.LinkAddr) bool {
-	b, ok := c.backoff[ib.LinkAddr{QPN: link.QPN, GID: link.GID}]
-	return ok && c.now.Before(b.until)
-}
-
 // handedOff gives the n-octet packet in slot, read from the TUN, to the
 // active port's interface when this one is a rail without a Rail entry
 // for its destination; it reports whether it did (slot is then free).

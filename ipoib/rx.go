@@ -219,13 +219,10 @@ func (i *Interface) flushCoalesced() {
 	r.groBytes = 0
 	h, parts := r.gro.Flush()
 	var err error
-	switch {
-	case held == 1:
+	if held == 1 {
 		_, err = i.write(parts[0])
-	case i.flows != nil:
-		_, err = i.flows.qw.WriteGSOOn(i.flows.queueOf(parts[0]), h, parts)
-	default:
-		_, err = i.netdev.WriteGSO(h, parts)
+	} else {
+		_, err = i.writeGSO(h, parts)
 	}
 	if err != nil {
 		i.countWriteFailed(err, uint64(held))
@@ -244,6 +241,14 @@ func (i *Interface) write(pkt []byte) (int, error) {
 		return i.flows.qw.WriteOn(i.flows.queueOf(pkt), pkt)
 	}
 	return i.netdev.Write(pkt)
+}
+
+// writeGSO writes a coalesced super-packet through its flow's queue.
+func (i *Interface) writeGSO(h offload.Hdr, parts [][]byte) (int, error) {
+	if i.flows != nil {
+		return i.flows.qw.WriteGSOOn(i.flows.queueOf(parts[0]), h, parts)
+	}
+	return i.netdev.WriteGSO(h, parts)
 }
 
 // countWriteFailed counts n received packets the TUN did not take. While
