@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -32,6 +33,9 @@ type fabric struct {
 	lockfd int // abstract Unix socket: this device owns local:port (claim)
 	epfd   int
 	evfd   int // wakes the receive loop on close
+	// ep is epfd in the Go runtime's poller: the receive goroutine parks
+	// there instead of blocking a thread in epoll_wait (run).
+	ep *os.File
 
 	mcMu   sync.Mutex
 	groups map[netip.Addr]int // joined underlay groups and their use counts
@@ -64,6 +68,10 @@ func openFabric(local netip.Addr, port uint16) (*fabric, error) {
 	if f.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		f.close()
 		return nil, fmt.Errorf("softib: epoll: %w", err)
+	}
+	if f.ep, err = pollable(f.epfd, "softib-epoll"); err != nil {
+		f.close()
+		return nil, err
 	}
 	if f.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		f.close()
@@ -297,6 +305,10 @@ func (f *fabric) wake() {
 }
 
 func (f *fabric) close() {
+	if f.ep != nil {
+		_ = f.ep.Close()
+		f.ep = nil
+	}
 	for _, fd := range []*int{&f.fd, &f.mcfd, &f.epfd, &f.evfd, &f.lockfd} {
 		if *fd >= 0 {
 			unix.Close(*fd)
@@ -447,26 +459,65 @@ func newRxBatch(n int) *rxBatch {
 	return r
 }
 
+// pollable returns a duplicate of the epoll instance fd registered with
+// the Go runtime's poller (an epoll fd is readable while it has events).
+func pollable(fd int, name string) (*os.File, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("softib: %s: dup: %w", name, err)
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		return nil, fmt.Errorf("softib: %s: set non-blocking: %w", name, err)
+	}
+	return os.NewFile(uintptr(dup), name), nil
+}
+
 // run is the device's one receive goroutine: wait for any socket, drain it
 // with recvmmsg, batch datagrams a call, hand each to h. It returns when
 // wake is called.
+//
+// The wait is the Go runtime's poller on the epoll fd, not epoll_wait
+// in a system call: a goroutine blocked in a system call keeps its P, and
+// while any P is not idle the runtime's sysmon thread wakes every 20 µs
+// to look at it. On an idle link that was most of the daemon's CPU, and
+// its wake-ups delayed the packets of a ping.
 func (f *fabric) run(h rxHandler, batch int) {
 	r := newRxBatch(batch)
+	rc, err := f.ep.SyscallConn()
+	if err != nil {
+		return
+	}
 	var events [4]unix.EpollEvent
-	for {
-		n, err := unix.EpollWait(f.epfd, events[:], -1)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		for i := 0; i < n; i++ {
-			fd := int(events[i].Fd)
-			if fd == f.evfd {
-				return
+	stop := false
+	// poll handles every ready socket; false once none is (rc.Read then
+	// parks until the epoll fd is readable), true to end the loop.
+	poll := func(uintptr) bool {
+		for {
+			n, err := unix.EpollWait(f.epfd, events[:], 0)
+			if err == unix.EINTR {
+				continue
 			}
-			f.drain(fd, fd == f.mcfd, r, h)
+			if err != nil {
+				stop = true
+				return true
+			}
+			if n == 0 {
+				return false
+			}
+			for i := 0; i < n; i++ {
+				fd := int(events[i].Fd)
+				if fd == f.evfd {
+					stop = true
+					return true
+				}
+				f.drain(fd, fd == f.mcfd, r, h)
+			}
+		}
+	}
+	for !stop {
+		if err := rc.Read(poll); err != nil {
+			return
 		}
 	}
 }
