@@ -513,6 +513,13 @@ func (f *fabric) run(h rxHandler, batch int) {
 				}
 				f.drain(fd, fd == f.mcfd, r, h)
 			}
+			if n < len(events) {
+				// Each socket was read until it was empty; a datagram
+				// that came since makes the epoll fd readable again
+				// (the runtime's poller is edge-triggered and was reset
+				// before this call), so no second epoll_wait is needed.
+				return false
+			}
 		}
 	}
 	for !stop {
