@@ -11,7 +11,8 @@
 # 1460-octet segments, the ceiling of those rows), the conforming relay
 # (bench/relay -conform: the same plus the checksums, segments and CRCs a
 # driver with IPoIB's wire in software cannot leave out, ipoibd on
-# softib's ceiling) and the bare veth underlay, each also as a ratio to
+# softib's ceiling; also at the UD MTU, datagram mode's) and the bare veth
+# underlay, each also as a ratio to
 # the veth, with the CPU per byte of the processes that carry each path
 # (/proc/PID/stat); the first-packet latency to a fresh peer; CM
 # connection setups per second (in process and over softib, with
@@ -211,14 +212,15 @@ say "bare veth underlay (${secs}s × $reps × {1,4} streams per configuration)"
 fresh
 measure veth "bare veth underlay (the ceiling)" 9000 "10.$net.0.2"
 
-# relays FLAGS...: fresh hosts with bench/relay (and FLAGS) on each, rl0
-# addressed 172.29.N.k, the path's processes the relays.
+# relays MTU FLAGS...: fresh hosts with bench/relay (and FLAGS) on each,
+# rl0 at MTU and addressed 172.29.N.k, the path's processes the relays.
 relays() {
-	local k o
+	local k o mtu=$1
+	shift
 	fresh
 	for k in 1 2; do
 		o=$((3 - k))
-		(exec "$testnet" exec "$name" $k "$tmp/relay" "$@" -tun rl0 -mtu 65520 \
+		(exec "$testnet" exec "$name" $k "$tmp/relay" "$@" -tun rl0 -mtu "$mtu" \
 			-local "10.$net.0.$k:5556" -remote "10.$net.0.$o:5556") 2>"$tmp/relay$k.log" &
 		pids+=($!)
 	done
@@ -235,7 +237,7 @@ relays() {
 # peer's TUN as it came, at ipoibd RC's MTU: the same bytes through the same
 # kernel interfaces as any TUN-based driver, with no protocol work.
 say "TUN relay limit, MTU 65520"
-relays
+relays 65520
 measure relay "TUN relay limit (bench/relay: TUN offloads, UDP GSO/GRO, no protocol)" 65520 "172.29.$net.2"
 # The ceiling of the 1460 rows below: the relay passes the super-packet of
 # 1460-octet segments whole, as it passes any; a driver must cut it.
@@ -247,9 +249,15 @@ measure relay-1460 "TUN relay limit, 1460-octet TCP segments (iperf3 -M 1460)" 6
 # merged again, a CRC of every datagram both ways), the ceiling of ipoibd
 # on softib.
 say "conforming relay limit, MTU 65520"
-relays -conform
+relays 65520 -conform
 measure conform "conforming relay limit (bench/relay -conform: standard IP packets, checksums, a CRC per datagram, no protocol)" 65520 "172.29.$net.2"
 measure conform-1460 "conforming relay limit, 1460-octet TCP segments (iperf3 -M 1460)" 65520 "172.29.$net.2" -M 1460
+# The ceiling of datagram mode at the UD MTU: the same relay at MTU 4092,
+# where TCP's segments are UD's (4040 octets), so that it cuts and merges
+# them as ipoibd must.
+say "conforming relay limit at the UD MTU, 4092"
+relays 4092 -conform
+measure conform-ud "conforming relay limit at the UD MTU (bench/relay -conform -mtu 4092)" 4092 "172.29.$net.2"
 
 # The 1460 rows: the same daemons, TCP segments of a 1500-octet Ethernet
 # packet (iperf3 -M 1460), what an application behind a 1500 MTU sends.
@@ -462,8 +470,15 @@ gbit() { [ -n "${1:-}" ] && echo "$1" || echo n/a; }
 ratios() { echo "$(ratio "${tput1[$1]}" "${tput1[$2]}") / $(ratio "${tput4[$1]}" "${tput4[$2]}")"; } # ratios KEY BASE: 1 / 4 streams
 cpu_ratios() { echo "$(ratio "${cpu1[$1]}" "${cpu1[$2]}") / $(ratio "${cpu4[$1]}" "${cpu4[$2]}")"; }   # the same for CPU per byte
 # same_segments CEILING KEY: the row of CEILING (relay, conform) with KEY's
-# TCP segments, KEY's own ceiling.
-same_segments() { if [ "${2%-1460}" != "$2" ]; then echo "$1-1460"; else echo "$1"; fi; }
+# TCP segments, KEY's own ceiling (the conforming relay has a row at the UD
+# MTU; the plain relay does not).
+same_segments() {
+	case $1:$2 in
+	*:*-1460) echo "$1-1460" ;;
+	conform:datagram | conform:datagram-nooffload | conform:conform-ud) echo conform-ud ;;
+	*) echo "$1" ;;
+	esac
+}
 {
 	echo "# Benchmarks"
 	echo
@@ -492,7 +507,9 @@ same_segments() { if [ "${2%-1460}" != "$2" ]; then echo "$1-1460"; else echo "$
 	echo "ICRC), and on the receiving side TCP segments merged again after their checksums are"
 	echo "verified, a lone packet written with its checksum for the kernel to verify. No headers,"
 	echo "acknowledgements or ordering: it is the ceiling of ipoibd on softib. On InfiniBand"
-	echo "hardware the adapter takes the CRCs, and only the checksums and segments remain."
+	echo "hardware the adapter takes the CRCs, and only the checksums and segments remain. At the"
+	echo "UD MTU (4092) TCP's segments are 4040 octets, which the relay cuts and merges as datagram"
+	echo "mode must: that row is datagram mode's ceiling."
 	echo
 	echo "CPU per byte: the user + system CPU seconds (/proc/PID/stat utime + stime, every thread)"
 	echo "of the processes that carry the path, both hosts' summed (ipoibd's daemons, the relays,"
@@ -509,8 +526,8 @@ same_segments() { if [ "${2%-1460}" != "$2" ]; then echo "$1-1460"; else echo "$
 	echo
 	echo "Ratios of the medians, 1 stream / 4 streams (the newest wireguard-go: $wg_new_ver; Debian's: $wg_deb_ver);"
 	echo "\"same segments\": the 1460-octet rows ÷ the relay's 1460-octet row, the others ÷ the relay's"
-	echo "first row (the same for the conforming relay). CPU per byte: below 1 is less CPU per byte"
-	echo "than the other path."
+	echo "first row (the same for the conforming relay, except that datagram mode at the UD MTU is ÷ the"
+	echo "conforming relay at the UD MTU). CPU per byte: below 1 is less CPU per byte than the other path."
 	echo
 	echo "| | ÷ veth | ÷ TUN relay limit | ÷ TUN relay limit, same segments | ÷ conforming relay limit, same segments | ÷ socat | ÷ newest wireguard-go | ÷ Debian's wireguard-go | CPU per byte ÷ the relay's, same segments | CPU per byte ÷ the conforming relay's, same segments | CPU per byte ÷ the newest wireguard-go's |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|"
