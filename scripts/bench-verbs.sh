@@ -127,7 +127,7 @@ ping_ms() { one "$1-ping" avg; }
 # shares of the calls that carry the datapath.
 declare -A prof=([none]="")
 prof_items=('verbs\._Cfunc_ipoibd_post_send$|ibv_post_send' 'tun\.\(\*Device\)\.Read$|TUN reads'
-	'tun\.\(\*Device\)\.Write$|TUN writes' 'verbs\._Cfunc_ipoibd_cq_events$|CQ events'
+	'tun\.\(\*Device\)\.write$|TUN writes' 'verbs\._Cfunc_ipoibd_cq_events$|CQ events'
 	'verbs\._Cfunc_ibv_poll_cq$|ibv_poll_cq' 'linux\.EpollWait$|epoll_wait'
 	'runtime\.findRunnable$|the Go scheduler' 'runtime\.gcBgMarkWorker$|GC')
 if [ "$profile" = 1 ]; then
