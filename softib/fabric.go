@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,9 +34,11 @@ type fabric struct {
 	lockfd int // abstract Unix socket: this device owns local:port (claim)
 	epfd   int
 	evfd   int // wakes the receive loop on close
-	// ep is epfd in the Go runtime's poller: the receive goroutine parks
-	// there instead of blocking a thread in epoll_wait (run).
-	ep *os.File
+	// ep is epfd in the Go runtime's poller, epRC its raw access: the
+	// receive goroutine parks there instead of blocking a thread in
+	// epoll_wait (run).
+	ep   *os.File
+	epRC syscall.RawConn
 
 	mcMu   sync.Mutex
 	groups map[netip.Addr]int // joined underlay groups and their use counts
@@ -69,7 +72,7 @@ func openFabric(local netip.Addr, port uint16) (*fabric, error) {
 		f.close()
 		return nil, fmt.Errorf("softib: epoll: %w", err)
 	}
-	if f.ep, err = pollable(f.epfd, "softib-epoll"); err != nil {
+	if f.ep, f.epRC, err = pollable(f.epfd, "softib-epoll"); err != nil {
 		f.close()
 		return nil, err
 	}
@@ -460,17 +463,24 @@ func newRxBatch(n int) *rxBatch {
 }
 
 // pollable returns a duplicate of the epoll instance fd registered with
-// the Go runtime's poller (an epoll fd is readable while it has events).
-func pollable(fd int, name string) (*os.File, error) {
+// the Go runtime's poller (an epoll fd is readable while it has events),
+// and its raw access.
+func pollable(fd int, name string) (*os.File, syscall.RawConn, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("softib: %s: dup: %w", name, err)
+		return nil, nil, fmt.Errorf("softib: %s: dup: %w", name, err)
 	}
 	if err := unix.SetNonblock(dup, true); err != nil {
 		unix.Close(dup)
-		return nil, fmt.Errorf("softib: %s: set non-blocking: %w", name, err)
+		return nil, nil, fmt.Errorf("softib: %s: set non-blocking: %w", name, err)
 	}
-	return os.NewFile(uintptr(dup), name), nil
+	f := os.NewFile(uintptr(dup), name)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("softib: %s: %w", name, err)
+	}
+	return f, rc, nil
 }
 
 // run is the device's one receive goroutine: wait for any socket, drain it
@@ -480,14 +490,9 @@ func pollable(fd int, name string) (*os.File, error) {
 // The wait is the Go runtime's poller on the epoll fd, not epoll_wait
 // in a system call: a goroutine blocked in a system call keeps its P, and
 // while any P is not idle the runtime's sysmon thread wakes every 20 µs
-// to look at it. On an idle link that was most of the daemon's CPU, and
-// its wake-ups delayed the packets of a ping.
+// to look at it: with a ping every 10 ms that was half the daemon's CPU.
 func (f *fabric) run(h rxHandler, batch int) {
 	r := newRxBatch(batch)
-	rc, err := f.ep.SyscallConn()
-	if err != nil {
-		return
-	}
 	var events [4]unix.EpollEvent
 	stop := false
 	// poll handles every ready socket; false once none is (rc.Read then
@@ -505,15 +510,18 @@ func (f *fabric) run(h rxHandler, batch int) {
 			if n == 0 {
 				return false
 			}
+			empty := true
 			for i := 0; i < n; i++ {
 				fd := int(events[i].Fd)
 				if fd == f.evfd {
 					stop = true
 					return true
 				}
-				f.drain(fd, fd == f.mcfd, r, h)
+				if !f.drain(fd, fd == f.mcfd, r, h) {
+					empty = false
+				}
 			}
-			if n < len(events) {
+			if empty && n < len(events) {
 				// Each socket was read until it was empty; a datagram
 				// that came since makes the epoll fd readable again
 				// (the runtime's poller is edge-triggered and was reset
@@ -523,14 +531,16 @@ func (f *fabric) run(h rxHandler, batch int) {
 		}
 	}
 	for !stop {
-		if err := rc.Read(poll); err != nil {
+		if err := f.epRC.Read(poll); err != nil {
 			return
 		}
 	}
 }
 
-// drain reads fd until it would block.
-func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
+// drain reads fd until it would block, and reports whether it did: false
+// when a read failed otherwise (a UDP socket reports an ICMP error that
+// way), with datagrams perhaps still queued.
+func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) bool {
 	for {
 		for i := range r.hdrs {
 			r.iov[i].Base = &r.bufs[i][0]
@@ -545,7 +555,7 @@ func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
 		}
 		if errno != 0 || n == 0 {
 			h.endBatch()
-			return
+			return errno == 0 || errno == unix.EAGAIN
 		}
 		for i := 0; i < int(n); i++ {
 			m := &r.hdrs[i]
@@ -568,7 +578,7 @@ func (f *fabric) drain(fd int, multicast bool, r *rxBatch, h rxHandler) {
 		}
 		h.endBatch()
 		if int(n) < len(r.hdrs) {
-			return
+			return true
 		}
 	}
 }
