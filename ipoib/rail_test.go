@@ -111,22 +111,26 @@ func TestUnreachable(t *testing.T) {
 		return ib.LinkAddr{Flags: ib.FlagRC, QPN: 0x40, GID: ib.GIDFromAddr(netip.AddrFrom4([4]byte{10, 77, 0, k}))}
 	}
 	for _, tc := range []struct {
-		name    string
-		peers   []byte
-		reasons []string
-		want    bool
+		name     string
+		peers    []byte
+		reasons  []string
+		portDown bool // the port went down first: its failures say nothing more
+		want     bool
 	}{
-		{"one dead node", []byte{1, 1, 1, 1}, []string{"timeout", "timeout", "timeout", "timeout"}, false},
-		{"two nodes, three timeouts", []byte{1, 2, 1}, []string{"timeout", "timeout", "timeout"}, true},
-		{"two nodes, two timeouts", []byte{1, 2}, []string{"timeout", "timeout"}, false},
-		{"refusals reach the peer", []byte{1, 2, 3}, []string{"rejected: consumer reject", "rejected: consumer reject", "rejected: consumer reject"}, false},
+		{"one dead node", []byte{1, 1, 1, 1}, []string{"timeout", "timeout", "timeout", "timeout"}, false, false},
+		{"two nodes, three timeouts", []byte{1, 2, 1}, []string{"timeout", "timeout", "timeout"}, false, true},
+		{"two nodes, two timeouts", []byte{1, 2}, []string{"timeout", "timeout"}, false, false},
+		{"refusals reach the peer", []byte{1, 2, 3}, []string{"rejected: consumer reject", "rejected: consumer reject", "rejected: consumer reject"}, false, false},
+		{"the port is down", []byte{1, 2, 3}, []string{"timeout", "timeout", "timeout"}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i.ForgetUnreachable()
 			i.do(func() {
+				i.ctl.carrier = !tc.portDown
 				for k, p := range tc.peers {
 					i.connRefused(node(p), tc.reasons[k])
 				}
+				i.ctl.carrier = true
 			})
 			if i.Unreachable() != tc.want {
 				t.Errorf("Unreachable = %v, want %v", i.Unreachable(), tc.want)

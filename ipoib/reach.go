@@ -26,9 +26,16 @@ type reachState struct {
 }
 
 // reachFailed notes a connection to peer that failed without reaching it.
+// Failures while the port is down are not counted: the port being down
+// explains them (the sends in flight when it went down run out of retries
+// after the failover), and they would hold the port back as unreachable
+// when it comes back.
 func (c *control) reachFailed(peer ib.GID) {
 	if !c.i.cfg.Bonded {
 		return // with one port there is nowhere else to go
+	}
+	if !c.carrier {
+		return
 	}
 	r := &c.reach
 	r.failures++
