@@ -21,8 +21,8 @@ func inSyscalls() uint64 {
 // TestIdleDeviceHoldsNoThread: an idle device's receive goroutine waits
 // in the Go runtime's poller, not in a blocking epoll_wait. A goroutine in
 // a system call keeps its P, and while one does the runtime's sysmon
-// thread naps only 20 µs at a time: on an idle link that was half of the
-// daemon's CPU (BENCHMARKS.md, "CPU and wake-ups per ping").
+// thread naps only 20 µs at a time: with a ping every 10 ms that was half
+// of the daemon's CPU (BENCHMARKS.md, "CPU and wake-ups per ping").
 func TestIdleDeviceHoldsNoThread(t *testing.T) {
 	before := inSyscalls()
 	addr := netip.AddrPortFrom(netip.MustParseAddr("127.88.96.1"), testutil.Port(14795))
