@@ -38,7 +38,7 @@ func (w *flowWriter) queueOf(pkt []byte) int {
 	var proto byte
 	var l4 []byte
 	switch {
-	case len(pkt) >= 20 && pkt[0]>>4 == 4:
+	case len(pkt) >= ipv4HeaderLen && pkt[0]>>4 == 4:
 		h = binary.BigEndian.Uint32(pkt[12:16]) ^ binary.BigEndian.Uint32(pkt[16:20])
 		ihl := int(pkt[0]&0x0f) * 4
 		// A fragment after the first has no ports: addresses only, for
@@ -46,17 +46,17 @@ func (w *flowWriter) queueOf(pkt []byte) int {
 		if binary.BigEndian.Uint16(pkt[6:8])&0x3fff == 0 && len(pkt) >= ihl+4 {
 			proto, l4 = pkt[9], pkt[ihl:]
 		}
-	case len(pkt) >= 40 && pkt[0]>>4 == 6:
-		for k := 8; k < 40; k += 4 {
+	case len(pkt) >= ipv6HeaderLen && pkt[0]>>4 == 6:
+		for k := 8; k < ipv6HeaderLen; k += 4 {
 			h ^= binary.BigEndian.Uint32(pkt[k : k+4])
 		}
-		if len(pkt) >= 44 {
-			proto, l4 = pkt[6], pkt[40:]
+		if len(pkt) >= ipv6HeaderLen+4 {
+			proto, l4 = pkt[6], pkt[ipv6HeaderLen:]
 		}
 	default:
 		return 0
 	}
-	if proto == 6 || proto == 17 {
+	if proto == protoTCP || proto == protoUDP {
 		h ^= binary.BigEndian.Uint32(l4[0:4]) // both ports
 	}
 	h ^= h >> 16

@@ -10,6 +10,8 @@ import (
 const (
 	ipv4HeaderLen  = 20
 	ipv6HeaderLen  = 40
+	protoTCP       = 6
+	protoUDP       = 17
 	protoICMPv6    = 58
 	icmpv6RS       = 133 // router solicitation: first of the ND types
 	icmpv6NA       = 136
