@@ -71,6 +71,27 @@ type deviceCounters struct {
 
 func (d *Device) count(c dropCause) { d.ctr.drops[c].Add(1) }
 
+// rxCount is what the receive goroutine received since it last published
+// it: two atomic adds a train instead of two a packet, each a full fence
+// behind the packet's copy.
+type rxCount struct{ packets, octets uint64 }
+
+func (r *rxCount) add(n int) {
+	r.packets++
+	r.octets += uint64(n)
+}
+
+// publish adds the count to the device's counters (at the end of every
+// train and batch, before any consumer runs).
+func (r *rxCount) publish(c *deviceCounters) {
+	if r.packets == 0 {
+		return
+	}
+	c.rxPackets.Add(r.packets)
+	c.rxBytes.Add(r.octets)
+	*r = rxCount{}
+}
+
 // Counters returns the device-wide counters.
 func (d *Device) Counters() []ib.Counter {
 	out := []ib.Counter{

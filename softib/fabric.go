@@ -350,9 +350,25 @@ type txMsg struct {
 	sa4      unix.RawSockaddrInet4
 	sa6      unix.RawSockaddrInet6
 	cmsg     [32]byte
+	// path starts the ICRCs of packets from pathFab to pathTo: the
+	// packets of a train share it, and most trains reuse it.
+	path    wire.DatagramPath
+	pathFab *fabric
+	pathTo  netip.Addr
 }
 
 func (t *txMsg) reset() { t.niov, t.segments, t.bytes = 0, 0, 0 }
+
+// startICRC begins the ICRC of a packet of ibLen octets from f to to, sent
+// with IPv4 Identification id.
+func (t *txMsg) startICRC(f *fabric, to netip.Addr, id uint16, ibLen int) wire.ICRCDigest {
+	if t.pathFab != f || t.pathTo != to {
+		t.path, _ = wire.NewDatagramPath(f.local, to, f.port, f.port)
+		t.pathFab, t.pathTo = f, to
+	}
+	d, _ := t.path.Start(id, ibLen)
+	return d
+}
 
 // add appends one buffer to the datagram (or train) being built.
 func (t *txMsg) add(b []byte) {

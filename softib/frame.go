@@ -41,7 +41,7 @@ func (d *Device) frame(tx *txMsg, seg int, bth *wire.BTH, deth *wire.DETH, paylo
 	trl := tx.trl[seg][:int(pad)+4]
 	clear(trl[:pad])
 	ibLen := len(hdr) + len(payload) + len(trl)
-	crc, _ := wire.StartDatagramICRC(d.fab.local, to, d.fab.port, d.fab.port, uint16(seg), ibLen)
+	crc := tx.startICRC(d.fab, to, uint16(seg), ibLen)
 	crc.Update(hdr)
 	crc.Update(payload)
 	crc.Update(trl[:pad])
@@ -63,7 +63,7 @@ func (d *Device) frameAck(tx *txMsg, bth *wire.BTH, aeth wire.AETH, to netip.Add
 	b := tx.hdr[0][:wire.BTHLen+wire.AETHLen+4]
 	_ = bth.Encode(b)
 	_ = aeth.Encode(b[wire.BTHLen:])
-	crc, _ := wire.StartDatagramICRC(d.fab.local, to, d.fab.port, d.fab.port, 0, len(b))
+	crc := tx.startICRC(d.fab, to, 0, len(b))
 	crc.Update(b[:wire.BTHLen+wire.AETHLen])
 	wire.PutICRC(b[wire.BTHLen+wire.AETHLen:], crc.Sum32())
 	tx.add(b)

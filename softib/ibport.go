@@ -210,8 +210,7 @@ type rxSource struct {
 // ours (our LID under the LMC, the permissive LID, or an MLID a QP is
 // attached to), a P_Key the port holds.
 func (d *Device) receiveIB(b []byte, src netip.AddrPort) {
-	d.ctr.rxPackets.Add(1)
-	d.ctr.rxBytes.Add(uint64(len(b)))
+	d.rxCount.add(len(b))
 	p := d.ibp
 	if src != p.cfg.Forwarder {
 		d.count(dropWrongSource)

@@ -5,7 +5,9 @@ import "net/netip"
 // A RoCEv2 packet travels as a UDP datagram, and its ICRC covers the IP
 // and UDP headers in front of it (icrc.go). A receiver that reads it from
 // a UDP socket sees the two endpoints, not those headers: these rebuild
-// them from the endpoints to start, check or compute the ICRC.
+// them from the endpoints to start, check or compute the ICRC. Each call
+// hashes the headers; a sender or receiver that keeps a DatagramPath per
+// peer (path.go) does that once.
 
 // StartDatagramICRC begins the ICRC of an IB packet of ibLen octets
 // (headers to ICRC inclusive) between two underlay endpoints. It rebuilds
@@ -14,16 +16,11 @@ import "net/netip"
 // because a UDP socket does not see the one the kernel wrote; the TTL is
 // masked, so any value does. ok is false for mixed address families.
 func StartDatagramICRC(src, dst netip.Addr, srcPort, dstPort, id uint16, ibLen int) (d ICRCDigest, ok bool) {
-	var h [IPv6HeaderLen + UDPHeaderLen]byte
-	hdr, err := AppendIPUDPHeaders(h[:0], src, dst, srcPort, dstPort, 64, ibLen)
-	if err != nil {
+	p, ok := NewDatagramPath(src, dst, srcPort, dstPort)
+	if !ok {
 		return ICRCDigest{}, false
 	}
-	if len(hdr) == IPv4HeaderLen+UDPHeaderLen {
-		hdr[4], hdr[5] = byte(id>>8), byte(id) // the checksum is masked: no update
-	}
-	d, err = StartICRC(hdr[:len(hdr)-UDPHeaderLen], hdr[len(hdr)-UDPHeaderLen:])
-	return d, err == nil
+	return p.Start(id, ibLen)
 }
 
 // CheckDatagramICRC verifies the ICRC of a received packet (ICRC slot
@@ -32,23 +29,11 @@ func StartDatagramICRC(src, dst netip.Addr, srcPort, dstPort, id uint16, ibLen i
 // match it, the one ID that makes it match is solved for (solveIPv4ID).
 // It returns the ID that matched.
 func CheckDatagramICRC(b []byte, src netip.AddrPort, dst netip.Addr, dstPort, hint uint16) (id uint16, ok bool) {
-	if len(b) < BTHLen+ICRCLen {
-		return 0, false
-	}
-	d, ok := StartDatagramICRC(src.Addr(), dst, src.Port(), dstPort, hint, len(b))
+	p, ok := NewDatagramPath(src.Addr(), dst, src.Port(), dstPort)
 	if !ok {
 		return 0, false
 	}
-	d.Update(b[:len(b)-ICRCLen])
-	diff := d.Sum32() ^ GetICRC(b[len(b)-ICRCLen:])
-	if diff == 0 {
-		return hint, true
-	}
-	if !src.Addr().Unmap().Is4() {
-		return 0, false
-	}
-	x, ok := solveIPv4ID(diff, len(b))
-	return hint ^ x, ok
+	return p.Check(b, hint)
 }
 
 // DatagramICRC computes the ICRC a packet (ICRC slot included in b)

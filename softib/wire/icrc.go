@@ -26,6 +26,10 @@ const bthMaskedOctet = 4
 
 var maskedBTHOctet = [1]byte{0xff}
 
+// maxShortPiece is the longest piece holding the masked octet that Update
+// hashes from a masked copy: every header set softib sends.
+const maxShortPiece = 64
+
 // ICRCDigest accumulates the ICRC (spec §9) of a packet that is fed in
 // pieces, e.g. headers, a payload in registered memory and the pad, so that
 // a sender never copies a packet to checksum it. It masks BTH octet 4
@@ -81,6 +85,16 @@ func StartICRC(ipHeader, udpHeader []byte) (ICRCDigest, error) {
 // Update hashes the next octets of the IB packet (BTH onwards, ICRC
 // excluded).
 func (d *ICRCDigest) Update(p []byte) {
+	if d.n <= bthMaskedOctet && d.n+len(p) > bthMaskedOctet && len(p) <= maxShortPiece {
+		// The headers of a packet (BTH and the rest, or an ACK whole):
+		// one pass over a masked copy, not three calls.
+		var h [maxShortPiece]byte
+		copy(h[:], p)
+		h[bthMaskedOctet-d.n] = 0xff
+		d.crc = crcBytes(d.crc, h[:len(p)])
+		d.n += len(p)
+		return
+	}
 	if d.n <= bthMaskedOctet && d.n+len(p) > bthMaskedOctet {
 		i := bthMaskedOctet - d.n
 		d.crc = crc32.Update(d.crc, crc32.IEEETable, p[:i])
