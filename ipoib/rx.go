@@ -6,6 +6,7 @@ import (
 
 	"github.com/ipoibd/ipoibd/encap"
 	"github.com/ipoibd/ipoibd/ib"
+	"github.com/ipoibd/ipoibd/ipoib/ipoibcm"
 	"github.com/ipoibd/ipoibd/offload"
 )
 
@@ -118,6 +119,7 @@ func (i *Interface) endBatch(wrs []ib.RecvWR) {
 	if i == nil {
 		return
 	}
+	i.publishConnRx()
 	i.flushCoalesced()
 	if len(wrs) > 0 {
 		_, _ = i.udQP.PostRecv(wrs)
@@ -132,6 +134,14 @@ type rxBuffers struct {
 	gro      offload.Coalescer
 	groOn    bool
 	groBytes uint64 // IP octets gro holds
+	// connRx is what the batch received on one connection, not yet in its
+	// Traffic: a lookup and two atomic adds a run of messages instead of
+	// one each.
+	connRx struct {
+		qpn            ib.QPN
+		conn           *ipoibcm.Connection
+		packets, bytes uint64
+	}
 }
 
 // receive handles one received IPoIB message, in buf.
@@ -269,10 +279,27 @@ func (i *Interface) countReceived(c *ib.Completion) {
 	if i.mgr == nil || c.ByteLen < encap.HeaderLen {
 		return
 	}
-	if conn := i.mgr.ByQPN(c.QPN); conn != nil {
-		conn.Traffic.RxPackets.Add(1)
-		conn.Traffic.RxBytes.Add(uint64(c.ByteLen - encap.HeaderLen))
+	r := &i.rxBuf.connRx
+	if r.conn == nil || r.qpn != c.QPN {
+		i.publishConnRx()
+		if r.conn = i.mgr.ByQPN(c.QPN); r.conn == nil {
+			return
+		}
+		r.qpn = c.QPN
 	}
+	r.packets++
+	r.bytes += uint64(c.ByteLen - encap.HeaderLen)
+}
+
+// publishConnRx adds what countReceived gathered to its connection's
+// Traffic (at the end of each batch, and when the connection changes).
+func (i *Interface) publishConnRx() {
+	r := &i.rxBuf.connRx
+	if r.conn != nil {
+		r.conn.Traffic.RxPackets.Add(r.packets)
+		r.conn.Traffic.RxBytes.Add(r.bytes)
+	}
+	r.conn, r.packets, r.bytes = nil, 0, 0
 }
 
 // neighToControl copies an ARP or ND packet for the control goroutine.

@@ -159,10 +159,13 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 	// Each segment starts 8-aligned; all but the last are maxLen long.
 	stride := (encap.HeaderLen + segs.MaxLen() + 7) &^ 7
 	perSlot := slotSize / stride
+	// Counted once for the super-packet: an atomic add per segment waits
+	// for the segment's copy to leave the store buffer.
+	var packets, octets uint64
 	for k := 0; k < segs.Len(); {
 		slot, ok := i.txSlot(r)
 		if !ok {
-			return
+			break
 		}
 		cnt := i.slots.share(slot, min(perSlot, segs.Len()-k))
 		buf := i.slots.bytes(slot)
@@ -170,15 +173,17 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 			at := j * stride
 			m := segs.Put(k+j, buf[at+encap.HeaderLen:at+stride])
 			_ = encap.PutHeader(buf[at:], etherType)
-			i.ctr.inc(txPackets)
-			i.ctr.add(txBytes, uint64(m))
-			i.ctr.inc(txConnected)
-			p.Packets.Add(1)
-			p.Bytes.Add(uint64(m))
+			packets++
+			octets += uint64(m)
 			i.addSend(&r.sends, p.QP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sgeAt(slot, at, encap.HeaderLen+m)})
 		}
 		k += cnt
 	}
+	i.ctr.add(txPackets, packets)
+	i.ctr.add(txBytes, octets)
+	i.ctr.add(txConnected, packets)
+	p.Packets.Add(packets)
+	p.Bytes.Add(octets)
 }
 
 // transmit sends the n-octet IP packet in slot (at offset 4).
