@@ -47,7 +47,7 @@ func NewDatagramPath(src, dst netip.Addr, srcPort, dstPort uint16) (p DatagramPa
 // datagram.
 func (p *DatagramPath) Start(id uint16, ibLen int) (d ICRCDigest, ok bool) {
 	udpLen := UDPHeaderLen + ibLen
-	crc := p.crc
+	crc, t := p.crc, &pathTables
 	switch {
 	case !p.ok || ibLen < 0:
 		return ICRCDigest{}, false
@@ -56,16 +56,12 @@ func (p *DatagramPath) Start(id uint16, ibLen int) (d ICRCDigest, ok bool) {
 		if total > 0xffff {
 			return ICRCDigest{}, false
 		}
-		t := &pathTables
 		crc ^= t.v4Length[0][total>>8] ^ t.v4Length[1][total&0xff] ^ t.v4ID[0][id>>8] ^ t.v4ID[1][id&0xff]
+	case udpLen > 0xffff:
+		return ICRCDigest{}, false
 	default:
-		if udpLen > 0xffff {
-			return ICRCDigest{}, false
-		}
-		t := &pathTables
 		crc ^= t.v6Length[0][udpLen>>8] ^ t.v6Length[1][udpLen&0xff]
 	}
-	t := &pathTables
 	crc ^= t.udpLength[0][udpLen>>8] ^ t.udpLength[1][udpLen&0xff]
 	return ICRCDigest{crc: crc}, true
 }
