@@ -65,16 +65,12 @@ type Device struct {
 	// Owned by the receive goroutine.
 	rxCount rxCount // not yet in ctr
 	rxPkt   wire.Packet
-	rxID    uint16 // IPv4 ID of the last packet received (wire.DatagramPath.Check)
-	// rxPath checks the ICRCs of packets from rxPathFrom to rxPathTo,
-	// the sender of the last one: a train's packets share it.
-	rxPath     wire.DatagramPath
-	rxPathFrom netip.AddrPort
-	rxPathTo   netip.Addr
-	rxFrame    wire.IBFrame // InfiniBand link: the frame being received
-	rxFrom     rxSource     // InfiniBand link: its sender, from LRH and GRH
-	acks       []*qp        // responders owing an ACK at the end of this batch
-	touched    []*cq        // CQs to signal at the end of this batch
+	rxID    uint16       // IPv4 ID of the last packet received (wire.DatagramPath.Check)
+	rxPath  icrcPath     // checks the ICRCs from the last packet's sender
+	rxFrame wire.IBFrame // InfiniBand link: the frame being received
+	rxFrom  rxSource     // InfiniBand link: its sender, from LRH and GRH
+	acks    []*qp        // responders owing an ACK at the end of this batch
+	touched []*cq        // CQs to signal at the end of this batch
 	// recvLow: a receive queue is half empty or less (takeRecv); the
 	// consumers that run here run before the batch ends (endTrain).
 	recvLow atomic.Bool

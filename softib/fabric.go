@@ -350,11 +350,7 @@ type txMsg struct {
 	sa4      unix.RawSockaddrInet4
 	sa6      unix.RawSockaddrInet6
 	cmsg     [32]byte
-	// path starts the ICRCs of packets from pathFab to pathTo: the
-	// packets of a train share it, and most trains reuse it.
-	path    wire.DatagramPath
-	pathFab *fabric
-	pathTo  netip.Addr
+	path     icrcPath // the ICRC's start towards the train's destination
 }
 
 func (t *txMsg) reset() { t.niov, t.segments, t.bytes = 0, 0, 0 }
@@ -362,12 +358,23 @@ func (t *txMsg) reset() { t.niov, t.segments, t.bytes = 0, 0, 0 }
 // startICRC begins the ICRC of a packet of ibLen octets from f to to, sent
 // with IPv4 Identification id.
 func (t *txMsg) startICRC(f *fabric, to netip.Addr, id uint16, ibLen int) wire.ICRCDigest {
-	if t.pathFab != f || t.pathTo != to {
-		t.path, _ = wire.NewDatagramPath(f.local, to, f.port, f.port)
-		t.pathFab, t.pathTo = f, to
-	}
-	d, _ := t.path.Start(id, ibLen)
+	d, _ := t.path.of(netip.AddrPortFrom(f.local, f.port), netip.AddrPortFrom(to, f.port)).Start(id, ibLen)
 	return d
+}
+
+// icrcPath keeps the wire.DatagramPath of the last two endpoints it was
+// asked for: the packets of a train share it, and most trains reuse it.
+type icrcPath struct {
+	path     wire.DatagramPath
+	from, to netip.AddrPort
+}
+
+func (c *icrcPath) of(from, to netip.AddrPort) *wire.DatagramPath {
+	if from != c.from || to != c.to {
+		c.path, _ = wire.NewDatagramPath(from.Addr(), to.Addr(), from.Port(), to.Port())
+		c.from, c.to = from, to
+	}
+	return &c.path
 }
 
 // add appends one buffer to the datagram (or train) being built.

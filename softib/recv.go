@@ -47,11 +47,7 @@ func (d *Device) receive(b []byte, srcAP netip.AddrPort, dst netip.Addr, seg int
 	if seg > 0 {
 		hint = d.rxID + 1
 	}
-	if srcAP != d.rxPathFrom || dst != d.rxPathTo {
-		d.rxPath, _ = wire.NewDatagramPath(srcAP.Addr(), dst, srcAP.Port(), d.fab.port)
-		d.rxPathFrom, d.rxPathTo = srcAP, dst
-	}
-	id, ok := d.rxPath.Check(b, hint)
+	id, ok := d.rxPath.of(srcAP, netip.AddrPortFrom(dst, d.fab.port)).Check(b, hint)
 	if !ok {
 		d.count(dropBadICRC)
 		return
