@@ -264,6 +264,10 @@ type CQ interface {
 	// Poll moves up to len(wc) completions into wc and returns how many.
 	Poll(wc []Completion) int
 	// Ready is signalled (capacity one) after completions were added.
+	// Call it again before each wait: a provider may raise a CQ's events
+	// only while a consumer waits (verbs, for a CQ without a handler),
+	// and then signals at once so that completions added before are
+	// polled.
 	Ready() <-chan struct{}
 	// Close destroys the CQ.
 	Close() error

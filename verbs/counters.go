@@ -52,6 +52,8 @@ type devCounters struct {
 	stale        atomic.Uint64 // completions of a closed or reset QP, dropped
 	pollErrors   atomic.Uint64 // ibv_poll_cq failed
 	notifyErrors atomic.Uint64 // a CQ could not be re-armed or its events read
+	cqEvents     atomic.Uint64 // completion events taken: each woke a goroutine
+	sendsInline  atomic.Uint64 // sends posted inline (small ones)
 	armErrors    atomic.Uint64 // ibv_modify_srq refused an SRQ limit
 	ipJoinErrors atomic.Uint64 // RoCE: the interface could not join an IP group
 	// lastWQETimeouts counts QPs on an SRQ destroyed without their
@@ -69,6 +71,8 @@ func (d *Device) Counters() []ib.Counter {
 		{Name: "completions_stale", Value: c.stale.Load()},
 		{Name: "poll_errors", Value: c.pollErrors.Load()},
 		{Name: "cq_notify_errors", Value: c.notifyErrors.Load()},
+		{Name: "cq_events", Value: c.cqEvents.Load()},
+		{Name: "sends_inline", Value: c.sendsInline.Load()},
 		{Name: "srq_arm_errors", Value: c.armErrors.Load()},
 		{Name: "ip_join_errors", Value: c.ipJoinErrors.Load()},
 		{Name: "qp_last_wqe_timeouts", Value: c.lastWQETimeouts.Load()},

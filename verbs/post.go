@@ -29,17 +29,18 @@ struct ipoibd_recv {
 };
 
 struct ipoibd_posted {
-	int err;    // errno of the post verb
-	int posted; // requests the adapter took
+	int err;     // errno of the post verb
+	int posted;  // requests the adapter took
+	int inlined; // of those, sends that went inline
 };
 
-// Posts n (at most IPOIBD_POST_BATCH) staged signalled sends as one chain.
-// The chain lives on this stack frame: verbs copies it into the send queue
-// before returning.
-static struct ipoibd_posted ipoibd_post_send(struct ibv_qp *qp, const struct ipoibd_send *d, int n, int ud) {
+// Posts n (at most IPOIBD_POST_BATCH) staged signalled sends as one chain,
+// those of at most max_inline octets inline. The chain lives on this stack
+// frame: verbs copies it into the send queue before returning.
+static struct ipoibd_posted ipoibd_post_send(struct ibv_qp *qp, const struct ipoibd_send *d, int n, int ud, uint32_t max_inline) {
 	struct ibv_send_wr wr[IPOIBD_POST_BATCH], *bad = NULL;
 	struct ibv_sge sge[IPOIBD_POST_BATCH];
-	struct ipoibd_posted r = {0, n};
+	struct ipoibd_posted r = {0, n, 0};
 	int i;
 	memset(wr, 0, n * sizeof wr[0]);
 	for (i = 0; i < n; i++) {
@@ -52,6 +53,10 @@ static struct ipoibd_posted ipoibd_post_send(struct ibv_qp *qp, const struct ipo
 		wr[i].num_sge = d[i].length ? 1 : 0;
 		wr[i].opcode = IBV_WR_SEND;
 		wr[i].send_flags = IBV_SEND_SIGNALED;
+		if (d[i].length && d[i].length <= max_inline) {
+			wr[i].send_flags |= IBV_SEND_INLINE;
+			r.inlined++;
+		}
 		if (ud) {
 			wr[i].wr.ud.ah = d[i].ah;
 			wr[i].wr.ud.remote_qpn = d[i].remote_qpn;
@@ -59,8 +64,10 @@ static struct ipoibd_posted ipoibd_post_send(struct ibv_qp *qp, const struct ipo
 		}
 	}
 	r.err = ibv_post_send(qp, wr, &bad);
-	if (r.err)
+	if (r.err) {
 		r.posted = bad ? (int)(bad - wr) : 0;
+		r.inlined = 0; // which went is not known: count none
+	}
 	return r;
 }
 
@@ -68,7 +75,7 @@ static struct ipoibd_posted ipoibd_post_send(struct ibv_qp *qp, const struct ipo
 static struct ipoibd_posted ipoibd_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, const struct ipoibd_recv *d, int n) {
 	struct ibv_recv_wr wr[IPOIBD_POST_BATCH], *bad = NULL;
 	struct ibv_sge sge[IPOIBD_POST_BATCH];
-	struct ipoibd_posted r = {0, n};
+	struct ipoibd_posted r = {0, n, 0};
 	int i;
 	for (i = 0; i < n; i++) {
 		sge[i].addr = d[i].addr;
@@ -188,9 +195,12 @@ func (q *qp) postSends(wrs []ib.SendWR) (int, error) {
 	if ud {
 		udFlag = 1
 	}
-	r := C.ipoibd_post_send(q.qp, &st[0], C.int(n), udFlag)
+	r := C.ipoibd_post_send(q.qp, &st[0], C.int(n), udFlag, C.uint32_t(q.maxInline))
 	posted := int(r.posted)
 	q.sendStats.posted.Add(uint64(posted))
+	if r.inlined > 0 {
+		q.dev.ctr.sendsInline.Add(uint64(r.inlined))
+	}
 	if r.err != 0 {
 		t.mu.Lock()
 		for i := posted; i < n; i++ {

@@ -39,6 +39,7 @@ type qp struct {
 	pkey   atomic.Uint32
 
 	maxSend    int        // send queue depth granted (ibv_create_qp's cap.max_send_wr)
+	maxInline  int        // sends of at most this many octets go inline (0: none)
 	sendMu     sync.Mutex // serialises sends: send, stage, sendClosed
 	send       *wrTable
 	stage      *sendStage
@@ -57,6 +58,12 @@ type qp struct {
 	lastWQE     chan struct{}
 	lastWQEOnce sync.Once
 }
+
+// inlineWanted is the largest send asked to go inline: an IPoIB TCP ACK
+// (4 + 20 + 32 octets) or a default ping (4 + 84) fits, with room for
+// IPv6's longer header. Larger inline sizes make every send queue entry
+// larger.
+const inlineWanted = 128
 
 var qpTypes = map[ib.QPType]C.enum_ibv_qp_type{ib.RC: C.IBV_QPT_RC, ib.UC: C.IBV_QPT_UC, ib.UD: C.IBV_QPT_UD}
 
@@ -97,14 +104,24 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 		ia.cap.max_recv_wr = C.uint32_t(min(max(attr.MaxRecv, 1), d.limits.maxQPWR))
 		ia.cap.max_recv_sge = 1
 	}
+	// Small sends (TCP ACKs, pings) go inline: the adapter takes the
+	// octets with the work request instead of reading them from memory
+	// afterwards. An adapter that offers no inline data refuses the QP;
+	// it is made again without.
+	ia.cap.max_inline_data = inlineWanted
 	h, err := C.ibv_create_qp(d.pd, &ia)
+	if h == nil {
+		ia.cap.max_inline_data = 0
+		h, err = C.ibv_create_qp(d.pd, &ia)
+	}
 	if h == nil {
 		q.unhold()
 		return nil, verbError("ibv_create_qp "+attr.Type.String(), cgoErrno(err))
 	}
 	q.qp, q.num = h, ib.QPN(h.qp_num)
-	// ia.cap now holds the depths the adapter granted.
+	// ia.cap now holds the depths and the inline size the adapter granted.
 	q.maxSend = int(ia.cap.max_send_wr)
+	q.maxInline = min(int(ia.cap.max_inline_data), inlineWanted)
 	if err := q.setup(int(ia.cap.max_send_wr), int(ia.cap.max_recv_wr)); err != nil {
 		q.destroy()
 		return nil, err

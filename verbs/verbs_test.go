@@ -581,3 +581,126 @@ func TestCloseTwice(t *testing.T) {
 		t.Errorf("CreateCQ after Close: %v", err)
 	}
 }
+
+// A CQ without a handler (ipoibd's send CQ) raises an event only when its
+// consumer is about to wait on Ready: sends reaped by polling cost no
+// event, and a wait still wakes for a completion added after it began.
+func TestSendCQArmedOnlyForWaiters(t *testing.T) {
+	a, b := openPair(t)
+	qa, qb := a.udQP(t), b.udQP(t)
+	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.port().GID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Close()
+	send := func(id uint64) {
+		t.Helper()
+		if _, err := qa.PostSend([]ib.SendWR{{ID: id, SGE: a.sge(0, 64), AH: ah, RemoteQPN: qb.Num(), RemoteQKey: testQKey}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wc [1]ib.Completion
+	reap := func(id uint64) {
+		t.Helper()
+		deadline := time.Now().Add(waitFor)
+		for a.scq.Poll(wc[:]) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("send %d: no completion within %v", id, waitFor)
+			}
+			runtime.Gosched()
+		}
+		if wc[0].ID != id || wc[0].Status != ib.WCSuccess {
+			t.Fatalf("send %d: completion %+v", id, wc[0])
+		}
+	}
+	events := func() uint64 { return a.dev.ctr.cqEvents.Load() }
+
+	// The CQ is armed when made: the first completion raises one event.
+	send(1)
+	reap(1)
+	first := time.Now().Add(waitFor)
+	for events() == 0 && time.Now().Before(first) {
+		runtime.Gosched()
+	}
+	before := events()
+	const polled = 20
+	for id := uint64(2); id < 2+polled; id++ {
+		send(id)
+		reap(id)
+	}
+	// Were the CQ armed again after each event, most of these would have
+	// raised one by now.
+	if got := events() - before; got != 0 {
+		t.Errorf("%d sends reaped by polling raised %d completion events, want 0", polled, got)
+	}
+
+	// A waiter: Ready arms and signals at once (completions before the arm
+	// are polled); then the next completion signals through an event.
+	ready := a.scq.Ready()
+	select {
+	case <-ready:
+	case <-time.After(waitFor):
+		t.Fatal("Ready of an unarmed CQ was not signalled at once")
+	}
+	if n := a.scq.Poll(wc[:]); n != 0 {
+		t.Fatalf("a completion nobody sent: %+v", wc[0])
+	}
+	send(100)
+	select {
+	case <-ready:
+	case <-time.After(waitFor):
+		t.Fatal("a send completed after Ready armed the CQ did not signal it")
+	}
+	reap(100)
+	if got := events() - before; got != 1 {
+		t.Errorf("the waited-for send raised %d completion events, want 1", got)
+	}
+}
+
+// Sends of at most inlineWanted octets go inline where the adapter offers
+// inline data (rxe and every InfiniBand HCA do), larger ones as gather
+// entries; both arrive whole.
+func TestSmallSendsGoInline(t *testing.T) {
+	a, b := openPair(t)
+	qa, qb := a.udQP(t), b.udQP(t)
+	if n := qa.(*qp).maxInline; n <= 0 {
+		t.Fatalf("%s granted no inline data (maxInline %d)", a.dev.Name(), n)
+	}
+	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.port().GID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Close()
+	w := newWaiter(t)
+	for _, c := range []struct {
+		size   int
+		inline bool
+	}{
+		{1, true},
+		{56, true}, // an IPoIB TCP ACK
+		{inlineWanted, true},
+		{inlineWanted + 1, false},
+		{2000, false},
+	} {
+		if _, err := qb.PostRecv([]ib.RecvWR{{ID: 9, SGE: b.sge(1, slotSize)}}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Fill(a.buf(0)[:c.size], c.size)
+		before := a.dev.ctr.sendsInline.Load()
+		if _, err := qa.PostSend([]ib.SendWR{{ID: 4, SGE: a.sge(0, c.size), AH: ah, RemoteQPN: qb.Num(), RemoteQKey: testQKey}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.dev.ctr.sendsInline.Load() - before; got != map[bool]uint64{true: 1, false: 0}[c.inline] {
+			t.Errorf("%d octets: %d sends went inline, want inline=%v", c.size, got, c.inline)
+		}
+		if s := w.one(a.scq, "send"); s.Status != ib.WCSuccess {
+			t.Errorf("%d octets: send completion %+v", c.size, s)
+		}
+		r := w.one(b.rcq, "receive")
+		if r.Status != ib.WCSuccess || r.ByteLen != uint32(ib.GRHLen+c.size) {
+			t.Errorf("%d octets: receive completion %+v", c.size, r)
+		} else if got := b.buf(1)[ib.GRHLen : ib.GRHLen+c.size]; !bytes.Equal(got, a.buf(0)[:c.size]) {
+			t.Errorf("%d octets: the payload arrived changed", c.size)
+		}
+	}
+}
