@@ -61,6 +61,7 @@ type control struct {
 	dropsAt     time.Time
 	pollAddrs   bool      // the address subscription failed: read them each tick
 	linkUp      bool      // the TUN is administratively up (linkChanged)
+	llKeptUntil time.Time // our link-local address is put back if removed before then
 	carrier     bool      // the TUN's carrier is on (followPort)
 	portWasDown bool      // followPort saw the port down since it was last active
 	noViaCache  bool      // the route subscription failed: do not cache next hops
@@ -87,6 +88,7 @@ func (c *control) init(i *Interface) {
 	c.broadcasts.Store(&empty)
 	c.now = time.Now()
 	c.linkUp, c.carrier = true, true // as tun.OpenNetdev leaves the device
+	c.llKeptUntil = c.now.Add(linkLocalKept)
 	c.replaces = i.cfg.Replaces
 	c.refreshAddrs()
 }

@@ -156,7 +156,7 @@ func TestFirstPacketToLearnedNeighborConnects(t *testing.T) {
 // configures ib0 the moment the TUN appears) is ours once the loop runs.
 func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
 	late := netip.MustParsePrefix("192.168.9.1/24")
-	i := startWatching(t, nil, func(nd *netdevtest.Netdev) { nd.AddAddrUnseen(late) })
+	i, _ := startWatching(t, nil, func(nd *netdevtest.Netdev) { nd.AddAddrUnseen(late) })
 	var ours []netip.Prefix
 	i.do(func() { ours = slices.Clone(i.ctl.addrs) })
 	if !slices.Contains(ours, late) {
@@ -170,7 +170,7 @@ func TestAddressAddedBeforeWatchIsSeen(t *testing.T) {
 // notice the loop could hear, are back once it runs.
 func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
 	own := netip.MustParsePrefix("fd00:9::1/64")
-	i := startWatching(t, []netip.Prefix{own}, (*netdevtest.Netdev).LinkFlapUnseen)
+	i, _ := startWatching(t, []netip.Prefix{own}, (*netdevtest.Netdev).LinkFlapUnseen)
 	if !i.port.linkLocal.IsValid() {
 		t.Fatal("no RFC 4391 link-local address")
 	}
@@ -183,9 +183,49 @@ func TestOwnAddressesBackAfterUnseenFlap(t *testing.T) {
 	}
 }
 
+// TestLinkLocalKeptWhileNew: our link-local address removed in the first
+// seconds (networkd setting the new link's addr_gen_mode drops the
+// link-local addresses it finds) is put back; removed later, it stays
+// removed (a network manager putting its own in its place).
+func TestLinkLocalKeptWhileNew(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		later    bool
+		wantBack bool
+	}{
+		{"removed while the link is new", false, true},
+		{"removed later", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i, nd := startWatching(t, nil, func(*netdevtest.Netdev) {})
+			ll := i.port.linkLocal
+			// A request served means the loop watches the link: what it
+			// put back before watching is behind it.
+			i.do(func() {
+				if tc.later {
+					i.ctl.llKeptUntil = time.Now()
+				}
+			})
+			nd.DelAddr(ll)
+			// The removal's notice was taken once the loop's view has it,
+			// or has it back.
+			waitFor(t, "the removal taken", func() bool {
+				var ours []netip.Prefix
+				i.do(func() { ours = slices.Clone(i.ctl.addrs) })
+				kernel, _ := nd.Addrs()
+				return slices.Contains(ours, ll) == slices.Contains(kernel, ll)
+			})
+			kernel, _ := nd.Addrs()
+			if got := slices.Contains(kernel, ll); got != tc.wantBack {
+				t.Errorf("link-local %v on the link after its removal: %v, want %v (addresses %v)", ll, got, tc.wantBack, kernel)
+			}
+		})
+	}
+}
+
 // startWatching starts an interface with addrs on a fake device and netdev
 // whose Watch first runs unseen: a change no notice will tell of.
-func startWatching(t *testing.T, addrs []netip.Prefix, unseen func(*netdevtest.Netdev)) *Interface {
+func startWatching(t *testing.T, addrs []netip.Prefix, unseen func(*netdevtest.Netdev)) (*Interface, *netdevtest.Netdev) {
 	t.Helper()
 	dev, err := ibtest.NewFabric().Open(ibtest.Config{})
 	if err != nil {
@@ -201,5 +241,5 @@ func startWatching(t *testing.T, addrs []netip.Prefix, unseen func(*netdevtest.N
 	t.Cleanup(func() { i.Close() })
 	nd.BeforeWatch(func() { unseen(nd) })
 	i.Start()
-	return i
+	return i, nd
 }

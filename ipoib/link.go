@@ -2,7 +2,9 @@ package ipoib
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/neigh"
@@ -26,6 +28,7 @@ func (c *control) followLink(u LinkEvent) {
 	switch u.Change {
 	case AddrsChanged:
 		c.refreshAddrs()
+		c.keepLinkLocal()
 	case LinkState:
 		c.linkChanged(u)
 	case LinkGone:
@@ -105,6 +108,35 @@ func (c *control) restoreOwnAddrs(why string) {
 	}
 	if n > 0 {
 		i.log.Info("addresses restored", "when", why, "added", n)
+	}
+}
+
+// linkLocalKept is how long after start our link-local address is put
+// back when something removes it. systemd-networkd, configuring a new
+// link, may find its addr_gen_mode not yet the one its .network asks for
+// (it read the link before we set it), set it, and then drop the
+// link-local addresses the link has: ours, made a moment before (seen in
+// about one in six test bed boots, with no down and up of the link to
+// follow). Later, a removal is an operator's or a network manager's
+// choice, and stands: NetworkManager puts its own in place of ours.
+const linkLocalKept = 5 * time.Second
+
+// keepLinkLocal puts our link-local address back if it is gone while the
+// link is new (linkLocalKept).
+func (c *control) keepLinkLocal() {
+	i := c.i
+	ll := i.port.linkLocal
+	if !ll.IsValid() || !c.linkUp || i.mtu < netdev.IPv6MinMTU || !c.now.Before(c.llKeptUntil) || slices.Contains(c.addrs, ll) {
+		return
+	}
+	n, err := i.netdev.EnsureAddrs([]netip.Prefix{ll})
+	if err != nil {
+		i.log.Warn("putting back the link-local address", "addr", ll, "err", err)
+		return
+	}
+	if n > 0 {
+		i.log.Info("link-local address put back: removed while the link was new (a network manager configuring it)", "addr", ll)
+		c.refreshAddrs()
 	}
 }
 

@@ -238,6 +238,15 @@ func (f *Netdev) AddAddr(p netip.Prefix) {
 	f.Events <- netdev.LinkEvent{Change: netdev.AddrsChanged}
 }
 
+// DelAddr removes an address as `ip addr del` would, with its
+// notification.
+func (f *Netdev) DelAddr(p netip.Prefix) {
+	f.mu.Lock()
+	f.addrs = slices.DeleteFunc(f.addrs, func(q netip.Prefix) bool { return q == p })
+	f.mu.Unlock()
+	f.Events <- netdev.LinkEvent{Change: netdev.AddrsChanged}
+}
+
 // AddAddrUnseen adds an address whose notification went out before the
 // interface watched (networkd configuring a new link at boot): none comes.
 func (f *Netdev) AddAddrUnseen(p netip.Prefix) {
