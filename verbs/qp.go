@@ -59,10 +59,12 @@ type qp struct {
 	lastWQEOnce sync.Once
 }
 
-// inlineWanted is the largest send asked to go inline: an IPoIB TCP ACK
+// inlineWanted is the largest UD send asked to go inline: an IPoIB TCP ACK
 // (4 + 20 + 32 octets) or a default ping (4 + 84) fits, with room for
-// IPv6's longer header. Larger inline sizes make every send queue entry
-// larger.
+// IPv6's longer header. Connected QPs ask for none: inline data makes
+// every send queue entry larger (on mlx5 a connection's 256 entries from
+// 16 to 48 KiB of pinned memory), and there may be thousands of them; the
+// UD QP is one per interface.
 const inlineWanted = 128
 
 var qpTypes = map[ib.QPType]C.enum_ibv_qp_type{ib.RC: C.IBV_QPT_RC, ib.UC: C.IBV_QPT_UC, ib.UD: C.IBV_QPT_UD}
@@ -104,14 +106,18 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 		ia.cap.max_recv_wr = C.uint32_t(min(max(attr.MaxRecv, 1), d.limits.maxQPWR))
 		ia.cap.max_recv_sge = 1
 	}
-	// Small sends (TCP ACKs, pings) go inline: the adapter takes the
-	// octets with the work request instead of reading them from memory
-	// afterwards. An adapter that offers no inline data refuses the QP;
-	// it is made again without.
-	ia.cap.max_inline_data = inlineWanted
+	// Small UD sends (TCP ACKs, pings, ARP) go inline: the adapter takes
+	// the octets with the work request instead of reading them from
+	// memory afterwards. An adapter that offers no inline data refuses
+	// the QP; it is made again without.
+	asked := 0
+	if attr.Type == ib.UD {
+		asked = inlineWanted
+	}
+	ia.cap.max_inline_data = C.uint32_t(asked)
 	h, err := C.ibv_create_qp(d.pd, &ia)
-	if h == nil {
-		ia.cap.max_inline_data = 0
+	if h == nil && asked > 0 {
+		asked, ia.cap.max_inline_data = 0, 0
 		h, err = C.ibv_create_qp(d.pd, &ia)
 	}
 	if h == nil {
@@ -119,9 +125,10 @@ func (d *Device) CreateQP(attr ib.QPAttr) (ib.QP, error) {
 		return nil, verbError("ibv_create_qp "+attr.Type.String(), cgoErrno(err))
 	}
 	q.qp, q.num = h, ib.QPN(h.qp_num)
-	// ia.cap now holds the depths and the inline size the adapter granted.
+	// ia.cap now holds the depths and the inline size the adapter granted
+	// (which may exceed what was asked: rxe grants its entry's size).
 	q.maxSend = int(ia.cap.max_send_wr)
-	q.maxInline = min(int(ia.cap.max_inline_data), inlineWanted)
+	q.maxInline = min(int(ia.cap.max_inline_data), asked)
 	if err := q.setup(int(ia.cap.max_send_wr), int(ia.cap.max_recv_wr)); err != nil {
 		q.destroy()
 		return nil, err

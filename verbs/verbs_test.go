@@ -657,14 +657,17 @@ func TestSendCQArmedOnlyForWaiters(t *testing.T) {
 	}
 }
 
-// Sends of at most inlineWanted octets go inline where the adapter offers
-// inline data (rxe and every InfiniBand HCA do), larger ones as gather
-// entries; both arrive whole.
+// UD sends of at most inlineWanted octets go inline where the adapter
+// offers inline data (rxe and every InfiniBand HCA do), larger ones as
+// gather entries; both arrive whole. Connected QPs ask for no inline data.
 func TestSmallSendsGoInline(t *testing.T) {
 	a, b := openPair(t)
 	qa, qb := a.udQP(t), b.udQP(t)
 	if n := qa.(*qp).maxInline; n <= 0 {
 		t.Fatalf("%s granted no inline data (maxInline %d)", a.dev.Name(), n)
+	}
+	if n := a.qp(t, ib.RC, nil).(*qp).maxInline; n != 0 {
+		t.Errorf("an RC QP sends up to %d octets inline, want none", n)
 	}
 	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.port().GID})
 	if err != nil {
