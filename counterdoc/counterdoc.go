@@ -284,6 +284,7 @@ var table = []Entry{
 	{"dev_poll_errors", true, verbs, "ibv_poll_cq calls that failed."},
 	{"dev_cq_notify_errors", true, verbs, "Completion queues that could not be re-armed or whose events could not be read."},
 	{"dev_sends_inline", false, verbs, "UD sends of at most 128 octets the adapter took inline, with the work request (where it offers inline data)."},
+	{"dev_busy_poll_hits", false, verbs, "With --busy-poll: polls of a receive completion queue after it was drained that found completions (each saved an event and a wake-up)."},
 	{"dev_cq_events", false, verbs, "Completion events taken: each woke the goroutine of a receive CQ, or of a send CQ someone waited on."},
 	{"dev_srq_arm_errors", true, verbs, "ibv_modify_srq calls that refused a shared receive queue limit."},
 	{"dev_qp_last_wqe_timeouts", true, verbs, "Closed queue pairs on the shared receive queue destroyed after 1 s without their LAST_WQE_REACHED event (rxe never sends it: one per connection closed there)."},

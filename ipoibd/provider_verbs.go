@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ipoibd/ipoibd/ib"
 	"github.com/ipoibd/ipoibd/ipoib"
@@ -15,10 +16,11 @@ const verbsPKeyHint = "the subnet manager sets it"
 
 // openVerbs opens the rdma-core port and puts it in cfg, with the kernel's
 // connection service when that was chosen and, on InfiniBand, the subnet
-// administrator's client. On error nothing stays open.
-func openVerbs(p verbsPort, choice connServiceChoice, cfg *ipoib.Config) (ib.Device, error) {
+// administrator's client; busyPoll is --busy-poll. On error nothing stays
+// open.
+func openVerbs(p verbsPort, busyPoll time.Duration, choice connServiceChoice, cfg *ipoib.Config) (ib.Device, error) {
 	kernel := choice.Service == connServiceKernel
-	dev, err := verbs.Open(verbs.Config{Device: p.device, Port: p.port, GIDIndex: -1, NoRDMACM: !kernel})
+	dev, err := verbs.Open(verbs.Config{Device: p.device, Port: p.port, GIDIndex: -1, NoRDMACM: !kernel, BusyPoll: busyPoll})
 	if err != nil {
 		return nil, err
 	}

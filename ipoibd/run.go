@@ -137,7 +137,7 @@ func openDaemon(s settings, log *slog.Logger) (*daemon, error) {
 // port's table comes from.
 func openProvider(s settings, choice connServiceChoice, cfg *ipoib.Config) (ib.Device, string, error) {
 	if s.provider == providerVerbs {
-		dev, err := openVerbs(s.verbs, choice, cfg)
+		dev, err := openVerbs(s.verbs, s.busyPoll, choice, cfg)
 		return dev, verbsPKeyHint, err
 	}
 	dev, err := openSoftib(s.softib, cfg)
@@ -169,7 +169,7 @@ func openMorePorts(s settings, choice connServiceChoice) ([]*morePort, error) {
 	}
 	for _, vp := range s.verbsMore {
 		var cfg ipoib.Config
-		dev, err := openVerbs(vp, choice, &cfg)
+		dev, err := openVerbs(vp, s.busyPoll, choice, &cfg)
 		if err != nil {
 			return fail(fmt.Errorf("--device %s:%d: %w", vp.device, vp.port, err))
 		}

@@ -44,6 +44,7 @@ type options struct {
 	addrs       []string
 	children    []string
 	idleTimeout time.Duration
+	busyPoll    time.Duration
 	maxConns    int
 	logLevel    string
 	netns       string
@@ -88,6 +89,7 @@ func runFlags(o *options) *pflag.FlagSet {
 	fs.StringVar(&o.netns, "netns", "", "network namespace to put the interface in (a name as ip netns lists it, or a path; default: the daemon's, and no namespace is entered). Entering one needs CAP_SYS_ADMIN")
 	fs.StringArrayVar(&o.device, "device", nil, "verbs: RDMA device, e.g. mlx5_0 (see ibv_devices), or `DEVICE[:PORT]` with its port. Given twice or more, the interface runs over each port (mlx5_0:1 and mlx5_0:2, or two adapters), the first the primary, as --underlay does on softib")
 	fs.IntVar(&o.port, "port", 1, "verbs: port of the RDMA device (of each --device that names none)")
+	fs.DurationVar(&o.busyPoll, "busy-poll", 0, "verbs: after a receive completion, go on polling the completion queue this long (e.g. 50us) before sleeping until the next completion event: fewer wake-ups under load and less latency for a burst's next packet, for the CPU time spent polling (a core while traffic flows); 0: off")
 	fs.StringVar(&o.cm, "cm", "auto", "verbs: connection service: own (ipoibd's CM on QP1 through ib_umad; needs the kernel's ib_cm unloaded), kernel (the kernel CM through librdmacm), or auto (own unless ib_cm is loaded)")
 	fs.StringVar(&o.peers, "peers", "any", "verbs --cm kernel: any, ipoibd-only to advertise connected mode anyway, or rfc-send. The kernel CM cannot listen on RFC 4755's service IDs, so a kernel ipoib peer's connection request would be refused: with peers that may be kernel ipoib, --cm kernel runs datagram mode. rfc-send (InfiniBand only) opens RC connections to RFC 4755 peers through rdma_cm's AF_IB and offers datagram, so peers send to us over UD; judged on paper, not yet on hardware")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, `ADDR` an IP address and port, e.g. 127.0.0.1:9468 or [::1]:9468 (:9468: every address), in the daemon's own network namespace (not --netns's); empty: off. Read at scrape time, nothing on the datapath: ipoibd_<counter>_total for every counter of ipoibd stats; gauges ipoibd_info, ipoibd_mtu_bytes, ipoibd_ud_mtu_bytes, ipoibd_ib_mtu_bytes, ipoibd_neighbors (by state, via), ipoibd_connections (by type, direction, state); with --metrics-per-peer, ipoibd_peer_tx_bytes_total and ipoibd_peer_rx_bytes_total; each with an interface label (children too); and the Go runtime's and the process's")
@@ -126,7 +128,8 @@ type settings struct {
 	bonding    bond.Policy
 	// underlayWait bounds the wait for softib's underlay address.
 	underlayWait time.Duration
-	verbs        verbsPort   // with --provider verbs
+	verbs        verbsPort // with --provider verbs
+	busyPoll     time.Duration
 	verbsMore    []verbsPort // the interface's further ports (--device given more than once)
 	// connService and peers are --cm and --peers; which connection
 	// service runs also depends on the host (chooseConnService).
@@ -138,6 +141,10 @@ type settings struct {
 	// when it opens (openSoftibIB), not from flags.
 	softibIB bool
 }
+
+// maxBusyPoll bounds --busy-poll: longer spins buy nothing a sleep would
+// not, and hold a core.
+const maxBusyPoll = 10 * time.Millisecond
 
 // verbsPort is the rdma-core port --device and --port name.
 type verbsPort struct {
@@ -216,8 +223,15 @@ func (o *options) settings() (settings, error) {
 		s.softibIB = s.softib.LinkLayer == softib.LinkInfiniBand
 	case providerVerbs:
 		s.verbs, s.verbsMore, err = o.verbsPorts()
+		s.busyPoll = o.busyPoll
+		if err == nil && (o.busyPoll < 0 || o.busyPoll > maxBusyPoll) {
+			err = fmt.Errorf("--busy-poll %v: want 0 (off) to %v", o.busyPoll, maxBusyPoll)
+		}
 	default:
 		err = fmt.Errorf("--provider %q: want softib or verbs", o.provider)
+	}
+	if err == nil && o.busyPoll != 0 && o.provider != providerVerbs {
+		err = errors.New("--busy-poll is for --provider verbs")
 	}
 	if err != nil {
 		return s, err

@@ -85,6 +85,10 @@ func TestParseSettings(t *testing.T) {
 		{"verbs, port 255", []string{"--provider", "verbs", "--device", "rxe0", "--port", "255"}, func(s *settings) {
 			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"rxe0", 255}
 		}},
+		{"verbs, busy poll", []string{"--provider", "verbs", "--device", "rxe0", "--busy-poll", "50us"}, func(s *settings) {
+			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"rxe0", 1}
+			s.busyPoll = 50 * time.Microsecond
+		}},
 		{"verbs, two ports of one adapter", []string{"--provider", "verbs", "--device", "mlx5_0", "--device", "mlx5_0:2", "--primary-reselect", "failure"}, func(s *settings) {
 			s.provider, s.softib, s.underlayWait, s.verbs = providerVerbs, softib.Config{}, 0, verbsPort{"mlx5_0", 1}
 			s.verbsMore, s.bonding.Reselect = []verbsPort{{"mlx5_0", 2}}, bond.ReselectFailure
@@ -179,6 +183,9 @@ func TestParseSettingsRefusals(t *testing.T) {
 		{"verbs device port 0", append(verbs, "--device", "mlx5_0:0"), `--device "mlx5_0:0": want DEVICE or DEVICE:PORT`},
 		{"verbs device without a name", append(verbs, "--device", ":2"), `--device ":2"`},
 		{"verbs port twice", append(verbs, "--device", "mlx5_0:1"), "--device mlx5_0 port 1 given twice"},
+		{"negative busy poll", append(verbs, "--busy-poll", "-1us"), "--busy-poll -1µs: want 0 (off) to 10ms"},
+		{"busy poll too long", append(verbs, "--busy-poll", "1s"), "--busy-poll 1s: want 0 (off) to 10ms"},
+		{"busy poll on softib", append([]string{"--busy-poll", "50us"}, u...), "--busy-poll is for --provider verbs"},
 		{"underlay twice", append([]string{"--underlay", "10.0.0.1"}, u...), "--underlay 10.0.0.1 given twice"},
 		{"two ports on the InfiniBand subnet", append([]string{"--softib-link", "ib", "--softib-fabric", "10.0.0.254:4790", "--underlay", "10.1.0.1"}, u...), "--softib-link ib) cannot be: ibsim's libumad2sim.so gives a process only its node's first port"},
 		{"reselect on one port", append([]string{"--primary-reselect", "failure"}, u...), "--primary-reselect and --bond-mode are for an interface over two or more ports"},

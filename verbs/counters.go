@@ -54,6 +54,7 @@ type devCounters struct {
 	notifyErrors atomic.Uint64 // a CQ could not be re-armed or its events read
 	cqEvents     atomic.Uint64 // completion events taken: each woke a goroutine
 	sendsInline  atomic.Uint64 // sends posted inline (small ones)
+	busyPollHits atomic.Uint64 // busy polls of a receive CQ that found completions
 	armErrors    atomic.Uint64 // ibv_modify_srq refused an SRQ limit
 	ipJoinErrors atomic.Uint64 // RoCE: the interface could not join an IP group
 	// lastWQETimeouts counts QPs on an SRQ destroyed without their
@@ -73,6 +74,7 @@ func (d *Device) Counters() []ib.Counter {
 		{Name: "cq_notify_errors", Value: c.notifyErrors.Load()},
 		{Name: "cq_events", Value: c.cqEvents.Load()},
 		{Name: "sends_inline", Value: c.sendsInline.Load()},
+		{Name: "busy_poll_hits", Value: c.busyPollHits.Load()},
 		{Name: "srq_arm_errors", Value: c.armErrors.Load()},
 		{Name: "ip_join_errors", Value: c.ipJoinErrors.Load()},
 		{Name: "qp_last_wqe_timeouts", Value: c.lastWQETimeouts.Load()},

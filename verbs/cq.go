@@ -10,26 +10,22 @@ package verbs
 #define IPOIBD_POLL_BATCH 64
 
 struct ipoibd_cq_events {
-	int events;     // completion events taken and acknowledged
-	int err;        // errno of ibv_get_cq_event other than EAGAIN
-	int notify_err; // errno of ibv_req_notify_cq
+	int events; // completion events taken and acknowledged (0 or 1)
+	int err;    // errno of ibv_get_cq_event other than EAGAIN
 };
 
-// Takes every event pending on the CQ's own channel and acknowledges them
-// in one call; with rearm, it also arms the CQ again, so that completions
-// added from now on raise a new event.
-static struct ipoibd_cq_events ipoibd_cq_events(struct ibv_comp_channel *ch, struct ibv_cq *cq, int rearm) {
-	struct ipoibd_cq_events r = {0, 0, 0};
+// Takes the event pending on the CQ's own channel, if any, and
+// acknowledges it. A CQ raises one event per arm and is not armed again
+// before this returns, so one read finds all there is.
+static struct ipoibd_cq_events ipoibd_cq_events(struct ibv_comp_channel *ch, struct ibv_cq *cq) {
+	struct ipoibd_cq_events r = {0, 0};
 	struct ibv_cq *ev_cq;
 	void *ev_ctx;
-	while (ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0)
-		r.events++;
-	if (errno != EAGAIN && errno != EWOULDBLOCK)
+	if (ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0) {
+		r.events = 1;
+		ibv_ack_cq_events(cq, 1);
+	} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
 		r.err = errno ? errno : EIO;
-	if (r.events > 0) {
-		ibv_ack_cq_events(cq, r.events);
-		if (rearm)
-			r.notify_err = ibv_req_notify_cq(cq, 0);
 	}
 	return r;
 }
@@ -39,8 +35,10 @@ import "C"
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ipoibd/ipoibd/ib"
@@ -62,6 +60,7 @@ type cq struct {
 	// on its way to drainEvents. Without a handler the CQ is armed only
 	// when its consumer asks (Ready).
 	armed atomic.Bool
+	taken atomic.Uint64 // Polls that found completions (runHandler's busy poll)
 	watch *fdWatcher
 	users atomic.Int32 // QPs created on it
 
@@ -106,23 +105,18 @@ func (d *Device) CreateCQ(size int) (ib.CQ, error) {
 	return c, nil
 }
 
-// drainEvents runs on the watcher's goroutine when the channel is readable.
-// A CQ with a handler is armed again at once, as the handler runs on every
-// event; one without is armed again when its consumer next waits (Ready).
+// drainEvents runs on the watcher's goroutine when the channel is
+// readable. A CQ with a handler is drained and armed again at once (runHandler);
+// one without is armed again when its consumer next waits (Ready).
 func (c *cq) drainEvents() (stop bool) {
-	h := c.handler.Load()
-	rearm := C.int(0)
-	if h != nil {
-		rearm = 1
-	}
-	r := C.ipoibd_cq_events(c.ch, c.cq, rearm)
-	if r.notify_err != 0 || r.err != 0 {
+	r := C.ipoibd_cq_events(c.ch, c.cq)
+	if r.err != 0 {
 		c.dev.ctr.notifyErrors.Add(1)
 	}
 	c.dev.ctr.cqEvents.Add(uint64(r.events))
 	if r.events > 0 || r.err != 0 {
-		if h != nil {
-			(*h)() // ib.CQHandler: the consumer drains here, no wake-up
+		if h := c.handler.Load(); h != nil {
+			c.runHandler(*h) // ib.CQHandler: the consumer drains here, no wake-up
 		} else {
 			c.armed.Store(false) // before the signal: the woken consumer's Ready arms
 			c.signal()
@@ -133,6 +127,29 @@ func (c *cq) drainEvents() (stop bool) {
 		return true
 	}
 	return false
+}
+
+// runHandler has the handler drain the CQ and arms it again. With
+// Config.BusyPoll it first goes on polling for that long after the last
+// completion it found: while completions keep coming, none of them costs an
+// event and a wake-up. The handler runs once more after the arm, for what
+// came between its last poll and the arm (an event comes only for later
+// completions).
+func (c *cq) runHandler(f func()) {
+	f()
+	if d := c.dev.cfg.BusyPoll; d > 0 {
+		seen := c.taken.Load()
+		for until := time.Now().Add(d); time.Now().Before(until); {
+			runtime.Gosched() // the TUN readers may need this P
+			f()
+			if n := c.taken.Load(); n != seen {
+				seen, until = n, time.Now().Add(d)
+				c.dev.ctr.busyPollHits.Add(1)
+			}
+		}
+	}
+	c.arm()
+	f()
 }
 
 func (c *cq) signal() {
@@ -203,6 +220,9 @@ func (c *cq) Poll(wc []ib.Completion) int {
 		if n < want {
 			break
 		}
+	}
+	if k > 0 {
+		c.taken.Add(1)
 	}
 	return k
 }

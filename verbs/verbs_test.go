@@ -48,7 +48,13 @@ func openPair(t *testing.T) (a, b *end) {
 
 func openEnd(t *testing.T, name string) *end {
 	t.Helper()
-	d, err := Open(Config{Device: name, Port: 1, GIDIndex: -1})
+	return openEndWith(t, Config{Device: name, Port: 1, GIDIndex: -1})
+}
+
+func openEndWith(t *testing.T, cfg Config) *end {
+	t.Helper()
+	name := cfg.Device
+	d, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", name, err)
 	}
@@ -705,5 +711,58 @@ func TestSmallSendsGoInline(t *testing.T) {
 		} else if got := b.buf(1)[ib.GRHLen : ib.GRHLen+c.size]; !bytes.Equal(got, a.buf(0)[:c.size]) {
 			t.Errorf("%d octets: the payload arrived changed", c.size)
 		}
+	}
+}
+
+// With BusyPoll, a receive CQ's handler goes on polling after it drained
+// the CQ: completions that come within the window are taken without an
+// event each.
+func TestBusyPollTakesCompletionsWithoutEvents(t *testing.T) {
+	a, _ := openPair(t)
+	b := openEndWith(t, Config{Device: strings.Split(os.Getenv(devicesEnv), ",")[1], Port: 1, GIDIndex: -1, BusyPoll: 200 * time.Millisecond})
+	qa, qb := a.udQP(t), b.udQP(t)
+	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.port().GID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Close()
+	const posts = 10
+	got := make(chan ib.Completion, posts)
+	var wc [16]ib.Completion
+	b.rcq.(*cq).SetHandler(func() {
+		for k := range b.rcq.Poll(wc[:]) {
+			got <- wc[k]
+		}
+	})
+	recvs := make([]ib.RecvWR, posts)
+	for k := range recvs {
+		recvs[k] = ib.RecvWR{ID: uint64(k), SGE: b.sge(k, slotSize)}
+	}
+	if _, err := qb.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	w := newWaiter(t)
+	for k := range posts {
+		// One at a time: each send completes before the next is posted,
+		// so its datagram comes while the receiver polls or sleeps.
+		if _, err := qa.PostSend([]ib.SendWR{{ID: uint64(k), SGE: a.sge(0, 100), AH: ah, RemoteQPN: qb.Num(), RemoteQKey: testQKey}}); err != nil {
+			t.Fatal(err)
+		}
+		if c := w.one(a.scq, "send"); c.Status != ib.WCSuccess {
+			t.Fatalf("send %d: %+v", k, c)
+		}
+		select {
+		case c := <-got:
+			if c.Status != ib.WCSuccess {
+				t.Fatalf("receive %d: %+v", k, c)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("receive %d: not taken within %v", k, waitFor)
+		}
+	}
+	events, hits := b.dev.ctr.cqEvents.Load(), b.dev.ctr.busyPollHits.Load()
+	t.Logf("%d receives: %d completion events, %d busy poll hits", posts, events, hits)
+	if hits == 0 || events >= posts {
+		t.Errorf("%d receives 200 ms of busy polling could take: %d completion events, %d busy poll hits; want fewer events, and hits", posts, events, hits)
 	}
 }
