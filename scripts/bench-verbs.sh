@@ -5,8 +5,10 @@
 # with scripts/bench-verbs.d/ as its only hooks, which measure in one run:
 # perftest's ib_send_bw (RC, 64 KiB messages; UD at the IB MTU) and
 # ib_send_lat, ipoibd --provider verbs in connected mode over RC (MTU 65520)
-# and in datagram mode (UD) with iperf3 and ping, and the kernel's own TCP
-# over va/vb (the guest's ceiling); with the daemons' CPU per byte
+# and in datagram mode (UD) with iperf3 and ping, the verbs relay
+# (internal/testbed/verbsrelay: ipoibd's tun and verbs packages with no
+# IPoIB above them, the ceiling of a TUN driver over the provider) and the
+# kernel's own TCP over va/vb (the guest's ceiling); with the daemons' CPU per byte
 # (/proc/PID/stat) and the whole guest's (/proc/stat). Reads the guest's
 # BENCH lines from the console and writes the section "The verbs provider
 # on the real kernel" of BENCHMARKS.md (between its marker lines, replacing
@@ -84,11 +86,12 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { n = "^[0-9]+([.][0-9]+)?(e[+-]?[0-9]+
 r2() { awk -v a="$1" 'BEGIN { if (a ~ /^[0-9.e+-]+$/) printf "%.3f", a; else print "n/a" }'; }
 
 declare -A label mtu tput truns dcpu dcpuruns bcpu bcpuruns ping
-order=(tcp sendbw-RC sendbw-RC-events sendbw-UD ipoibd-rc ipoibd-ud)
+order=(tcp sendbw-RC sendbw-RC-events sendbw-UD relay ipoibd-rc ipoibd-ud)
 label[tcp]="kernel TCP over the veth va → vb (the guest's ceiling)"
 label[sendbw-RC]="perftest ib_send_bw, RC, 64 KiB messages"
 label[sendbw-UD]="perftest ib_send_bw, UD, IB-MTU messages"
 label[sendbw-RC-events]="perftest ib_send_bw, RC, 64 KiB messages, sleeping on completion events (-e)"
+label[relay]="the verbs relay limit: TUN reads as RC SENDs, no IPoIB (internal/testbed/verbsrelay)"
 label[ipoibd-rc]="ipoibd --provider verbs, connected mode, RC"
 label[ipoibd-ud]="ipoibd --provider verbs, datagram mode (UD)"
 ibmtu=$(one guest ibmtu)
@@ -96,6 +99,7 @@ mtu[tcp]=$(one guest mtu_va)
 mtu[sendbw-RC]="IB MTU ${ibmtu:-?}"
 mtu[sendbw-UD]="IB MTU ${ibmtu:-?}"
 mtu[sendbw-RC-events]="IB MTU ${ibmtu:-?}"
+mtu[relay]=65520
 mtu[ipoibd-rc]=$(one ipoibd-rc-link mtu)
 mtu[ipoibd-ud]=$(one ipoibd-ud-link mtu)
 for k in "${order[@]}"; do
@@ -110,7 +114,7 @@ for k in "${order[@]}"; do
 	[ -n "${bcpuruns[$k]}" ] || bcpuruns[$k]=n/a
 	ping[$k]=n/a
 done
-for k in tcp ipoibd-rc ipoibd-ud; do
+for k in tcp relay ipoibd-rc ipoibd-ud; do
 	a=$(one "$k-ping" avg)
 	[ -z "$a" ] || ping[$k]="$a / $(one "$k-ping" mdev) (loss $(one "$k-ping" loss))"
 done
@@ -198,13 +202,20 @@ section=$tmp/section.md
 	echo "sleeping thread at least four times (TUN read and CQ event on each side) where ib_send_lat"
 	echo "-e wakes two; under TCG each wake-up of an idle vCPU waits for the host to run its thread."
 	echo "The -e rows price that for perftest; the kernel TCP row prices the same bytes with no RDMA"
-	echo "stack at all (rxe computes its ICRC in software, emulated here)."
+	echo "stack at all (rxe computes its ICRC in software, emulated here). The verbs relay is what"
+	echo "ipoibd's own tun and verbs packages cost without IPoIB above them (TUN reads with their"
+	echo "offload headers as RC SENDs, written to the peer's TUN as they came, no checksums, no"
+	echo "neighbors, no CM): the ceiling of a TUN driver over this provider, as bench/relay is over UDP;"
+	echo "its daemons' CPU is the two relay processes'."
 	echo
 	echo "Ratios (the issue's target: ipoibd RC ≥ 0.7 × ib_send_bw RC on the same devices):"
 	echo
 	echo "- ipoibd RC ÷ ib_send_bw RC: **$(ratio "${tput[ipoibd-rc]}" "${tput[sendbw-RC]}")**;"
 	echo "  ipoibd UD ÷ ib_send_bw UD: **$(ratio "${tput[ipoibd-ud]}" "${tput[sendbw-UD]}")**;"
 	echo "  ipoibd RC ÷ kernel TCP: $(ratio "${tput[ipoibd-rc]}" "${tput[tcp]}"); ib_send_bw RC ÷ kernel TCP: $(ratio "${tput[sendbw-RC]}" "${tput[tcp]}")"
+	echo "- ipoibd RC ÷ the verbs relay: **$(ratio "${tput[ipoibd-rc]}" "${tput[relay]}")**; the verbs relay ÷ ib_send_bw RC:"
+	echo "  **$(ratio "${tput[relay]}" "${tput[sendbw-RC]}")**, ÷ ib_send_bw RC sleeping on events: $(ratio "${tput[relay]}" "${tput[sendbw-RC-events]}");"
+	echo "  ping through ipoibd RC ÷ the relay's: $(ratio "$(ping_ms ipoibd-rc)" "$(ping_ms relay)")"
 	echo "- ipoibd RC ÷ ib_send_bw RC sleeping on events: **$(ratio "${tput[ipoibd-rc]}" "${tput[sendbw-RC-events]}")**;"
 	echo "  ib_send_bw RC on events ÷ polling: $(ratio "${tput[sendbw-RC-events]}" "${tput[sendbw-RC]}")"
 	echo "- ping through ipoibd RC ÷ ib_send_lat's round trip: $(ratio "$(ping_ms ipoibd-rc)" "$lat_rtt"), ÷ ib_send_lat -e's:"

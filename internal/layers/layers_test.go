@@ -79,6 +79,7 @@ var allowed = map[string][]string{
 	"internal/testbed/saclient":    {"ib", "sa", "umadsa"},
 	"internal/testbed/sibcm":       {"cm", "ib", "softib"},
 	"internal/testbed/sibpingpong": {"ib", "softib"},
+	"internal/testbed/verbsrelay":  {"ib", "offload", "tun", "verbs"},
 	"internal/testnet":             nil,
 	"internal/testns":              {"internal/testnet"}, // tests only: a namespace with a TUN, for mtu and tun
 	"internal/testnet/cmd/testnet": {"internal/testnet"},
