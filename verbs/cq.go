@@ -60,7 +60,7 @@ type cq struct {
 	// on its way to drainEvents. Without a handler the CQ is armed only
 	// when its consumer asks (Ready).
 	armed atomic.Bool
-	taken atomic.Uint64 // Polls that found completions (runHandler's busy poll)
+	taken atomic.Uint64 // polls that found completions (runHandler's busy poll)
 	watch *fdWatcher
 	users atomic.Int32 // QPs created on it
 
@@ -106,8 +106,9 @@ func (d *Device) CreateCQ(size int) (ib.CQ, error) {
 }
 
 // drainEvents runs on the watcher's goroutine when the channel is
-// readable. A CQ with a handler is drained and armed again at once (runHandler);
-// one without is armed again when its consumer next waits (Ready).
+// readable. A CQ with a handler is drained and armed again at once
+// (runHandler); one without is armed again when its consumer next waits
+// (Ready).
 func (c *cq) drainEvents() (stop bool) {
 	r := C.ipoibd_cq_events(c.ch, c.cq)
 	if r.err != 0 {
