@@ -39,11 +39,18 @@ type end struct {
 
 func openPair(t *testing.T) (a, b *end) {
 	t.Helper()
+	names := deviceNames(t)
+	return openEnd(t, names[0]), openEnd(t, names[1])
+}
+
+// deviceNames returns the two devices the environment names, or skips.
+func deviceNames(t *testing.T) [2]string {
+	t.Helper()
 	names := strings.Split(os.Getenv(devicesEnv), ",")
 	if len(names) != 2 || names[0] == "" || names[1] == "" {
 		t.Skipf("set %s=rxe0,rxe1 (two RDMA devices on the same link, port 1) to run the verbs tests", devicesEnv)
 	}
-	return openEnd(t, names[0]), openEnd(t, names[1])
+	return [2]string{names[0], names[1]}
 }
 
 func openEnd(t *testing.T, name string) *end {
@@ -85,6 +92,17 @@ func openEndWith(t *testing.T, cfg Config) *end {
 func (e *end) sge(slot, n int) ib.SGE { return ib.SGE{MR: e.mr, Offset: slot * slotSize, Length: n} }
 func (e *end) buf(slot int) []byte    { return e.slab.Bytes()[slot*slotSize : (slot+1)*slotSize] }
 func (e *end) port() ib.PortAttr      { return e.dev.Port() }
+
+// ahTo makes an address handle to gid, closed when the test ends.
+func (e *end) ahTo(t *testing.T, gid ib.GID) ib.AH {
+	t.Helper()
+	ah, err := e.dev.CreateAH(ib.AHAttr{DestGID: gid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ah.Close() })
+	return ah
+}
 
 func (e *end) qp(t *testing.T, typ ib.QPType, srq ib.SRQ) ib.QP {
 	t.Helper()
@@ -594,11 +612,7 @@ func TestCloseTwice(t *testing.T) {
 func TestSendCQArmedOnlyForWaiters(t *testing.T) {
 	a, b := openPair(t)
 	qa, qb := a.udQP(t), b.udQP(t)
-	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.port().GID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Close()
+	ah := a.ahTo(t, b.port().GID)
 	send := func(id uint64) {
 		t.Helper()
 		if _, err := qa.PostSend([]ib.SendWR{{ID: id, SGE: a.sge(0, 64), AH: ah, RemoteQPN: qb.Num(), RemoteQKey: testQKey}}); err != nil {
@@ -675,11 +689,7 @@ func TestSmallSendsGoInline(t *testing.T) {
 	if n := a.qp(t, ib.RC, nil).(*qp).maxInline; n != 0 {
 		t.Errorf("an RC QP sends up to %d octets inline, want none", n)
 	}
-	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.port().GID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Close()
+	ah := a.ahTo(t, b.port().GID)
 	w := newWaiter(t)
 	for _, c := range []struct {
 		size   int
@@ -719,13 +729,9 @@ func TestSmallSendsGoInline(t *testing.T) {
 // event each.
 func TestBusyPollTakesCompletionsWithoutEvents(t *testing.T) {
 	a, _ := openPair(t)
-	b := openEndWith(t, Config{Device: strings.Split(os.Getenv(devicesEnv), ",")[1], Port: 1, GIDIndex: -1, BusyPoll: 200 * time.Millisecond})
+	b := openEndWith(t, Config{Device: deviceNames(t)[1], Port: 1, GIDIndex: -1, BusyPoll: 200 * time.Millisecond})
 	qa, qb := a.udQP(t), b.udQP(t)
-	ah, err := a.dev.CreateAH(ib.AHAttr{DestGID: b.port().GID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Close()
+	ah := a.ahTo(t, b.port().GID)
 	const posts = 10
 	got := make(chan ib.Completion, posts)
 	var wc [16]ib.Completion
