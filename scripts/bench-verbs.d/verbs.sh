@@ -243,36 +243,40 @@ pair() {
 	done
 	okn[ipoibd-$mode-up]=$((${okn[ipoibd-$mode-up]:-0} + 1))
 }
-# relay_pair: the verbs relay (internal/testbed/verbsrelay), one end per
-# device in the namespaces vrl1 and vrl2: each TUN read goes as one RC
-# SEND through ipoibd's own tun and verbs packages, with no IPoIB above
-# them: the ceiling of a TUN driver over this provider. Pids in dpids.
+# relay_pair KIND: the verbs relay (internal/testbed/verbsrelay), one end
+# per device in the namespaces vrl1 and vrl2, through ipoibd's own tun and
+# verbs packages with no IPoIB above them. KIND relay: each TUN read goes as
+# one RC SEND, the ceiling of a TUN driver over this provider; relay-ud:
+# standard IP packets of up to 4092 octets, one UD SEND each (checksums
+# completed, super-packets cut and merged again), datagram mode's ceiling.
+# Pids in dpids.
 relay_pair() {
-	local k dev me peer
-	rm -f "$log/relay-a" "$log/relay-b"
+	local kind=$1 k dev me peer args=()
+	[ "$kind" = relay-ud ] && args=(-ud)
+	rm -f "$log"/relay-[ab] "$log"/relay-[ab].rts
 	dpids=()
 	for k in 1 2; do
 		dev=$A me=a peer=b
 		[ $k = 2 ] && dev=$B me=b peer=a
 		ip netns del "vrl$k" 2>/dev/null
 		ip netns add "vrl$k"
-		ip netns exec "vrl$k" /opt/ipoibd/verbsrelay -device "$dev" -tun vr0 -me "$log/relay-$me" -peer "$log/relay-$peer" >"$log/relay-$k.log" 2>&1 &
+		ip netns exec "vrl$k" /opt/ipoibd/verbsrelay -device "$dev" -tun vr0 -me "$log/relay-$me" -peer "$log/relay-$peer" "${args[@]}" >"$log/$kind-$k.log" 2>&1 &
 		dpids+=($!)
 		pids+=($!)
 	done
 	for k in 1 2; do
 		for _ in $(seq 300); do
-			grep -q '^verbsrelay: ready' "$log/relay-$k.log" && break
+			grep -q '^verbsrelay: ready' "$log/$kind-$k.log" && break
 			sleep 0.1
 		done
-		if ! grep -q '^verbsrelay: ready' "$log/relay-$k.log"; then
-			echo "  | verbs relay $k did not come up: $(tail -n 2 "$log/relay-$k.log" | tr '\n' ' ')"
+		if ! grep -q '^verbsrelay: ready' "$log/$kind-$k.log"; then
+			echo "  | verbs relay $kind $k did not come up: $(tail -n 2 "$log/$kind-$k.log" | tr '\n' ' ')"
 			stop_all
 			return 1
 		fi
 		ip -n "vrl$k" addr add "192.168.60.$k/24" dev vr0
 	done
-	okn[relay-up]=$((${okn[relay-up]:-0} + 1))
+	okn[$kind-up]=$((${okn[$kind-up]:-0} + 1))
 }
 # idle MODE: the pair's CPU while nothing crosses it, over 3 s.
 idle() {
@@ -410,15 +414,16 @@ for r in $(seq "$REPS"); do
 	# The kernel's TCP over va/vb (the policy routing of the test bed makes
 	# B -> A cross the veth): the ceiling of this guest.
 	iperf_run tcp "" "" "$IPA" "$r"
-	if relay_pair; then
+	for kind in relay relay-ud; do
+		relay_pair $kind || continue
 		if [ "$r" = 1 ]; then
-			ping_of relay vrl1 192.168.60.2
+			ping_of $kind vrl1 192.168.60.2
 		else
 			ip netns exec vrl1 ping -c 3 -i 0.2 -W 3 192.168.60.2 >/dev/null 2>&1
 		fi
-		iperf_run relay vrl1 vrl2 192.168.60.2 "$r" "${dpids[@]}"
+		iperf_run $kind vrl1 vrl2 192.168.60.2 "$r" "${dpids[@]}"
 		stop_all
-	fi
+	done
 	for mode in rc ud; do
 		pair $mode || continue
 		if [ "$r" = 1 ]; then
@@ -434,7 +439,7 @@ for r in $(seq "$REPS"); do
 		stop_all
 	done
 done
-for k in sendbw-RC sendbw-UD sendbw-RC-events tcp relay-up relay ipoibd-rc-up ipoibd-rc ipoibd-ud-up ipoibd-ud; do
+for k in sendbw-RC sendbw-UD sendbw-RC-events tcp relay-up relay relay-ud-up relay-ud ipoibd-rc-up ipoibd-rc ipoibd-ud-up ipoibd-ud; do
 	if [ "${okn[$k]:-0}" = "$REPS" ]; then pass "$k"; else fail "$k" "${okn[$k]:-0} of $REPS runs gave a figure"; fi
 done
 for m in rc-1 rc-2 ud-1 ud-2; do
