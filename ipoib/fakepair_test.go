@@ -26,10 +26,25 @@ func newFakePair(t *testing.T) *pair {
 // newFakePairOn is newFakePair with devices opened as dev says.
 func newFakePairOn(t *testing.T, dev ibtest.Config) *pair {
 	t.Helper()
+	return connectSink(t, newFakeHostPair(t, dev, Connected))
+}
+
+// newFakeDatagramPair is newFakePair in datagram mode: a's sink is at b's
+// link address over UD.
+func newFakeDatagramPair(t *testing.T) *pair {
+	t.Helper()
+	return resolveSink(t, newFakeHostPair(t, ibtest.Config{}, Datagram))
+}
+
+// newFakeHostPair makes newFakePair's two hosts in mode, its sink not yet
+// set.
+func newFakeHostPair(t *testing.T, dev ibtest.Config, mode Mode) *pair {
+	t.Helper()
 	logA := &syncBuffer{}
 	addrs := func(k int, log *slog.Logger) func(*Config) {
 		return func(c *Config) {
 			c.Addrs = []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("192.168.9.%d/24", k)), netip.MustParsePrefix(fmt.Sprintf("fd00:9::%d/64", k))}
+			c.Mode = mode
 			if log != nil {
 				c.Log = log
 			}
@@ -40,7 +55,7 @@ func newFakePairOn(t *testing.T, dev ibtest.Config) *pair {
 		x.ip4 = netip.AddrFrom4([4]byte{192, 168, 9, byte(k + 1)})
 		x.ip6 = netip.MustParseAddr(fmt.Sprintf("fd00:9::%d", k+1))
 	}
-	return connectSink(t, &pair{a: h[0].Interface, b: h[1].Interface, fa: h[0], fb: h[1], logA: logA})
+	return &pair{a: h[0].Interface, b: h[1].Interface, fa: h[0], fb: h[1], logA: logA}
 }
 
 // fakePing sends a UDP packet from a to dst, b's address, and b's answer
@@ -69,21 +84,32 @@ func (p *pair) fakePing(dst string, seq byte, wait time.Duration) error {
 	return nil
 }
 
-// TestFakeSegmentsShareSlots: the segments of a super-packet to a connected
-// neighbor go packed into as few transmit slots as hold them (RC holds a
-// slot until the peer acknowledges), arrive as the segments a NIC would
-// have sent, in order, and every slot comes back once they completed.
+// TestFakeSegmentsShareSlots: the segments of a super-packet to a resolved
+// neighbor, over its connection or UD, go packed into as few transmit slots
+// as hold them (RC holds a slot until the peer acknowledges; over UD a
+// slot to each segment cost a slot, a neighbor lookup and three counter
+// updates a segment), arrive as the segments a NIC would have sent, in
+// order, are counted on their path, and every slot comes back once they
+// completed.
 func TestFakeSegmentsShareSlots(t *testing.T) {
 	const payload = 65535 - 40
 	for _, tc := range []struct {
+		mode       Mode
 		mss, slots int
+		counted    counter
 	}{
-		{1460, 1}, // 45 segments of 1504 octets with the IPoIB header
-		{536, 2},  // 123 segments, 119 to a slot
-		{8948, 2}, // 8 segments, 7 to a slot
+		{Connected, 1460, 1, txConnected}, // 45 segments of 1504 octets with the IPoIB header
+		{Connected, 536, 2, txConnected},  // 123 segments, 119 to a slot
+		{Connected, 8948, 2, txConnected}, // 8 segments, 7 to a slot
+		{Datagram, 1460, 1, txUD},
+		{Datagram, 4040, 1, txUD}, // 17 segments of 4092 octets, 17 to a slot
+		{Datagram, 536, 2, txUD},
 	} {
-		t.Run(fmt.Sprint(tc.mss), func(t *testing.T) {
+		t.Run(fmt.Sprint(tc.mode, tc.mss), func(t *testing.T) {
 			p := newFakePair(t)
+			if tc.mode == Datagram {
+				p = newFakeDatagramPair(t)
+			}
 			pool := p.r.slots
 			slot := p.txSlot()
 			n, h := p.superPacket(slot, payload, tc.mss)
@@ -114,8 +140,8 @@ func TestFakeSegmentsShareSlots(t *testing.T) {
 					t.Fatalf("segment %d of %d: got %d octets that differ from the %d cut", k, len(want), len(got), len(want[k]))
 				}
 			}
-			if got := p.fa.count(txConnected); got < uint64(len(want)) {
-				t.Errorf("tx_connected %d, want at least %d", got, len(want))
+			if got := p.fa.count(tc.counted); got < uint64(len(want)) {
+				t.Errorf("%s %d, want at least %d", counterNames[tc.counted], got, len(want))
 			}
 			// All but the one a's reader holds for its next Read.
 			waitFor(t, "every transmit slot back in its pool", func() bool {

@@ -101,8 +101,9 @@ func (i *Interface) txSlot(r *txReader) (uint32, bool) {
 // transmitSegments cuts the TSO/USO super-packet in slot into wire
 // packets of the size the kernel chose (its MSS for the path), with valid
 // checksums: a peer sees what a NIC without offloads would have sent. To a
-// connected neighbor they go packed into shared slots (sendPacked); else
-// each in a slot of its own, through transmit.
+// resolved neighbor, over its connection or UD, they go packed into
+// shared slots (sendPacked); else each in a slot of its own, through
+// transmit, which decides for each as for any packet.
 func (i *Interface) transmitSegments(r *txReader, slot uint32, n int) {
 	buf := i.slots.bytes(slot)
 	pkt := buf[encap.HeaderLen : encap.HeaderLen+n]
@@ -112,8 +113,8 @@ func (i *Interface) transmitSegments(r *txReader, slot uint32, n int) {
 		return
 	}
 	i.ctr.inc(txSuperPackets)
-	if etherType, p := i.connectedPath(pkt, segs.MaxLen()); p != nil {
-		i.sendPacked(r, &segs, etherType, p)
+	if etherType, e, p := i.unicastPath(pkt, segs.MaxLen()); p != nil {
+		i.sendPacked(r, &segs, etherType, e, p)
 		i.slots.free(slot)
 		return
 	}
@@ -129,39 +130,53 @@ func (i *Interface) transmitSegments(r *txReader, slot uint32, n int) {
 	i.slots.free(slot)
 }
 
-// connectedPath returns the EtherType of the super-packet pkt and the
-// connection it goes out on, when it is unicast to a neighbor whose
-// connection is up and takes segments of maxLen octets; else nil, and
-// transmit decides for each segment as for any packet.
-func (i *Interface) connectedPath(pkt []byte, maxLen int) (uint16, *neigh.Path) {
+// unicastPath returns the EtherType of the super-packet pkt, its
+// neighbor and the path its segments of up to maxLen octets take, as
+// transmit would choose it for each: the neighbor's connection when it is
+// up, else UD when they fit the UD MTU. nil when pkt is not unicast to a
+// resolved neighbor or its segments need another choice (too big, or
+// held for a connection).
+func (i *Interface) unicastPath(pkt []byte, maxLen int) (uint16, *neigh.Entry, *neigh.Path) {
 	etherType, dst, ok := ipDest(pkt)
 	if !ok || dst.IsMulticast() || i.isBroadcast(dst) {
-		return 0, nil
+		return 0, nil, nil
 	}
 	e := i.neigh.Lookup(dst)
 	if e == nil {
-		return 0, nil
+		return 0, nil, nil
 	}
-	if p := e.Path(); p != nil && p.QP != nil && maxLen <= p.MTU {
-		return etherType, p
+	p := e.Path()
+	switch {
+	case p == nil:
+	case p.QP != nil && maxLen <= p.MTU:
+		return etherType, e, p
+	case p.QP == nil && maxLen <= i.port.udMTU:
+		return etherType, e, p
 	}
-	return 0, nil
+	return 0, nil, nil
 }
 
-// sendPacked posts the segments of a super-packet on p's connection, as
-// many to a slot as fit one after another and the send queues' room
-// allows (slots.budget). An RC send completes only when the
-// peer acknowledges it: with a slot to each 1460-octet segment a TUN
-// reader's 128 slots held 190 KB in flight and the reader waited for
+// sendPacked posts the segments of a super-packet to neighbor e on path
+// p, its connection or UD, as many to a slot as fit one after another and
+// the send queues' room allows (slots.budget). An RC send completes only
+// when the peer acknowledges it: with a slot to each 1460-octet segment a
+// TUN reader's 128 slots held 190 KB in flight and the reader waited for
 // acknowledgements (tx_slot_waits), where 128 slots of 64 KiB segments
-// hold 8 MB.
-func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType uint16, p *neigh.Path) {
+// hold 8 MB. Over UD, the neighbor is looked up and the segments counted
+// once for the super-packet, not once a segment.
+func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType uint16, e *neigh.Entry, p *neigh.Path) {
 	// Each segment starts 8-aligned; all but the last are maxLen long.
 	stride := (encap.HeaderLen + segs.MaxLen() + 7) &^ 7
 	perSlot := slotSize / stride
 	// Counted once for the super-packet: an atomic add per segment waits
 	// for the segment's copy to leave the store buffer.
 	var packets, octets uint64
+	qp, ud := p.QP, p.QP == nil
+	var qkey ib.QKey
+	if ud {
+		qp, qkey = i.udQP, i.qKey()
+		i.wantConnection(e, p)
+	}
 	for k := 0; k < segs.Len(); {
 		slot, ok := i.txSlot(r)
 		if !ok {
@@ -175,12 +190,23 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 			_ = encap.PutHeader(buf[at:], etherType)
 			packets++
 			octets += uint64(m)
-			i.addSend(&r.sends, p.QP, ib.SendWR{ID: uint64(slot), SGE: i.slots.sgeAt(slot, at, encap.HeaderLen+m)})
+			wr := ib.SendWR{ID: uint64(slot), SGE: i.slots.sgeAt(slot, at, encap.HeaderLen+m)}
+			if ud {
+				wr.AH, wr.RemoteQPN, wr.RemoteQKey = p.AH, p.Link.QPN, qkey
+			}
+			i.addSend(&r.sends, qp, wr)
 		}
 		k += cnt
 	}
 	i.ctr.add(txPackets, packets)
 	i.ctr.add(txBytes, octets)
+	if ud {
+		i.ctr.add(txUD, packets)
+		if i.connectable(p) {
+			e.UDFallbacks.Add(packets)
+		}
+		return
+	}
 	i.ctr.add(txConnected, packets)
 	p.Packets.Add(packets)
 	p.Bytes.Add(octets)
