@@ -163,8 +163,8 @@ func run(device, tunName string, m mode, me, peer string) error {
 		}
 		defer r.ah.Close()
 		r.peerQPN = peerQPN
-		if max := port.ActiveMTU.Bytes(); m.mtu > max {
-			return fmt.Errorf("%s's active MTU is %d octets, below the %d datagram mode needs", device, max, m.mtu)
+		if ibMTU := port.ActiveMTU.Bytes(); m.mtu > ibMTU {
+			return fmt.Errorf("%s's active MTU is %d octets, below the %d datagram mode needs", device, ibMTU, m.mtu)
 		}
 	}
 	for _, s := range steps {
