@@ -20,6 +20,13 @@ import (
 // interface back) wins at once with SharedGIDs too; one naming another
 // is an impostor's. The same for IPv6, whose unsolicited NA carries the
 // replaced address in an option of ours.
+//
+// A restart is b's daemon gone: b is closed before c's claim, so that its
+// old QPN answers nothing, as after a real restart. (With b alive, anything
+// b sent after the claim, such as its answer to a probe, was itself a claim
+// from b's own QPN on the port and took the entry back.) Hosts run in
+// datagram mode: a connection attempt that timed out under load made a
+// probe b. A restart must win at once, not after the probes' silence.
 func TestSharedGIDClaims(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -36,7 +43,8 @@ func TestSharedGIDClaims(t *testing.T) {
 		{"IPv6, shared GIDs: an impostor naming another address", true, "a", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newFakeHosts(t, 2, func(c *Config) { c.SharedGIDs = tc.shared })
+			datagram := func(c *Config) { c.Mode = Datagram }
+			h := newFakeHosts(t, 2, func(c *Config) { c.SharedGIDs = tc.shared; c.Mode = Datagram }, datagram)
 			a, b := h[0], h[1]
 			c := &fakeHost{ibdev: b.ibdev, nd: netdevtest.New(), ip4: netip.MustParseAddr("10.9.0.3")}
 			var err error
@@ -57,6 +65,10 @@ func TestSharedGIDClaims(t *testing.T) {
 			a.send(packetTo(src, dst, 100, 1))
 			b.next(t)
 			refuted := a.count(impostors)
+			restart := !tc.shared || tc.replaces == "b"
+			if restart {
+				b.Close()
+			}
 			c.do(func() {
 				if tc.ipv6 {
 					na := neigh.NeighborMessage{Type: neigh.TypeNeighborAdvertisement, Override: true, Target: b.ip6, LinkAddr: c.port.local, HasLinkAddr: true}
@@ -78,11 +90,14 @@ func TestSharedGIDClaims(t *testing.T) {
 				}
 				c.ctl.sendARP(&claim, a.port.local, true)
 			})
-			if !tc.shared || tc.replaces == "b" {
-				waitFor(t, "a to take the claim as b's restart", func() bool {
+			if restart {
+				waitFor(t, "a to act on c's claim", func() bool {
 					n, _ := a.neighbor(dst)
-					return n.LinkAddr == c.LinkAddr().String()
+					return n.LinkAddr == c.LinkAddr().String() || n.State == "PROBING"
 				})
+				if n, _ := a.neighbor(dst); n.LinkAddr != c.LinkAddr().String() {
+					t.Fatalf("a's neighbor b is %s at %s: c's claim was checked, not taken at once as b's restart", n.State, n.LinkAddr)
+				}
 				return
 			}
 			waitFor(t, "a refutes c's claim", func() bool { return a.count(impostors) > refuted })
