@@ -116,41 +116,27 @@ func newPairMode(tb testing.TB, mode Mode) *pair {
 // waits for the RC path.
 func connectSink(tb testing.TB, p *pair) *pair {
 	tb.Helper()
-	p.sink = netip.MustParseAddr("192.168.9.77")
-	p.r = &txReader{slots: &p.a.slots.tx[0]}
-	// The sink is "at" b's link address; connect and wait for the RC path.
-	up := make(chan struct{})
-	p.a.do(func() {
-		e, _ := p.a.neigh.Create(p.sink, p.a.ctl.now)
-		p.a.ctl.apply(e, e.Heard(p.b.LinkAddr(), p.a.ctl.now), ib.LinkAddr{})
+	return aimSink(tb, p, "an RC connection", func(e *neigh.Entry) bool {
+		p.a.ctl.connect(e)
+		path := e.Path()
+		return path != nil && path.QP != nil
 	})
-	go func() {
-		defer close(up)
-		for {
-			var path *neigh.Path
-			p.a.do(func() {
-				if e := p.a.neigh.Get(p.sink); e != nil {
-					p.a.ctl.connect(e)
-					path = e.Path()
-				}
-			})
-			if path != nil && path.QP != nil {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	select {
-	case <-up:
-	case <-time.After(10 * time.Second):
-		tb.Fatal("no RC connection within 10 s")
-	}
-	return p
 }
 
 // resolveSink points p's sink at b's link address and waits until a
 // reaches it over UD (datagram mode: no connection).
 func resolveSink(tb testing.TB, p *pair) *pair {
+	tb.Helper()
+	return aimSink(tb, p, "a UD path", func(e *neigh.Entry) bool {
+		path := e.Path()
+		return path != nil && path.AH != nil
+	})
+}
+
+// aimSink makes a's entry for p's sink "at" b's link address and waits
+// until ready (run on a's control goroutine) says the entry has the path
+// wanted.
+func aimSink(tb testing.TB, p *pair, what string, ready func(*neigh.Entry) bool) *pair {
 	tb.Helper()
 	p.sink = netip.MustParseAddr("192.168.9.77")
 	p.r = &txReader{slots: &p.a.slots.tx[0]}
@@ -160,17 +146,17 @@ func resolveSink(tb testing.TB, p *pair) *pair {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var path *neigh.Path
+		ok := false
 		p.a.do(func() {
 			if e := p.a.neigh.Get(p.sink); e != nil {
-				path = e.Path()
+				ok = ready(e)
 			}
 		})
-		if path != nil && path.AH != nil {
+		if ok {
 			return p
 		}
 		if time.Now().After(deadline) {
-			tb.Fatal("no UD path to the sink within 10 s")
+			tb.Fatalf("no %s to the sink within 10 s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

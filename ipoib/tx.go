@@ -171,10 +171,10 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 	// Counted once for the super-packet: an atomic add per segment waits
 	// for the segment's copy to leave the store buffer.
 	var packets, octets uint64
-	qp, ud := p.QP, p.QP == nil
-	var qkey ib.QKey
+	// Each segment's work request: over UD, addressed as a datagram.
+	qp, ud, wr := p.QP, p.QP == nil, ib.SendWR{}
 	if ud {
-		qp, qkey = i.udQP, i.qKey()
+		qp, wr = i.udQP, ib.SendWR{AH: p.AH, RemoteQPN: p.Link.QPN, RemoteQKey: i.qKey()}
 		i.wantConnection(e, p)
 	}
 	for k := 0; k < segs.Len(); {
@@ -190,10 +190,7 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 			_ = encap.PutHeader(buf[at:], etherType)
 			packets++
 			octets += uint64(m)
-			wr := ib.SendWR{ID: uint64(slot), SGE: i.slots.sgeAt(slot, at, encap.HeaderLen+m)}
-			if ud {
-				wr.AH, wr.RemoteQPN, wr.RemoteQKey = p.AH, p.Link.QPN, qkey
-			}
+			wr.ID, wr.SGE = uint64(slot), i.slots.sgeAt(slot, at, encap.HeaderLen+m)
 			i.addSend(&r.sends, qp, wr)
 		}
 		k += cnt
@@ -201,10 +198,7 @@ func (i *Interface) sendPacked(r *txReader, segs *offload.Segments, etherType ui
 	i.ctr.add(txPackets, packets)
 	i.ctr.add(txBytes, octets)
 	if ud {
-		i.ctr.add(txUD, packets)
-		if i.connectable(p) {
-			e.UDFallbacks.Add(packets)
-		}
+		i.countUD(e, p, packets)
 		return
 	}
 	i.ctr.add(txConnected, packets)
@@ -304,11 +298,17 @@ func (i *Interface) connectable(p *neigh.Path) bool {
 // unicastUD queues an n-octet IPoIB message in slot to neighbor e over its
 // UD path p; a neighbor that could have a connection counts a fallback.
 func (i *Interface) unicastUD(sends *sendBatch, slot uint32, n int, e *neigh.Entry, p *neigh.Path) {
-	i.ctr.inc(txUD)
-	if i.connectable(p) {
-		e.UDFallbacks.Add(1)
-	}
+	i.countUD(e, p, 1)
 	i.sendUD(sends, slot, n, p.AH, p.Link.QPN)
+}
+
+// countUD counts packets sent to neighbor e over its UD path p, as
+// fallbacks when e could have a connection.
+func (i *Interface) countUD(e *neigh.Entry, p *neigh.Path, packets uint64) {
+	i.ctr.add(txUD, packets)
+	if i.connectable(p) {
+		e.UDFallbacks.Add(packets)
+	}
 }
 
 // wantConnection asks the control goroutine, once, to connect to a peer we

@@ -285,7 +285,7 @@ mv "$tmp/out.md" "$out"
 
 
 say "ipoibd RC ${tput[ipoibd-rc]} Gbit/s, UD ${tput[ipoibd-ud]}, ib_send_bw RC ${tput[sendbw-RC]}, UD ${tput[sendbw-UD]}, kernel TCP ${tput[tcp]}"
-say "ipoibd RC ÷ ib_send_bw RC $(ratio "${tput[ipoibd-rc]}" "${tput[sendbw-RC]}") (target ≥ 0.7); ipoibd UD ÷ ib_send_bw UD $(ratio "${tput[ipoibd-ud]}" "${tput[sendbw-UD]}"); ipoibd RC ÷ kernel TCP $(ratio "${tput[ipoibd-rc]}" "${tput[tcp]}")"
+say "ipoibd RC ÷ ib_send_bw RC $(ratio "${tput[ipoibd-rc]}" "${tput[sendbw-RC]}") (target ≥ 0.8); ipoibd UD ÷ ib_send_bw UD $(ratio "${tput[ipoibd-ud]}" "${tput[sendbw-UD]}"); ipoibd RC ÷ kernel TCP $(ratio "${tput[ipoibd-rc]}" "${tput[tcp]}")"
 say "wrote the section to $out"
 [ "$finished" = 1 ] || die "the guest did not finish (test bed exit $st); nothing written to BENCHMARKS.md"
 [ "$st" = 0 ] || die "the test bed reported failures (exit $st); see the section's guest results"

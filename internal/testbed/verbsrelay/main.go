@@ -151,12 +151,15 @@ func run(device, tunName string, m mode, me, peer string) error {
 	if err != nil {
 		return err
 	}
-	steps := []ib.QPModify{
-		{State: ib.StateInit, PKey: port.PKeys[0]},
-		{State: ib.StateRTR, DestGID: peerGID, DestQPN: peerQPN, PathMTU: port.ActiveMTU, RecvPSN: 1, MinRNRTmr: 12},
-		{State: ib.StateRTS, SendPSN: 1, Timeout: 14, RetryCount: 7, RNRRetry: 7},
-	}
-	if m.typ == ib.UD {
+	var steps []ib.QPModify
+	switch m.typ {
+	case ib.RC:
+		steps = []ib.QPModify{
+			{State: ib.StateInit, PKey: port.PKeys[0]},
+			{State: ib.StateRTR, DestGID: peerGID, DestQPN: peerQPN, PathMTU: port.ActiveMTU, RecvPSN: 1, MinRNRTmr: 12},
+			{State: ib.StateRTS, SendPSN: 1, Timeout: 14, RetryCount: 7, RNRRetry: 7},
+		}
+	case ib.UD:
 		steps = []ib.QPModify{{State: ib.StateInit, PKey: port.PKeys[0], QKey: relayQKey}, {State: ib.StateRTR}, {State: ib.StateRTS}}
 		if r.ah, err = d.CreateAH(ib.AHAttr{DestGID: peerGID}); err != nil {
 			return err
@@ -194,15 +197,11 @@ func run(device, tunName string, m mode, me, peer string) error {
 	if _, err := r.qp.PostRecv(recvs); err != nil {
 		return err
 	}
-	receive := r.receiveRC
-	if m.typ == ib.UD {
-		receive = r.receiveUD
-	}
 	var rxMu sync.Mutex
 	handler := func() {
 		rxMu.Lock()
 		defer rxMu.Unlock()
-		receive()
+		r.receive()
 	}
 	if !ib.CapsOf(d).SetCQHandler(r.rcq, handler) {
 		return errors.New("the device runs no completion handlers")
@@ -215,51 +214,53 @@ func run(device, tunName string, m mode, me, peer string) error {
 	return s.loopRC()
 }
 
-// The receive side runs in the receive CQ's handler: each message to the
-// TUN, the batch's slots posted again.
-
-// receiveRC writes each message (a virtio-net header and a packet) as it
-// came.
-func (r *relay) receiveRC() {
-	var h offload.Hdr
+// receive runs in the receive CQ's handler: each message to the TUN, the
+// batch's slots posted again. The coalescer holds parts of the slots, so it
+// is flushed before they are.
+func (r *relay) receive() {
 	for n := r.rcq.Poll(r.rwc[:]); n > 0; n = r.rcq.Poll(r.rwc[:]) {
 		for k, c := range r.rwc[:n] {
-			if c.Status == ib.WCSuccess && c.ByteLen >= offload.HdrLen {
-				b := r.buf(int(c.ID))[:c.ByteLen]
-				if h.Decode(b) == nil {
-					r.parts[0] = b[offload.HdrLen:]
-					_, _ = r.t.WriteGSO(h, r.parts[:])
-				}
-			} else {
-				dropped("message that failed or is too short")
-			}
-			r.again[k] = ib.RecvWR{ID: c.ID, SGE: r.sge(int(c.ID), r.slotSize)}
-		}
-		_, _ = r.qp.PostRecv(r.again[:n])
-	}
-}
-
-// receiveUD merges the datagrams' TCP segments where it may and writes
-// them, and any other packet as it came. The coalescer holds parts of the
-// slots, so it is flushed before they are posted again.
-func (r *relay) receiveUD() {
-	for n := r.rcq.Poll(r.rwc[:]); n > 0; n = r.rcq.Poll(r.rwc[:]) {
-		for k, c := range r.rwc[:n] {
-			if c.Status == ib.WCSuccess && c.ByteLen > ib.GRHLen {
-				p := r.buf(int(c.ID))[ib.GRHLen:c.ByteLen]
-				if !r.gro.Add(p) {
-					r.flush()
-					if !r.gro.Add(p) {
-						_, _ = r.t.Write(p)
-					}
-				}
-			} else {
-				dropped("datagram that failed or is empty")
+			b := r.buf(int(c.ID))[:min(int(c.ByteLen), r.slotSize)]
+			switch {
+			case c.Status != ib.WCSuccess:
+				dropped("message that failed")
+			case r.typ == ib.UD:
+				r.deliverUD(b)
+			default:
+				r.deliverRC(b)
 			}
 			r.again[k] = ib.RecvWR{ID: c.ID, SGE: r.sge(int(c.ID), r.slotSize)}
 		}
 		r.flush()
 		_, _ = r.qp.PostRecv(r.again[:n])
+	}
+}
+
+// deliverRC writes an RC message, a virtio-net header and a packet, as it
+// came.
+func (r *relay) deliverRC(b []byte) {
+	var h offload.Hdr
+	if h.Decode(b) != nil {
+		dropped("message without a header")
+		return
+	}
+	r.parts[0] = b[offload.HdrLen:]
+	_, _ = r.t.WriteGSO(h, r.parts[:])
+}
+
+// deliverUD merges a datagram's TCP segment with those before it where it
+// may, and writes any other packet as it came.
+func (r *relay) deliverUD(b []byte) {
+	if len(b) <= ib.GRHLen {
+		dropped("empty datagram")
+		return
+	}
+	p := b[ib.GRHLen:]
+	if !r.gro.Add(p) {
+		r.flush()
+		if !r.gro.Add(p) {
+			_, _ = r.t.Write(p)
+		}
 	}
 }
 
@@ -321,14 +322,13 @@ func (s *sender) loopRC() error {
 	var h offload.Hdr
 	for {
 		s.await(1)
-		slot := s.free[len(s.free)-1]
+		slot := s.take()
 		b := s.buf(slot)
 		n, err := s.t.Read(0, b[offload.HdrLen:], &h)
 		if err != nil {
 			return err
 		}
 		h.Encode(b)
-		s.take()
 		s.sends = append(s.sends[:0], ib.SendWR{ID: uint64(slot), SGE: s.sge(slot, offload.HdrLen+n)})
 		if _, err := s.qp.PostSend(s.sends); err != nil {
 			return err
